@@ -15,7 +15,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$out/gpu.txt"
 for step in $steps; do
   case $step in
-    tests) timeout "${TESTS_S:-240}" python3 -m pytest -q -rs tests/gpu 2>&1 | tee "$out/gpu-tests.log" ;;
+    tests) timeout "${TESTS_S:-300}" python3 -m pytest -v -rfEs --tb=short tests/gpu 2>&1 | tee "$out/gpu-tests.log" ;;
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;
     runs) timeout "${RUNS_S:-540}" python3 benchmarks/offline_runs.py --iterations "${ITERATIONS:-2}" \

@@ -74,7 +74,7 @@ def test_local_slots_pin_one_evaluation_per_gpu(monkeypatch):
     monkeypatch.setattr(executor_module, "visible_gpus", lambda: [0, 1, 2, 3])
     lock, busy, used, overlaps = threading.Lock(), set(), Counter(), []
 
-    def fake_evaluate(request, gpu=None, problem=None):
+    def fake_evaluate(request, gpu=None, problem=None, keep_spare=False):
         with lock:
             if gpu in busy:
                 overlaps.append(gpu)

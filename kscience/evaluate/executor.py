@@ -80,7 +80,8 @@ class LocalExecutor(Executor):
 
         gpu = self._slots.get()
         try:
-            return evaluate(request, gpu=gpu)
+            # The loop evaluates one candidate after another: each slot keeps its next worker ready.
+            return evaluate(request, gpu=gpu, keep_spare=True)
         finally:
             self._slots.put(gpu)
 

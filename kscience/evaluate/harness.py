@@ -19,7 +19,7 @@ import traceback
 import torch
 
 from kscience.evaluate.integrity import Integrity
-from kscience.evaluate.wire import Channel, send_json, send_tensor, tensor_bytes, wire_dtype
+from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
 
 _perf_counter = time.perf_counter
 _sleep = time.sleep
@@ -119,6 +119,8 @@ class Harness:
         self.on_gpu = not self.device.interpreted
         self.outputs = set(self.problem.output_args)
         self.l2, self.flush, self.idle_gap_us = None, None, 0.0
+        self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
+        self.settle_s = 0.0
         if self.on_gpu:
             _spin_while_waiting(context_exists=False)
             torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_FRACTION)
@@ -212,9 +214,10 @@ class Harness:
             raise Fault("wrong_answer", f"output of shape {tuple(out.shape)} is far larger than the answer")
         return out
 
-    # --- the check command -------------------------------------------------------------------
+    # --- the check and sample commands ------------------------------------------------------
     def check(self, ch: Channel, cmd: dict) -> None:
-        """One call on fresh inputs: the output read twice, a moment apart, and the guarded inputs."""
+        """One call on fresh inputs: the whole output now; a second look at it, and at the guarded
+        inputs, when the judge's `sample` command says which bytes to read."""
         data = self.inputs(cmd["seed"], cmd["shape"])
         for i in self.outputs:
             self.poison(data[i])
@@ -228,15 +231,23 @@ class Harness:
             if data[i].numel() and out.numel() and \
                     out.untyped_storage().data_ptr() == data[i].untyped_storage().data_ptr():
                 raise Fault("wrong_answer", f"returned a view of input {i} instead of a computed output")
-        first = tensor_bytes(out)
+        header, raw = tensor_bytes(out)
+        send_json(ch, {"status": "ok", "seq": cmd["seq"], "inputs": guarded})
+        send_tensor(ch, dict(header, seq=cmd["seq"]), raw)
         # Work still landing after the call returned (a thread, a forked process, a side stream)
-        # shows up as a difference between two reads; the judge compares them.
-        _sleep(min(max(call_s, 0.01), 0.05))
+        # shows up as a difference between this read and the next; the judge compares them.
+        self.held, self.settle_s = [out] + [data[i] for i in guarded], min(max(call_s, 0.01), 0.05)
+
+    def sample(self, ch: Channel, cmd: dict) -> None:
+        """The held tensors' bytes at the judge's ranges, one frame each; then they are let go."""
+        _sleep(self.settle_s)
         self.sync()
-        second = tensor_bytes(out)
-        inputs = [tensor_bytes(data[i]) for i in guarded]
-        self.poison(out)
-        seq = cmd["seq"]
-        send_json(ch, {"status": "ok", "seq": seq, "inputs": guarded})
-        for header, raw in [first, second] + inputs:
-            send_tensor(ch, dict(header, seq=seq), raw)
+        ranges = cmd.get("ranges")
+        if not isinstance(ranges, list) or len(ranges) != len(self.held):
+            raise Fault("rejected", "malformed sample command")
+        payload = [ranges_bytes(t, r) for t, r in zip(self.held, ranges)]
+        for t in self.held[:1]:
+            self.poison(t)
+        self.held, self.settle_s = [], 0.0
+        for header, raw in payload:
+            send_tensor(ch, dict(header, seq=cmd["seq"]), raw)

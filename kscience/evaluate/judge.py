@@ -21,9 +21,9 @@ import torch
 from kscience.device import Device, detect
 from kscience.evaluate import crosscheck
 from kscience.evaluate import result as R
-from kscience.evaluate.compare import check_output, same_bits
-from kscience.evaluate.sandbox import Worker, default_rss_limit, redact
-from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_tensor, send_json
+from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.sandbox import default_rss_limit, redact, start_worker
+from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, geomean, load_problem
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
@@ -48,11 +48,14 @@ class Verdict(Exception):
 class _Session:
     """One evaluation: a worker, its channel, its limits and the clock that runs out."""
 
-    def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None):
+    def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
+                 keep_spare: bool):
         self.problem, self.device = problem, device
         self.cpu = int(device.interpreted)
         self.deadline = time.monotonic() + timeout_s if timeout_s else math.inf
-        self.worker = Worker(gpu, device.interpreted, default_rss_limit())
+        self.worker = start_worker(gpu, device.interpreted, default_rss_limit(), keep_spare)
+        self.phases_s: dict[str, float] = {}
+        self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
         self.seq = 0
         self.phase_limit, self.phase_end = 0.0, math.inf
@@ -81,6 +84,21 @@ class _Session:
             head, t = recv_tensor(self.worker.channel, max_bytes, self.phase_end, self.worker.alive)
         self._in_order(head, phase, shape)
         return t
+
+    def sample(self, phase: str, shape: dict, like: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """The worker's held tensors at byte ranges drawn now (kept in `self.ranges`), one per
+        tensor in `like`, which gives the dtype and shape each must have; None where it has not."""
+        self.ranges = [sample_ranges(t.numel() * t.element_size()) for t in like]
+        self.ask({"cmd": "sample", "ranges": self.ranges}, phase, shape)
+        looks = []
+        for t, ranges in zip(like, self.ranges):
+            with self._channel_errors(phase, shape):
+                head, raw = recv_ranges(self.worker.channel, sum(n for _, n in ranges), self.phase_end,
+                                        self.worker.alive)
+            self._in_order(head, phase, shape)
+            right = head.get("dtype") == str(t.dtype).removeprefix("torch.") and head.get("shape") == list(t.shape)
+            looks.append(raw if right and raw.numel() == sum(n for _, n in ranges) else None)
+        return looks
 
     def _in_order(self, msg: dict, phase: str, shape) -> None:
         if msg.get("seq") != self.seq:
@@ -134,16 +152,17 @@ class _Session:
         if reply.get("inputs") != guarded:
             self.worker.kill()
             raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
-        first, second = self.tensor("check", shape, cap), self.tensor("check", shape, cap)
-        returned = [(i, self.tensor("check", shape, data[i].numel() * data[i].element_size())) for i in guarded]
-        if not same_bits(first, second):
+        first = self.tensor("check", shape, cap)
+        held = [first] + [pristine[i] for i in guarded]
+        looks = self.sample("check", shape, held)
+        if looks[0] is None or not same_bits(looks[0], gather(first, self.ranges[0])):
             raise Verdict(R.WRONG_ANSWER, "the output changed after custom_kernel returned: "
                                           "work went on in the background (thread, process or stream)", shape)
         ok, why, err = check_output(first, expected, self.problem.rtol, self.problem.atol)
         if not ok:
             raise Verdict(R.WRONG_ANSWER, why, shape)
-        for i, t in returned:
-            if not same_bits(t, pristine[i]):
+        for i, look, ranges in zip(guarded, looks[1:], self.ranges[1:]):
+            if look is None or not same_bits(look, gather(pristine[i], ranges)):
                 raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {self.problem.output_args} "
                                               "may be written)", shape)
         in_bytes = sum(t.numel() * t.element_size() for t in data if type(t) is torch.Tensor)
@@ -161,13 +180,13 @@ class _Session:
                   "max_output_bytes": cap}, "time", shape)
         reply = self.reply("time", shape)
         wall = time.monotonic() - t0  # the worker measured its loop before it sent this reply
+        self.phases_s["time"] = self.phases_s.get("time", 0.0) + wall
         events, hosts = _floats(reply.get("events_us")), _floats(reply.get("hosts_us"))
         kinds, tags = reply.get("kinds"), reply.get("kept")
         if not events or len(events) != len(hosts) or not isinstance(kinds, list) or len(kinds) != len(events) \
                 or not _valid_tags(tags, n_sets, seeds, FRESH[c]):
             self.worker.kill()
             raise Verdict(R.REJECTED, "malformed timing reply", shape)
-        kept = [(tag, self.tensor("time", shape, cap)) for tag in tags]
         problem = crosscheck.clock_problem(events, hosts, _float(reply.get("loop_s")), _float(reply.get("setup_s")),
                                            wall)
         if problem is None and not self.device.interpreted:
@@ -175,12 +194,16 @@ class _Session:
         problem = problem or crosscheck.caching_problem(events, kinds, self.device.interpreted)
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
-        for tag, out in kept:
-            seed = seeds[tag["set"]] if "set" in tag else tag["fresh"]
-            expected = self.expected(self.inputs(seed, shape))
-            ok, why, _ = check_output(out, expected, self.problem.rtol, self.problem.atol)
-            if not ok:
-                raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why}", shape)
+        with self.phase("recheck"):
+            expected = [self.expected(self.inputs(seeds[t["set"]] if "set" in t else t["fresh"], shape)) for t in tags]
+            looks = self.sample("time", shape, expected)
+            for look, want, ranges in zip(looks, expected, self.ranges):
+                if look is None:
+                    raise Verdict(R.WRONG_ANSWER, "a timed call returned an output of the wrong shape or dtype", shape)
+                ok, why, _ = check_output(look.view(want.dtype), gather(want, ranges).view(want.dtype),
+                                          self.problem.rtol, self.problem.atol)
+                if not ok:
+                    raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
         res.time_us = statistics.median(events)
         res.mean_us = statistics.fmean(events)
         res.std_us = statistics.pstdev(events)
@@ -194,6 +217,15 @@ class _Session:
 
     def close(self) -> None:
         self.worker.close()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Adds the wall time of the block to `phases_s[name]`: where an evaluation's seconds go."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases_s[name] = self.phases_s.get(name, 0.0) + time.monotonic() - t0
 
 
 def _float(x) -> float:
@@ -220,14 +252,16 @@ def _valid_tags(tags, n_sets: int, seeds: list[int], n_fresh: int) -> bool:
             and all(type(s) is int and 0 <= s < 2**31 and s not in seeds for s in fresh))
 
 
-def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | None = None) -> R.EvalResult:
-    """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does."""
+def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | None = None,
+             keep_spare: bool = False) -> R.EvalResult:
+    """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
+    `keep_spare` starts the next evaluation's worker now (see `sandbox.start_worker`)."""
     problem = problem or load_problem(request.problem, request.overrides)
     t_start = time.monotonic()
     device_ctx = torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext()
     with device_ctx:
         device = detect()
-        session = _Session(problem, device, gpu, request.timeout_s)
+        session = _Session(problem, device, gpu, request.timeout_s, keep_spare)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
                               timing_label="cpu interpreter (host clock)" if device.interpreted else "cuda events")
         try:
@@ -243,6 +277,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.device.update(session.worker_info)
             result.wall_s = time.monotonic() - t_start
+            result.phases_s = {k: round(v, 3) for k, v in session.phases_s.items()}
     return result
 
 
@@ -250,9 +285,10 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
     weight_seed = secrets.randbits(31)
     if problem.entry == "ModelNew":  # KernelBench: both models are built from the same secret weight seed
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
-    session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
-                 "weight_seed": weight_seed}, "import")
-    ready = session.reply("import", expect="ready")
+    with session.phase("import"):
+        session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
+                     "weight_seed": weight_seed}, "import")
+        ready = session.reply("import", expect="ready")
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": _float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0}
     if not math.isfinite(session.worker_info["idle_gap_us"]):
@@ -261,12 +297,15 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
     tests = problem.shapes("tests", interpreted) if request.shapes in ("tests", "all") else []
     benches = problem.shapes("benchmarks", interpreted) if request.shapes in ("benchmarks", "all") else []
     for shape in tests:
-        result.shapes.append(session.check(shape, "test")[0])
+        with session.phase("check"):
+            result.shapes.append(session.check(shape, "test")[0])
     for shape in benches:
-        res, in_bytes, cap = session.check(shape, "benchmark")
+        with session.phase("check"):
+            res, in_bytes, cap = session.check(shape, "benchmark")
         result.shapes.append(res)
         session.time(res, in_bytes, cap)
-    session.finish()
+    with session.phase("finish"):
+        session.finish()
     times = [s.time_us for s in result.shapes if s.time_us]
     result.geomean_us = geomean(times) if times else None
     n_ok = len(result.shapes)

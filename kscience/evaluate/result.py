@@ -41,6 +41,7 @@ class EvalResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it
+    phases_s: dict = field(default_factory=dict)  # where wall_s went: import, check, time, recheck, finish
     failing_shape: dict | None = None
 
     @property

@@ -140,6 +140,15 @@ def tensor_bytes(t: torch.Tensor) -> tuple[dict, memoryview]:
     return {"dtype": wire_dtype(t.dtype), "shape": list(t.shape)}, memoryview(raw)
 
 
+def ranges_bytes(t: torch.Tensor, ranges: list) -> tuple[dict, memoryview]:
+    """A tensor's header and a host copy of its bytes at the judge's [offset, length] ranges.
+    Ranges past the end come back short, which the judge treats as a wrong-sized tensor."""
+    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    picked = torch.cat([flat[int(o):int(o) + int(n)] for o, n in ranges]) if ranges else flat[:0]
+    raw = picked.to("cpu", copy=True).numpy() if picked.numel() else b""
+    return {"dtype": wire_dtype(t.dtype), "shape": list(t.shape)}, memoryview(raw)
+
+
 def send_tensor(ch: Channel, header: dict, raw: memoryview) -> None:
     send_json(ch, header)
     ch.send(raw)
@@ -162,3 +171,14 @@ def recv_tensor(ch: Channel, max_bytes: int, deadline: float = math.inf, alive=N
     if numel == 0:
         return head, torch.empty(shape, dtype=dtype)
     return head, torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def recv_ranges(ch: Channel, n_bytes: int, deadline: float = math.inf, alive=None) -> tuple[dict, torch.Tensor]:
+    """(header, flat uint8 bytes) of a tensor read at ranges totalling exactly `n_bytes`."""
+    head = recv_json(ch, deadline, alive)
+    if str(head.get("dtype")) not in _DTYPES or not isinstance(head.get("shape"), list):
+        raise ProtocolError(f"bad tensor header: {str(head)[:200]}")
+    data = ch.recv(n_bytes, deadline, alive)
+    if len(data) != n_bytes:
+        return head, torch.empty(0, dtype=torch.uint8)  # short: the tensor was not the size expected
+    return head, torch.frombuffer(data, dtype=torch.uint8) if n_bytes else torch.empty(0, dtype=torch.uint8)

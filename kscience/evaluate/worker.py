@@ -6,9 +6,10 @@ inherits every orphan; so it forks first and stays behind only to reap and to re
 real worker ended, as an exit code of 128 + signal number. The worker then moves the channel
 to unpredictable descriptor numbers, confines itself, and answers the judge's commands:
 
-  check {shape, seed}   -> the output of one call on fresh inputs (read twice), plus the inputs
-                           the candidate was not allowed to write
-  time  {shape, seeds}  -> per-call times and the outputs kept for the judge to recheck
+  check {shape, seed}   -> the whole output of one call on fresh inputs; that output and the
+                           inputs the candidate may not write are then held for `sample`
+  time  {shape, seeds}  -> per-call times; the outputs kept for the judge's recheck are held
+  sample {ranges}       -> the held tensors' bytes at the judge's ranges, one frame each
   bye                   -> an acknowledgement, then exit
 
 Every reply echoes the command's sequence number. The verdict is always the judge's.
@@ -62,7 +63,7 @@ def _writable_paths() -> list[str]:
 def serve(in_fd: int, out_fd: int) -> None:
     from kscience.evaluate import confine, harness, integrity, timing, wire
     from kscience.evaluate.harness import Harness, call_fault
-    from kscience.evaluate.wire import Channel, recv_json, send_json, send_tensor, tensor_bytes
+    from kscience.evaluate.wire import Channel, recv_json, send_json
 
     confine.set_limits()
     ch = Channel(_hide(in_fd), _hide(out_fd), nonblocking=False)
@@ -86,11 +87,10 @@ def serve(in_fd: int, out_fd: int) -> None:
             if cmd.get("cmd") == "check":
                 h.check(ch, cmd)
             elif cmd.get("cmd") == "time":
-                reply, kept = timing.time_shape(h, cmd)
-                payload = [tensor_bytes(t) for t in kept]  # every device copy done before the first byte goes out
+                reply, h.held = timing.time_shape(h, cmd)
                 send_json(ch, dict(reply, status="ok", seq=seq))
-                for header, raw in payload:
-                    send_tensor(ch, dict(header, seq=seq), raw)
+            elif cmd.get("cmd") == "sample":
+                h.sample(ch, cmd)
             else:
                 return
         except BaseException as exc:  # a fault surfacing at synchronize() lands here too
