@@ -19,7 +19,10 @@ for step in $steps; do
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;
     runs) timeout "${RUNS_S:-540}" python3 benchmarks/offline_runs.py --iterations "${ITERATIONS:-2}" \
-            --db "$out/offline-runs.db" --out "$out" 2>&1 | tee "$out/offline-runs.log" ;;
+            --db "$out/offline-runs.db" --out "$out" 2>&1 | tee "$out/offline-runs.log"
+          # Fold the write-ahead log into the database file, so the one file that comes back holds it all.
+          python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+            "$out/offline-runs.db" ;;
     *) echo "unknown step $step (tests, evaluator, runs)" >&2; exit 2 ;;
   esac
 done

@@ -42,6 +42,20 @@ def fmt(x) -> str:
     return "-" if x is None else (f"{x:,.1f}" if isinstance(x, float) else str(x))
 
 
+def table(rows: list[dict]) -> list[str]:
+    header = ["problem", "seed us", "best us", "eager us", "compile us", "floor us", "candidates", "to best", "x seed"]
+    keys = ["problem", "seed_us", "best_us", "eager_us", "compiled_us", "floor_us", "n_candidates",
+            "best_reached_after", "speedup_vs_seed"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
+
+
+def write(stem: Path, title: str, device: str, stamp: str, iterations: int, rows: list[dict]) -> None:
+    stem.with_suffix(".json").write_text(json.dumps({"device": device, "date": stamp, "iterations": iterations,
+                                                     "rows": rows}, indent=2))
+    stem.with_suffix(".md").write_text(f"# {title}\n\n" + "\n".join(table(rows)) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", default=",".join(builtin_names()))
@@ -50,6 +64,11 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
     device = detect()
+    stamp = datetime.date.today().isoformat()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"offline-runs-{device.name.replace(' ', '_').replace('(', '').replace(')', '')}-{stamp}"
+    title = f"Offline scientist, {args.iterations} iterations, {device.name}, {stamp}"
     rows = []
     for problem in args.problems.split(","):
         cmd = [sys.executable, "-m", "kscience.cli", "run", problem, "--llm", "offline", "--iterations",
@@ -58,20 +77,8 @@ def main() -> int:
         with Store(args.db) as store:
             run = next(r for r in store.list_runs() if r["name"] == f"offline-{problem}")
             rows.append(dict(row_for(store, run["id"], problem), exit_code=code))
-    header = ["problem", "seed us", "best us", "eager us", "compile us", "floor us", "candidates", "to best", "x seed"]
-    keys = ["problem", "seed_us", "best_us", "eager_us", "compiled_us", "floor_us", "n_candidates",
-            "best_reached_after", "speedup_vs_seed"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
-    stamp = datetime.date.today().isoformat()
-    title = f"Offline scientist, {args.iterations} iterations, {device.name}, {stamp}"
-    print(f"\n{title}\n" + "\n".join(lines))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"offline-runs-{device.name.replace(' ', '_').replace('(', '').replace(')', '')}-{stamp}"
-    stem.with_suffix(".json").write_text(json.dumps({"device": device.name, "date": stamp,
-                                                     "iterations": args.iterations, "rows": rows}, indent=2))
-    stem.with_suffix(".md").write_text(f"# {title}\n\n" + "\n".join(lines) + "\n")
+        write(stem, title, device.name, stamp, args.iterations, rows)  # after each problem: a cut-off run keeps it
+    print(f"\n{title}\n" + "\n".join(table(rows)))
     print(f"wrote {stem}.json and .md")
     return 0
 

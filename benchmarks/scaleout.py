@@ -136,6 +136,8 @@ def measure_isolation(problem: str, busy_problem: str, rounds: int, probe_gpu: i
     return {"problem": problem, "busy_problem": busy_problem, "rounds": rounds, "probe_gpu": probe_gpu,
             "busy_gpu": busy_gpu, "alone_geomean_us": alone_geo, "busy_geomean_us": busy_geo,
             "difference": busy_geo / alone_geo - 1, "alone_drift": drift, "shapes": shapes,
+            "geomeans_us": {"before": [r.geomean_us for r in before], "during": [r.geomean_us for r in during],
+                            "after": [r.geomean_us for r in after]},
             "busy_evaluations": len(busy_results), "busy_ok": sum(r.ok for r in busy_results),
             "agrees": abs(busy_geo / alone_geo - 1) <= ISOLATION_TOLERANCE}
 
