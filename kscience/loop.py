@@ -113,7 +113,7 @@ class Controller:
         if reference is None:
             self._stage("reference", 0)
             reference = self._add(kind="reference", source=self.reference_source,
-                                  hypothesis="PyTorch reference", iteration=0)
+                                  hypothesis="PyTorch eager", iteration=0)
         if reference["status"] == PENDING:
             await self._evaluate(reference)
         if not compiled_baseline_wanted(self.compiled_baseline, final):
@@ -122,7 +122,7 @@ class Controller:
         if compiled is None:
             self._stage("compiled", 0)
             compiled = self._add(kind="compiled", source=self.compiled_source,
-                                 hypothesis="torch.compile of the PyTorch reference", iteration=0)
+                                 hypothesis="torch.compile of PyTorch eager", iteration=0)
         if compiled["status"] == PENDING:
             await self._evaluate(compiled)
 

@@ -75,22 +75,23 @@ class RunConfig:
 
 def _baseline_head(problem: Problem, doc: str, imports: str = "") -> str:
     return (f'"""{doc}"""\n{imports}from kscience.problems import load_problem\n\n'
-            f"_PROBLEM = load_problem({problem.locator!r}, {dict(problem.overrides)!r})\n\n\n")
+            f"_PROBLEM = load_problem({problem.locator!r}, {dict(problem.overrides)!r})\n"
+            "_EAGER = _PROBLEM.eager_kernel or _PROBLEM.ref_kernel\n\n\n")
 
 
 def reference_source(problem: Problem) -> str:
-    """A candidate that is the problem's own PyTorch reference, so the evaluator can time it as a baseline."""
-    head = _baseline_head(problem, "The problem's PyTorch reference as a candidate: the baseline every kernel is "
-                                   "compared to.")
+    """PyTorch as a user would write it (the problem's eager kernel, else its reference), as a
+    candidate, so the evaluator can time it as the baseline every kernel is compared to."""
+    head = _baseline_head(problem, "The problem in plain PyTorch as a candidate: the eager baseline.")
     if problem.entry == "ModelNew":
         return head + "class ModelNew(_PROBLEM.reference_model_class):\n    pass\n"
-    return head + "def custom_kernel(data):\n    return _PROBLEM.ref_kernel(data)\n"
+    return head + "def custom_kernel(data):\n    return _EAGER(data)\n"
 
 
 def compiled_source(problem: Problem) -> str:
-    """The reference under torch.compile (default settings) as a candidate: the baseline a kernel must
-    beat to be worth writing by hand."""
-    head = _baseline_head(problem, "The problem's PyTorch reference under torch.compile, timed as a baseline.",
+    """The eager baseline under torch.compile (default settings) as a candidate: the baseline a kernel
+    must beat to be worth writing by hand."""
+    head = _baseline_head(problem, "The problem in plain PyTorch under torch.compile, timed as a baseline.",
                           "import torch\n\n")
     if problem.entry == "ModelNew":
         # Compile the forward, not the module: a compiled module kept as an attribute would be a submodule
@@ -101,7 +102,7 @@ def compiled_source(problem: Problem) -> str:
                        "        self._compiled_forward = torch.compile(super().forward)\n\n"
                        "    def forward(self, *args, **kwargs):\n"
                        "        return self._compiled_forward(*args, **kwargs)\n")
-    return head + ("_compiled = torch.compile(_PROBLEM.ref_kernel)\n\n\n"
+    return head + ("_compiled = torch.compile(_EAGER)\n\n\n"
                    "def custom_kernel(data):\n    return _compiled(data)\n")
 
 

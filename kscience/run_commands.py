@@ -45,7 +45,7 @@ def add_run_commands(sub) -> None:
     s.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a module-level constant of a KernelBench file")
     s.add_argument("--no-compiled-baseline", dest="compiled_baseline", action="store_false", default=None,
-                   help="do not time torch.compile of the reference (timed by default when evaluating on a GPU)")
+                   help="do not time torch.compile of the eager PyTorch baseline (timed by default on a GPU)")
     _common_run_args(s)
     s.set_defaults(func=cmd_run)
 
@@ -194,8 +194,8 @@ def _iterations_done(store, run_id: str) -> int:
     return max((p["iteration"] for p in store.plans(run_id)), default=0)
 
 
-_PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing the PyTorch reference",
-                 "compiled": "timing torch.compile of the PyTorch reference"}
+_PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
+                 "compiled": "timing torch.compile of PyTorch eager"}
 
 
 class Progress:

@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
 PENDING = "pending"  # a candidate written but not evaluated yet
 WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did not apply, no code)
-# Kinds timed as baselines (the PyTorch reference, and it under torch.compile): never members of
+# Kinds timed as baselines (PyTorch eager, and it under torch.compile): never members of
 # the evolving population, so never selected, ranked or reported as a run's best.
 BASELINE_KINDS = ("reference", "compiled")
 _NOT_BASELINE = "c.kind NOT IN (" + ", ".join(f"'{k}'" for k in BASELINE_KINDS) + ")"

@@ -69,14 +69,22 @@ def load_source(source: str) -> dict:
 
 
 # --- the source ------------------------------------------------------------------------------
-def test_the_compiled_custom_kernel_computes_the_reference(monkeypatch):
+def test_the_compiled_custom_kernel_compiles_the_eager_kernel(monkeypatch):
     problem = load_problem("softmax")
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda fn: compiled.append(fn) or fn)  # inductor is the GPU run's job
     namespace = load_source(compiled_source(problem))
-    assert compiled == [namespace["_PROBLEM"].ref_kernel]
+    assert compiled == [namespace["_PROBLEM"].eager_kernel]
     data = problem.generate_input(5, "cpu", **problem.cpu_tests[0])
-    assert torch.equal(namespace["custom_kernel"](data), problem.ref_kernel(data))
+    assert torch.equal(namespace["custom_kernel"](data), problem.eager_kernel(data))
+
+
+def test_without_an_eager_kernel_the_reference_is_compiled(monkeypatch):
+    problem = load_problem("fp8_blockscale_gemm")
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn: compiled.append(fn) or fn)
+    namespace = load_source(compiled_source(problem))
+    assert compiled == [namespace["_PROBLEM"].ref_kernel]
 
 
 def test_the_compiled_model_is_the_reference_model_with_a_compiled_forward(monkeypatch):

@@ -159,7 +159,7 @@ def test_missing_baselines_are_named_in_the_legend_and_floors_drawn_on_a_gpu(tmp
     snap = run.snapshot()
     fig = timeline_figure(snap)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert f"PyTorch reference {REFERENCE_US:,.1f} us" in labels
+    assert f"PyTorch eager {REFERENCE_US:,.1f} us" in labels
     assert "torch.compile: not timed (CPU run)" in labels and "physical floor: GPU only" in labels
     assert "correct" in labels and "best so far" in labels and "wrong answer" in labels
 

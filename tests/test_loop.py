@@ -51,7 +51,7 @@ class FakeExecutor(Executor):
         return self._capacity
 
     def _judge(self, request) -> EvalResult:
-        if "_PROBLEM.ref_kernel" in request.source:  # the PyTorch reference the run times as a baseline
+        if "_EAGER(data)" in request.source:  # the eager PyTorch baseline the run times
             request.source = fake_kernel(REFERENCE_US)
         with self._lock:
             self.in_flight += 1
@@ -149,7 +149,7 @@ def test_a_run_evaluates_seed_reference_and_three_children_per_iteration(tmp_pat
     assert [c["kind"] for c in cands[:2]] == ["seed", "reference"]
     assert [c["kind"] for c in cands[2:]] == ["child"] * 6
     assert all(c["status"] == "ok" for c in cands)
-    assert "_PROBLEM.ref_kernel(data)" in cands[1]["source"]
+    assert "_EAGER(data)" in cands[1]["source"]
     plans = run.store.plans(run.id)
     assert len(plans) == 10 and sum(p["chosen"] for p in plans) == 6
     assert len(run.store.findings(run.id)) == 6

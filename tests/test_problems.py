@@ -105,6 +105,22 @@ def test_reference_leaves_its_inputs_alone(name):
         assert torch.equal(before.float(), after.float())
 
 
+@pytest.mark.parametrize("name", builtin_names())
+def test_eager_baseline_agrees_with_the_reference(name):
+    """The eager kernel is a baseline, so it must be right: within tolerance on every CPU shape.
+    Problems whose reference is already plain PyTorch in their own dtypes need none."""
+    from kscience.evaluate.compare import check_output
+
+    problem = load_problem(name)
+    if problem.eager_kernel is None:
+        assert name == "fp8_blockscale_gemm", f"{name} times an fp32 reference as its eager baseline"
+        return
+    for shape in problem.cpu_tests + problem.cpu_benchmarks:
+        data = problem.generate_input(11, "cpu", **shape)
+        ok, why, _ = check_output(problem.eager_kernel(data), problem.ref_kernel(data), problem.rtol, problem.atol)
+        assert ok, f"{shape}: {why}"
+
+
 def test_fp8_layout_and_dtypes():
     problem = load_problem("fp8_blockscale_gemm")
     m, n, k = 96, 192, 384

@@ -233,7 +233,7 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
                     f'<td style="{CELL}">{esc(r["hypothesis"][:70])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"])}</div>'
-                       for name, base in (("PyTorch reference", snap.reference), ("torch.compile", snap.compiled))
+                       for name, base in (("PyTorch eager", snap.reference), ("torch.compile", snap.compiled))
                        if base and base["status"] == "ok")
     if not rows:
         return f'<div style="{BOX} color: #757575;">No candidate evaluated yet.</div>'

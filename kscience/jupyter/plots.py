@@ -21,7 +21,7 @@ STATUS_COLOURS = {
     "timeout": "#6d4c41", "crashed": "#212121", "rejected": "#757575", "write_failed": "#ec407a",
 }
 BASELINE_STYLES = {  # label -> (colour, line style)
-    "PyTorch reference": ("#1565c0", "--"),
+    "PyTorch eager": ("#1565c0", "--"),
     "torch.compile": ("#6a1b9a", ":"),
     "physical floor": ("#000000", "-."),
 }
@@ -89,7 +89,7 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation") -> None:
 
     base = snap.baselines()
     values = [c["geomean_us"] for c in snap.correct]
-    for label, us in (("PyTorch reference", base.reference_us), ("torch.compile", base.compile_us),
+    for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
                       ("physical floor", base.floor_us)):
         if us:
             colour, style = BASELINE_STYLES[label]
@@ -114,14 +114,14 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation") -> None:
 
 
 def draw_shape_speedups(ax, snap: Snapshot) -> None:
-    """Per benchmark shape: the best kernel's speedup over the seed, the PyTorch reference and torch.compile."""
+    """Per benchmark shape: the best kernel's speedup over the seed, PyTorch eager and torch.compile."""
     best = snap.best
     if best is None:
         ax.text(0.5, 0.5, "no correct kernel", ha="center", va="center", transform=ax.transAxes)
         return
     times = shape_times(best)
     labels = list(times)
-    bases = (("vs seed", snap.seed), ("vs PyTorch reference", snap.reference), ("vs torch.compile", snap.compiled))
+    bases = (("vs seed", snap.seed), ("vs PyTorch eager", snap.reference), ("vs torch.compile", snap.compiled))
     series = [(name, shape_times(base)) for name, base in bases if base and base["status"] == "ok"]
     width = 0.8 / max(1, len(series))
     for k, (name, base_times) in enumerate(series):

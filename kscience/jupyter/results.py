@@ -219,7 +219,7 @@ class RunResult:
 
     @property
     def candidates(self) -> list[Candidate]:
-        """Every candidate in the order it was written, the baselines (PyTorch reference, torch.compile) included."""
+        """Every candidate in the order it was written, the baselines (PyTorch eager, torch.compile) included."""
         return [Candidate.from_row(c) for c in self.store.candidates(self.id)]
 
     def candidate(self, candidate_id: str) -> Candidate:

@@ -21,7 +21,7 @@ BENCHMARK = "benchmark"
 class Baselines:
     """Horizontal lines a kernel's time is judged against, in microseconds (None: not available)."""
 
-    reference_us: float | None  # the problem's PyTorch reference, timed by the run
+    reference_us: float | None  # PyTorch eager (the problem's eager kernel, else its reference), timed by the run
     compile_us: float | None  # torch.compile of the reference, timed by runs on a GPU
     compile_status: str | None  # the torch.compile candidate's status; None: the run stored none
     floor_us: float | None  # geomean over benchmark shapes of bytes/bandwidth or FLOPs/rate
@@ -31,7 +31,7 @@ class Baselines:
         """Why each absent line is absent, for a legend or a caption."""
         notes = []
         if self.reference_us is None:
-            notes.append("PyTorch reference: not timed yet")
+            notes.append("PyTorch eager: not timed yet")
         if self.compile_us is None:
             if self.compile_status is None:
                 why = "not timed (CPU run)" if self.interpreted else "not timed by this run"

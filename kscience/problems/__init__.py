@@ -60,6 +60,7 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
         precision=getattr(mod, "PRECISION", "bf16"),
         output_args=tuple(getattr(mod, "OUTPUT_ARGS", ())),
         seed_source=seed_source,
+        eager_kernel=getattr(mod, "eager_kernel", None),
     )
 
 

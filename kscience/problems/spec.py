@@ -39,6 +39,9 @@ class Problem:
     output_args: tuple[int, ...] = ()  # indices into data of buffers the candidate may write
     entry: str = "custom_kernel"  # or "ModelNew" for KernelBench problems
     seed_source: str | None = None  # a correct starting kernel (Triton, tunable knobs as literals)
+    # What a PyTorch user would write, in the problem's own dtypes: the eager and torch.compile
+    # baselines. The reference often computes in fp32 for accuracy, which would make it a straw man.
+    eager_kernel: Callable[[Any], Any] | None = None  # None: the reference is already idiomatic
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
 
     def shapes(self, which: str, interpreted: bool) -> list[Shape]:
