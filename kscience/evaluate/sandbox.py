@@ -136,7 +136,14 @@ class Worker:
         self.stderr.start()
         self._stop = threading.Event()
         self._rss_limit = rss_limit_bytes
-        threading.Thread(target=self._watch_memory, daemon=True).start()
+        self._watchdog: threading.Thread | None = None
+
+    def watch(self) -> None:
+        """Start the RSS watchdog. A spare waiting for its job runs only kscience's own code, so
+        it is watched from when it is taken: each scan reads every process's /proc entry."""
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch_memory, daemon=True)
+            self._watchdog.start()
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -238,6 +245,7 @@ def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_
         if worker is not None:
             worker.close()
         worker = Worker(gpu, interpreted, rss_limit_bytes)
+    worker.watch()
     if keep_spare:
         spare = Worker(gpu, interpreted, rss_limit_bytes)
         with _spares_lock:

@@ -124,14 +124,20 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     bases = (("vs seed", snap.seed), ("vs PyTorch eager", snap.reference), ("vs torch.compile", snap.compiled))
     series = [(name, shape_times(base)) for name, base in bases if base and base["status"] == "ok"]
     width = 0.8 / max(1, len(series))
+    crowded = len(labels) > 8  # fp8's 18 shapes: a wider figure, labels standing up
+    if crowded:
+        w, h = ax.figure.get_size_inches()
+        ax.figure.set_size_inches(max(w, 0.7 * len(labels)), h * 1.2)
     for k, (name, base_times) in enumerate(series):
         ratios = [base_times[s] / times[s] if base_times.get(s) else 0.0 for s in labels]
         positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
         bars = ax.bar(positions, ratios, width=width, label=name,
                       color=("#2e7d32", "#1565c0", "#6a1b9a")[k])
-        ax.bar_label(bars, labels=[f"{r:.3g}x" if r else "n/a" for r in ratios], fontsize=7)
+        ax.bar_label(bars, labels=[f"{r:.3g}x" if r else "n/a" for r in ratios], fontsize=6 if crowded else 7,
+                     rotation=90 if crowded else 0, padding=2)
     ax.axhline(1.0, color="#757575", linewidth=1)
-    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    ax.margins(y=0.15)
+    ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 20, ha="right", fontsize=7 if crowded else 8)
     ax.set_ylabel("speedup of the best kernel")
     ax.set_title(f"best kernel {best['id']}: {best['geomean_us']:,.2f} us geomean", fontsize=9)
     ax.legend(fontsize=8, frameon=False)
