@@ -246,8 +246,8 @@ class Harness:
         if not isinstance(ranges, list) or len(ranges) != len(self.held):
             raise Fault("rejected", "malformed sample command")
         payload = [ranges_bytes(t, r) for t, r in zip(self.held, ranges)]
-        for t in self.held[:1]:
-            self.poison(t)
+        if self.held:  # the checked call's output (or a kept copy): no later call may find it
+            self.poison(self.held[0])
         self.held, self.settle_s = [], 0.0
         for header, raw in payload:
             send_tensor(ch, dict(header, seq=cmd["seq"]), raw)

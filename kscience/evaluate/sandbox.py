@@ -227,10 +227,10 @@ def default_rss_limit() -> int:
     return int(os.environ.get("KSCIENCE_WORKER_RSS_BYTES", min(32 * 2**30, total // 2)))
 
 
-
-# One worker started in advance per evaluation slot: its Python and torch imports, about two
-# seconds of every evaluation, then overlap the evaluation before it. It touches no GPU until
-# its job arrives, so it cannot disturb a timing in progress.
+# One worker started in advance per evaluation slot: its Python and torch imports, about three
+# seconds of every evaluation, then overlap the evaluation before it. It touches no GPU until its
+# job arrives. On an H100 its start still made the evaluation beside it 1.6-2.7 s slower, for a
+# reason not yet found (benchmarks/results/README.md), so the saving is real but partial.
 _spares: dict[tuple, Worker] = {}
 _spares_lock = threading.Lock()
 
