@@ -143,7 +143,8 @@ class Controller:
         # Every finding so far, oldest first: fitting them to the prompt's budget is the designer's job,
         # since only it knows what else shares the prompt.
         findings = [f["text"] for f in self.store.findings(self.run_id)]
-        plans = await self.scientist.design(base, reference, findings)
+        done = [p["title"] for p in self.store.plans(self.run_id) if p["chosen"] and p["base_id"] == base.id]
+        plans = await self.scientist.design(base, reference, findings, done)
         rows = self.store.add_plans(self.run_id, iteration, base_id=base.id,
                                     reference_id=reference.id if reference else None,
                                     justification=justification, plans=[asdict(p) for p in plans])

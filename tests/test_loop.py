@@ -90,6 +90,7 @@ class ScriptedScientist:
         self.fail = fail or {}  # role -> exception raised by that role's next call
         self.calls: list[tuple] = []
         self.design_findings: list[list[str]] = []
+        self.design_done: list[tuple[str, list[str]]] = []
         self._overlap = writers_must_overlap
         self._writers_waiting = 0
         self._all_writing: asyncio.Event | None = None
@@ -104,9 +105,10 @@ class ScriptedScientist:
         best = min((v for v in population if v.status == "ok"), key=lambda v: v.geomean_us)
         return Selection(base_id=best.id, reference_id=None, justification="fastest correct")
 
-    async def design(self, base, reference, findings):
+    async def design(self, base, reference, findings, done=()):
         self._enter("design", base.id)
         self.design_findings.append(list(findings))
+        self.design_done.append((base.id, list(done)))
         return [Plan(title=f"x{f} #{len(self.design_findings)}.{i}", rationale="scripted", changes=[f"scale {f}"],
                      predicted_min_pct=0.0, predicted_max_pct=20.0, innovation=1, chosen=i < 3,
                      why_chosen="first three" if i < 3 else "")
@@ -140,6 +142,16 @@ def make_run(tmp_path, scientist, executor=None, **config) -> Run:
     config.setdefault("iterations", 1)
     return Run.create(RunConfig(problem="softmax", **config), store=store, seed_source=fake_kernel(100.0),
                       scientist=scientist, executor=executor or FakeExecutor())
+
+
+def test_the_designer_is_told_which_experiments_its_base_has_already_had(tmp_path):
+    sci = ScriptedScientist(factors=(1.1, 1.2, 1.3, 1.4, 1.5))  # every child slower: the seed stays the base
+    run = make_run(tmp_path, sci, iterations=2)
+    assert run.start(background=False).status == "finished"
+    seed_id = run.store.candidates(run.id)[0]["id"]
+    first_round = [p["title"] for p in run.store.plans(run.id) if p["iteration"] == 1 and p["chosen"]]
+    assert len(first_round) == 3
+    assert sci.design_done == [(seed_id, []), (seed_id, first_round)]
 
 
 def test_a_run_evaluates_seed_reference_and_three_children_per_iteration(tmp_path):

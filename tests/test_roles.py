@@ -153,6 +153,14 @@ def test_one_plan_best_on_every_rule_leaves_the_others_to_the_next_best():
         ("star", "most innovative"), ("b", "highest max"), ("d", "highest min")]
 
 
+def test_experiments_already_run_on_the_base_are_not_chosen_again():
+    plans = [plan("star", 10, 50, 10), plan("b", -5, 40, 3), plan("c", 5, 8, 2), plan("d", 6, 7, 1)]
+    mark_chosen(plans, done=["STAR", "  d "])  # titles match whatever their case and spacing
+    assert [(p.title, p.why_chosen) for p in plans if p.chosen] == [("b", "most innovative"), ("c", "highest max")]
+    mark_chosen(plans, done=[p.title for p in plans])
+    assert not any(p.chosen for p in plans)
+
+
 def test_designer_answers_are_parsed_defensively():
     good = {"title": "BLOCK 64 -> 128", "rationale": "r", "changes": ["c"], "predicted_min_pct": 5,
             "predicted_max_pct": -2, "innovation": 14}

@@ -17,6 +17,7 @@ import ast
 import json
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
@@ -109,12 +110,19 @@ CHOICE_RULES = (  # (why_chosen, ranking key); each rule takes the best plan not
 )
 
 
-def mark_chosen(plans: list[Plan]) -> list[Plan]:
-    """Mark up to three distinct plans chosen, one per rule; ties go to the plan listed first."""
+def _title_key(title: str) -> str:
+    return " ".join(title.lower().split())
+
+
+def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
+    """Mark up to three distinct plans chosen, one per rule; ties go to the plan listed first.
+    A plan titled as an experiment already carried out on this base (`done`) is never chosen:
+    its outcome is known, and the same edit would only rebuild a kernel already judged."""
+    done_keys = {_title_key(t) for t in done}
     for plan in plans:
         plan.chosen, plan.why_chosen = False, ""
     for why, key in CHOICE_RULES:
-        rest = [p for p in plans if not p.chosen]
+        rest = [p for p in plans if not p.chosen and _title_key(p.title) not in done_keys]
         if rest:
             pick = max(rest, key=key)
             pick.chosen, pick.why_chosen = True, why
@@ -285,11 +293,12 @@ class Scientist:
         return "\n".join(lines) if lines else "(none yet)"
 
     async def design(self, base: CandidateView, reference: CandidateView | None,
-                     findings: list[str]) -> list[Plan]:
+                     findings: list[str], done: Iterable[str] = ()) -> list[Plan]:
+        """Plans for the next round on `base`; `done` titles the experiments already run on it."""
         prompt = render("designer.md", task=self.task(), knowledge=self.knowledge.strip() or "(none)",
                         kernels=_kernels(base, reference), findings=self._findings(findings))
         text = await self._ask(prompt, "designer", load_schema("designer.json"))
-        return mark_chosen(parse_plans(text))
+        return mark_chosen(parse_plans(text), done)
 
     # --- writer and repair ---------------------------------------------------------------------
     async def _draft(self, prompt: str, role: str, against: str) -> Draft:
