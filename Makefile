@@ -5,11 +5,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-# The CPU build of torch goes in first, so that the extras do not pull a multi-GB CUDA build.
+# torch goes in first, built for the machine: the CUDA build from PyPI where `nvidia-smi` sees a
+# GPU, else the CPU build (a local wheel where pip's configuration offers one, otherwise PyTorch's
+# CPU index), so that a laptop or CI does not download several GB of CUDA libraries.
+TORCH_VERSION := 2.13.0
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+ifeq ($(HAS_GPU),yes)
+INSTALL_TORCH := $(BIN)/pip install --quiet torch==$(TORCH_VERSION)
+else
+INSTALL_TORCH := $(BIN)/pip install --quiet torch==$(TORCH_VERSION)+cpu || \
+	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)+cpu --index-url https://download.pytorch.org/whl/cpu
+endif
+
 $(BIN)/kscience: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(INSTALL_TORCH)
 	$(BIN)/pip install --quiet -e '.[all]'
 	touch $@
 

@@ -1,0 +1,5 @@
+"""`python -m kscience`: the same command line as the `kscience` script."""
+
+from kscience.cli import main
+
+main()
