@@ -100,3 +100,12 @@ def test_only_kernels_the_profiler_saw_launch():
     kept = cf.confirm_launched(facts, ["rowsum", "void at::native::vectorized_elementwise_kernel<4>(int)"])
     assert [f.name for f in kept] == ["rowsum"]
     assert cf.confirm_launched(facts, ["mm_persistent"]) == []  # a prefix is not the kernel
+
+
+def test_triton_36_metadata_recorded_on_an_h100():
+    """The fp8 seed's cache entry as Triton 3.6 wrote it on an H100 (JSON and PTX; no cubin kept)."""
+    (f,) = cf.read_triton_cache(Path(__file__).parent / "data" / "triton36_cache")
+    assert (f.name, f.arch, f.num_warps, f.num_stages, f.shared_bytes) == ("fp8_blockscale_gemm_kernel", "sm_90",
+                                                                            4, 4, 106496)
+    assert f.tensor_core is True and f.tensor_instructions == ["wgmma.mma_async"]
+    assert f.registers is None and f.spills is None  # they live in the cubin only

@@ -55,8 +55,9 @@ _STALL_FAMILIES = (
     re.compile(r"^smsp__warp_issue_stalled_(\w+?)_per_warp_active\.pct$"),
     re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+?)(?:\.sum)?$"),
 )
-_NOT_STALLS = ("selected",)
-_UNIT_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "n": 1e-9, "u": 1e-6, "m": 1e-3}
+_NOT_STALLS = ("selected", "not_selected")  # eligible warps that lost the pick: not stalled
+_UNIT_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 
 _missing_said = False
 
@@ -170,16 +171,13 @@ def _number(text: str) -> float | None:
 
 
 def _scale(unit: str) -> float:
-    """Factor to base units: bytes, durations in ns, rates per second ("Gbyte/second" -> 1e9)."""
+    """Factor to base units: bytes, durations in ns, rates per second. ncu writes "ns", "byte/s",
+    "Mbyte" (auto units) or "nsecond", "byte/second" (--print-units base): both are read."""
     num, _, den = unit.partition("/")
-    return _factor(num, ns=True) / (_factor(den, ns=False) if den else 1.0)
-
-
-def _factor(part: str, ns: bool) -> float:
-    for base, mult in (("byte", 1.0), ("second", 1e9 if ns else 1.0)):
-        if part.endswith(base):
-            return _UNIT_PREFIX.get(part[: -len(base)], 1.0) * mult
-    return 1.0
+    if num in _TIME_NS:
+        return _TIME_NS[num]
+    factor = _UNIT_PREFIX.get(num[:-4], 1.0) if num.endswith("byte") else 1.0
+    return factor * 1e9 / _TIME_NS[den] if den in _TIME_NS else factor
 
 
 def read_rows(text: str) -> list[dict[str, float | str]]:
