@@ -28,12 +28,16 @@ Resource usage:
 """
 
 
+@pytest.fixture(scope="module")
+def facts():
+    return cf.read_triton_cache(CACHE)  # cuobjdump runs per kernel: read the fixture once
+
+
 def by(facts, backend, name):
     return next(f for f in facts if f.backend == backend and f.name == name)
 
 
-def test_triton_metadata_and_ptx_of_a_hopper_matmul():
-    facts = cf.read_triton_cache(CACHE)
+def test_triton_metadata_and_ptx_of_a_hopper_matmul(facts):
     assert sorted((f.backend, f.name) for f in facts) == [("cuda", "mm"), ("cuda", "rowsum"), ("hip", "mm")]
     mm = by(facts, "cuda", "mm")
     assert (mm.source, mm.arch, mm.num_warps, mm.num_stages, mm.shared_bytes) == ("triton", "sm_90", 4, 3, 16384)
@@ -44,16 +48,15 @@ def test_triton_metadata_and_ptx_of_a_hopper_matmul():
 
 
 @needs_cuobjdump
-def test_registers_spills_and_sass_from_the_cubin():
-    facts = cf.read_triton_cache(CACHE)
+def test_registers_spills_and_sass_from_the_cubin(facts):
     mm, rowsum = by(facts, "cuda", "mm"), by(facts, "cuda", "rowsum")
     assert (mm.registers, mm.spills, mm.static_shared_bytes) == (64, 0, 1024)
     assert "HGMMA" in mm.tensor_instructions
     assert (rowsum.registers, rowsum.spills) == (13, 0)
 
 
-def test_rocm_report_from_amdgcn():
-    mm = by(cf.read_triton_cache(CACHE), "hip", "mm")
+def test_rocm_report_from_amdgcn(facts):
+    mm = by(facts, "hip", "mm")
     assert (mm.arch, mm.num_warps, mm.registers, mm.spills, mm.shared_bytes) == ("gfx942", 4, 46, 0, 8192)
     assert mm.tensor_core is True and mm.tensor_instructions == ["v_mfma_f32_32x32x8_bf16"]
 
@@ -95,8 +98,7 @@ def test_planted_files_cannot_make_the_reader_leave_the_entry(tmp_path):
     assert "wgmma.mma_async" not in facts[0].tensor_instructions  # the symlinked PTX was not read
 
 
-def test_only_kernels_the_profiler_saw_launch():
-    facts = cf.read_triton_cache(CACHE)
+def test_only_kernels_the_profiler_saw_launch(facts):
     kept = cf.confirm_launched(facts, ["rowsum", "void at::native::vectorized_elementwise_kernel<4>(int)"])
     assert [f.name for f in kept] == ["rowsum"]
     assert cf.confirm_launched(facts, ["mm_persistent"]) == []  # a prefix is not the kernel
@@ -109,3 +111,46 @@ def test_triton_36_metadata_recorded_on_an_h100():
                                                                             4, 4, 106496)
     assert f.tensor_core is True and f.tensor_instructions == ["wgmma.mma_async"]
     assert f.registers is None and f.spills is None  # they live in the cubin only
+
+
+KERNEL = '''
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+@triton.jit
+def rowsum(x, out, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out + tl.program_id(0), tl.sum(tl.load(x + tl.program_id(0) * N + offs).to(tl.float32), 0))
+
+src = ASTSource(fn=rowsum, signature={"x": "*bf16", "out": "*fp32", "N": "constexpr"}, constexprs={"N": 256})
+triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
+'''
+
+
+def test_recorded_keys_pick_this_evaluations_kernels_from_a_shared_cache(tmp_path):
+    """Triton's own compile path (no GPU needed: compiled for sm_90) through the recording cache manager,
+    twice: the second process finds the kernel cached and still records it."""
+    import os
+    import subprocess
+    import sys
+
+    from kscience.evaluate import triton_record
+
+    shared = tmp_path / "shared"
+    shutil.copytree(CACHE / HOPPER_MM, shared / HOPPER_MM)  # another candidate's kernel, not this one's
+    (tmp_path / "kernel.py").write_text(KERNEL)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(shared), TRITON_CACHE_MANAGER=triton_record.MANAGER,
+               PYTHONPATH=str(Path(__file__).parents[1]))
+    for i in (1, 2):
+        env[triton_record.RECORD_ENV] = str(tmp_path / f"keys{i}.txt")
+        subprocess.run([sys.executable, str(tmp_path / "kernel.py")], env=env, check=True, timeout=120,
+                       capture_output=True)
+    for i in (1, 2):
+        facts = cf.collect(shared, record_file=tmp_path / f"keys{i}.txt")
+        assert [(f.name, f.num_warps) for f in facts] == [("rowsum", 2)]
+    assert {f.name for f in cf.collect(shared)} == {"mm", "rowsum"}  # unrecorded: the whole cache
+    (tmp_path / "forged.txt").write_text("../../etc\n" + HOPPER_MM.lower() + "\n")
+    assert cf.collect(shared, record_file=tmp_path / "forged.txt") == []  # not Triton keys: ignored
+    assert cf.collect(shared, record_file=tmp_path / "missing.txt") == []  # told to record, recorded nothing

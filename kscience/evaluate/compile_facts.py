@@ -23,11 +23,12 @@ Under the CPU interpreter Triton compiles nothing and writes no cache: there are
 What a candidate could still forge: the worker can write files into its own cache directory, so
 a candidate could plant a JSON/PTX/cubin describing a kernel it never ran, or alter one it did.
 These facts are therefore advice to the scientist, never a verdict: correctness and time are
-judged elsewhere and cannot be moved by them. The judge limits the damage by reading a cache
-private to the evaluation (a fresh TRITON_CACHE_DIR per worker, so no other candidate's kernels
-appear), by reading only regular files inside each entry's folder (a group file's paths are
-ignored: they could point anywhere on the machine), by bounding every read, and, when Nsight
-Compute ran, by `confirm_launched`, which keeps only kernels whose names the profiler saw launch.
+judged elsewhere and cannot be moved by them. The judge limits the damage by reading only the
+entries this evaluation used (the keys its worker recorded through `triton_record`, checked to be
+Triton keys, or else a cache private to the evaluation), by reading only regular files inside each
+entry's folder (a group file's paths are ignored: they could point anywhere on the machine), by
+bounding every read, and, when Nsight Compute ran, by `confirm_launched`, which keeps only kernels
+whose names the profiler saw launch.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ _AMD_TC = re.compile(r"\b(v_mfma_\w+|v_smfmac_\w+|v_wmma_\w+)")
 _RESOURCE = re.compile(r"^\s*Function\s+(\S+?):\s*$")
 _FIELDS = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
 _SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
+_KEY = re.compile(r"[A-Z2-7]{52}")  # Triton's cache key: base32 of a SHA-256, without padding
 
 
 @dataclass
@@ -198,13 +200,24 @@ def _read_amdgcn(facts: KernelFacts, path: Path) -> None:
     facts.tensor_core, facts.tensor_instructions = bool(ops), ops
 
 
-def read_triton_cache(cache_dir: str | Path) -> list[KernelFacts]:
-    """Facts of every kernel in a Triton cache directory, by kernel name; [] where there is none."""
+def recorded_keys(record_file: str | Path | None) -> list[str] | None:
+    """Cache keys a worker recorded (see `triton_record`), deduplicated; None where nothing was recorded.
+    Anything that is not a key Triton could have made (base32 of a SHA-256) is dropped."""
+    text = _read_text(Path(record_file)) if record_file else None
+    if text is None:
+        return None
+    return list(dict.fromkeys(k for k in text.split() if _KEY.fullmatch(k)))[:MAX_KERNELS]
+
+
+def read_triton_cache(cache_dir: str | Path, keys: list[str] | None = None) -> list[KernelFacts]:
+    """Facts of the kernels in a Triton cache directory (only the entries named by `keys` when
+    given), sorted by kernel name; [] where there is none."""
     root = Path(cache_dir)
     if not root.is_dir():
         return []
+    folders = [root / k for k in keys] if keys is not None else sorted(root.iterdir())
     out = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+    for folder in (p for p in folders if p.is_dir() and not p.is_symlink()):
         facts = read_triton_entry(folder)
         if facts is not None:
             out.append(facts)
@@ -227,9 +240,15 @@ def read_extension(so_path: str | Path) -> list[KernelFacts]:
             for name, u in sorted(usage.items())]
 
 
-def collect(triton_cache: str | Path | None, extensions_dir: str | Path | None = None) -> list[KernelFacts]:
-    """Everything one evaluation compiled: call after its worker is gone, with its private caches."""
-    facts = read_triton_cache(triton_cache) if triton_cache else []
+def collect(triton_cache: str | Path | None, extensions_dir: str | Path | None = None,
+            record_file: str | Path | None = None) -> list[KernelFacts]:
+    """Everything one evaluation compiled or loaded: call after its worker is gone. With a
+    `record_file` (the worker ran with `triton_record`), only the Triton entries it used are read
+    from the (shared) cache; without one, the whole cache is, so it must be private to the evaluation."""
+    keys = recorded_keys(record_file) if record_file else None
+    if record_file and keys is None:
+        keys = []  # a worker told to record that recorded nothing used no Triton kernel
+    facts = read_triton_cache(triton_cache, keys) if triton_cache else []
     if extensions_dir and Path(extensions_dir).is_dir():
         for so in sorted(Path(extensions_dir).rglob("*.so"))[:MAX_KERNELS]:
             facts += read_extension(so)
