@@ -48,10 +48,9 @@ def test_triton_metadata_and_ptx_of_a_hopper_matmul(facts):
 
 
 @needs_cuobjdump
-def test_registers_spills_and_sass_from_the_cubin(facts):
+def test_registers_and_spills_from_the_cubin(facts):
     mm, rowsum = by(facts, "cuda", "mm"), by(facts, "cuda", "rowsum")
     assert (mm.registers, mm.spills, mm.static_shared_bytes) == (64, 0, 1024)
-    assert "HGMMA" in mm.tensor_instructions
     assert (rowsum.registers, rowsum.spills) == (13, 0)
 
 

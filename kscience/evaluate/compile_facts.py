@@ -2,7 +2,7 @@
 
 For every Triton kernel in a Triton cache directory: registers per thread, spills, shared
 memory, `num_warps`/`num_stages` as compiled, and whether tensor-core instructions appear in the
-compiled code (wgmma/mma in PTX and HGMMA/HMMA in SASS on NVIDIA, v_mfma in AMDGCN on ROCm). For
+compiled code (wgmma/mma in PTX, HGMMA/HMMA in SASS on NVIDIA, v_mfma in AMDGCN on ROCm). For
 `load_inline` extensions, the CUDA compiler's resource report of the built shared object.
 
 Where each number comes from (Triton 3.x writes `<cache>/<hash>/<name>.json` with the compile
@@ -11,7 +11,8 @@ metadata, beside `<name>.ptx`/`<name>.cubin` on NVIDIA or `<name>.amdgcn`/`<name
 * NVIDIA: registers and local memory from `cuobjdump --dump-resource-usage` of the cubin (the same
   numbers Triton's launcher reads from the driver: `n_spills` there is local bytes / 4, and so it
   is here); `num_warps`, `num_stages` and the dynamic shared memory Triton requests at launch from
-  the JSON metadata; tensor-core use from the PTX and the SASS (`cuobjdump -sass`). cuobjdump is
+  the JSON metadata; tensor-core use from the PTX (the SASS, `cuobjdump -sass`, for load_inline
+  builds, which keep no PTX beside them). cuobjdump is
   the one Triton ships in `triton/backends/nvidia/bin`, or any on PATH; without one, registers and
   spills are None and only the PTX is read.
 * ROCm (unverified on hardware): the AMDGCN text carries the assembler's own report
@@ -174,18 +175,17 @@ def read_triton_entry(folder: Path) -> KernelFacts | None:
 
 
 def _read_cuda(facts: KernelFacts, ptx_path: Path, cubin_path: Path) -> None:
-    found = []
-    ptx = _read_text(ptx_path)
-    if ptx is not None:
-        found += _ptx_tensor_ops(ptx)
     if cubin_path.is_file() and not cubin_path.is_symlink() and cubin_path.stat().st_size <= MAX_FILE_BYTES:
         usage = parse_resource_usage(_tool(["--dump-resource-usage", str(cubin_path)])).get(facts.name)
         if usage:
             facts.registers, facts.static_shared_bytes = usage.get("REG"), usage.get("SHARED")
             facts.spills = usage.get("LOCAL", 0) // 4  # as Triton's launcher counts them
-        found += parse_sass_tensor_ops(_tool(["-sass", str(cubin_path)])).get(facts.name, [])
-    if ptx is not None or found:
-        facts.tensor_core, facts.tensor_instructions = bool(found), sorted(set(found))
+    # Tensor-core use from the PTX: ptxas turns each mma/wgmma into HMMA/HGMMA (short of deleting dead
+    # code), and disassembling the cubin instead (cuobjdump -sass) costs a second or more per kernel.
+    ptx = _read_text(ptx_path)
+    if ptx is not None:
+        ops = _ptx_tensor_ops(ptx)
+        facts.tensor_core, facts.tensor_instructions = bool(ops), ops
 
 
 def _read_amdgcn(facts: KernelFacts, path: Path) -> None:
