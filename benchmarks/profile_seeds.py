@@ -1,8 +1,8 @@
 """What a profiler sees of every built-in seed, and what seeing it costs (issue 17).
 
-For each built-in problem's seed: one evaluation of its benchmark shapes with a Triton cache
-private to that evaluation (KSCIENCE_CACHE points at a fresh folder), its compile facts read from
-that cache, its speed of light per shape, then Nsight Compute on the shape with the most headroom
+For each built-in problem's seed: one evaluation of its benchmark shapes, the compile facts the
+judge read after it (the Triton entries its worker recorded, the load_inline builds it made), its
+speed of light per shape, then Nsight Compute on the shape with the most headroom
 (outside the evaluation), with the 'not doing the work' check. Prints a table and the cost per
 profiled candidate; writes benchmarks/results/profile-seeds-<device>-<date>.json.
 
@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,22 +32,17 @@ def profile_seed(name: str, timeout_s: float) -> dict:
     problem = load_problem(name)
     if problem.seed_source is None:
         return {"problem": name, "skipped": "no seed"}
-    with tempfile.TemporaryDirectory(prefix="kscience-profile-seeds-") as cache:
-        os.environ["KSCIENCE_CACHE"] = cache  # the worker's Triton and extension caches: this evaluation's only
-        t0 = time.monotonic()
-        result = evaluate(EvalRequest(problem=name, source=problem.seed_source, shapes="benchmarks")).to_dict()
-        eval_s = time.monotonic() - t0
-        t0 = time.monotonic()
-        seen = profiling.after_evaluation(problem, result, Path(cache) / "triton", Path(cache) / "torch_extensions")
-        out = {"problem": name, "status": result["status"], "message": result["message"],
-               "geomean_us": result["geomean_us"], "eval_s": round(eval_s, 2),
-               "compile_facts_s": round(time.monotonic() - t0, 3), **seen}
-        if result["status"] != "ok":
-            return out
-        t0 = time.monotonic()
-        counters = profiling.profile_with_ncu(problem, problem.seed_source, result, timeout_s=timeout_s,
-                                              say=lambda m: print(m, file=sys.stderr))
-        out["ncu_wall_s"] = round(time.monotonic() - t0, 2)
+    t0 = time.monotonic()
+    result = evaluate(EvalRequest(problem=name, source=problem.seed_source, shapes="benchmarks")).to_dict()
+    out = {"problem": name, "status": result["status"], "message": result["message"],
+           "geomean_us": result["geomean_us"], "eval_s": round(time.monotonic() - t0, 2),
+           "compile_facts_s": result["phases_s"].get("compile_facts"), **profiling.after_evaluation(problem, result)}
+    if result["status"] != "ok":
+        return out
+    t0 = time.monotonic()
+    counters = profiling.profile_with_ncu(problem, problem.seed_source, result, timeout_s=timeout_s,
+                                          say=lambda m: print(m, file=sys.stderr))
+    out["ncu_wall_s"] = round(time.monotonic() - t0, 2)
     out.update(counters or {})
     out["prompt_block"] = render_profile(out["compile_facts"], out.get("ncu"), out["sol"], out.get("flag"))
     return out
@@ -95,7 +88,7 @@ def main() -> int:
     if costs:
         print(f"\nNsight Compute cost per profiled candidate: mean {sum(costs) / len(costs):.1f} s, "
               f"max {max(costs):.1f} s over {len(costs)} seed(s); compile facts cost "
-              f"{max(r.get('compile_facts_s', 0) for r in rows):.2f} s at most per evaluation")
+              f"{max(r.get('compile_facts_s') or 0 for r in rows):.2f} s at most per evaluation")
     for r in rows:
         if r.get("prompt_block"):
             print(f"\n[{r['problem']}]\n{r['prompt_block']}")

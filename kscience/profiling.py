@@ -1,7 +1,8 @@
 """What a profiler sees of a candidate, in the two moments a run can look (issue 17).
 
-* `after_evaluation`: free, for every candidate evaluated on a GPU. Compile facts read from the
-  evaluation's private caches once its worker is gone, and the speed of light per timed shape.
+* `after_evaluation`: free, for every candidate evaluated on a GPU. The compile facts the judge read
+  from the compiled artefacts once the worker was gone (EvalResult.compile_facts), and the speed of
+  light per timed shape.
 * `profile_with_ncu`: costly, on demand (`--profile ncu`: the seed, and each candidate that beats
   its base). Nsight Compute on the shape with the most headroom, outside the timed evaluation,
   and the 'not doing the work' check against what the problem needs.
@@ -11,19 +12,33 @@ Both return keyword arguments for `Store.record_profile`, so the caller stores t
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from kscience.evaluate import compile_facts, ncu
+from kscience.evaluate import ncu
 from kscience.problems import Problem
-from kscience.roofline import not_doing_the_work, result_sol, summary
+from kscience.roofline import not_doing_the_work, result_sol, stop_at_sol, summary
 
 
-def after_evaluation(problem: Problem, result: dict, triton_cache: str | Path | None,
-                     extensions_dir: str | Path | None = None) -> dict:
+PROFILERS = ("ncu",)  # values of the run setting `profile` (None: no profiler)
+
+
+def after_evaluation(problem: Problem, result: dict) -> dict:
     """Compile facts and speed of light of one evaluation (EvalResult.to_dict())."""
-    facts = compile_facts.collect(triton_cache, extensions_dir)
-    return {"compile_facts": [f.to_dict() for f in facts],
+    return {"compile_facts": list(result.get("compile_facts") or []),
             "sol": [s.to_dict() for s in result_sol(problem, result)]}
+
+
+def worth_profiling(kind: str, result: dict, base_result: dict | None) -> bool:
+    """--profile ncu looks at the seed and at each correct candidate that beats its base."""
+    if result.get("status") != "ok" or not result.get("geomean_us"):
+        return False
+    if kind == "seed" or base_result is None:
+        return kind == "seed"
+    base = base_result.get("geomean_us")
+    return base is not None and result["geomean_us"] < base
+
+
+def reached_sol(problem: Problem, best_result: dict, target: float | None) -> bool:
+    """--stop-at-sol: the run's best is within `target` of the roofline bound on every shape."""
+    return stop_at_sol(result_sol(problem, best_result), target)
 
 
 def profile_shape(problem: Problem, result: dict) -> dict | None:

@@ -134,22 +134,21 @@ def test_recorded_keys_pick_this_evaluations_kernels_from_a_shared_cache(tmp_pat
     import subprocess
     import sys
 
-    from kscience.evaluate import triton_record
-
     shared = tmp_path / "shared"
     shutil.copytree(CACHE / HOPPER_MM, shared / HOPPER_MM)  # another candidate's kernel, not this one's
     (tmp_path / "kernel.py").write_text(KERNEL)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(shared), TRITON_CACHE_MANAGER=triton_record.MANAGER,
-               PYTHONPATH=str(Path(__file__).parents[1]))
+    env.update(TRITON_CACHE_DIR=str(shared), PYTHONPATH=str(Path(__file__).parents[1]))
     for i in (1, 2):
-        env[triton_record.RECORD_ENV] = str(tmp_path / f"keys{i}.txt")
+        (tmp_path / f"w{i}").mkdir()
+        env.update(cf.recording_env(tmp_path / f"w{i}"))
         subprocess.run([sys.executable, str(tmp_path / "kernel.py")], env=env, check=True, timeout=120,
                        capture_output=True)
     for i in (1, 2):
-        facts = cf.collect(shared, record_file=tmp_path / f"keys{i}.txt")
+        facts = cf.collect(shared, keys=cf.recorded_keys(tmp_path / f"w{i}" / cf.RECORD_FILE))
         assert [(f.name, f.num_warps) for f in facts] == [("rowsum", 2)]
     assert {f.name for f in cf.collect(shared)} == {"mm", "rowsum"}  # unrecorded: the whole cache
     (tmp_path / "forged.txt").write_text("../../etc\n" + HOPPER_MM.lower() + "\n")
-    assert cf.collect(shared, record_file=tmp_path / "forged.txt") == []  # not Triton keys: ignored
-    assert cf.collect(shared, record_file=tmp_path / "missing.txt") == []  # told to record, recorded nothing
+    assert cf.collect(shared, keys=cf.recorded_keys(tmp_path / "forged.txt")) == []  # not Triton keys: ignored
+    assert cf.recorded_keys(tmp_path / "missing.txt") is None  # the worker used no Triton kernel
+    assert cf.collect(shared, keys=[]) == []

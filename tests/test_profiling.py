@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from kscience import profiling
-from kscience.evaluate import ncu
+from kscience.evaluate import compile_facts, ncu
 from kscience.problems import load_problem
 
 DATA = Path(__file__).parent / "data"
@@ -19,12 +19,26 @@ def _result(times, device="NVIDIA H100 80GB HBM3"):
 
 def test_after_evaluation_gives_facts_and_speed_of_light():
     problem = load_problem("softmax")
-    out = profiling.after_evaluation(problem, _result([40.0, 10.0]), DATA / "triton36_cache")
+    facts = [f.to_dict() for f in compile_facts.read_triton_cache(DATA / "triton36_cache")]
+    out = profiling.after_evaluation(problem, dict(_result([40.0, 10.0]), compile_facts=facts))
     assert [f["name"] for f in out["compile_facts"]] == ["fp8_blockscale_gemm_kernel"]
     # 4096*4096*2*2 bytes / 3.35e12 B/s = 20.03 us floor; measured 40 us
     assert out["sol"][0]["fraction"] == pytest.approx(0.5008, rel=1e-3)
-    cpu = profiling.after_evaluation(problem, _result([40.0, 10.0], "cpu"), DATA / "never")
-    assert cpu == {"compile_facts": [], "sol": []}
+    assert profiling.after_evaluation(problem, _result([40.0, 10.0], "cpu")) == {"compile_facts": [], "sol": []}
+
+
+def test_which_candidates_ncu_looks_at_and_when_a_run_may_stop():
+    ok = {"status": "ok", "geomean_us": 10.0}
+    assert profiling.worth_profiling("seed", ok, None)
+    assert profiling.worth_profiling("candidate", ok, {"geomean_us": 12.0})
+    assert not profiling.worth_profiling("candidate", ok, {"geomean_us": 9.0})
+    assert not profiling.worth_profiling("seed", {"status": "wrong_answer", "geomean_us": None}, None)
+    problem = load_problem("softmax")
+    # floors on an H100: 4096*4096*4 bytes -> 20.03 us; 1024*8192*4 bytes -> 10.02 us
+    assert profiling.reached_sol(problem, _result([22.0, 11.0]), 0.9)  # 91% and 91% of the bound
+    assert not profiling.reached_sol(problem, _result([22.0, 40.0]), 0.9)  # 25% on the second shape
+    assert not profiling.reached_sol(problem, _result([22.0, 11.0]), None)  # no --stop-at-sol
+    assert not profiling.reached_sol(problem, _result([22.0, 11.0], "cpu"), 0.1)  # no bound, never stops
 
 
 def test_the_profiled_shape_is_the_one_with_most_headroom():

@@ -55,6 +55,9 @@ _RESOURCE = re.compile(r"^\s*Function\s+(\S+?):\s*$")
 _FIELDS = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
 _SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 _KEY = re.compile(r"[A-Z2-7]{52}")  # Triton's cache key: base32 of a SHA-256, without padding
+RECORD_ENV = "KSCIENCE_TRITON_RECORD"
+RECORD_FILE = "triton-keys.txt"  # in the worker's own folder
+RECORDING_MANAGER = "kscience.evaluate.triton_record:RecordingCacheManager"
 
 
 @dataclass
@@ -75,6 +78,11 @@ class KernelFacts:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def recording_env(workdir: str | Path) -> dict[str, str]:
+    """Environment that makes a worker's Triton record the cache entries it uses (see `triton_record`)."""
+    return {"TRITON_CACHE_MANAGER": RECORDING_MANAGER, RECORD_ENV: str(Path(workdir) / RECORD_FILE)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -240,17 +248,19 @@ def read_extension(so_path: str | Path) -> list[KernelFacts]:
             for name, u in sorted(usage.items())]
 
 
-def collect(triton_cache: str | Path | None, extensions_dir: str | Path | None = None,
-            record_file: str | Path | None = None) -> list[KernelFacts]:
-    """Everything one evaluation compiled or loaded: call after its worker is gone. With a
-    `record_file` (the worker ran with `triton_record`), only the Triton entries it used are read
-    from the (shared) cache; without one, the whole cache is, so it must be private to the evaluation."""
-    keys = recorded_keys(record_file) if record_file else None
-    if record_file and keys is None:
-        keys = []  # a worker told to record that recorded nothing used no Triton kernel
+def collect(triton_cache: str | Path | None, extensions_dir: str | Path | None = None, *,
+            keys: list[str] | None = None, since: float | None = None) -> list[KernelFacts]:
+    """Everything one evaluation compiled or loaded: call after its worker is gone.
+
+    `keys`: the Triton entries its worker used (`recorded_keys` of its record file, [] when it
+    recorded none); only those are read from a shared cache. None reads the whole cache, which is
+    right only for a cache private to the evaluation. `since`: only load_inline builds written at or
+    after this time.time() (a build reused unchanged from an earlier evaluation was reported there).
+    """
     facts = read_triton_cache(triton_cache, keys) if triton_cache else []
     if extensions_dir and Path(extensions_dir).is_dir():
-        for so in sorted(Path(extensions_dir).rglob("*.so"))[:MAX_KERNELS]:
+        builds = [p for p in sorted(Path(extensions_dir).rglob("*.so")) if since is None or p.stat().st_mtime >= since]
+        for so in builds[:MAX_KERNELS]:
             facts += read_extension(so)
     return facts
 

@@ -4,7 +4,7 @@ Triton opens its cache through the class named in TRITON_CACHE_MANAGER, once per
 compiles or finds already compiled. This one is Triton's own file cache that also appends each
 entry's key to the file named by KSCIENCE_TRITON_RECORD, so the trusted side can read the compile
 facts of exactly this evaluation's kernels from the shared, warm cache (see
-`compile_facts.collect`). The candidate can write to that file too: what it records is advice,
+`compile_facts.collect`). `compile_facts.recording_env` names both. The candidate can write to that file too: what it records is advice,
 checked against the cache's own entries, never evidence.
 """
 
@@ -14,8 +14,7 @@ import os
 
 from triton.runtime.cache import FileCacheManager
 
-RECORD_ENV = "KSCIENCE_TRITON_RECORD"
-MANAGER = "kscience.evaluate.triton_record:RecordingCacheManager"  # the value of TRITON_CACHE_MANAGER
+from kscience.evaluate.compile_facts import RECORD_ENV
 
 
 class RecordingCacheManager(FileCacheManager):
