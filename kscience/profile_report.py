@@ -49,7 +49,8 @@ def ncu_lines(p: NcuProfile) -> list[str]:
         counts[k.name] = counts.get(k.name, 0) + 1
     launched = ", ".join(f"{name[:60]} x{n}" for name, n in counts.items())
     lines = [f"- Nsight Compute on {shape_label(p.shape)}: {len(p.kernels)} kernel launch(es) per call ({launched})"
-             + (f", {p.gpu_time_us:.1f} us on the GPU at base clocks" if p.gpu_time_us else "")]
+             + (f", {p.gpu_time_us:.1f} us on the GPU at base clocks" if p.gpu_time_us else "")
+             + (f"; profiling took {p.profile_s:.1f} s, outside any timing" if p.profile_s else "")]
     mem = []
     if p.dram_bandwidth is not None:
         mem.append(f"DRAM {p.dram_bandwidth / 1e9:.0f} GB/s ({_pct(p.dram_pct)} of peak)")

@@ -64,7 +64,7 @@ def test_not_doing_the_work_by_dram_bytes():
 def test_profile_block_for_a_prompt():
     facts = [f for f in cf.read_triton_cache(Path(__file__).parent / "data" / "triton_cache") if f.backend == "cuda"]
     prof = ncu.parse((Path(__file__).parent / "data" / "ncu" / "documented_format.csv").read_text())
-    prof.shape = SQUARE
+    prof.shape, prof.profile_s = SQUARE, 4.25
     sol = [ShapeSol(SQUARE, 200.0, 138.968, 0.69484, 0.15024, "compute").to_dict()]  # stored form
     text = render_profile([f.to_dict() for f in facts], prof.to_dict(), sol, flag=None)
     lines = text.splitlines()
@@ -73,6 +73,7 @@ def test_profile_block_for_a_prompt():
     assert "16 KiB shared" in lines[1] and "tensor cores: yes (" in lines[1]
     assert "tensor cores: NO" in lines[2]
     assert "Nsight Compute on m=4096,n=4096,k=4096: 2 kernel launch(es) per call" in text
+    assert "profiling took 4.2 s, outside any timing" in text
     assert "DRAM 1650 GB/s (50% of peak)" in text and "tensor pipe 65%" in text
     assert "top warp stalls: long_scoreboard 3.425" in text
     assert text.endswith("Headroom: 69% of the compute bound on shape m=4096,n=4096,k=4096 "

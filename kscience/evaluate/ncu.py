@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 import secrets
 import shutil
@@ -151,7 +150,6 @@ def profile(problem: str, source: str, shape: dict, *, overrides: dict | None = 
         args = ["--problem", problem, "--source", str(Path(work) / "candidate.py"), "--shape", json.dumps(shape),
                 "--overrides", json.dumps(overrides or {})]
         env = worker_env(Path(work), gpu, False, secrets.token_hex(8))
-        env["PATH"] = os.environ.get("PATH", "")
         try:
             done = subprocess.run(command(ncu, log, args), cwd=work, env=env, capture_output=True, text=True,
                                   timeout=timeout_s)
