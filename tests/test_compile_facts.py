@@ -152,3 +152,12 @@ def test_recorded_keys_pick_this_evaluations_kernels_from_a_shared_cache(tmp_pat
     assert cf.collect(shared, keys=cf.recorded_keys(tmp_path / "forged.txt")) == []  # not Triton keys: ignored
     assert cf.recorded_keys(tmp_path / "missing.txt") is None  # the worker used no Triton kernel
     assert cf.collect(shared, keys=[]) == []
+
+
+def test_gpu_workers_record_their_triton_entries_and_interpreted_ones_do_not(tmp_path):
+    from kscience.evaluate.sandbox import worker_env
+
+    env = worker_env(tmp_path, None, False, "token")
+    assert env["TRITON_CACHE_MANAGER"] == cf.RECORDING_MANAGER
+    assert env[cf.RECORD_ENV] == str(tmp_path / cf.RECORD_FILE)  # inside the worker's own, writable folder
+    assert "TRITON_CACHE_MANAGER" not in worker_env(tmp_path, None, True, "token")

@@ -80,3 +80,13 @@ def test_without_ncu_it_says_so_once_and_profiles_nothing(monkeypatch):
     for _ in range(3):
         assert ncu.profile("softmax", "source", {"m": 1, "n": 1}, say=said.append) is None
     assert len(said) == 1 and "ncu" in said[0] and "not on PATH" in said[0]
+
+
+def test_the_profiled_entry_refuses_to_run_without_a_gpu(tmp_path, capsys):
+    from kscience.evaluate import profile_entry
+    from kscience.problems import load_problem
+
+    (tmp_path / "seed.py").write_text(load_problem("softmax").seed_source)
+    code = profile_entry.main(["--problem", "softmax", "--source", str(tmp_path / "seed.py"),
+                               "--shape", '{"m": 4, "n": 8}'])
+    assert code == 2 and "no GPU" in capsys.readouterr().err
