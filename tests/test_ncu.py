@@ -90,3 +90,29 @@ def test_the_profiled_entry_refuses_to_run_without_a_gpu(tmp_path, capsys):
     code = profile_entry.main(["--problem", "softmax", "--source", str(tmp_path / "seed.py"),
                                "--shape", '{"m": 4, "n": 8}'])
     assert code == 2 and "no GPU" in capsys.readouterr().err
+
+
+def _fake_ncu(tmp_path, body: str) -> str:
+    """A stand-in for ncu: a script that finds --log-file in its arguments, then does `body`."""
+    script = tmp_path / "ncu"
+    script.write_text("#!/bin/bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = --log-file ] && log=$2; shift; done\n" + body)
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_profile_runs_ncu_reads_its_log_and_measures_the_cost(tmp_path, monkeypatch):
+    fake = _fake_ncu(tmp_path, f'cp {DATA / "h100_softmax_full_raw.csv"} "$log"\n')
+    monkeypatch.setattr(ncu, "ncu_path", lambda: fake)
+    p = ncu.profile("softmax", "source", {"m": 4096, "n": 4096}, timeout_s=60)
+    assert p.kernel_names == ["softmax_kernel"] and p.shape == {"m": 4096, "n": 4096} and p.profile_s > 0
+
+
+def test_a_failed_or_hung_ncu_is_a_one_line_error(tmp_path, monkeypatch):
+    fake = _fake_ncu(tmp_path, 'echo "==ERROR== ERR_NVGPUCTRPERM - no permission to access counters" >&2; exit 1\n')
+    monkeypatch.setattr(ncu, "ncu_path", lambda: fake)
+    with pytest.raises(ncu.NcuError, match=r"ncu failed \(exit 1\): ==ERROR== ERR_NVGPUCTRPERM"):
+        ncu.profile("softmax", "source", {"m": 1, "n": 1}, timeout_s=60)
+    hung = _fake_ncu(tmp_path, "sleep 30 & wait\n")
+    monkeypatch.setattr(ncu, "ncu_path", lambda: hung)
+    with pytest.raises(ncu.NcuError, match="ran past 1s"):
+        ncu.profile("softmax", "source", {"m": 1, "n": 1}, timeout_s=1)

@@ -19,15 +19,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from kscience.evaluate.sandbox import worker_env
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "Occupancy",
             "WarpStateStats", "LaunchStats")
@@ -125,7 +129,8 @@ def available(say=print) -> bool:
 
 
 def command(ncu: str, log_file: str | Path, entry_args: list[str], python: str = sys.executable) -> list[str]:
-    """The exact ncu command line `parse` expects (the test data was recorded with it)."""
+    """The ncu command line of `profile`. The H100 reports in tests/data/ncu were recorded with
+    `--set full` in place of these sections and metrics (a superset) and auto units; `parse` reads both."""
     cmd = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--profile-from-start", "off",
            "--target-processes", "all", "--log-file", str(log_file)]
     for s in SECTIONS:
@@ -137,11 +142,8 @@ def command(ncu: str, log_file: str | Path, entry_args: list[str], python: str =
 def profile(problem: str, source: str, shape: dict, *, overrides: dict | None = None, gpu: int | None = None,
             timeout_s: float = DEFAULT_TIMEOUT_S, say=print) -> NcuProfile | None:
     """Counters of `source` on one `shape` of `problem`; None without ncu. Raises NcuError on a failed run."""
-    ncu = ncu_path()
-    if not available(say) or ncu is None:
+    if not available(say):
         return None
-    from kscience.evaluate.sandbox import worker_env
-
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kscience-ncu-") as trusted, \
             tempfile.TemporaryDirectory(prefix="kscience-profile-") as work:
@@ -150,15 +152,19 @@ def profile(problem: str, source: str, shape: dict, *, overrides: dict | None = 
         args = ["--problem", problem, "--source", str(Path(work) / "candidate.py"), "--shape", json.dumps(shape),
                 "--overrides", json.dumps(overrides or {})]
         env = worker_env(Path(work), gpu, False, secrets.token_hex(8))
+        # A session of its own: on a timeout the profiled process dies with ncu, not only ncu.
+        proc = subprocess.Popen(command(ncu_path(), log, args), cwd=work, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            done = subprocess.run(command(ncu, log, args), cwd=work, env=env, capture_output=True, text=True,
-                                  timeout=timeout_s)
+            out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             raise NcuError(f"ncu ran past {timeout_s:.0f}s on shape {shape}") from None
         text = log.read_text(errors="replace") if log.is_file() else ""
-        if done.returncode != 0 or '"ID"' not in text:
-            tail = (done.stderr or done.stdout or text).strip().splitlines()[-1:] or ["no output"]
-            raise NcuError(f"ncu failed (exit {done.returncode}): {tail[0][:300]}")
+        if proc.returncode != 0 or '"ID"' not in text:
+            tail = (err or out or text).strip().splitlines()[-1:] or ["no output"]
+            raise NcuError(f"ncu failed (exit {proc.returncode}): {tail[0][:300]}")
     result = parse(text)
     result.profile_s, result.shape = round(time.monotonic() - t0, 3), dict(shape)
     return result
