@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The single-GPU checks the issues ask for, runnable as one command or step by step (a device
 # command may run 10 minutes at most, so a step that overruns is cut off and the next one starts):
-#   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs]     (no step named: all three)
+#   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs] [profile]   (none named: the first three)
 # Logs, JSON results and the run database land in OUTDIR. Figures are then made anywhere with
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
@@ -23,6 +23,8 @@ for step in $steps; do
           # Fold the write-ahead log into the database file, so the one file that comes back holds it all.
           python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
             "$out/offline-runs.db" ;;
-    *) echo "unknown step $step (tests, evaluator, runs)" >&2; exit 2 ;;
+    profile) timeout "${PROFILE_S:-540}" python3 benchmarks/profile_seeds.py --out "$out" 2>&1 \
+               | tee "$out/profile-seeds.log" ;;
+    *) echo "unknown step $step (tests, evaluator, runs, profile)" >&2; exit 2 ;;
   esac
 done

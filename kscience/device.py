@@ -70,5 +70,9 @@ def detect(force_cpu: bool | None = None) -> Device:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     kind = "rocm" if torch.version.hip else "cuda"
     l2 = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
-    peaks = next((p for key, p in _PEAKS.items() if key in props.name), None)
-    return Device(kind, props.name, l2, peaks)
+    return Device(kind, props.name, l2, peaks_for(props.name))
+
+
+def peaks_for(name: str) -> Peaks | None:
+    """Datasheet peaks of a device by its name (as `torch.cuda.get_device_properties` gives it)."""
+    return next((p for key, p in _PEAKS.items() if key in name), None)

@@ -1,8 +1,9 @@
 """The run store: one SQLite file holding everything a run did, in the order it did it.
 
 Tables: runs, candidates (with lineage), plans (the designer's hypotheses and the selector's
-choice they came from), findings, llm_calls, events. A row is committed before anything is
-shown about it, so whatever a user has seen survives a `kill -9` and a run resumes from here.
+choice they came from), findings, llm_calls, events, profiles (what a profiler saw of a candidate:
+compile facts, Nsight Compute metrics, speed of light). A row is committed before anything is shown
+about it, so whatever a user has seen survives a `kill -9` and a run resumes from here.
 
 Durability: WAL journal with `synchronous=FULL`. WAL alone (at NORMAL) already survives a killed
 process, because committed pages sit in the WAL in the OS cache; FULL also fsyncs every commit,
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from kscience.evaluate.sandbox import redact, secret_values
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
 PENDING = "pending"  # a candidate written but not evaluated yet
 WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did not apply, no code)
@@ -68,8 +69,15 @@ CREATE TABLE events (
     type TEXT NOT NULL, payload TEXT NOT NULL, ts REAL NOT NULL);
 CREATE INDEX events_by_run ON events(run_id, seq);
 """
+# Schema 2 (issue 17). Added to a schema-1 database in place: older rows simply have no profile.
+_PROFILES = """
+CREATE TABLE profiles (
+    candidate_id TEXT PRIMARY KEY REFERENCES candidates(id), run_id TEXT NOT NULL REFERENCES runs(id),
+    compile_facts TEXT, ncu TEXT, sol TEXT, flag TEXT, profile_s REAL, updated REAL NOT NULL);
+CREATE INDEX profiles_by_run ON profiles(run_id);
+"""
 
-_JSON_COLUMNS = ("overrides", "config", "environment", "result", "plan", "payload")
+_JSON_COLUMNS = ("overrides", "config", "environment", "result", "plan", "payload", "compile_facts", "ncu", "sol")
 
 
 class StoreError(Exception):
@@ -118,9 +126,13 @@ class Store:
         with self._tx():  # two processes opening a new file at once: the second waits, then sees the schema
             if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
                 return
-            if self._db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]:
+            if version == 1:
+                statements = _PROFILES
+            elif self._db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]:
                 raise StoreError(f"{self.path} is an SQLite database but not a kscience one")
-            for statement in _SCHEMA.split(";"):
+            else:
+                statements = _SCHEMA + _PROFILES
+            for statement in statements.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -228,6 +240,32 @@ class Store:
         rows = self._query("SELECT * FROM candidates WHERE run_id=? AND source=? AND result IS NOT NULL "
                            "ORDER BY seq LIMIT 1", (run_id, source))
         return rows[0] if rows else None
+
+    # --- profiles ----------------------------------------------------------------------------
+    def record_profile(self, cand_id: str, *, compile_facts: list | None = None, ncu: dict | None = None,
+                       sol: list | None = None, flag: str | None = None, profile_s: float | None = None) -> dict:
+        """Add what a profiler saw of a candidate; parts given as None keep what is already stored
+        (compile facts come with the evaluation, ncu later and only for some candidates)."""
+        run_id = self.candidate(cand_id)["run_id"]
+        parts = {"compile_facts": compile_facts, "ncu": ncu, "sol": sol, "flag": flag, "profile_s": profile_s}
+        given = {k: (json.dumps(v) if k in _JSON_COLUMNS else v) for k, v in parts.items() if v is not None}
+        with self._tx():
+            self._db.execute("INSERT OR IGNORE INTO profiles (candidate_id, run_id, updated) VALUES (?,?,?)",
+                             (cand_id, run_id, time.time()))
+            if given:
+                cols = ", ".join(f"{k}=?" for k in given)
+                self._db.execute(f"UPDATE profiles SET {cols}, updated=? WHERE candidate_id=?",
+                                 (*given.values(), time.time(), cand_id))
+        return self.profile(cand_id)
+
+    def profile(self, cand_id: str) -> dict | None:
+        rows = self._query("SELECT * FROM profiles WHERE candidate_id=?", (cand_id,))
+        return rows[0] if rows else None
+
+    def profiles(self, run_id: str) -> list[dict]:
+        """Every profile of a run, in candidate order (for plots: occupancy against speed...)."""
+        return self._query("SELECT p.* FROM profiles p JOIN candidates c ON c.id=p.candidate_id "
+                           "WHERE p.run_id=? ORDER BY c.seq", (run_id,))
 
     # --- plans and findings ------------------------------------------------------------------
     def add_plans(self, run_id: str, iteration: int, *, base_id: str, reference_id: str | None,

@@ -19,10 +19,10 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import crosscheck
+from kscience.evaluate import compile_facts, crosscheck
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
-from kscience.evaluate.sandbox import default_rss_limit, redact, start_worker
+from kscience.evaluate.sandbox import cache_root, default_rss_limit, redact, start_worker
 from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, geomean, load_problem
 
@@ -257,7 +257,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
     `keep_spare` starts the next evaluation's worker now (see `sandbox.start_worker`)."""
     problem = problem or load_problem(request.problem, request.overrides)
-    t_start = time.monotonic()
+    t_start, started = time.monotonic(), time.time()
     device_ctx = torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext()
     with device_ctx:
         device = detect()
@@ -276,6 +276,11 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             session.close()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.device.update(session.worker_info)
+            if not device.interpreted:  # the worker is gone: what it compiled, from the artefacts
+                with session.phase("compile_facts"):
+                    result.compile_facts = [f.to_dict() for f in compile_facts.collect(
+                        cache_root() / "triton", cache_root() / "torch_extensions",
+                        keys=session.worker.triton_keys, since=started)]
             result.wall_s = time.monotonic() - t_start
             result.phases_s = {k: round(v, 3) for k, v in session.phases_s.items()}
     return result

@@ -43,6 +43,7 @@ class EvalResult:
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it
     phases_s: dict = field(default_factory=dict)  # where wall_s went: import, check, time, recheck, finish
     failing_shape: dict | None = None
+    compile_facts: list = field(default_factory=list)  # compile_facts.KernelFacts dicts, read after the worker
 
     @property
     def ok(self) -> bool:

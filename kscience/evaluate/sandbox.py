@@ -27,6 +27,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from kscience.evaluate import compile_facts
 from kscience.evaluate.wire import Channel
 
 # Variables a worker may inherit: what Python, compilers and GPU runtimes need, nothing else.
@@ -64,6 +65,8 @@ def worker_env(workdir: Path, gpu: int | None, interpreted: bool, token: str) ->
                PYTHONUNBUFFERED="1", KSCIENCE_EVAL_TOKEN=token,
                TRITON_CACHE_DIR=str(cache_root() / "triton"),
                TORCH_EXTENSIONS_DIR=str(cache_root() / "torch_extensions"))
+    if not interpreted:  # the worker records the Triton cache entries it uses: its compile facts
+        env.update(compile_facts.recording_env(workdir))
     if interpreted:
         env["TRITON_INTERPRET"] = "1"
         env["KSCIENCE_DEVICE"] = "cpu"
@@ -119,6 +122,7 @@ class Worker:
         self.workdir = Path(tempfile.mkdtemp(prefix="kscience-eval-"))
         self.token = secrets.token_hex(16)
         self.killed_for: str | None = None
+        self.triton_keys: list[str] = []  # the Triton cache entries it used, read when it is closed
         ours, theirs = os.pipe(), os.pipe()  # trusted->worker, worker->trusted
         cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1])]
         self.namespaced = namespaces_available()
@@ -216,6 +220,7 @@ class Worker:
         self.channel.close()
         self.stdout.join(timeout=2)
         self.stderr.join(timeout=2)
+        self.triton_keys = compile_facts.recorded_keys(self.workdir / compile_facts.RECORD_FILE) or []
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def tails(self) -> tuple[str, str]:

@@ -1,0 +1,277 @@
+"""Compile facts of a candidate's kernels, read by the trusted side from the compiled artefacts.
+
+For every Triton kernel in a Triton cache directory: registers per thread, spills, shared
+memory, `num_warps`/`num_stages` as compiled, and whether tensor-core instructions appear in the
+compiled code (wgmma/mma in PTX, HGMMA/HMMA in SASS on NVIDIA, v_mfma in AMDGCN on ROCm). For
+`load_inline` extensions, the CUDA compiler's resource report of the built shared object.
+
+Where each number comes from (Triton 3.x writes `<cache>/<hash>/<name>.json` with the compile
+metadata, beside `<name>.ptx`/`<name>.cubin` on NVIDIA or `<name>.amdgcn`/`<name>.hsaco` on ROCm):
+
+* NVIDIA: registers and local memory from `cuobjdump --dump-resource-usage` of the cubin (the same
+  numbers Triton's launcher reads from the driver: `n_spills` there is local bytes / 4, and so it
+  is here); `num_warps`, `num_stages` and the dynamic shared memory Triton requests at launch from
+  the JSON metadata; tensor-core use from the PTX (the SASS, `cuobjdump -sass`, for load_inline
+  builds, which keep no PTX beside them). cuobjdump is
+  the one Triton ships in `triton/backends/nvidia/bin`, or any on PATH; without one, registers and
+  spills are None and only the PTX is read.
+* ROCm (unverified on hardware): the AMDGCN text carries the assembler's own report
+  (`.vgpr_count`, `.sgpr_count`, `.vgpr_spill_count`, `.sgpr_spill_count`, `.group_segment_fixed_size`).
+
+Under the CPU interpreter Triton compiles nothing and writes no cache: there are no facts, and
+`collect` returns an empty list rather than inventing any.
+
+What a candidate could still forge: the worker can write files into its own cache directory, so
+a candidate could plant a JSON/PTX/cubin describing a kernel it never ran, or alter one it did.
+These facts are therefore advice to the scientist, never a verdict: correctness and time are
+judged elsewhere and cannot be moved by them. The judge limits the damage by reading only the
+entries this evaluation used (the keys its worker recorded through `triton_record`, checked to be
+Triton keys, or else a cache private to the evaluation), by reading only regular files inside each
+entry's folder (a group file's paths are ignored: they could point anywhere on the machine), by
+bounding every read, and, when Nsight Compute ran, by `confirm_launched`, which keeps only kernels
+whose names the profiler saw launch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+MAX_FILE_BYTES = 64 << 20  # a planted giant file is skipped, not read
+MAX_KERNELS = 256  # an autotuned candidate compiles tens of variants; more is a flood
+TOOL_TIMEOUT_S = 30.0
+
+# Tensor-core instructions: PTX (Ampere mma.sync, Hopper wgmma, Blackwell tcgen05), SASS (HMMA,
+# IMMA, DMMA on Ampere; HGMMA, QGMMA (fp8), IGMMA on Hopper; UTC*MMA on Blackwell), AMDGCN (MFMA, WMMA).
+_PTX_TC = re.compile(r"\b(wgmma\.mma_async|mma\.sync|tcgen05\.mma)\b")
+_SASS_TC = re.compile(r"\b(HGMMA|QGMMA|IGMMA|BGMMA|HMMA|IMMA|DMMA|UTC[A-Z]*MMA)\b")
+_AMD_TC = re.compile(r"\b(v_mfma_\w+|v_smfmac_\w+|v_wmma_\w+)")
+_RESOURCE = re.compile(r"^\s*Function\s+(\S+?):\s*$")
+_FIELDS = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
+_SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
+_KEY = re.compile(r"[A-Z2-7]{52}")  # Triton's cache key: base32 of a SHA-256, without padding
+RECORD_ENV = "KSCIENCE_TRITON_RECORD"
+RECORD_FILE = "triton-keys.txt"  # in the worker's own folder
+RECORDING_MANAGER = "kscience.evaluate.triton_record:RecordingCacheManager"
+
+
+@dataclass
+class KernelFacts:
+    name: str
+    source: str  # "triton" or "load_inline"
+    backend: str  # "cuda" or "hip"
+    arch: str | None = None  # "sm_90", "gfx942"
+    num_warps: int | None = None
+    num_stages: int | None = None
+    registers: int | None = None  # per thread (VGPRs on ROCm)
+    spills: int | None = None  # 32-bit words in local memory (NVIDIA), spilled registers (ROCm)
+    shared_bytes: int | None = None  # dynamic shared memory / LDS Triton requests at launch
+    static_shared_bytes: int | None = None  # shared memory declared in the binary itself
+    tensor_core: bool | None = None  # None: no compiled code to look at
+    tensor_instructions: list[str] = field(default_factory=list)  # distinct opcodes, e.g. "HGMMA"
+    artefact: str = ""  # folder or file the facts were read from
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def recording_env(workdir: str | Path) -> dict[str, str]:
+    """Environment that makes a worker's Triton record the cache entries it uses (see `triton_record`)."""
+    return {"TRITON_CACHE_MANAGER": RECORDING_MANAGER, RECORD_ENV: str(Path(workdir) / RECORD_FILE)}
+
+
+@functools.lru_cache(maxsize=1)
+def cuobjdump() -> str | None:
+    """Triton's bundled cuobjdump (same release as its ptxas), else one on PATH."""
+    try:
+        import triton.backends.nvidia as nv
+
+        bundled = Path(nv.__file__).parent / "bin" / "cuobjdump"
+        if bundled.is_file():
+            return str(bundled)
+    except ImportError:
+        pass
+    return shutil.which("cuobjdump")
+
+
+def _read_text(path: Path) -> str | None:
+    if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
+        return None
+    return path.read_text(errors="replace")
+
+
+def _tool(args: list[str]) -> str:
+    """stdout of a toolkit command, or "" when it is missing, fails or hangs."""
+    tool = cuobjdump()
+    if tool is None:
+        return ""
+    try:
+        done = subprocess.run([tool, *args], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
+    """`cuobjdump --dump-resource-usage` output -> {function: {"REG": 64, "LOCAL": 0, "SHARED": 1024, ...}}.
+    With several architectures in one binary, the last one listed wins (they agree on names)."""
+    out, current = {}, None
+    for line in text.splitlines():
+        m = _RESOURCE.match(line)
+        if m:
+            current = m.group(1)
+            continue
+        if current and "REG:" in line:
+            out[current] = {k: int(v) for k, v in _FIELDS.findall(line)}
+            current = None
+    return out
+
+
+def parse_sass_tensor_ops(text: str) -> dict[str, list[str]]:
+    """`cuobjdump -sass` output -> {function: sorted distinct tensor-core opcodes}."""
+    out: dict[str, set] = {}
+    current = None
+    for line in text.splitlines():
+        m = _SASS_FUNCTION.match(line)
+        if m:
+            current = m.group(1)
+            out.setdefault(current, set())
+        elif current:
+            out[current].update(_SASS_TC.findall(line))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _amdgcn_value(text: str, key: str) -> int | None:
+    m = re.search(rf"^\s*\.{re.escape(key)}:\s*(\d+)", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def _ptx_tensor_ops(ptx: str) -> list[str]:
+    return sorted(set(_PTX_TC.findall(ptx)))
+
+
+def read_triton_entry(folder: Path) -> KernelFacts | None:
+    """Facts of one cache entry (a `<hash>` folder), or None when it holds no compiled kernel."""
+    metas = [p for p in sorted(folder.glob("*.json")) if not p.name.startswith("__grp__")]
+    for meta_path in metas:
+        text = _read_text(meta_path)
+        try:
+            meta = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            meta = None
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            continue
+        stem = meta_path.stem
+        target = meta.get("target") if isinstance(meta.get("target"), dict) else {}
+        backend = str(target.get("backend", "cuda"))
+        arch = target.get("arch")
+        facts = KernelFacts(name=meta["name"], source="triton", backend=backend,
+                            arch=(f"sm_{arch}" if isinstance(arch, int) else str(arch) if arch else None),
+                            num_warps=_int(meta.get("num_warps")), num_stages=_int(meta.get("num_stages")),
+                            shared_bytes=_int(meta.get("shared")), artefact=str(folder))
+        if backend == "hip":
+            _read_amdgcn(facts, folder / f"{stem}.amdgcn")
+        else:
+            _read_cuda(facts, folder / f"{stem}.ptx", folder / f"{stem}.cubin")
+        return facts
+    return None
+
+
+def _read_cuda(facts: KernelFacts, ptx_path: Path, cubin_path: Path) -> None:
+    if cubin_path.is_file() and not cubin_path.is_symlink() and cubin_path.stat().st_size <= MAX_FILE_BYTES:
+        usage = parse_resource_usage(_tool(["--dump-resource-usage", str(cubin_path)])).get(facts.name)
+        if usage:
+            facts.registers, facts.static_shared_bytes = usage.get("REG"), usage.get("SHARED")
+            facts.spills = usage.get("LOCAL", 0) // 4  # as Triton's launcher counts them
+    # Tensor-core use from the PTX: ptxas turns each mma/wgmma into HMMA/HGMMA (short of deleting dead
+    # code), and disassembling the cubin instead (cuobjdump -sass) costs a second or more per kernel.
+    ptx = _read_text(ptx_path)
+    if ptx is not None:
+        ops = _ptx_tensor_ops(ptx)
+        facts.tensor_core, facts.tensor_instructions = bool(ops), ops
+
+
+def _read_amdgcn(facts: KernelFacts, path: Path) -> None:
+    text = _read_text(path)
+    if text is None:
+        return
+    facts.registers = _amdgcn_value(text, "vgpr_count")
+    vgpr, sgpr = _amdgcn_value(text, "vgpr_spill_count"), _amdgcn_value(text, "sgpr_spill_count")
+    facts.spills = None if vgpr is None and sgpr is None else (vgpr or 0) + (sgpr or 0)
+    facts.static_shared_bytes = _amdgcn_value(text, "group_segment_fixed_size")
+    ops = sorted(set(_AMD_TC.findall(text)))
+    facts.tensor_core, facts.tensor_instructions = bool(ops), ops
+
+
+def recorded_keys(record_file: str | Path | None) -> list[str] | None:
+    """Cache keys a worker recorded (see `triton_record`), deduplicated; None where nothing was recorded.
+    Anything that is not a key Triton could have made (base32 of a SHA-256) is dropped."""
+    text = _read_text(Path(record_file)) if record_file else None
+    if text is None:
+        return None
+    return list(dict.fromkeys(k for k in text.split() if _KEY.fullmatch(k)))[:MAX_KERNELS]
+
+
+def read_triton_cache(cache_dir: str | Path, keys: list[str] | None = None) -> list[KernelFacts]:
+    """Facts of the kernels in a Triton cache directory (only the entries named by `keys` when
+    given), sorted by kernel name; [] where there is none."""
+    root = Path(cache_dir)
+    if not root.is_dir():
+        return []
+    folders = [root / k for k in keys] if keys is not None else sorted(root.iterdir())
+    out = []
+    for folder in (p for p in folders if p.is_dir() and not p.is_symlink()):
+        facts = read_triton_entry(folder)
+        if facts is not None:
+            out.append(facts)
+        if len(out) >= MAX_KERNELS:
+            break
+    return sorted(out, key=lambda f: (f.name, f.num_warps or 0, f.num_stages or 0))
+
+
+def read_extension(so_path: str | Path) -> list[KernelFacts]:
+    """The compiler's resource report of a load_inline build (one record per device function)."""
+    path = Path(so_path)
+    if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
+        return []
+    usage = parse_resource_usage(_tool(["--dump-resource-usage", str(path)]))
+    tensor = parse_sass_tensor_ops(_tool(["-sass", str(path)])) if usage else {}
+    return [KernelFacts(name=name, source="load_inline", backend="cuda", registers=u.get("REG"),
+                        spills=u.get("LOCAL", 0) // 4, static_shared_bytes=u.get("SHARED"),
+                        tensor_core=bool(tensor.get(name)) if name in tensor else None,
+                        tensor_instructions=tensor.get(name, []), artefact=str(path))
+            for name, u in sorted(usage.items())]
+
+
+def collect(triton_cache: str | Path | None, extensions_dir: str | Path | None = None, *,
+            keys: list[str] | None = None, since: float | None = None) -> list[KernelFacts]:
+    """Everything one evaluation compiled or loaded: call after its worker is gone.
+
+    `keys`: the Triton entries its worker used (`recorded_keys` of its record file, [] when it
+    recorded none); only those are read from a shared cache. None reads the whole cache, which is
+    right only for a cache private to the evaluation. `since`: only load_inline builds written at or
+    after this time.time() (a build reused unchanged from an earlier evaluation was reported there).
+    """
+    facts = read_triton_cache(triton_cache, keys) if triton_cache else []
+    if extensions_dir and Path(extensions_dir).is_dir():
+        builds = [p for p in sorted(Path(extensions_dir).rglob("*.so")) if since is None or p.stat().st_mtime >= since]
+        for so in builds[:MAX_KERNELS]:
+            facts += read_extension(so)
+    return facts
+
+
+def confirm_launched(facts: list[KernelFacts], launched: list[str]) -> list[KernelFacts]:
+    """Only the kernels the profiler saw launch (names as Nsight Compute prints them may carry a
+    C++ signature or template arguments around the bare name)."""
+    def seen(name: str) -> bool:
+        return any(k == name or re.search(rf"(^|[^\w]){re.escape(name)}([^\w]|$)", k) for k in launched)
+    return [f for f in facts if seen(f.name)]
+
+
+def _int(x) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None

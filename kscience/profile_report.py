@@ -1,0 +1,105 @@
+"""Compact text of what a profiler sees, for the scientist's prompts and for `kscience show`.
+
+`render_profile` turns compile facts, an Nsight Compute profile and the speed of light of a
+candidate into a few lines; `render_headroom` gives the headroom alone (for the designer and the
+selector). Records may be the dataclasses or their stored dict form. Absent facts are left out,
+never guessed: under the CPU interpreter there are none, and the text says so.
+"""
+
+from __future__ import annotations
+
+from kscience.evaluate.compile_facts import KernelFacts
+from kscience.evaluate.ncu import NcuProfile
+from kscience.problems import shape_label
+from kscience.roofline import ShapeSol, summary
+
+MAX_KERNEL_LINES = 6  # an autotuned kernel compiles many variants; show the first few
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.0f}%" if x is not None else "?"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} B"
+
+
+def kernel_line(f: KernelFacts) -> str:
+    parts = []
+    if f.num_warps is not None:
+        parts.append(f"{f.num_warps} warps" + (f", {f.num_stages} stages" if f.num_stages is not None else ""))
+    if f.registers is not None:
+        parts.append(f"{f.registers} registers/thread")
+    if f.spills is not None:
+        parts.append("no spills" if f.spills == 0 else f"SPILLS {f.spills} words to local memory")
+    shared = f.shared_bytes if f.shared_bytes is not None else f.static_shared_bytes
+    if shared is not None:
+        parts.append(f"{_size(shared)} shared")
+    if f.tensor_core is not None:
+        parts.append("tensor cores: " + (f"yes ({', '.join(f.tensor_instructions[:3])})" if f.tensor_core else "NO"))
+    where = f"{'Triton' if f.source == 'triton' else 'load_inline'}" + (f", {f.arch}" if f.arch else "")
+    return f"- {f.name} ({where}): " + ("; ".join(parts) or "no compiled facts")
+
+
+def ncu_lines(p: NcuProfile) -> list[str]:
+    counts: dict[str, int] = {}
+    for k in p.kernels:
+        counts[k.name] = counts.get(k.name, 0) + 1
+    launched = ", ".join(f"{name[:60]} x{n}" for name, n in counts.items())
+    lines = [f"- Nsight Compute on {shape_label(p.shape)}: {len(p.kernels)} kernel launch(es) per call ({launched})"
+             + (f", {p.gpu_time_us:.1f} us on the GPU at base clocks" if p.gpu_time_us else "")
+             + (f"; profiling took {p.profile_s:.1f} s, outside any timing" if p.profile_s else "")]
+    mem = []
+    if p.dram_bandwidth is not None:
+        mem.append(f"DRAM {p.dram_bandwidth / 1e9:.0f} GB/s ({_pct(p.dram_pct)} of peak)")
+    elif p.dram_pct is not None:
+        mem.append(f"DRAM {_pct(p.dram_pct)} of peak")
+    if p.l2_hit_pct is not None:
+        mem.append(f"L2 hit rate {_pct(p.l2_hit_pct)}")
+    compute = [f"{label} {_pct(v)}" for label, v in (("SM throughput", p.sm_pct), ("tensor pipe", p.tensor_pipe_pct),
+                                                      ("achieved occupancy", p.occupancy_pct)) if v is not None]
+    if mem or compute:
+        lines.append("- " + "; ".join(mem + compute))
+    if p.stalls:
+        lines.append("- top warp stalls: " + ", ".join(f"{r} {v:g}" for r, v in p.stalls) + f" ({p.stall_unit})")
+    return lines
+
+
+def render_headroom(sols: list[ShapeSol | dict]) -> str:
+    """One line: where the kernel is furthest from its roofline bound, and the median."""
+    sols = [_sol(s) for s in sols]
+    s = summary(sols)
+    if s is None:
+        return "Headroom: unknown (no roofline bound: CPU interpreter, unknown device or no timed shape)."
+    return (f"Headroom: {s['worst']:.0%} of the {s['worst_bound']} bound on shape {shape_label(s['worst_shape'])} "
+            f"(up to {1 / s['worst']:.1f}x faster possible there); median {s['median']:.0%} of speed of light "
+            f"over {s['n_shapes']} shape(s).")
+
+
+def render_profile(facts: list[KernelFacts | dict] | None = None, ncu: NcuProfile | dict | None = None,
+                   sols: list[ShapeSol | dict] | None = None, flag: str | None = None) -> str:
+    """The block a prompt shows about one candidate."""
+    facts = [KernelFacts(**f) if isinstance(f, dict) else f for f in facts or []]
+    ncu = NcuProfile.from_dict(ncu) if isinstance(ncu, dict) else ncu
+    lines = ["Profile of this kernel:"]
+    if facts:
+        lines += [kernel_line(f) for f in facts[:MAX_KERNEL_LINES]]
+        if len(facts) > MAX_KERNEL_LINES:
+            lines.append(f"- ... and {len(facts) - MAX_KERNEL_LINES} more compiled variant(s)")
+    else:
+        lines.append("- compile facts: none (no compiled GPU code: CPU interpreter or nothing compiled)")
+    if ncu is not None:
+        lines += ncu_lines(ncu)
+    if flag:
+        lines.append(f"- WARNING: {flag}")
+    if sols:
+        lines.append(render_headroom(sols))
+    return "\n".join(lines)
+
+
+def _sol(s: ShapeSol | dict) -> ShapeSol:
+    if isinstance(s, ShapeSol):
+        return s
+    return ShapeSol(**{k: v for k, v in s.items() if k != "fraction"})

@@ -1,0 +1,163 @@
+"""Compile facts read from compiled artefacts: a real Triton cache (compiled on a CPU machine for
+sm_90 and gfx942 with `triton.compile(..., target=GPUTarget(...))`, kept in tests/data/triton_cache)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kscience.evaluate import compile_facts as cf
+
+CACHE = Path(__file__).parent / "data" / "triton_cache"
+HOPPER_MM = "NMIJSKHEMPN4W2JHHJBIV22BZCDZNFLS72UT7OTC5GS7KLDWENLQ"
+needs_cuobjdump = pytest.mark.skipif(cf.cuobjdump() is None, reason="no cuobjdump (Triton ships one on Linux)")
+
+# Recorded with Triton 3.9's bundled cuobjdump; the second function is edited to spill.
+RESOURCE_USAGE = """
+Fatbin elf code:
+================
+arch = sm_90
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function mm:
+  REG:64 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:568 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _Z6spillyPfi:
+  REG:255 STACK:96 SHARED:0 LOCAL:96 CONSTANT[0]:368 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return cf.read_triton_cache(CACHE)  # cuobjdump runs per kernel: read the fixture once
+
+
+def by(facts, backend, name):
+    return next(f for f in facts if f.backend == backend and f.name == name)
+
+
+def test_triton_metadata_and_ptx_of_a_hopper_matmul(facts):
+    assert sorted((f.backend, f.name) for f in facts) == [("cuda", "mm"), ("cuda", "rowsum"), ("hip", "mm")]
+    mm = by(facts, "cuda", "mm")
+    assert (mm.source, mm.arch, mm.num_warps, mm.num_stages, mm.shared_bytes) == ("triton", "sm_90", 4, 3, 16384)
+    assert mm.tensor_core is True and "wgmma.mma_async" in mm.tensor_instructions
+    rowsum = by(facts, "cuda", "rowsum")
+    assert (rowsum.num_warps, rowsum.num_stages, rowsum.tensor_core, rowsum.tensor_instructions) == (8, 1, False, [])
+    json.dumps([f.to_dict() for f in facts])  # plain data: it goes to the store as JSON
+
+
+@needs_cuobjdump
+def test_registers_and_spills_from_the_cubin(facts):
+    mm, rowsum = by(facts, "cuda", "mm"), by(facts, "cuda", "rowsum")
+    assert (mm.registers, mm.spills, mm.static_shared_bytes) == (64, 0, 1024)
+    assert (rowsum.registers, rowsum.spills) == (13, 0)
+
+
+def test_rocm_report_from_amdgcn(facts):
+    mm = by(facts, "hip", "mm")
+    assert (mm.arch, mm.num_warps, mm.registers, mm.spills, mm.shared_bytes) == ("gfx942", 4, 46, 0, 8192)
+    assert mm.tensor_core is True and mm.tensor_instructions == ["v_mfma_f32_32x32x8_bf16"]
+
+
+def test_resource_report_parsing_counts_spills_as_triton_does():
+    usage = cf.parse_resource_usage(RESOURCE_USAGE)
+    assert usage["mm"]["REG"] == 64 and usage["mm"]["SHARED"] == 1024
+    assert usage["_Z6spillyPfi"]["LOCAL"] // 4 == 24  # local bytes / 4, Triton's n_spills
+
+
+def test_sass_tensor_opcodes_per_function():
+    sass = """
+        Function : mm
+        /*0a40*/  HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
+        /*0a50*/  HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        Function : plain
+        /*0010*/  FFMA R1, R2, R3, R1 ;
+    """
+    assert cf.parse_sass_tensor_ops(sass) == {"mm": ["HGMMA", "HMMA"], "plain": []}
+
+
+def test_interpreter_leaves_no_cache_so_no_facts(tmp_path):
+    assert cf.collect(tmp_path / "never-created") == []
+    assert cf.collect(tmp_path) == []
+
+
+def test_planted_files_cannot_make_the_reader_leave_the_entry(tmp_path):
+    """A candidate writes in its cache: group paths pointing elsewhere, symlinks and junk are ignored."""
+    entry = tmp_path / "cache" / "X"
+    shutil.copytree(CACHE / HOPPER_MM, entry)
+    (entry / "__grp__mm.json").write_text(json.dumps({"child_paths": {"mm.ptx": "/etc/passwd"}}))
+    (entry / "mm.ptx").unlink()
+    (entry / "mm.ptx").symlink_to(CACHE / "N73T53X2ZVYWIFFM7QLHZRDBNGB23LFNNKIYKBUZQA3M2QHNUMXQ" / "rowsum.ptx")
+    junk = tmp_path / "cache" / "Y"
+    junk.mkdir()
+    (junk / "k.json").write_text("{not json")
+    facts = cf.read_triton_cache(tmp_path / "cache")
+    assert [f.name for f in facts] == ["mm"]
+    assert "wgmma.mma_async" not in facts[0].tensor_instructions  # the symlinked PTX was not read
+
+
+def test_only_kernels_the_profiler_saw_launch(facts):
+    kept = cf.confirm_launched(facts, ["rowsum", "void at::native::vectorized_elementwise_kernel<4>(int)"])
+    assert [f.name for f in kept] == ["rowsum"]
+    assert cf.confirm_launched(facts, ["mm_persistent"]) == []  # a prefix is not the kernel
+
+
+def test_triton_36_metadata_recorded_on_an_h100():
+    """The fp8 seed's cache entry as Triton 3.6 wrote it on an H100 (JSON and PTX; no cubin kept)."""
+    (f,) = cf.read_triton_cache(Path(__file__).parent / "data" / "triton36_cache")
+    assert (f.name, f.arch, f.num_warps, f.num_stages, f.shared_bytes) == ("fp8_blockscale_gemm_kernel", "sm_90",
+                                                                            4, 4, 106496)
+    assert f.tensor_core is True and f.tensor_instructions == ["wgmma.mma_async"]
+    assert f.registers is None and f.spills is None  # they live in the cubin only
+
+
+KERNEL = '''
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+@triton.jit
+def rowsum(x, out, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out + tl.program_id(0), tl.sum(tl.load(x + tl.program_id(0) * N + offs).to(tl.float32), 0))
+
+src = ASTSource(fn=rowsum, signature={"x": "*bf16", "out": "*fp32", "N": "constexpr"}, constexprs={"N": 256})
+triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
+'''
+
+
+def test_recorded_keys_pick_this_evaluations_kernels_from_a_shared_cache(tmp_path):
+    """Triton's own compile path (no GPU needed: compiled for sm_90) through the recording cache manager,
+    twice: the second process finds the kernel cached and still records it."""
+    import os
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared"
+    shutil.copytree(CACHE / HOPPER_MM, shared / HOPPER_MM)  # another candidate's kernel, not this one's
+    (tmp_path / "kernel.py").write_text(KERNEL)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(shared), PYTHONPATH=str(Path(__file__).parents[1]))
+    for i in (1, 2):
+        (tmp_path / f"w{i}").mkdir()
+        env.update(cf.recording_env(tmp_path / f"w{i}"))
+        subprocess.run([sys.executable, str(tmp_path / "kernel.py")], env=env, check=True, timeout=120,
+                       capture_output=True)
+    for i in (1, 2):
+        facts = cf.collect(shared, keys=cf.recorded_keys(tmp_path / f"w{i}" / cf.RECORD_FILE))
+        assert [(f.name, f.num_warps) for f in facts] == [("rowsum", 2)]
+    assert {f.name for f in cf.collect(shared)} == {"mm", "rowsum"}  # unrecorded: the whole cache
+    (tmp_path / "forged.txt").write_text("../../etc\n" + HOPPER_MM.lower() + "\n")
+    assert cf.collect(shared, keys=cf.recorded_keys(tmp_path / "forged.txt")) == []  # not Triton keys: ignored
+    assert cf.recorded_keys(tmp_path / "missing.txt") is None  # the worker used no Triton kernel
+    assert cf.collect(shared, keys=[]) == []
+
+
+def test_gpu_workers_record_their_triton_entries_and_interpreted_ones_do_not(tmp_path):
+    from kscience.evaluate.sandbox import worker_env
+
+    env = worker_env(tmp_path, None, False, "token")
+    assert env["TRITON_CACHE_MANAGER"] == cf.RECORDING_MANAGER
+    assert env[cf.RECORD_ENV] == str(tmp_path / cf.RECORD_FILE)  # inside the worker's own, writable folder
+    assert "TRITON_CACHE_MANAGER" not in worker_env(tmp_path, None, True, "token")
