@@ -178,8 +178,9 @@ class Member:
 
 def input_contract(problem: Problem, device_name: str = "cuda") -> tuple[dict, list[Member]]:
     """(the shape used, one line per member of `data`) derived by generating the inputs on the CPU for the
-    problem's smallest test shape. `device_name` is where the kernel will receive them."""
-    shape = min(problem.cpu_tests or problem.tests or [{}], key=lambda s: math.prod(
+    problem's largest interpreter test shape (small, yet wide enough for layouts to show). `device_name` is
+    where the kernel will receive them."""
+    shape = max(problem.cpu_tests or problem.tests or [{}], key=lambda s: math.prod(
         v for v in s.values() if isinstance(v, int)) if s else 0)
     try:
         data = problem.generate_input(0, "cpu", **shape)
@@ -206,3 +207,23 @@ def render_contract(problem: Problem, device_name: str) -> str:
     head = (f"The kernel is called as {call}. Members of `data` for the shape {shape_label(shape)} "
             "(other shapes scale the sizes; dtypes, layouts and roles stay):")
     return "\n".join([head] + [f"- {m.text}" for m in members])
+
+
+@dataclass
+class Brief:
+    """Everything one role's prompt is rendered from; the offline scientist answers from this object."""
+
+    role: str
+    bench: Bench | None = None
+    shapes: list[dict] = field(default_factory=list)  # every shape of the problem, GPU and interpreter
+    population: list = field(default_factory=list)  # CandidateView, for the selector
+    base: object = None  # CandidateView
+    reference: object = None  # CandidateView
+    findings: list[str] = field(default_factory=list)  # oldest first
+    done: list[str] = field(default_factory=list)  # experiments already carried out on the base
+    plan: object = None  # roles.Plan, for the writer and the finding
+    source: str | None = None  # the kernel the answer is to change (repair, or a writer's retry)
+    status: str = ""
+    message: str = ""
+    child: object = None  # CandidateView of the experiment's result, for the finding
+    measured_pct: float | None = None
