@@ -24,7 +24,7 @@ from kscience.events import (CandidateEvaluated, CandidateWritten, Event, EventB
                              HypothesesProposed, StageChanged)
 from kscience.problems import Problem, shape_label
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
-from kscience.scientist.hardware import describe
+from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.roles import CandidateView, Plan
 from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
 
@@ -347,7 +347,7 @@ class Controller:
         seed = next((c["result"] for c in reversed(roots) if c["status"] == R.OK), roots[-1]["result"] if roots else None)
         info = (seed or {}).get("device") or {}
         device = describe(info.get("kind", ""), info.get("name", ""))
-        target = getattr(self.scientist, "target", None) or device
+        target = getattr(self.scientist, "target", None) or run_target(None, device)
         kinds = {c["kind"]: c for c in cands}
         baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
                      (("reference", "PyTorch eager"), ("compiled", "torch.compile"))]

@@ -213,7 +213,7 @@ class Run:
 
     def _build_scientist(self, *, spent_usd: float, spent_tokens: int, done: int):
         from kscience.device import detect
-        from kscience.scientist.hardware import describe_device, named_target
+        from kscience.scientist.hardware import describe_device, run_target
         from kscience.scientist.knowledge import knowledge_for
         from kscience.scientist.llm import Budget, make_llm
         from kscience.scientist.roles import Scientist
@@ -225,7 +225,7 @@ class Run:
                         time_limit_s=c.time_limit_s)
         llm = make_llm(c.llm, base_url=c.base_url, budget=budget, timeout_s=c.llm_timeout_s,
                        max_retries=c.llm_retries, recorder=self._record_call, seed=c.seed + done)
-        target = named_target(c.target) if c.target else describe_device(detect())
+        target = run_target(c.target, describe_device(detect()))
         knowledge, code_knowledge = knowledge_for(c.knowledge, target.topics, self.problem.name)
         # A resumed session gets a shifted seed so it does not replay the choices of the first one.
         return Scientist(llm, self.problem, knowledge, strategy=c.strategy, seed=c.seed + done,

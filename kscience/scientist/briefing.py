@@ -105,8 +105,8 @@ def render_header(bench: Bench | None) -> str:
              f"Timing: {bench.timing_label or 'unknown'}. "
              + (INTERPRETER_MEANING if bench.interpreted else GPU_MEANING)]
     if bench.interpreted and not bench.target.interpreted:
-        lines.append(f"So no number below was measured on {bench.target.name}: GPU-only code paths of every "
-                     "kernel are unverified until it runs there.")
+        lines.append("So no number below was measured on a GPU: the GPU-only code paths of every kernel are "
+                     "unverified until it runs on one.")
     if bench.noise_pct is not None:
         lines.append(f"Noise: repeated calls of one kernel on one shape spread by {bench.noise_pct:.1f}% "
                      f"(median std/mean over {bench.repeats} calls per shape, seed and baselines); treat "
@@ -141,7 +141,7 @@ def coverage(result: dict | None, problem: Problem) -> str:
         ran = [s["shape"] for s in shapes]
         missed = [s for s in gpu if s not in ran]
         if missed:
-            text += (f"; the {len(missed)} GPU shapes did not run, so code paths taken only on a GPU or only at "
+            text += (f"; the {len(missed)} other GPU shapes did not run, so code paths taken only on a GPU or only at "
                      "GPU sizes (split-K, persistent grids, autotuned configs) are unverified")
     return text
 

@@ -90,3 +90,15 @@ def named_target(text: str) -> Hardware:
     vendor = "NVIDIA" if kind == "cuda" else "AMD"
     name = text if text.upper().startswith(vendor) else f"{vendor} {text.upper()}"
     return Hardware(name, kind, arch)
+
+
+UNNAMED = Hardware("not named", "unknown", "the run evaluates on the CPU interpreter only; name the GPU the "
+                   "kernels are for with --target (h100, mi300x) so that prompts and notes match it")
+
+
+def run_target(setting: str | None, evaluated_on: Hardware) -> Hardware:
+    """The target of a run: as set, else the device it evaluates on, unless that is the CPU interpreter,
+    which no kernel is written for."""
+    if setting:
+        return named_target(setting)
+    return UNNAMED if evaluated_on.interpreted else evaluated_on

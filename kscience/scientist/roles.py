@@ -17,6 +17,7 @@ import ast
 import json
 import math
 import random
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -157,7 +158,7 @@ def _summary(view: CandidateView) -> str:
 
 def has_kernel(source: str) -> bool:
     """Whether a candidate runs work of its own (Triton or load_inline), not only the PyTorch reference."""
-    return "triton.jit" in source or "load_inline" in source
+    return re.search(r"@triton\.(?:jit|autotune)|load_inline\s*\(", source) is not None
 
 
 def lesson(text: str) -> str:
@@ -308,8 +309,8 @@ class Scientist:
         constants = getattr(p, "constants", None)
         shown = ("Module constants as run: " + ", ".join(f"{k} = {v!r}" for k, v in constants.items()) + "\n"
                  if constants else "")
-        target = self._target()
-        device = "cuda" if target is None or target.kind in ("cuda", "rocm", "unknown") else target.kind
+        on_cpu = self.bench.interpreted if self.bench is not None else bool(self.target and self.target.interpreted)
+        device = "cpu" if on_cpu else "cuda"  # torch calls ROCm devices "cuda" too
         return render("problem.md", source=problem_source(p).rstrip("\n"), constants=shown,
                       contract=render_contract(p, device))
 
