@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from kscience.problems.spec import Problem, geomean, shape_label
 from kscience.scientist.hardware import Hardware
 
+MAX_LABELS = 6  # a verdict over more shapes than this counts them rather than naming each
 INTERPRETER_MEANING = (
     "These are CPU-interpreter host-clock times: Triton's interpreter runs every program instance as "
     "NumPy on the CPU. They can show that a kernel runs, that it is correct on the small interpreter "
@@ -132,8 +133,11 @@ def coverage(result: dict | None, problem: Problem) -> str:
     checked = [s for s in shapes if s.get("ok")]
     failed = [s for s in shapes if not s.get("ok")]
     where = "under the CPU interpreter" if device.get("interpreted") else f"on {device.get('name', 'the GPU')}"
-    text = (f"{len(checked)} of {len(shapes)} shapes passed {where} "
-            f"({', '.join(shape_label(s['shape']) for s in checked) or 'none'})")
+    labels = list(dict.fromkeys(shape_label(s["shape"]) for s in checked))  # a shape may be tested and timed
+    tests = sum(s.get("phase") == "test" for s in checked)
+    text = (f"{len(checked)} of {len(shapes)} shape checks passed {where} ({tests} correctness, "
+            f"{len(checked) - tests} benchmark: "
+            f"{', '.join(labels) if len(labels) <= MAX_LABELS else f'{len(labels)} distinct shapes'})")
     if failed:
         text += f"; failed: {', '.join(shape_label(s['shape']) for s in failed)}"
     if device.get("interpreted"):
