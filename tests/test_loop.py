@@ -356,3 +356,23 @@ def test_the_offline_scientist_drives_the_loop_with_every_strategy(tmp_path, str
     roles = {c["role"] for c in store.llm_calls(run.id)}
     assert {"designer", "writer", "finding"} <= roles and ("selector" in roles) == (strategy == "llm")
     assert store.run(run.id)["environment"]["model"] == "offline"
+
+
+class ExhaustedScientist(ScriptedScientist):
+    """Proposes only experiments already carried out on the base: the rules choose none of them."""
+
+    async def design(self, base, reference, findings, done=()):
+        plans = await super().design(base, reference, findings, done)
+        for p in plans:
+            p.chosen, p.why_chosen = False, ""
+        return plans
+
+
+def test_an_iteration_with_nothing_left_to_try_ends_the_run_and_says_so(tmp_path):
+    sci = ExhaustedScientist()
+    run = make_run(tmp_path, sci, iterations=3)
+    assert run.start(background=False).status == "finished"
+    assert run.store.plans(run.id) == []  # no empty round was recorded
+    assert [c[0] for c in sci.calls] == ["select", "design"]  # the seed is the only correct member to try
+    said = [e["payload"]["detail"] for e in run.store.events(run.id) if e["payload"].get("stage") == "done"]
+    assert said and "nothing left to try" in said[0]
