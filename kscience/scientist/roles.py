@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import random
 import re
 from collections.abc import Iterable
@@ -26,6 +25,7 @@ from kscience.scientist.briefing import (Bench, Brief, format_times, problem_sou
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.llm.base import LLMError, one_line
+from kscience.scientist.plans import Plan, mark_chosen, measured_clause, parse_plans, predicted_range
 from kscience.scientist.prompts import load_schema, render
 from kscience.scientist.strategy import OK, CandidateView, Selection, ranked, seed_of, tournament, tree_search
 
@@ -33,22 +33,9 @@ __all__ = ["CandidateView", "Selection", "Plan", "Draft", "Scientist", "mark_cho
            "measured_clause"]
 
 STRATEGIES = ("tournament", "tree", "llm")
-PLANS_WANTED = 5
 SELECTOR_MAX_MEMBERS = 30  # the fastest correct members and the newest failures beyond this are left out
 FINDINGS_PROMPT_CHARS = 8000  # newest findings first, each whole, until this much text
 LESSON_MAX_CHARS = 1200  # a lesson longer than this keeps its whole sentences that fit
-
-
-@dataclass
-class Plan:
-    title: str  # short name of the experiment
-    rationale: str
-    changes: list[str]  # rubric of concrete code changes
-    predicted_min_pct: float  # predicted uplift range, % speedup vs base (negative allowed)
-    predicted_max_pct: float
-    innovation: int  # 1..10
-    chosen: bool = False
-    why_chosen: str = ""  # "most innovative" | "highest max" | "highest min"
 
 
 @dataclass
@@ -58,95 +45,6 @@ class Draft:
     edits_total: int  # SEARCH/REPLACE blocks proposed
     edits_applied: int  # blocks that applied
     error: str | None = None  # one line when source is None
-
-
-def _number(value) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-def _plan_from(obj) -> Plan | None:
-    """A Plan from one JSON object, or None when a required field is missing or unusable."""
-    if not isinstance(obj, dict):
-        return None
-    title, rationale, changes = obj.get("title"), obj.get("rationale"), obj.get("changes")
-    low, high = _number(obj.get("predicted_min_pct")), _number(obj.get("predicted_max_pct"))
-    innovation = _number(obj.get("innovation"))
-    if isinstance(changes, str):
-        changes = [changes]
-    if not (isinstance(title, str) and title.strip() and isinstance(rationale, str) and isinstance(changes, list)):
-        return None
-    changes = [c.strip() for c in changes if isinstance(c, str) and c.strip()]
-    if not changes or low is None or high is None or innovation is None:
-        return None
-    low, high = min(low, high), max(low, high)
-    return Plan(one_line(title, 120), rationale.strip(), changes, low, high, int(min(max(round(innovation), 1), 10)))
-
-
-def parse_plans(text: str) -> list[Plan]:
-    """The designer's valid plans (at most five, distinct titles); LLMError if there is none."""
-    try:
-        answer = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LLMError(f"designer answer is not JSON: {exc.msg} at line {exc.lineno}") from None
-    raw = answer.get("plans") if isinstance(answer, dict) else answer
-    plans, titles = [], set()
-    for obj in raw if isinstance(raw, list) else []:
-        plan = _plan_from(obj)
-        if plan is not None and plan.title.lower() not in titles:
-            plans.append(plan)
-            titles.add(plan.title.lower())
-    if not plans:
-        raise LLMError("designer answer had no valid plan")
-    return plans[:PLANS_WANTED]
-
-
-CHOICE_RULES = (  # (why_chosen, ranking key); each rule takes the best plan not chosen yet
-    ("most innovative", lambda p: (p.innovation, p.predicted_max_pct)),
-    ("highest max", lambda p: (p.predicted_max_pct, p.predicted_min_pct)),
-    ("highest min", lambda p: (p.predicted_min_pct, p.predicted_max_pct)),
-)
-
-
-def _title_key(title: str) -> str:
-    return " ".join(title.lower().split())
-
-
-def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
-    """Mark up to three distinct plans chosen, one per rule; ties go to the plan listed first.
-    A plan titled as an experiment already carried out on this base (`done`) is never chosen:
-    its outcome is known, and the same edit would only rebuild a kernel already judged."""
-    done_keys = {_title_key(t) for t in done}
-    for plan in plans:
-        plan.chosen, plan.why_chosen = False, ""
-    for why, key in CHOICE_RULES:
-        rest = [p for p in plans if not p.chosen and _title_key(p.title) not in done_keys]
-        if rest:
-            pick = max(rest, key=key)
-            pick.chosen, pick.why_chosen = True, why
-    return plans
-
-
-def predicted_range(plan: Plan) -> str:
-    return f"{plan.predicted_min_pct:+g}..{plan.predicted_max_pct:+g}%"
-
-
-def measured_clause(plan: Plan, base_us: float | None, status: str, child_us: float | None) -> str:
-    """Prediction against measurement in words, e.g. "+12.3% measured vs +5..+20% predicted"."""
-    predicted = f"{predicted_range(plan)} predicted"
-    if status != OK:
-        return f"failed ({status}) vs {predicted}"
-    if base_us and child_us:
-        pct = (base_us / child_us - 1.0) * 100.0
-        return f"{pct:+.1f}% measured ({base_us:.2f} -> {child_us:.2f} us) vs {predicted}"
-    if child_us:
-        return f"correct at {child_us:.2f} us, no base time to compare, vs {predicted}"
-    return f"correct but untimed vs {predicted}"
 
 
 def _summary(view: CandidateView) -> str:
