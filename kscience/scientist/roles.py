@@ -6,9 +6,11 @@ predicted uplift and an innovation score, three of them are chosen (most innovat
 predicted maximum, highest predicted minimum), and a writer implements each one. A repairer fixes
 kernels that fail, and every experiment ends in a finding that compares prediction with measurement.
 
-Every model call goes through `llm.complete`, with prompts filled from `prompts/`. The offline
-scientist answers the same prompts in the same formats, so this code path is the same with or
-without a model.
+Every model call goes through `llm.complete`, with prompts filled from `prompts/`: each starts with
+the measurement header (how the numbers were measured, on what, how noisy), and the designer,
+writer and repairer also get the problem as code and its input contract (`briefing.py`). Each call
+carries the `Brief` its prompt was rendered from; the offline scientist answers from that brief in
+the formats a model is asked for, so this code path is the same with or without a model.
 """
 
 from __future__ import annotations
