@@ -133,7 +133,7 @@ class InProcessModel(LLM):
         return text, LLMCall(role=role, model=self.name, prompt=prompt, response=text, input_tokens=len(prompt) // 4,
                              output_tokens=len(text) // 4, latency_s=0.0, cost_usd=0.0)
 
-    async def preflight(self, problem, seed_source):
+    async def preflight(self, problem, kernels):
         return None
 
 

@@ -86,7 +86,9 @@ class Controller:
         if self.iterations_done() < target:
             # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found before
             # minutes of seed and baseline timing.
-            await self.scientist.preflight(self.seed_source)
+            kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
+                                            if c["kind"] in ("child", "repair") and c["status"] == R.OK]
+            await self.scientist.preflight(kernels)
         await self._roots()
         self._observe()
         open_plans = [p for p in self.store.plans(self.run_id) if p["chosen"] and p["id"] not in self._found()]

@@ -62,7 +62,7 @@ class FakeScientist:
     target = None  # the evaluation device is the target
     bench = None
 
-    async def preflight(self, seed_source):
+    async def preflight(self, kernels):
         pass
 
     def observe(self, bench):

@@ -86,7 +86,7 @@ class ScriptedScientist:
     target = None  # the evaluation device is the target
     bench = None
 
-    async def preflight(self, seed_source):
+    async def preflight(self, kernels):
         pass
 
     def observe(self, bench):

@@ -113,3 +113,15 @@ def test_gemini_retries_a_dropped_connection_and_says_how_often(monkeypatch):
         asyncio.run(llm.complete("hello", role="finding"))
     assert "cannot reach" in str(caught.value) and "after 1 retry" in str(caught.value)
     assert time.monotonic() - started < 30
+
+
+def test_the_offline_scientist_may_take_over_once_a_model_has_written_a_kernel():
+    from kscience.problems import load_problem
+    from kscience.scientist.llm.base import LLMError
+    from kscience.scientist.offline import OfflineLLM
+
+    problem = load_problem(str(LEVEL2))
+    with pytest.raises(LLMError, match="cannot write kernels from scratch"):
+        asyncio.run(OfflineLLM().preflight(problem, [problem.seed_source]))
+    written = MODEL_NEW.split("```python\n")[1].rstrip("`")
+    asyncio.run(OfflineLLM().preflight(problem, [problem.seed_source, written]))  # BLOCK is a knob it can tune

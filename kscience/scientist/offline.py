@@ -52,14 +52,18 @@ class OfflineLLM(LLM):
         # kernels this scientist wrote -> the kernel each was derived from, so a repair can revert knobs
         self._parents: dict[str, str] = {}
 
-    async def preflight(self, problem: Any, seed_source: str) -> None:
-        """It cannot write a kernel from scratch: without a catalogue move on the seed it has nothing to do."""
+    async def preflight(self, problem: Any, kernels: list[str]) -> None:
+        """It cannot write a kernel from scratch: without a catalogue move on any of `kernels` (the seed, and
+        on a resumed run the correct kernels a model wrote) it has nothing to do."""
         shapes = [*problem.tests, *problem.benchmarks, *problem.cpu_tests, *problem.cpu_benchmarks]
-        try:
-            moves = catalogue(seed_source, shapes)
-        except SyntaxError:
-            moves = []
-        if not moves:
+
+        def workable(source: str) -> bool:
+            try:
+                return bool(catalogue(source, shapes))
+            except SyntaxError:
+                return False
+
+        if not any(workable(k) for k in kernels):
             raise LLMError(f"the offline scientist cannot write kernels from scratch, and no move of its catalogue "
                            f"applies to the seed of {problem.name} (no Triton kernel with knobs it knows); run it "
                            "with a model (--llm openai:MODEL or gemini:MODEL) or start from a Triton kernel "

@@ -175,10 +175,10 @@ class Scientist:
         """How the numbers the next prompts show were measured; the controller keeps this current."""
         self.bench = bench
 
-    async def preflight(self, seed_source: str) -> None:
-        """Before anything is timed: can this model work on this problem at all, and does it answer?
-        Raises LLMError with one line when not."""
-        await self.llm.preflight(self.problem, seed_source)
+    async def preflight(self, kernels: list[str]) -> None:
+        """Before anything is timed: can this model work on this problem, starting from `kernels` (the seed,
+        then the correct kernels a resumed run already has), and does it answer? LLMError (one line) if not."""
+        await self.llm.preflight(self.problem, kernels)
 
     # --- what every prompt shows -----------------------------------------------------------------
     def _target(self) -> Hardware | None:

@@ -133,9 +133,9 @@ class LLM(ABC):
         `briefing.Brief`); a model reads the prompt, the offline scientist the context.
         Raises LLMError (with `.call` set when a request was made)."""
 
-    async def preflight(self, problem: Any, seed_source: str) -> None:
-        """Fail fast, before anything is timed, when this backend cannot work on the problem or does not
-        answer: raise LLMError with one line. By default there is nothing to check."""
+    async def preflight(self, problem: Any, kernels: list[str]) -> None:
+        """Fail fast, before anything is timed, when this backend cannot work on the problem from `kernels`
+        (the seed first) or does not answer: raise LLMError with one line. By default nothing to check."""
 
 
 class Metered(LLM):
@@ -153,11 +153,11 @@ class Metered(LLM):
         self.budget = budget
         self.recorder = recorder
 
-    async def preflight(self, problem: Any, seed_source: str) -> None:
+    async def preflight(self, problem: Any, kernels: list[str]) -> None:
         if self.budget is not None:
             self.budget.check()
         try:
-            call = await self.inner.preflight(problem, seed_source)
+            call = await self.inner.preflight(problem, kernels)
         except LLMError as exc:
             if exc.call is not None:
                 self._account(exc.call)
@@ -271,7 +271,7 @@ class RemoteLLM(LLM):
             text = text.replace(secret, "[redacted]")
         return text
 
-    async def preflight(self, problem: Any, seed_source: str) -> LLMCall:
+    async def preflight(self, problem: Any, kernels: list[str]) -> LLMCall:
         """One tiny request, with at most PREFLIGHT_RETRIES retries, so a dead endpoint, a wrong model
         name or a bad key shows in seconds, before minutes of baseline timing."""
         retries, self.max_retries = self.max_retries, min(self.max_retries, PREFLIGHT_RETRIES)
