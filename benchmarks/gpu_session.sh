@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The single-GPU checks the issues ask for, runnable as one command or step by step (a device
 # command may run 10 minutes at most, so a step that overruns is cut off and the next one starts):
-#   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs] [profile]   (none named: the first three)
+#   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs] [profile]
+#   (none named: tests, evaluator, runs)
+# model-runs: two iterations on every built-in (offline) and on a KernelBench level-1 and level-2 file
+# (the offline scientist must refuse them before any timing; then a scripted model writes the kernels).
+# profile: compile facts and Nsight Compute metrics of every built-in seed.
 # Logs, JSON results and the run database land in OUTDIR. Figures are then made anywhere with
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR [tests] [evaluator] [runs]}
+out=${1:?usage: gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs]}
 shift
-steps=${*:-tests evaluator runs}
+steps=${*:-tests evaluator runs model-runs}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -25,6 +29,10 @@ for step in $steps; do
             "$out/offline-runs.db" ;;
     profile) timeout "${PROFILE_S:-540}" python3 benchmarks/profile_seeds.py --out "$out" 2>&1 \
                | tee "$out/profile-seeds.log" ;;
-    *) echo "unknown step $step (tests, evaluator, runs, profile)" >&2; exit 2 ;;
+    model-runs) timeout "${MODEL_RUNS_S:-570}" python3 benchmarks/model_runs.py --iterations "${ITERATIONS:-2}" \
+                  ${ONLY:+--only "$ONLY"} --db "$out/model-runs.db" --out "$out" 2>&1 | tee -a "$out/model-runs.log"
+                python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+                  "$out/model-runs.db" ;;
+    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile)" >&2; exit 2 ;;
   esac
 done

@@ -23,11 +23,14 @@ from kscience.evaluate.executor import Executor
 from kscience.events import (CandidateEvaluated, CandidateWritten, Event, EventBus, FindingRecorded,
                              HypothesesProposed, StageChanged)
 from kscience.problems import Problem, shape_label
+from kscience.scientist.briefing import bench_from_results, coverage, floor_times
+from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.roles import CandidateView, Plan
 from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
 
 REPAIRABLE = (R.COMPILE_ERROR, R.RUNTIME_ERROR, R.WRONG_ANSWER, R.CRASHED, R.TIMEOUT)
 DIFF_LIMIT_CHARS = 20000
+MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
 
 
 class Stopped(Exception):
@@ -36,6 +39,10 @@ class Stopped(Exception):
 
 class RunError(Exception):
     """The run cannot go on, for a reason that is not the LLM's: e.g. a seed kernel that never passes."""
+
+
+class NothingLeft(Exception):
+    """No base has an experiment left that was not already carried out on it: the run ends here."""
 
 
 def uplift_pct(base_us: float | None, child_us: float | None) -> float | None:
@@ -76,12 +83,23 @@ class Controller:
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
         """Bring the run to `target` committed design rounds, finishing any interrupted work first."""
+        if self.iterations_done() < target:
+            # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found before
+            # minutes of seed and baseline timing.
+            kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
+                                            if c["kind"] in ("child", "repair") and c["status"] == R.OK]
+            await self.scientist.preflight(kernels)
         await self._roots()
+        self._observe()
         open_plans = [p for p in self.store.plans(self.run_id) if p["chosen"] and p["id"] not in self._found()]
         await self._experiments(open_plans)
         while self.iterations_done() < target:
             self._check_stop()
-            await self._iteration(self.iterations_done() + 1)
+            try:
+                await self._iteration(self.iterations_done() + 1)
+            except NothingLeft as exc:
+                self._stage("done", self.iterations_done(), str(exc))
+                return
 
     def iterations_done(self) -> int:
         return max((p["iteration"] for p in self.store.plans(self.run_id)), default=0)
@@ -128,10 +146,12 @@ class Controller:
 
     # --- one iteration -----------------------------------------------------------------------
     async def _iteration(self, iteration: int) -> None:
+        self._observe()
         views = self._views()
         population = list(views.values())
+        findings = [f["text"] for f in self.store.findings(self.run_id)]  # oldest first
         self._stage("select", iteration)
-        selection = await self.scientist.select(population)
+        selection = await self.scientist.select(population, findings)
         base = views.get(selection.base_id)
         justification = selection.justification
         if base is None or base.status != R.OK:  # the selector must build on a correct kernel
@@ -139,12 +159,24 @@ class Controller:
             justification = f"{justification} [selected {selection.base_id!r} is not a correct candidate; " \
                             f"using the fastest correct one, {base.id}]"
         reference = views.get(selection.reference_id) if selection.reference_id != base.id else None
-        self._stage("design", iteration, f"base {base.id}")
-        # Every finding so far, oldest first: fitting them to the prompt's budget is the designer's job,
-        # since only it knows what else shares the prompt.
-        findings = [f["text"] for f in self.store.findings(self.run_id)]
-        done = [p["title"] for p in self.store.plans(self.run_id) if p["chosen"] and p["base_id"] == base.id]
-        plans = await self.scientist.design(base, reference, findings, done)
+        # Every finding so far: fitting them to the prompt's budget is the designer's job, since only it
+        # knows what else shares the prompt. A base with nothing new to try gives way to the next correct
+        # member; when none has anything left, the run ends rather than run an empty round.
+        others = sorted((v for v in population if v.status == R.OK and v.id != base.id), key=lambda v: v.geomean_us)
+        tried = []
+        for candidate in [base, *others[:MAX_BASE_SWITCHES]]:
+            if candidate is not base:
+                justification += f" [switched to {candidate.id}: nothing new to try on {base.id}]"
+                base, reference = candidate, None
+            self._stage("design", iteration, f"base {base.id}")
+            done = [p["title"] for p in self.store.plans(self.run_id) if p["chosen"] and p["base_id"] == base.id]
+            plans = await self.scientist.design(base, reference, findings, done)
+            if any(p.chosen for p in plans):
+                break
+            tried.append(base.id)
+        else:
+            raise NothingLeft(f"iteration {iteration}: every experiment proposed for {', '.join(tried)} was already "
+                              "carried out there; nothing left to try, so the run ends")
         rows = self.store.add_plans(self.run_id, iteration, base_id=base.id,
                                     reference_id=reference.id if reference else None,
                                     justification=justification, plans=[asdict(p) for p in plans])
@@ -189,7 +221,9 @@ class Controller:
         final = await self._settle(chain, iteration=iteration, plan_id=row["id"], title=plan.title)
         self._check_stop()
         self._stage("finding", iteration, plan.title)
-        text = await self.scientist.finding(plan, base, final["status"], final["geomean_us"])
+        self._observe()
+        text = await self.scientist.finding(plan, base, final["status"], final["geomean_us"],
+                                            child=self._view(final))
         measured = uplift_pct(base.geomean_us, final["geomean_us"]) if final["status"] == R.OK else None
         self.store.add_finding(self.run_id, plan_id=row["id"], candidate_id=final["id"], iteration=iteration,
                                text=text, predicted_min_pct=plan.predicted_min_pct,
@@ -214,7 +248,7 @@ class Controller:
             self._stage("repair", iteration, f"{broken['id']} attempt {attempts}")
             failing = (broken["result"] or {}).get("failing_shape")
             draft = await self.scientist.repair(broken["source"], broken["status"], broken["message"], failing,
-                                                attempts)
+                                                attempts, coverage=coverage(broken["result"], self.problem))
             last = self._add_draft(draft, kind="repair", parent_id=broken["id"], parent_source=broken["source"],
                                    iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
                                    repair_attempt=attempts)
@@ -297,11 +331,29 @@ class Controller:
                 c, d = by_id[c["parent_id"]], d + 1
             return d
 
-        return {c["id"]: CandidateView(
+        return {c["id"]: self._view(c, depth(c), children.get(c["id"], 0)) for c in cands}
+
+    def _view(self, c: dict, depth: int = 0, n_children: int = 0) -> CandidateView:
+        result = c["result"] or {}
+        return CandidateView(
             id=c["id"], parent_id=c["parent_id"], hypothesis=c["hypothesis"], status=c["status"],
             geomean_us=c["geomean_us"], source=c["source"], message=c["message"],
-            shape_times={shape_label(s["shape"]): s["time_us"] for s in c["result"]["shapes"] if s.get("time_us")},
-            depth=depth(c), n_children=children.get(c["id"], 0)) for c in cands}
+            shape_times={shape_label(s["shape"]): s["time_us"] for s in result.get("shapes", []) if s.get("time_us")},
+            depth=depth, n_children=n_children, coverage=coverage(result, self.problem))
+
+    def _observe(self) -> None:
+        """Tell the scientist how the numbers were measured: the device and timing of the (repaired) seed,
+        the spread of repeated calls, the baselines and the physical floor."""
+        cands = self.store.candidates(self.run_id)
+        roots = [c for c in cands if c["iteration"] == 0 and c["kind"] in ("seed", "repair") and c["result"]]
+        seed = next((c["result"] for c in reversed(roots) if c["status"] == R.OK), roots[-1]["result"] if roots else None)
+        info = (seed or {}).get("device") or {}
+        device = describe(info.get("kind", ""), info.get("name", ""))
+        target = getattr(self.scientist, "target", None) or run_target(None, device)
+        kinds = {c["kind"]: c for c in cands}
+        baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
+                     (("reference", "PyTorch eager"), ("compiled", "torch.compile"))]
+        self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed)))
 
     def _found(self) -> set[str]:
         return {f["plan_id"] for f in self.store.findings(self.run_id)}

@@ -53,6 +53,7 @@ class RunConfig:
     llm_retries: int = 4
     llm_timeout_s: float = 120.0
     compiled_baseline: bool | None = None  # time torch.compile of the reference; None: when judged on a GPU
+    target: str | None = None  # hardware the kernels are for ("h100", "mi300x"); None: the evaluation device
 
     def __post_init__(self):
         if self.strategy is None:
@@ -212,7 +213,8 @@ class Run:
 
     def _build_scientist(self, *, spent_usd: float, spent_tokens: int, done: int):
         from kscience.device import detect
-        from kscience.scientist.knowledge import load_knowledge
+        from kscience.scientist.hardware import describe_device, run_target
+        from kscience.scientist.knowledge import knowledge_for
         from kscience.scientist.llm import Budget, make_llm
         from kscience.scientist.roles import Scientist
 
@@ -223,10 +225,11 @@ class Run:
                         time_limit_s=c.time_limit_s)
         llm = make_llm(c.llm, base_url=c.base_url, budget=budget, timeout_s=c.llm_timeout_s,
                        max_retries=c.llm_retries, recorder=self._record_call, seed=c.seed + done)
-        device = detect()
-        knowledge = load_knowledge(c.knowledge, topics=[device.kind, device.name, self.problem.name])
+        target = run_target(c.target, describe_device(detect()))
+        knowledge, code_knowledge = knowledge_for(c.knowledge, target.topics, self.problem.name)
         # A resumed session gets a shifted seed so it does not replay the choices of the first one.
-        return Scientist(llm, self.problem, knowledge, strategy=c.strategy, seed=c.seed + done)
+        return Scientist(llm, self.problem, knowledge, strategy=c.strategy, seed=c.seed + done,
+                         code_knowledge=code_knowledge, target=target)
 
     def _model_name(self) -> str:
         return getattr(self._scientist, "model_name", self.config.llm)

@@ -46,6 +46,8 @@ def add_run_commands(sub) -> None:
                    help="override a module-level constant of a KernelBench file")
     s.add_argument("--no-compiled-baseline", dest="compiled_baseline", action="store_false", default=None,
                    help="do not time torch.compile of the eager PyTorch baseline (timed by default on a GPU)")
+    s.add_argument("--target", metavar="GPU", help="hardware the kernels are for, e.g. h100 or mi300x "
+                                                   "(default: the device the run evaluates on)")
     _common_run_args(s)
     s.set_defaults(func=cmd_run)
 
@@ -133,7 +135,7 @@ def cmd_run(args) -> int:
                            base_url=args.base_url, strategy=args.strategy, iterations=args.iterations,
                            repairs=args.repairs, executor=args.executor, gpus=args.gpus,
                            knowledge=list(args.knowledge), seed=args.seed,
-                           compiled_baseline=args.compiled_baseline, **_budgets(args))
+                           compiled_baseline=args.compiled_baseline, target=args.target, **_budgets(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     with _open_store(args.db, create=True) as store:
@@ -220,7 +222,9 @@ class Progress:
 
     def __call__(self, event) -> None:
         if isinstance(event, StageChanged):
-            if self.bar is not None:
+            if event.stage == "done":  # the run ends early and says why (nothing left to try)
+                self._line(event.detail)
+            elif self.bar is not None:
                 self.bar.n = max(self.bar.n, event.iteration - 1)
                 self.bar.set_postfix_str(f"{event.stage} {event.detail}".strip()[:60])
             elif event.stage in _PLAIN_STAGES:

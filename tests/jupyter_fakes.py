@@ -59,8 +59,16 @@ class FakeExecutor(Executor):
 
 class FakeScientist:
     model_name = "scripted"
+    target = None  # the evaluation device is the target
+    bench = None
 
-    async def select(self, population):
+    async def preflight(self, kernels):
+        pass
+
+    def observe(self, bench):
+        self.bench = bench
+
+    async def select(self, population, findings=()):
         best = min((v for v in population if v.status == "ok"), key=lambda v: v.geomean_us)
         return Selection(base_id=best.id, reference_id=None, justification="the fastest correct kernel")
 
@@ -77,10 +85,10 @@ class FakeScientist:
         source = fake_kernel(round(us * 0.8, 3)) if plan.title == "faster" else fake_kernel(us, "wrong_answer")
         return Draft(source=source, mode="edits", edits_total=1, edits_applied=1)
 
-    async def repair(self, source, status, message, failing_shape, attempt):
+    async def repair(self, source, status, message, failing_shape, attempt, coverage=""):
         return Draft(source=None, mode="edits", edits_total=1, edits_applied=0, error="no fix found")
 
-    async def finding(self, plan, base, child_status, child_geomean_us):
+    async def finding(self, plan, base, child_status, child_geomean_us, child=None):
         return f"{plan.title}: {child_status}"
 
 

@@ -20,7 +20,7 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any, Callable, Union
 from urllib.parse import urlsplit
 
 
@@ -61,7 +61,14 @@ class Garbage:
     content_type: str = "text/html"
 
 
-Behaviour = Union[Reply, Status, Slow, Garbage]
+@dataclass
+class Respond:
+    """Decide the behaviour from the request itself, e.g. a scripted model that answers by role."""
+
+    decide: Callable[["Received"], "Behaviour"]
+
+
+Behaviour = Union[Reply, Status, Slow, Garbage, Respond]
 
 
 @dataclass
@@ -161,6 +168,8 @@ class LoopbackServer(ABC):
             return
         if behaviour is None:
             behaviour = Status(500, "loopback script exhausted")
+        if isinstance(behaviour, Respond):
+            behaviour = behaviour.decide(request)
         if isinstance(behaviour, Slow):
             if self._stopping.wait(behaviour.seconds):
                 return

@@ -46,7 +46,7 @@ class RecordingScientist(FakeScientist):
     def __init__(self):
         self.populations = []
 
-    async def select(self, population):
+    async def select(self, population, findings=()):
         self.populations.append({v.id for v in population})
         return await super().select(population)
 

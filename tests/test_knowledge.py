@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from kscience.scientist.knowledge import KnowledgeError, list_notes, load_knowledge
+from kscience.scientist.knowledge import KnowledgeError, knowledge_for, list_notes, load_knowledge
 
 PACKAGE_NOTES = ["triton.md", "hopper.md", "cdna3.md", "fp8_blockscale_gemm.md"]
 BIG = 10**7  # a budget nothing reaches
@@ -42,15 +42,53 @@ def test_key_facts_are_in_the_notes():
         assert fact in text, fact
 
 
-def test_budget_truncation():
-    full = load_knowledge(budget_chars=BIG)
-    for budget in (200, 3000, 24000):
+def blocks(text):
+    """Each note's text by name, the left-out marker removed."""
+    text = text.split("\n[knowledge:")[0]
+    parts = re.split(r"^## (\S+\.md)$", text, flags=re.M)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def test_budget_drops_whole_notes_never_cutting_one():
+    full = blocks(load_knowledge(budget_chars=BIG))
+    for budget in (200, 3000, 12000, 24000):
         text = load_knowledge(budget_chars=budget)
         assert len(text) <= budget
-        assert "knowledge truncated" in text
-        assert full.startswith(text.split("\n[knowledge truncated")[0])
+        assert "left out" in text or budget < 300
+        for name, body in blocks(text).items():
+            assert body == full[name]  # every note present is there whole
     assert load_knowledge(budget_chars=0) == ""
-    assert len(load_knowledge()) <= 24000
+    assert len(load_knowledge()) <= 32000
+
+
+def test_knowledge_for_a_target_keeps_its_notes_whole_and_gives_writers_the_code_notes():
+    designer, writer = knowledge_for([], ["cuda", "NVIDIA H100 80GB HBM3"], "fp8_blockscale_gemm")
+    assert headers(designer) == ["hopper.md", "fp8_blockscale_gemm.md", "triton.md"]
+    assert "cdna3.md" in designer.split("\n")[-1]  # named as left out, not cut
+    assert headers(writer) == ["triton.md", "fp8_blockscale_gemm.md", "hopper.md"]
+    designer, writer = knowledge_for([], ["rocm", "AMD Instinct MI300X"], "softmax")
+    assert headers(designer)[0] == "cdna3.md" and "fp8_blockscale_gemm.md" not in headers(writer)
+    # A KernelBench file whose name shares a word with a note does not get that note.
+    _, writer = knowledge_for([], ["cpu"], "12_Gemm_Multiply_LeakyReLU")
+    assert headers(writer) == ["triton.md"]
+
+
+def test_notes_agree_with_the_seeds():
+    """The fp8 seed widens to fp16 and has no UPCAST guard; the notes must not say otherwise."""
+    from kscience.problems import load_problem
+
+    seed = load_problem("fp8_blockscale_gemm").seed_source
+    note = dict(_notes())["fp8_blockscale_gemm.md"]
+    assert "UPCAST" not in seed and "Keep that guard" not in note
+    assert ".to(tl.float16)" in seed and "widens both tiles to fp16" in note
+    for name in ("matmul", "swiglu"):
+        assert "UPCAST" in load_problem(name).seed_source
+
+
+def _notes():
+    from kscience.scientist.knowledge import _package_notes
+
+    return _package_notes()
 
 
 def test_topics_put_relevant_package_notes_first():

@@ -83,6 +83,14 @@ class ScriptedScientist:
     Plans whose title is in `broken` produce a wrong answer; repairs fix it unless `repairs_fail`."""
 
     model_name = "scripted"
+    target = None  # the evaluation device is the target
+    bench = None
+
+    async def preflight(self, kernels):
+        pass
+
+    def observe(self, bench):
+        self.bench = bench
 
     def __init__(self, factors=(0.9, 0.8, 1.1, 0.5, 0.5), broken=(), repairs_fail=False, fail=None,
                  writers_must_overlap=0):
@@ -100,7 +108,7 @@ class ScriptedScientist:
         if role in self.fail:
             raise self.fail.pop(role)
 
-    async def select(self, population):
+    async def select(self, population, findings=()):
         self._enter("select", tuple(v.id for v in population))
         best = min((v for v in population if v.status == "ok"), key=lambda v: v.geomean_us)
         return Selection(base_id=best.id, reference_id=None, justification="fastest correct")
@@ -127,12 +135,12 @@ class ScriptedScientist:
         return Draft(source=fake_kernel(round(kernel_time(base.source) * factor, 3), status), mode="edit",
                      edits_total=2, edits_applied=2 if status == "ok" else 1)
 
-    async def repair(self, source, status, message, failing_shape, attempt):
+    async def repair(self, source, status, message, failing_shape, attempt, coverage=""):
         self._enter("repair", status, message, failing_shape, attempt)
         fixed = source if self.repairs_fail else source.replace("'wrong_answer'", "'ok'")
         return Draft(source=fixed + f"# attempt {attempt}\n", mode="edit", edits_total=1, edits_applied=1)
 
-    async def finding(self, plan, base, child_status, child_geomean_us):
+    async def finding(self, plan, base, child_status, child_geomean_us, child=None):
         self._enter("finding", plan.title)
         return f"{plan.title} on {base.id}: {child_status}, {child_geomean_us}"
 
@@ -348,3 +356,23 @@ def test_the_offline_scientist_drives_the_loop_with_every_strategy(tmp_path, str
     roles = {c["role"] for c in store.llm_calls(run.id)}
     assert {"designer", "writer", "finding"} <= roles and ("selector" in roles) == (strategy == "llm")
     assert store.run(run.id)["environment"]["model"] == "offline"
+
+
+class ExhaustedScientist(ScriptedScientist):
+    """Proposes only experiments already carried out on the base: the rules choose none of them."""
+
+    async def design(self, base, reference, findings, done=()):
+        plans = await super().design(base, reference, findings, done)
+        for p in plans:
+            p.chosen, p.why_chosen = False, ""
+        return plans
+
+
+def test_an_iteration_with_nothing_left_to_try_ends_the_run_and_says_so(tmp_path):
+    sci = ExhaustedScientist()
+    run = make_run(tmp_path, sci, iterations=3)
+    assert run.start(background=False).status == "finished"
+    assert run.store.plans(run.id) == []  # no empty round was recorded
+    assert [c[0] for c in sci.calls] == ["select", "design"]  # the seed is the only correct member to try
+    said = [e["payload"]["detail"] for e in run.store.events(run.id) if e["payload"].get("stage") == "done"]
+    assert said and "nothing left to try" in said[0]

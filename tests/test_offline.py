@@ -9,6 +9,7 @@ import pytest
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem
+from kscience.scientist.briefing import Brief
 from kscience.scientist.llm.base import LLMError
 from kscience.scientist.moves import catalogue
 from kscience.scientist.offline import OfflineLLM
@@ -237,14 +238,16 @@ def test_findings_follow_the_numbers(status, child_us, lesson):
 
 def test_offline_calls_are_recorded_like_a_models():
     llm = OfflineLLM(seed=0)
-    text, call = run(llm.complete("Status: ok\nMeasured uplift: +3.0%\nPredicted uplift: +1..+5%",
-                                  role="finding", system="sys"))
+    brief = Brief("finding", plan=Plan("x", "r", ["c"], 1.0, 5.0, 1), status="ok", measured_pct=3.0)
+    text, call = run(llm.complete("any wording at all", role="finding", system="sys", context=brief))
     assert call.model == "offline" and call.role == "finding" and call.response == text
     assert call.cost_usd == 0.0 and call.error is None and call.prompt.startswith("[system]\nsys")
     assert Scientist(llm, load_problem("softmax"), "").model_name == "offline"
     with pytest.raises(LLMError) as caught:
         run(llm.complete("anything", role="critic"))
     assert caught.value.call is not None and caught.value.call.error
+    with pytest.raises(LLMError, match="without its structured brief"):
+        run(llm.complete("Status: ok", role="finding"))
 
 
 def test_kwarg_literals_are_knobs_too():
@@ -287,7 +290,8 @@ def test_designer_answer_follows_the_schema_it_is_given():
             return await super().complete(prompt, **kw)
 
     run(Scientist(Capture(), problem, "").design(seed_view(problem), None, []))
-    text, _ = run(OfflineLLM(seed=0).complete(seen["prompt"], role="designer", schema=seen["schema"]))
+    text, _ = run(OfflineLLM(seed=0).complete(seen["prompt"], role="designer", schema=seen["schema"],
+                                              context=seen["context"]))
     answer = json.loads(text)
     assert set(seen["schema"]["required"]) <= set(answer)
     item = seen["schema"]["properties"]["plans"]["items"]

@@ -278,7 +278,11 @@ def test_kernelbench_file_loads():
     assert problem.description == "Linear layer followed by ReLU, written as a KernelBench level-2 problem file."
     assert problem.rtol == problem.atol == 1e-2
     assert problem.tests == problem.benchmarks == problem.cpu_tests == problem.cpu_benchmarks == [{}]
-    assert problem.seed_source is None and problem.overrides == {}
+    assert problem.overrides == {} and problem.source_text == KERNELBENCH_FILE.read_text()
+    # The run starts from the reference itself, as a self-contained file a model can rewrite.
+    assert problem.seed_source.startswith(problem.source_text.rstrip("\n"))
+    assert "\nclass ModelNew(Model):\n" in problem.seed_source
+    assert problem.constants == {"batch_size": 16, "in_features": 64, "out_features": 32}
     (x,) = problem.generate_input(3, "cpu")
     assert x.shape == (16, 64)
     assert torch.equal(x, problem.generate_input(3, "cpu")[0])

@@ -26,7 +26,7 @@ class Scripted(LLM):
         self.answers = list(answers)
         self.requests = []
 
-    async def complete(self, prompt, *, role, system=None, schema=None):
+    async def complete(self, prompt, *, role, system=None, schema=None, context=None):
         self.requests.append({"prompt": prompt, "role": role, "system": system, "schema": schema})
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):

@@ -80,7 +80,7 @@ def test_a_dead_provider_fails_in_one_line_and_the_run_resumes_offline(tmp_path)
         assert run["status"] == "failed" and run["error"] in line
         calls = store.llm_calls(run["id"])
         assert calls and calls[0]["error"] and calls[0]["model"] == "openai:gpt-4o"
-        assert [c["status"] for c in store.candidates(run["id"])] == ["ok", "ok"]  # seed and reference kept
+        assert calls[0]["role"] == "preflight" and store.candidates(run["id"]) == []  # failed before any timing
     assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
 
     resumed = kscience("resume", run["id"], "--llm", "offline", "--db", str(db), env=env)

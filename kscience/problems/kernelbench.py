@@ -18,6 +18,10 @@ each model is built so that `Model` and `ModelNew` start from identical weights:
   worker builds the candidate's `ModelNew`, both with `problem.weights_seed`.
 * `ref_kernel(data)` runs `Model` built that way with `weights_seed` (0) on data's device.
 
+The seed is the reference itself (`seed_from_reference`): the file as run, with a `ModelNew`
+that inherits from `Model`; a scientist's first task is to replace its operations with kernels.
+`problem.source_text` and `problem.constants` show the file and its constants after `--set`.
+
 Tolerance: KernelBench v0 and v0.1 compare with atol = rtol = 1e-2 (its later evaluator
 keeps 1e-2 for fp16/bf16 and tightens fp32 to 1e-4); kscience uses 1e-2, since a Triton
 `tl.dot` on fp32 inputs runs in TF32 by default.
@@ -60,19 +64,33 @@ def _module_constants(tree: ast.Module) -> dict[str, ast.stmt]:
     return constants
 
 
-def _apply_overrides(tree: ast.Module, overrides: dict, path: Path) -> None:
+def _apply_overrides(tree: ast.Module, overrides: dict, path: Path) -> list[tuple[ast.stmt, str, object]]:
+    """Rewrite each overridden constant in `tree`; return (statement, name, value) for each."""
     constants = _module_constants(tree)
+    done = []
     for name, text in overrides.items():
         if name not in constants:
             known = ", ".join(sorted(constants)) or "none"
             raise ProblemError(f"{path.name}: --set {name}: no module-level constant of that name (has: {known})")
         value = parse_override_value(text) if isinstance(text, str) else text
+        done.append((constants[name], name, value))
         constants[name].value = ast.parse(repr(value), mode="eval").body
     ast.fix_missing_locations(tree)
+    return done
 
 
-def _exec_source(path: Path, overrides: dict) -> ModuleType:
-    """Run the (rewritten) file as a fresh module; any failure becomes a one-line ProblemError."""
+def _rewritten_text(source: str, done: list[tuple[ast.stmt, str, object]]) -> str:
+    """The file as it runs: each overridden assignment replaced by its new value, marked as such."""
+    lines = source.splitlines()
+    for node, name, value in sorted(done, key=lambda d: -d[0].lineno):
+        indent = lines[node.lineno - 1][:node.col_offset]
+        lines[node.lineno - 1:node.end_lineno] = [f"{indent}{name} = {value!r}  # set with --set"]
+    return "\n".join(lines) + "\n"
+
+
+def _exec_source(path: Path, overrides: dict) -> tuple[ModuleType, str, list[str]]:
+    """Run the (rewritten) file as a fresh module; any failure becomes a one-line ProblemError.
+    Returns the module, its text as run, and the names of its module-level constants."""
     try:
         source = path.read_text()
         tree = ast.parse(source, filename=str(path))
@@ -80,7 +98,8 @@ def _exec_source(path: Path, overrides: dict) -> ModuleType:
         raise ProblemError(f"{path}: SyntaxError: {exc.msg} (line {exc.lineno})") from None
     except OSError as exc:
         raise ProblemError(f"{path}: cannot read: {exc.strerror}") from None
-    _apply_overrides(tree, overrides, path)
+    done = _apply_overrides(tree, overrides, path)
+    names = list(_module_constants(tree))
     module_name = f"kscience_kernelbench_{path.stem}"
     module = ModuleType(module_name)
     module.__file__ = str(path)
@@ -93,7 +112,23 @@ def _exec_source(path: Path, overrides: dict) -> ModuleType:
     missing = [name for name in _REQUIRED if not hasattr(module, name)]
     if missing:
         raise ProblemError(f"{path}: not a KernelBench file: it lacks {', '.join(missing)}")
-    return module
+    return module, _rewritten_text(source, done), names
+
+
+def _constants(module: ModuleType, names: list[str]) -> dict:
+    """The module constants' values as run (after --set): plain numbers, strings and tuples of them."""
+    plain = (int, float, str, bool, tuple, type(None))
+    return {n: module.__dict__[n] for n in names if isinstance(module.__dict__.get(n), plain)}
+
+
+def seed_from_reference(text: str) -> str:
+    """A starting kernel that is the reference itself, self-contained so a model can rewrite it: the
+    file as run, then a ModelNew that inherits everything from Model. The first experiment on it is to
+    replace the forward's operations with Triton kernels."""
+    return (text.rstrip("\n") + "\n\n\n"
+            "class ModelNew(Model):\n"
+            '    """The starting point: the reference Model itself, with no custom kernel yet. Replace the\n'
+            '    forward\'s PyTorch operations with Triton kernels (or load_inline CUDA) to make it faster."""\n')
 
 
 def _to_device(values, device):
@@ -111,7 +146,7 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
     """A Problem whose entry is `ModelNew`, with the seeding convention described above."""
     path = Path(path)
     overrides = dict(overrides or {})
-    module = _exec_source(path, overrides)
+    module, text, names = _exec_source(path, overrides)
 
     def generate_input(seed: int, device="cuda", **shape):
         if shape:
@@ -155,7 +190,10 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
         precision="fp32",
         entry="ModelNew",
         overrides=overrides,
+        seed_source=seed_from_reference(text),
     )
+    problem.source_text = text  # what the scientist shows as the reference implementation
+    problem.constants = _constants(module, names)
     problem.make_model = make_model
     problem.reference_model_class = module.Model
     problem.weights_seed = WEIGHTS_SEED

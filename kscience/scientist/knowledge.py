@@ -6,7 +6,10 @@ kscience ships four notes in `kscience/scientist/knowledge/` (read via importlib
 
 `topics` says what the run is about (a device kind such as "cuda"/"rocm", a device name, a problem
 name); package notes matching a topic come first, then the user's notes, then the remaining package
-notes, and the text is cut to `budget_chars`. Without topics every package note counts as relevant.
+notes; whole notes are dropped from the end to stay within `budget_chars`, never cut in the middle.
+Without topics every package note counts as relevant. `knowledge_for` picks the notes of one run:
+the designer's (every relevant note first) and the writer's (only the notes about the language,
+the target hardware and the problem: what matters for writing the code).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["KnowledgeError", "load_knowledge", "list_notes"]
+__all__ = ["KnowledgeError", "load_knowledge", "list_notes", "knowledge_for"]
 
+DEFAULT_BUDGET_CHARS = 32000  # the three notes of one target (language, GPU, problem) fit whole
 _ORDER = ("triton", "hopper", "cdna3", "fp8_blockscale_gemm")  # package notes, most general first
 _ALIASES = {  # words a caller is likely to have (device kind or name) -> the note that covers it
     "cuda": "hopper", "nvidia": "hopper", "h100": "hopper", "h200": "hopper", "sm90": "hopper",
@@ -71,33 +75,32 @@ def _demote(text: str) -> str:
 
 
 def _fit(sections: list[tuple[str, str]], budget: int) -> str:
-    """Join `## name` sections in order, cutting at an item boundary so the result is <= budget."""
-    out, used = [], 0
-    for i, (name, text) in enumerate(sections):
+    """Join `## name` sections in priority order, whole: a note that does not fit in what is left of
+    the budget is left out entirely (never cut), and the left-out notes are named at the end."""
+    out, left, used = [], [], 0
+    for name, text in sections:
         block = f"## {name}\n\n{_demote(text)}\n"
         sep = "\n" if out else ""
         if used + len(sep) + len(block) <= budget:
             out.append(sep + block)
             used += len(sep) + len(block)
-            continue
-        left = [n for n, _ in sections[i:]]
-        marker = f"\n[knowledge truncated to {budget} chars; cut or omitted: {', '.join(left)}]"
-        if len(marker) > budget // 4:
-            marker = f"\n[knowledge truncated to {budget} chars; {len(left)} note(s) cut or omitted]"
-        room = budget - used - len(sep) - len(marker)
-        partial = block[:max(room, 0)]
-        partial = partial[:max(partial.rfind(s) for s in ("\n- ", "\n#", "\n\n")) + 1]
-        if partial.count("\n") >= 3:  # header, blank line and at least one line of the note
-            out.append(sep + partial.rstrip("\n"))
-        text = "".join(out)
-        return text + marker if len(text) + len(marker) <= budget else text
-    return "".join(out)
+        else:
+            left.append(name)
+    text = "".join(out)
+    if left:
+        marker = f"\n[knowledge: left out whole to stay within {budget} chars: {', '.join(left)}]"
+        if len(text) + len(marker) > budget:
+            marker = f"\n[knowledge: {len(left)} note(s) left out whole for the budget]"
+        if len(text) + len(marker) <= budget:
+            text += marker
+    return text
 
 
 def load_knowledge(extra_dirs: Iterable[str | Path] = (), topics: list[str] | None = None,
-                   budget_chars: int = 24000) -> str:
-    """Every package note plus every `*.md` in `extra_dirs`, each under `## <filename>`, at most
-    `budget_chars` long: package notes matching `topics` first, then the user's, then the rest."""
+                   budget_chars: int = DEFAULT_BUDGET_CHARS, only_relevant: bool = False) -> str:
+    """Every package note plus every `*.md` in `extra_dirs`, each whole under `## <filename>`, at most
+    `budget_chars` long: package notes matching `topics` first (in the order of the topics), then the
+    user's, then the rest unless `only_relevant`; notes that do not fit are left out whole."""
     package = _package_notes()
     user = _user_notes(extra_dirs)
     if topics is None:
@@ -106,10 +109,23 @@ def load_knowledge(extra_dirs: Iterable[str | Path] = (), topics: list[str] | No
         relevant: list[tuple[str, str]] = []
         for topic in (str(t) for t in topics if t):
             relevant += [n for n in package if _matches(n[0], topic) and n not in relevant]
-        ordered = relevant + user + [n for n in package if n not in relevant]
+        ordered = relevant + user + ([] if only_relevant else [n for n in package if n not in relevant])
     return _fit(ordered, max(int(budget_chars), 0))
 
 
 def list_notes(extra_dirs: Iterable[str | Path] = ()) -> list[tuple[str, int]]:
     """(filename, characters) of every note load_knowledge would draw on, package notes first."""
     return [(name, len(text)) for name, text in _package_notes() + _user_notes(extra_dirs)]
+
+
+def knowledge_for(extra_dirs: Iterable[str | Path], target_topics: list[str], problem: str,
+                  budget_chars: int = DEFAULT_BUDGET_CHARS) -> tuple[str, str]:
+    """(the designer's knowledge, the writer's and repairer's) for a run on `target_topics` (a device
+    kind and name, e.g. ["cuda", "NVIDIA H100 80GB HBM3"]) and the problem named `problem`."""
+    # Only a note named after the problem is about it: a word such as "gemm" in a KernelBench file's
+    # name must not pull in another problem's note.
+    own = [problem] if any(name == f"{problem}.md" for name, _ in _package_notes()) else []
+    designer = load_knowledge(extra_dirs, topics=[*target_topics, *own, "triton"], budget_chars=budget_chars)
+    writer = load_knowledge(extra_dirs, topics=["triton", *own, *target_topics], budget_chars=budget_chars,
+                            only_relevant=True)
+    return designer, writer

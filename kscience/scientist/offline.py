@@ -1,9 +1,10 @@
 """The offline scientist: answers every role's prompt without a network, in the formats a model is asked for.
 
-It is what runs when no API key is configured. It reads what it needs from the prompt itself (the
-base kernel in its code block, the shapes, the population, the plan title) and answers in the same
-format as a model would, JSON for the selector and designer, SEARCH/REPLACE blocks for the writer
-and repairer, a sentence for findings, so the roles run the same code with or without a model.
+It is what runs when no API key is configured. It reads the same structured brief the prompt was
+rendered from (`briefing.Brief`: the population, the base kernel, the shapes, the plan, the
+numbers), never the prompt's text, so rewording a prompt cannot break it; and it answers in the
+format a model is asked for, JSON for the selector and designer, SEARCH/REPLACE blocks for the
+writer and repairer, a sentence for findings, so the roles run the same code with or without a model.
 
 Its ideas come from a fixed catalogue (`moves.py`): knob retuning within the rules of the knowledge
 notes and a few structural rewrites where the source has a pattern it recognises. It is honest
@@ -18,6 +19,7 @@ import json
 import random
 import re
 import time
+from typing import Any
 
 from kscience.scientist import strategy
 from kscience.scientist.edits import edits_between, render_edits
@@ -30,39 +32,6 @@ RESOURCE_ERROR = re.compile(r"out of resource|shared memory|too many resources|O
                             re.IGNORECASE)
 PLANS = 5
 AVENUES = 10
-
-
-def _code_after(prompt: str, heading: str, last: bool = False) -> tuple[str, str] | None:
-    """(text captured by `heading`'s group, the python block that follows it), or None."""
-    hits = list(re.finditer(heading, prompt, re.MULTILINE))
-    if not hits:
-        return None
-    hit = hits[-1] if last else hits[0]
-    block = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL).search(prompt, hit.end())
-    if block is None:
-        return None
-    return (hit.group(1) if hit.groups() else ""), block.group(1).rstrip("\n")
-
-
-def _field(prompt: str, name: str) -> str:
-    m = re.search(rf"^{re.escape(name)}: (.*)$", prompt, re.MULTILINE)
-    return m.group(1).strip() if m else ""
-
-
-def _shapes(prompt: str) -> list[dict]:
-    shapes = []
-    for m in re.finditer(r"^(?:Correctness|Benchmark) shapes[^:\n]*: (\[.*\])$", prompt, re.MULTILINE):
-        try:
-            shapes += [s for s in json.loads(m.group(1)) if isinstance(s, dict)]
-        except json.JSONDecodeError:
-            continue
-    return shapes
-
-
-def _section(prompt: str, heading: str) -> str:
-    """Text from a `# heading` line to the next top-level heading."""
-    m = re.search(rf"^# {re.escape(heading)}.*?$(.*?)(?=^# |\Z)", prompt, re.MULTILINE | re.DOTALL)
-    return m.group(1) if m else ""
 
 
 def _key(source: str) -> str:
@@ -83,8 +52,25 @@ class OfflineLLM(LLM):
         # kernels this scientist wrote -> the kernel each was derived from, so a repair can revert knobs
         self._parents: dict[str, str] = {}
 
+    async def preflight(self, problem: Any, kernels: list[str]) -> None:
+        """It cannot write a kernel from scratch: without a catalogue move on any of `kernels` (the seed, and
+        on a resumed run the correct kernels a model wrote) it has nothing to do."""
+        shapes = [*problem.tests, *problem.benchmarks, *problem.cpu_tests, *problem.cpu_benchmarks]
+
+        def workable(source: str) -> bool:
+            try:
+                return bool(catalogue(source, shapes))
+            except SyntaxError:
+                return False
+
+        if not any(workable(k) for k in kernels):
+            raise LLMError(f"the offline scientist cannot write kernels from scratch, and no move of its catalogue "
+                           f"applies to the seed of {problem.name} (no Triton kernel with knobs it knows); run it "
+                           "with a model (--llm openai:MODEL or gemini:MODEL) or start from a Triton kernel "
+                           "(--seed-kernel FILE)")
+
     async def complete(self, prompt: str, *, role: str, system: str | None = None,
-                       schema: dict | None = None) -> tuple[str, LLMCall]:
+                       schema: dict | None = None, context: Any = None) -> tuple[str, LLMCall]:
         started = time.perf_counter()
         rng = random.Random(f"{self.seed}:{role}:{hashlib.sha256(prompt.encode()).hexdigest()}")
         answer = {"selector": self._select, "designer": self._design, "writer": self._write,
@@ -93,7 +79,9 @@ class OfflineLLM(LLM):
         try:
             if answer is None:
                 raise LLMError(f"offline scientist has no answer for the role {role!r}")
-            text = answer(prompt, rng)
+            if context is None:
+                raise LLMError(f"offline scientist: the {role} call came without its structured brief")
+            text = answer(context, rng)
         except LLMError as exc:
             error = str(exc)
         sent = full_prompt(prompt, system)
@@ -105,41 +93,30 @@ class OfflineLLM(LLM):
         return text, call
 
     # --- selector: the tournament rule, justified ------------------------------------------------
-    def _select(self, prompt: str, rng: random.Random) -> str:
-        block = re.search(r"^```json\n(.*?)^```$", _section(prompt, "Population"), re.MULTILINE | re.DOTALL)
-        try:
-            members = json.loads(block.group(1)) if block else []
-        except json.JSONDecodeError:
-            members = []
-        population = [strategy.CandidateView(
-            id=str(m["id"]), parent_id=m.get("parent"), hypothesis=m.get("hypothesis", ""), status=m.get("status", ""),
-            geomean_us=m.get("geomean_us"), shape_times=dict(m.get("shape_us") or {}), source="",
-            message=m.get("message", ""), depth=m.get("depth", 0), n_children=m.get("children", 0))
-            for m in members if isinstance(m, dict) and "id" in m]
+    def _select(self, brief, rng: random.Random) -> str:
+        population = list(brief.population)
         if not population:
-            raise LLMError("offline scientist: the selector prompt lists no population")
+            raise LLMError("offline scientist: the selector was given no population")
         chosen = strategy.tournament(population)
         return json.dumps({"base_id": chosen.base_id, "reference_id": chosen.reference_id or "",
                            "justification": f"{NOTICE}; tournament rule: {chosen.justification}"})
 
     # --- designer: catalogue moves, untried first --------------------------------------------------
-    def _moves(self, prompt: str):
-        base = _code_after(prompt, r"^# Base kernel `([^`]*)`")
-        if base is None:
-            raise LLMError("offline scientist: the prompt has no base kernel block")
-        reference = _code_after(prompt, r"^# Reference kernel `([^`]*)`")
-        ref_id, ref_source = reference if reference else ("", None)
-        return base, catalogue(base[1], _shapes(prompt), ref_source, ref_id or "the reference")
+    def _moves(self, brief):
+        if brief.base is None:
+            raise LLMError("offline scientist: the brief has no base kernel")
+        ref = brief.reference
+        return catalogue(brief.base.source, brief.shapes, ref.source if ref else None, ref.id if ref else "the reference")
 
-    def _design(self, prompt: str, rng: random.Random) -> str:
-        (base_id, _), moves = self._moves(prompt)
+    def _design(self, brief, rng: random.Random) -> str:
+        moves = self._moves(brief)
         if not moves:
-            raise LLMError(f"offline scientist: no catalogue move applies to {base_id} "
+            raise LLMError(f"offline scientist: no catalogue move applies to {brief.base.id} "
                            "(no tunable literal and no pattern it knows how to rewrite)")
-        findings = _section(prompt, "Earlier findings")
+        reported = {f.split(":", 1)[0] for f in brief.findings}
         # Weighted random order (keys u ** (1 / weight)): bolder moves tend to come first; moves the
         # findings already report come last.
-        order = sorted(moves, key=lambda m: (f"- {m.title}:" in findings, -rng.random() ** (1 / m.innovation)))
+        order = sorted(moves, key=lambda m: (m.title in reported, -rng.random() ** (1 / m.innovation)))
         plans = [{"title": m.title, "rationale": m.rationale, "changes": m.changes,
                   "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
                   "innovation": m.innovation} for m in order[:PLANS]]
@@ -147,25 +124,22 @@ class OfflineLLM(LLM):
         return json.dumps({"avenues": avenues, "plans": plans}, indent=1)
 
     # --- writer: the named move as SEARCH/REPLACE blocks ----------------------------------------------
-    def _write(self, prompt: str, rng: random.Random) -> str:
-        title = _field(prompt, "# Plan")
-        (_, base), moves = self._moves(prompt)
-        move = next((m for m in moves if m.title == title), None)
+    def _write(self, brief, rng: random.Random) -> str:
+        title, base = brief.plan.title, brief.base.source
+        move = next((m for m in self._moves(brief) if m.title == title), None)
         if move is None:
             return (f"The offline scientist cannot carry out \"{title}\": it is not one of its catalogue moves "
                     "for this kernel, and it writes no code beyond those.")
-        current = _code_after(prompt, r"^# Current source()", last=True)
-        start = current[1] if current else base
+        start = brief.source or base  # a retry starts from what the first answer left
         edits = edits_between(start, move.new_source)
         self._parents[_key(move.new_source)] = base
         return f"Carrying out \"{title}\" in {len(edits)} edit block(s).\n\n{render_edits(edits)}"
 
     # --- repair: smaller resources, or the parent's knob values --------------------------------------
-    def _repair(self, prompt: str, rng: random.Random) -> str:
-        failing = _code_after(prompt, r"^# Failing kernel.*$()")
-        if failing is None:
-            return "The offline scientist found no failing kernel in the prompt."
-        source, message = failing[1], _field(prompt, "Message")
+    def _repair(self, brief, rng: random.Random) -> str:
+        if not brief.source:
+            return "The offline scientist was given no failing kernel."
+        source, message = brief.source, brief.message
         try:
             src = Source(source)
         except SyntaxError as exc:
@@ -215,20 +189,22 @@ class OfflineLLM(LLM):
         return text, f"Restoring the knob values of the kernel this one came from: {', '.join(said)}."
 
     # --- findings: the lesson the numbers support ------------------------------------------------------
-    def _finding(self, prompt: str, rng: random.Random) -> str:
-        status = _field(prompt, "Status")
+    def _finding(self, brief, rng: random.Random) -> str:
+        status = brief.status
         if status != strategy.OK:
             return (f"The change broke the kernel ({status}), so its constraints need checking before the idea "
                     "is tried again.")
-        measured = re.match(r"([+-]?\d+(?:\.\d+)?)%", _field(prompt, "Measured uplift"))
-        predicted = re.match(r"([+-]?\d+(?:\.\d+)?)\.\.([+-]?\d+(?:\.\d+)?)%", _field(prompt, "Predicted uplift"))
-        if measured is None or predicted is None:
+        if brief.measured_pct is None:
             return ("Without a base time the uplift cannot be measured, so this result neither confirms nor "
                     "refutes the idea.")
-        pct, low, high = float(measured.group(1)), float(predicted.group(1)), float(predicted.group(2))
+        pct, low, high = brief.measured_pct, brief.plan.predicted_min_pct, brief.plan.predicted_max_pct
+        noise = brief.bench.noise_pct if brief.bench is not None and brief.bench.noise_pct is not None else 1.0
+        if brief.bench is not None and brief.bench.interpreted and abs(pct) < 100.0:
+            return ("Under the CPU interpreter a difference of this size says nothing about GPU speed, so the idea "
+                    "stays untested until it runs on the target GPU.")
         if low <= pct <= high:
             return "The prediction held, so this direction is sound and worth building on."
-        if abs(pct) < 1.0:
+        if abs(pct) < max(1.0, 2 * noise):
             return "It made no measurable difference, so this is not what limits the kernel on these shapes."
         if pct > high:
             return ("It beat the predicted range, so the kernel is more sensitive to this than assumed and a "

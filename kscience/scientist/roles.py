@@ -6,22 +6,28 @@ predicted uplift and an innovation score, three of them are chosen (most innovat
 predicted maximum, highest predicted minimum), and a writer implements each one. A repairer fixes
 kernels that fail, and every experiment ends in a finding that compares prediction with measurement.
 
-Every model call goes through `llm.complete`, with prompts filled from `prompts/`. The offline
-scientist answers the same prompts in the same formats, so this code path is the same with or
-without a model.
+Every model call goes through `llm.complete`, with prompts filled from `prompts/`: each starts with
+the measurement header (how the numbers were measured, on what, how noisy), and the designer,
+writer and repairer also get the problem as code and its input contract (`briefing.py`). Each call
+carries the `Brief` its prompt was rendered from; the offline scientist answers from that brief in
+the formats a model is asked for, so this code path is the same with or without a model.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import math
 import random
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
+                                         render_header)
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
+from kscience.scientist.hardware import Hardware
 from kscience.scientist.llm.base import LLMError, one_line
+from kscience.scientist.plans import Plan, mark_chosen, measured_clause, parse_plans, predicted_range
 from kscience.scientist.prompts import load_schema, render
 from kscience.scientist.strategy import OK, CandidateView, Selection, ranked, seed_of, tournament, tree_search
 
@@ -29,23 +35,9 @@ __all__ = ["CandidateView", "Selection", "Plan", "Draft", "Scientist", "mark_cho
            "measured_clause"]
 
 STRATEGIES = ("tournament", "tree", "llm")
-PLANS_WANTED = 5
 SELECTOR_MAX_MEMBERS = 30  # the fastest correct members and the newest failures beyond this are left out
-FINDINGS_PROMPT_CHARS = 6000  # newest findings first until this much text
-FINDING_MAX_CHARS = 400  # one finding in the designer's prompt
-LESSON_MAX_CHARS = 300
-
-
-@dataclass
-class Plan:
-    title: str  # short name of the experiment
-    rationale: str
-    changes: list[str]  # rubric of concrete code changes
-    predicted_min_pct: float  # predicted uplift range, % speedup vs base (negative allowed)
-    predicted_max_pct: float
-    innovation: int  # 1..10
-    chosen: bool = False
-    why_chosen: str = ""  # "most innovative" | "highest max" | "highest min"
+FINDINGS_PROMPT_CHARS = 8000  # newest findings first, each whole, until this much text
+LESSON_MAX_CHARS = 1200  # a lesson longer than this keeps its whole sentences that fit
 
 
 @dataclass
@@ -57,105 +49,26 @@ class Draft:
     error: str | None = None  # one line when source is None
 
 
-def _number(value) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-def _plan_from(obj) -> Plan | None:
-    """A Plan from one JSON object, or None when a required field is missing or unusable."""
-    if not isinstance(obj, dict):
-        return None
-    title, rationale, changes = obj.get("title"), obj.get("rationale"), obj.get("changes")
-    low, high = _number(obj.get("predicted_min_pct")), _number(obj.get("predicted_max_pct"))
-    innovation = _number(obj.get("innovation"))
-    if isinstance(changes, str):
-        changes = [changes]
-    if not (isinstance(title, str) and title.strip() and isinstance(rationale, str) and isinstance(changes, list)):
-        return None
-    changes = [c.strip() for c in changes if isinstance(c, str) and c.strip()]
-    if not changes or low is None or high is None or innovation is None:
-        return None
-    low, high = min(low, high), max(low, high)
-    return Plan(one_line(title, 120), rationale.strip(), changes, low, high, int(min(max(round(innovation), 1), 10)))
-
-
-def parse_plans(text: str) -> list[Plan]:
-    """The designer's valid plans (at most five, distinct titles); LLMError if there is none."""
-    try:
-        answer = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LLMError(f"designer answer is not JSON: {exc.msg} at line {exc.lineno}") from None
-    raw = answer.get("plans") if isinstance(answer, dict) else answer
-    plans, titles = [], set()
-    for obj in raw if isinstance(raw, list) else []:
-        plan = _plan_from(obj)
-        if plan is not None and plan.title.lower() not in titles:
-            plans.append(plan)
-            titles.add(plan.title.lower())
-    if not plans:
-        raise LLMError("designer answer had no valid plan")
-    return plans[:PLANS_WANTED]
-
-
-CHOICE_RULES = (  # (why_chosen, ranking key); each rule takes the best plan not chosen yet
-    ("most innovative", lambda p: (p.innovation, p.predicted_max_pct)),
-    ("highest max", lambda p: (p.predicted_max_pct, p.predicted_min_pct)),
-    ("highest min", lambda p: (p.predicted_min_pct, p.predicted_max_pct)),
-)
-
-
-def _title_key(title: str) -> str:
-    return " ".join(title.lower().split())
-
-
-def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
-    """Mark up to three distinct plans chosen, one per rule; ties go to the plan listed first.
-    A plan titled as an experiment already carried out on this base (`done`) is never chosen:
-    its outcome is known, and the same edit would only rebuild a kernel already judged."""
-    done_keys = {_title_key(t) for t in done}
-    for plan in plans:
-        plan.chosen, plan.why_chosen = False, ""
-    for why, key in CHOICE_RULES:
-        rest = [p for p in plans if not p.chosen and _title_key(p.title) not in done_keys]
-        if rest:
-            pick = max(rest, key=key)
-            pick.chosen, pick.why_chosen = True, why
-    return plans
-
-
-def predicted_range(plan: Plan) -> str:
-    return f"{plan.predicted_min_pct:+g}..{plan.predicted_max_pct:+g}%"
-
-
-def measured_clause(plan: Plan, base_us: float | None, status: str, child_us: float | None) -> str:
-    """Prediction against measurement in words, e.g. "+12.3% measured vs +5..+20% predicted"."""
-    predicted = f"{predicted_range(plan)} predicted"
-    if status != OK:
-        return f"failed ({status}) vs {predicted}"
-    if base_us and child_us:
-        pct = (base_us / child_us - 1.0) * 100.0
-        return f"{pct:+.1f}% measured ({base_us:.2f} -> {child_us:.2f} us) vs {predicted}"
-    if child_us:
-        return f"correct at {child_us:.2f} us, no base time to compare, vs {predicted}"
-    return f"correct but untimed vs {predicted}"
-
-
-def _shape_times(view: CandidateView) -> str:
-    if not view.shape_times:
-        return "no per-shape times"
-    return "; ".join(f"{label}: {us:.2f} us" for label, us in view.shape_times.items())
-
-
 def _summary(view: CandidateView) -> str:
     time = f"geomean {view.geomean_us:.2f} us" if view.geomean_us else "no time"
     return (f"Status {view.status}, {time}, from experiment \"{view.hypothesis}\" (depth {view.depth}).\n"
-            f"Per-shape median times: {_shape_times(view)}.")
+            f"Per-shape median times: {format_times(view.shape_times)}.\n"
+            f"Shapes covered: {view.coverage or 'not recorded'}.")
+
+
+def has_kernel(source: str) -> bool:
+    """Whether a candidate runs work of its own (Triton or load_inline), not only the PyTorch reference."""
+    return re.search(r"@triton\.(?:jit|autotune)|load_inline\s*\(", source) is not None
+
+
+def lesson(text: str) -> str:
+    """The model's lesson on one line, whole sentences only: never cut in the middle of one."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= LESSON_MAX_CHARS:
+        return flat
+    cut = flat[:LESSON_MAX_CHARS]
+    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+    return cut[:end + 1] if end > 0 else flat.split(". ")[0].rstrip(".") + "."
 
 
 def _kernels(base: CandidateView, reference: CandidateView | None) -> str:
@@ -169,7 +82,7 @@ def _member(view: CandidateView) -> dict:
     return {"id": view.id, "parent": view.parent_id, "depth": view.depth, "children": view.n_children,
             "status": view.status, "geomean_us": round(view.geomean_us, 3) if view.geomean_us else None,
             "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
-            "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
+            "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
 
 
 def _selector_members(population: list[CandidateView]) -> list[CandidateView]:
@@ -222,12 +135,34 @@ def _use_answer(text: str, against: str) -> _Attempt:
     return attempt
 
 
+def fit_findings(findings: list[str], budget: int = FINDINGS_PROMPT_CHARS) -> str:
+    """Newest first, each finding whole; older ones are dropped, and counted, once the budget is spent."""
+    lines, used = [], 0
+    for text in reversed(findings):  # given oldest first; the newest matter most
+        line = f"- {' '.join(text.split())}"
+        if lines and used + len(line) > budget:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    left = len(findings) - len(lines)
+    if left:
+        lines.append(f"- ({left} older finding{'s' if left > 1 else ''} left out whole for the prompt budget)")
+    return "\n".join(lines) if lines else "(none yet)"
+
+
 class Scientist:
+    """The five roles. `knowledge` goes to the designer, `code_knowledge` (default: the same) to the
+    writer and repairer; `target` is the hardware the kernels are for, `observe` says how the run's
+    numbers were measured (the measurement header of every prompt)."""
+
     def __init__(self, llm, problem, knowledge: str, *, strategy: str = "tournament",
-                 seed: int = 0, epsilon: float = 0.2):
+                 seed: int = 0, epsilon: float = 0.2, code_knowledge: str | None = None,
+                 target: Hardware | None = None):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown selection strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
         self.llm, self.problem, self.knowledge = llm, problem, knowledge
+        self.code_knowledge = knowledge if code_knowledge is None else code_knowledge
+        self.target, self.bench = target, None
         self.strategy, self.epsilon = strategy, epsilon
         self.rng = random.Random(seed)
         self.system = render("system.md")
@@ -236,34 +171,84 @@ class Scientist:
     def model_name(self) -> str:
         return self.llm.name
 
+    def observe(self, bench: Bench) -> None:
+        """How the numbers the next prompts show were measured; the controller keeps this current."""
+        self.bench = bench
+
+    async def preflight(self, kernels: list[str]) -> None:
+        """Before anything is timed: can this model work on this problem, starting from `kernels` (the seed,
+        then the correct kernels a resumed run already has), and does it answer? LLMError (one line) if not."""
+        await self.llm.preflight(self.problem, kernels)
+
+    # --- what every prompt shows -----------------------------------------------------------------
+    def _target(self) -> Hardware | None:
+        return self.bench.target if self.bench is not None else self.target
+
     def task(self) -> str:
         p = self.problem
-        shapes = {k: json.dumps(v) for k, v in (("tests", p.tests), ("benchmarks", p.benchmarks),
-                                               ("cpu_tests", p.cpu_tests), ("cpu_benchmarks", p.cpu_benchmarks))}
-        return render("task.md", name=p.name, description=p.description, entry=p.entry, rtol=p.rtol,
-                      atol=p.atol, **shapes)
+        constants = getattr(p, "constants", None)
+        if p.entry == "ModelNew":
+            values = ", ".join(f"{k}={v!r}" for k, v in (constants or {}).items()) or "none"
+            sizes = (f"Sizes come from the module constants (after --set), the same on every device: {values}. "
+                     "get_inputs() and get_init_inputs() build the forward's and the constructor's arguments.")
+        else:
+            sizes = "\n".join(f"{label}: {json.dumps(shapes)}" for label, shapes in (
+                ("Correctness shapes (GPU)", p.tests), ("Benchmark shapes (GPU)", p.benchmarks),
+                ("Correctness shapes (CPU interpreter)", p.cpu_tests),
+                ("Benchmark shapes (CPU interpreter)", p.cpu_benchmarks)))
+        target = self._target()
+        return render("task.md", name=p.name, description=p.description, entry=p.entry, rtol=p.rtol, atol=p.atol,
+                      sizes=sizes, target=target.line() if target else "not named (portable Triton; "
+                      "name one with --target)")
 
-    async def _ask(self, prompt: str, role: str, schema: dict | None = None) -> str:
-        text, _ = await self.llm.complete(prompt, role=role, system=self.system, schema=schema)
+    def header(self) -> str:
+        return render_header(self.bench)
+
+    def problem_code(self) -> str:
+        p = self.problem
+        constants = getattr(p, "constants", None)
+        shown = ("Module constants as run: " + ", ".join(f"{k} = {v!r}" for k, v in constants.items()) + "\n"
+                 if constants else "")
+        on_cpu = self.bench.interpreted if self.bench is not None else bool(self.target and self.target.interpreted)
+        device = "cpu" if on_cpu else "cuda"  # torch calls ROCm devices "cuda" too
+        return render("problem.md", source=problem_source(p).rstrip("\n"), constants=shown,
+                      contract=render_contract(p, device))
+
+    def _shapes(self) -> list[dict]:
+        p = self.problem
+        return [*p.tests, *p.benchmarks, *p.cpu_tests, *p.cpu_benchmarks]
+
+    def _first_task(self, base: CandidateView) -> str:
+        return render("first_task.md", entry=self.problem.entry) + "\n" if not has_kernel(base.source) else ""
+
+    async def _ask(self, prompt: str, brief: Brief, schema: dict | None = None) -> str:
+        text, _ = await self.llm.complete(prompt, role=brief.role, system=self.system, schema=schema, context=brief)
         return text
 
     # --- selector ------------------------------------------------------------------------------
-    async def select(self, population: list[CandidateView]) -> Selection:
+    async def select(self, population: list[CandidateView], findings: list[str] = ()) -> Selection:
         if not population:
             raise ValueError("cannot select from an empty population")
         if self.strategy == "tournament":
             return tournament(population)
         if self.strategy == "tree":
             return tree_search(population, self.rng, self.epsilon)
-        return await self._llm_select(population)
+        correct = ranked(population)
+        if len(correct) <= 1:  # nothing to choose: no call
+            only = correct[0] if correct else seed_of(population)
+            return Selection(only.id, None, f"{only.id} is the only correct member, so it is the base "
+                                            "(no selector call: nothing to choose)")
+        return await self._llm_select(population, list(findings))
 
-    async def _llm_select(self, population: list[CandidateView]) -> Selection:
+    async def _llm_select(self, population: list[CandidateView], findings: list[str]) -> Selection:
         shown = _selector_members(population)
         omitted = len(population) - len(shown)
         note = f"\n{omitted} slower or older members are not shown." if omitted else ""
-        prompt = render("selector.md", task=self.task(), omitted=note,
-                        candidates=json.dumps([_member(v) for v in shown], indent=1))
-        text = await self._ask(prompt, "selector", load_schema("selector.json"))
+        prompt = render("selector.md", header=self.header(), task=self.task(), omitted=note,
+                        candidates=json.dumps([_member(v) for v in shown], indent=1),
+                        findings=fit_findings(findings))
+        brief = Brief("selector", self.bench, self._shapes(), population=shown, findings=findings)
+        text = await self._ask(prompt, brief, load_schema("selector.json"))
         try:
             answer = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -281,29 +266,24 @@ class Scientist:
         return Selection(base_id, ref_id or None, justification)
 
     # --- designer ------------------------------------------------------------------------------
-    def _findings(self, findings: list[str]) -> str:
-        lines, used = [], 0
-        for text in reversed(findings):  # given oldest first; the newest matter most
-            line = f"- {one_line(text, FINDING_MAX_CHARS)}"
-            if used + len(line) > FINDINGS_PROMPT_CHARS:
-                lines.append(f"- ({len(findings) - len(lines)} older findings left out)")
-                break
-            lines.append(line)
-            used += len(line) + 1
-        return "\n".join(lines) if lines else "(none yet)"
-
     async def design(self, base: CandidateView, reference: CandidateView | None,
                      findings: list[str], done: Iterable[str] = ()) -> list[Plan]:
         """Plans for the next round on `base`; `done` titles the experiments already run on it."""
-        prompt = render("designer.md", task=self.task(), knowledge=self.knowledge.strip() or "(none)",
-                        kernels=_kernels(base, reference), findings=self._findings(findings))
-        text = await self._ask(prompt, "designer", load_schema("designer.json"))
+        done = list(done)
+        done_text = ("\nAlready carried out on this base (will not be run again): "
+                     + "; ".join(done) + "\n") if done else ""
+        prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(),
+                        knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
+                        first_task=self._first_task(base), findings=fit_findings(findings), done=done_text)
+        brief = Brief("designer", self.bench, self._shapes(), base=base, reference=reference,
+                      findings=list(findings), done=done)
+        text = await self._ask(prompt, brief, load_schema("designer.json"))
         return mark_chosen(parse_plans(text), done)
 
     # --- writer and repair ---------------------------------------------------------------------
-    async def _draft(self, prompt: str, role: str, against: str) -> Draft:
+    async def _draft(self, prompt: str, brief: Brief, against: str) -> Draft:
         """Ask, use the answer; if it cannot be used, ask once more with what went wrong."""
-        answer = await self._ask(prompt, role)
+        answer = await self._ask(prompt, brief)
         first = _use_answer(answer, against)
         if first.source is not None:
             return Draft(first.source, first.mode, first.total, first.applied)
@@ -311,7 +291,8 @@ class Scientist:
                 if first.total else "This is the kernel your answer has to change.")
         retry = render("retry.md", original=prompt, answer=answer, problems="\n".join(first.problems),
                        applied_note=note, current=first.partial.rstrip("\n"))
-        second = _use_answer(await self._ask(retry, role), first.partial)
+        again = Brief(**{**brief.__dict__, "source": first.partial})
+        second = _use_answer(await self._ask(retry, again), first.partial)
         total, applied = first.total + second.total, first.applied + second.applied
         if second.source is not None:
             return Draft(second.source, second.mode, total, applied)
@@ -320,29 +301,39 @@ class Scientist:
         return Draft(None, second.mode, total, applied, error=one_line(f"after one retry: {first_line}{more}"))
 
     async def write(self, plan: Plan, base: CandidateView, reference: CandidateView | None) -> Draft:
-        prompt = render("writer.md", task=self.task(), title=plan.title, rationale=plan.rationale,
-                        changes="\n".join(f"- {c}" for c in plan.changes), predicted=predicted_range(plan),
-                        kernels=_kernels(base, reference), entry=self.problem.entry,
+        prompt = render("writer.md", header=self.header(), task=self.task(), problem=self.problem_code(),
+                        knowledge=self.code_knowledge.strip() or "(none)", title=plan.title,
+                        rationale=plan.rationale, changes="\n".join(f"- {c}" for c in plan.changes),
+                        predicted=predicted_range(plan), kernels=_kernels(base, reference),
+                        first_task=self._first_task(base), entry=self.problem.entry,
                         edit_format=render("edit_format.md"))
-        return await self._draft(prompt, "writer", base.source)
+        brief = Brief("writer", self.bench, self._shapes(), base=base, reference=reference, plan=plan)
+        return await self._draft(prompt, brief, base.source)
 
     async def repair(self, source: str, status: str, message: str, failing_shape: dict | None,
-                     attempt: int) -> Draft:
-        prompt = render("repair.md", task=self.task(), attempt=attempt, status=status, message=message,
+                     attempt: int, coverage: str = "") -> Draft:
+        prompt = render("repair.md", header=self.header(), task=self.task(), problem=self.problem_code(),
+                        knowledge=self.code_knowledge.strip() or "(none)", attempt=attempt, status=status,
+                        message=message, coverage=coverage or "not recorded",
                         failing_shape=json.dumps(failing_shape) if failing_shape else "(not recorded)",
                         source=source.rstrip("\n"), edit_format=render("edit_format.md"))
-        return await self._draft(prompt, "repair", source)
+        brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message)
+        return await self._draft(prompt, brief, source)
 
     # --- findings ------------------------------------------------------------------------------
     async def finding(self, plan: Plan, base: CandidateView, child_status: str,
-                      child_geomean_us: float | None) -> str:
+                      child_geomean_us: float | None, child: CandidateView | None = None) -> str:
         clause = measured_clause(plan, base.geomean_us, child_status, child_geomean_us)
         ok = child_status == OK
-        measured = (f"{(base.geomean_us / child_geomean_us - 1) * 100:+.1f}%"
-                    if ok and base.geomean_us and child_geomean_us else f"none ({child_status})")
-        prompt = render("finding.md", title=plan.title, rationale=plan.rationale,
+        pct = (base.geomean_us / child_geomean_us - 1) * 100 if ok and base.geomean_us and child_geomean_us else None
+        prompt = render("finding.md", header=self.header(), title=plan.title, rationale=plan.rationale,
                         changes="; ".join(plan.changes), base_id=base.id,
                         base_time=f"{base.geomean_us:.2f} us" if base.geomean_us else "no time",
-                        status=child_status, result=clause, measured=measured, predicted=predicted_range(plan))
-        lesson = one_line(await self._ask(prompt, "finding"), LESSON_MAX_CHARS)
-        return f"{plan.title}: {clause}. {lesson}".rstrip()
+                        base_shapes=format_times(base.shape_times), status=child_status,
+                        coverage=(child.coverage if child is not None else "") or "not recorded",
+                        child_shapes=format_times(child.shape_times) if child is not None else "not recorded",
+                        result=clause, measured=f"{pct:+.1f}%" if pct is not None else f"none ({child_status})",
+                        predicted=predicted_range(plan))
+        brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
+                      measured_pct=pct)
+        return f"{plan.title}: {clause}. {lesson(await self._ask(prompt, brief))}".rstrip()

@@ -38,6 +38,7 @@ class CandidateView:
     message: str  # the evaluation's one-line message
     depth: int = 0  # distance from the seed in the attempt tree
     n_children: int = 0
+    coverage: str = ""  # which shapes its verdict covered (briefing.coverage)
 
 
 @dataclass

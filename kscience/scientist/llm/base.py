@@ -20,6 +20,9 @@ from kscience.scientist.llm.pricing import cost_usd
 
 log = logging.getLogger(__name__)
 
+PREFLIGHT_PROMPT = "kscience is checking that this endpoint answers. Reply with the single word: ready"
+PREFLIGHT_RETRIES = 1
+
 @dataclass
 class LLMCall:
     """One exchange with a model, successful or not; the store saves these verbatim."""
@@ -122,10 +125,17 @@ class LLM(ABC):
 
     @abstractmethod
     async def complete(
-        self, prompt: str, *, role: str, system: str | None = None, schema: dict | None = None
+        self, prompt: str, *, role: str, system: str | None = None, schema: dict | None = None,
+        context: Any = None,
     ) -> tuple[str, LLMCall]:
         """Answer `prompt`. With `schema`, the text is a JSON string holding the schema's required
-        top-level keys. Raises LLMError (with `.call` set when a request was made)."""
+        top-level keys. `context` is the structured data the prompt was rendered from (a
+        `briefing.Brief`); a model reads the prompt, the offline scientist the context.
+        Raises LLMError (with `.call` set when a request was made)."""
+
+    async def preflight(self, problem: Any, kernels: list[str]) -> None:
+        """Fail fast, before anything is timed, when this backend cannot work on the problem from `kernels`
+        (the seed first) or does not answer: raise LLMError with one line. By default nothing to check."""
 
 
 class Metered(LLM):
@@ -143,13 +153,26 @@ class Metered(LLM):
         self.budget = budget
         self.recorder = recorder
 
+    async def preflight(self, problem: Any, kernels: list[str]) -> None:
+        if self.budget is not None:
+            self.budget.check()
+        try:
+            call = await self.inner.preflight(problem, kernels)
+        except LLMError as exc:
+            if exc.call is not None:
+                self._account(exc.call)
+            raise
+        if call is not None:
+            self._account(call)
+
     async def complete(
-        self, prompt: str, *, role: str, system: str | None = None, schema: dict | None = None
+        self, prompt: str, *, role: str, system: str | None = None, schema: dict | None = None,
+        context: Any = None,
     ) -> tuple[str, LLMCall]:
         if self.budget is not None:
             self.budget.check()
         try:
-            text, call = await self.inner.complete(prompt, role=role, system=system, schema=schema)
+            text, call = await self.inner.complete(prompt, role=role, system=system, schema=schema, context=context)
         except LLMError as exc:
             if exc.call is not None:
                 self._account(exc.call)
@@ -248,8 +271,21 @@ class RemoteLLM(LLM):
             text = text.replace(secret, "[redacted]")
         return text
 
+    async def preflight(self, problem: Any, kernels: list[str]) -> LLMCall:
+        """One tiny request, with at most PREFLIGHT_RETRIES retries, so a dead endpoint, a wrong model
+        name or a bad key shows in seconds, before minutes of baseline timing."""
+        retries, self.max_retries = self.max_retries, min(self.max_retries, PREFLIGHT_RETRIES)
+        try:
+            _, call = await self.complete(PREFLIGHT_PROMPT, role="preflight")
+        except LLMError as exc:
+            raise LLMError(f"{exc} (a first, one-word request failed, so nothing was timed)", exc.call) from None
+        finally:
+            self.max_retries = retries
+        return call
+
     async def complete(
-        self, prompt: str, *, role: str, system: str | None = None, schema: dict | None = None
+        self, prompt: str, *, role: str, system: str | None = None, schema: dict | None = None,
+        context: Any = None,
     ) -> tuple[str, LLMCall]:
         started = time.perf_counter()
         answer: Answer | None = None

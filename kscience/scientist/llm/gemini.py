@@ -1,10 +1,10 @@
 """Gemini through the google-genai SDK (Gemini Developer API, or Vertex AI via the SDK's own
 environment variables), with JSON-schema constrained answers when the caller gives a schema.
 
-Retries: the SDK's HttpRetryOptions retry 408 and 5xx answers and dropped connections with
-exponential backoff. The SDK ignores how long the server asks a rate-limited client to wait
-(Gemini puts it in the 429 body as google.rpc.RetryInfo.retryDelay; proxies send Retry-After),
-so 429 is left out of the SDK's list and retried here, sleeping as long as the server asked.
+Retries are done here, not by the SDK: its HttpRetryOptions back off without reading how long the
+server asked the client to wait. On 408, 429 and 5xx answers, and on dropped connections, this
+backend sleeps as long as the server asked (the Retry-After header, seconds or an HTTP date, or
+Gemini's google.rpc.RetryInfo.retryDelay in the body), else backs off exponentially.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import os
 import time
 from typing import Any
 
-from kscience.scientist.llm.base import Answer, LLMError, RemoteLLM, full_prompt, one_line, retries_phrase
+from kscience.scientist.llm.base import (Answer, LLMError, RemoteLLM, full_prompt, is_timeout, one_line,
+                                         retries_phrase)
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-pro"
 KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 VERTEX_FLAGS = ("GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_ENTERPRISE")
 
-_SDK_RETRIED_STATUSES = (408, 500, 502, 503, 504)
+RETRIED_STATUSES = (408, 429, 500, 502, 503, 504)
 # A server asking for a longer pause is reporting a spent quota (per day, say), not a burst.
 _LONGEST_SERVER_DELAY_S = 120.0
 _LONGEST_BACKOFF_S = 60.0
@@ -40,7 +41,7 @@ def gemini_credentials() -> str | None:
 
 
 def server_delay_s(exc: Any) -> float | None:
-    """Seconds a 429 answer asks the client to wait: the Retry-After header (seconds or an
+    """Seconds an error answer asks the client to wait: the Retry-After header (seconds or an
     HTTP date) or Gemini's RetryInfo.retryDelay ("37s", "1.5s") in the error body."""
     headers = getattr(getattr(exc, "response", None), "headers", None)
     header = headers.get("retry-after") if headers is not None else None
@@ -89,8 +90,7 @@ class GeminiLLM(RemoteLLM):
             raise LLMError(self._redact(f"{self.name}: cannot set up the client: {one_line(exc)}")) from None
 
     def _make_client(self) -> Any:
-        retry = self._types.HttpRetryOptions(attempts=self.max_retries + 1,
-                                             http_status_codes=list(_SDK_RETRIED_STATUSES))
+        retry = self._types.HttpRetryOptions(attempts=1)  # no SDK retries: _send retries, honouring the server
         options = self._types.HttpOptions(base_url=self.base_url, timeout=max(1, round(self.timeout_s * 1000)),
                                           retry_options=retry)
         # The SDK reads the key and the Vertex settings from the environment itself.
@@ -108,16 +108,22 @@ class GeminiLLM(RemoteLLM):
                 response = await client.models.generate_content(model=self.model, contents=prompt, config=config)
                 break
             except self._errors.APIError as exc:
-                if exc.code != 429:
+                if exc.code not in RETRIED_STATUSES:
                     raise
                 delay = server_delay_s(exc)
+                what = "rate limited (HTTP 429)" if exc.code == 429 else f"server error {exc.code}"
                 reason = one_line(exc.message or exc.status or "", 160)
                 if retry == self.max_retries:
-                    raise LLMError(f"{self.name}: rate limited (HTTP 429){retries_phrase(retry)}: {reason}") from None
+                    raise LLMError(f"{self.name}: {what}{retries_phrase(retry)}: {reason}") from None
                 if delay is not None and delay > _LONGEST_SERVER_DELAY_S:
-                    raise LLMError(f"{self.name}: rate limited (HTTP 429), server asks to wait {delay:.0f}s: "
-                                   f"{reason}") from None
-                await asyncio.sleep(delay if delay is not None else min(_LONGEST_BACKOFF_S, 2.0**retry))
+                    raise LLMError(f"{self.name}: {what}, server asks to wait {delay:.0f}s: {reason}") from None
+            except Exception as exc:
+                if not _dropped(exc):
+                    raise
+                if retry == self.max_retries:
+                    raise _Retried(exc, retry) from exc
+                delay = None
+            await asyncio.sleep(delay if delay is not None else min(_LONGEST_BACKOFF_S, 2.0**retry))
         return self._answer(response, full_prompt(prompt, system))
 
     @staticmethod
@@ -139,16 +145,35 @@ class GeminiLLM(RemoteLLM):
         return Answer(text=text, input_tokens=input_tokens, output_tokens=output_tokens, prompt=sent, finish=finish)
 
     def _explain(self, exc: Exception) -> str:
+        retries = 0
+        if isinstance(exc, _Retried):
+            exc, retries = exc.cause, exc.retries
         if isinstance(exc, self._errors.APIError):
             reason = one_line(exc.message or exc.status or "", 160)
-            retried = retries_phrase(self.max_retries) if exc.code in _SDK_RETRIED_STATUSES else ""
             kind = "server error" if exc.code >= 500 else "HTTP"
-            return f"{kind} {exc.code}{retried}: {reason}"
+            return f"{kind} {exc.code}: {reason}"
         if isinstance(exc, (self._errors.UnknownApiResponseError, json.JSONDecodeError)):
             return f"unreadable answer from {self.base_url or 'the Gemini API'}: {one_line(exc, 160)}"
         if isinstance(exc, OSError) or "Connect" in type(exc).__name__:
             # aiohttp's own message drags in an SSL context repr; the OS error says it plainly.
             cause = getattr(exc, "os_error", None) or exc
-            return (f"cannot reach {self.base_url or 'the Gemini API'}{retries_phrase(self.max_retries)}: "
+            return (f"cannot reach {self.base_url or 'the Gemini API'}{retries_phrase(retries)}: "
                     f"{type(exc).__name__}: {one_line(cause, 160)}")
         return f"request failed: {type(exc).__name__}: {one_line(exc, 160)}"
+
+
+class _Retried(Exception):
+    """A failure that ended the retries, with how many were made before it."""
+
+    def __init__(self, cause: Exception, retries: int):
+        super().__init__(str(cause))
+        self.cause, self.retries = cause, retries
+
+
+def _dropped(exc: Exception) -> bool:
+    """A connection refused, reset or dropped: worth another try. Timeouts are not retried: each try
+    already waited the whole per-attempt limit."""
+    if is_timeout(exc):
+        return False
+    name = type(exc).__name__
+    return isinstance(exc, (ConnectionError, OSError)) or "Connect" in name or "RemoteProtocol" in name

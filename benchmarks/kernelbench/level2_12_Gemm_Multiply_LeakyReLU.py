@@ -1,0 +1,35 @@
+"""KernelBench level 2, problem 12 style: a Gemm, a multiplication by a constant and a LeakyReLU."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Simple model that performs a Gemm, multiplies the result, and applies LeakyReLU."""
+
+    def __init__(self, in_features, out_features, multiplier, negative_slope):
+        super(Model, self).__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.multiplier = multiplier
+        self.leaky_relu = nn.LeakyReLU(negative_slope)
+
+    def forward(self, x):
+        x = self.gemm(x)
+        x = x * self.multiplier
+        x = self.leaky_relu(x)
+        return x
+
+
+batch_size = 128
+in_features = 1024
+out_features = 512
+multiplier = 2.0
+negative_slope = 0.1
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, multiplier, negative_slope]

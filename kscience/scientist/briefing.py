@@ -1,0 +1,233 @@
+"""What every role is told besides its own task: how the numbers were measured, which shapes a
+verdict covered, the problem as code and the exact contract of its inputs.
+
+These are plain objects built from the evaluator's results and the Problem; the prompts are
+rendered from them, and the offline scientist reads the same objects (see `roles.Brief`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+from kscience.problems.spec import Problem, geomean, shape_label
+from kscience.scientist.hardware import Hardware
+
+MAX_LABELS = 6  # a verdict over more shapes than this counts them rather than naming each
+INTERPRETER_MEANING = (
+    "These are CPU-interpreter host-clock times: Triton's interpreter runs every program instance as "
+    "NumPy on the CPU. They can show that a kernel runs, that it is correct on the small interpreter "
+    "shapes, and gross waste (work repeated per element); they cannot show GPU speed: tile shapes, "
+    "warps, pipeline stages, coalescing, tensor cores, occupancy and launch cost are invisible or "
+    "inverted. Two kernels with the same code path can differ by 2x here. Reason about the target GPU; "
+    "do not read these times as GPU performance, and do not predict uplifts in them.")
+GPU_MEANING = (
+    "GPU times: CUDA/HIP events around each call, median over the timed calls, with the L2 cache "
+    "flushed before each call and inputs rotated; they are the score.")
+
+
+@dataclass
+class Baseline:
+    label: str  # "PyTorch eager", "torch.compile", "physical floor"
+    status: str  # an EvalResult status, or "not timed"
+    geomean_us: float | None
+    shape_times: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Bench:
+    """How the run's numbers come about, for the measurement header of every prompt."""
+
+    device: Hardware  # where the evaluator timed
+    target: Hardware  # what the kernels are for
+    timing_label: str  # the EvalResult's: "cuda events", "cpu interpreter (host clock)"
+    noise_pct: float | None = None  # median relative spread (std/mean) of one shape's timed calls
+    repeats: int = 0  # timed calls per shape behind that spread (median)
+    baselines: list[Baseline] = field(default_factory=list)
+
+    @property
+    def interpreted(self) -> bool:
+        return self.device.interpreted
+
+
+def _spreads(result: dict | None) -> list[tuple[float, int]]:
+    out = []
+    for s in (result or {}).get("shapes", []):
+        if s.get("mean_us") and s.get("std_us") is not None and s.get("n", 0) >= 2:
+            out.append((100.0 * s["std_us"] / s["mean_us"], s["n"]))
+    return out
+
+
+def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
+                       baselines: list[tuple[str, dict | None]], floor: dict[str, float] | None = None) -> Bench:
+    """`seed` and the baselines are EvalResult dicts (None: not timed); `floor` is the physical floor
+    per shape label. The noise is the spread of repeated calls over every timed shape of them all."""
+    results = [seed] + [r for _, r in baselines]
+    spreads = [x for r in results for x in _spreads(r)]
+    rows = []
+    for label, result in baselines:
+        if result is None:
+            rows.append(Baseline(label, "not timed", None))
+        else:
+            rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"), shape_times(result)))
+    if floor:
+        rows.append(Baseline("physical floor", "bound", geomean(list(floor.values())), dict(floor)))
+    timing = (seed or {}).get("timing_label") or ("cpu interpreter (host clock)" if device.interpreted else "")
+    return Bench(device, target, timing,
+                 noise_pct=statistics.median(p for p, _ in spreads) if spreads else None,
+                 repeats=int(statistics.median(n for _, n in spreads)) if spreads else 0, baselines=rows)
+
+
+def shape_times(result: dict | None) -> dict[str, float]:
+    """Median time per benchmark shape label of an EvalResult dict."""
+    return {shape_label(s["shape"]): s["time_us"] for s in (result or {}).get("shapes", [])
+            if s.get("time_us") and s.get("phase") == "benchmark"}
+
+
+def floor_times(result: dict | None) -> dict[str, float]:
+    return {shape_label(s["shape"]): s["floor_us"] for s in (result or {}).get("shapes", [])
+            if s.get("floor_us") and s.get("phase") == "benchmark"}
+
+
+def format_times(times: dict[str, float]) -> str:
+    return "; ".join(f"{label}: {us:,.2f} us" for label, us in times.items()) if times else "no per-shape times"
+
+
+def render_header(bench: Bench | None) -> str:
+    """The measurement header every prompt starts with."""
+    if bench is None:
+        return "# Measurement\nNothing has been measured yet."
+    lines = ["# Measurement",
+             f"Evaluated on: {bench.device.line()}.",
+             f"Target hardware the kernel is for: {bench.target.line()}.",
+             f"Timing: {bench.timing_label or 'unknown'}. "
+             + (INTERPRETER_MEANING if bench.interpreted else GPU_MEANING)]
+    if bench.interpreted and not bench.target.interpreted:
+        lines.append("So no number below was measured on a GPU: the GPU-only code paths of every kernel are "
+                     "unverified until it runs on one.")
+    if bench.noise_pct is not None:
+        lines.append(f"Noise: repeated calls of one kernel on one shape spread by {bench.noise_pct:.1f}% "
+                     f"(median std/mean over {bench.repeats} calls per shape, seed and baselines); treat "
+                     f"differences within about {max(2 * bench.noise_pct, 1.0):.0f}% as noise"
+                     + (", and much larger ones under the interpreter as well." if bench.interpreted else "."))
+    else:
+        lines.append("Noise: no repeated timings yet to estimate it from.")
+    for b in bench.baselines:
+        if b.geomean_us is None:
+            lines.append(f"Baseline {b.label}: {b.status}.")
+        else:
+            lines.append(f"Baseline {b.label}: geomean {b.geomean_us:,.2f} us ({b.status}); per shape: "
+                         f"{format_times(b.shape_times)}.")
+    return "\n".join(lines)
+
+
+def coverage(result: dict | None, problem: Problem) -> str:
+    """Which shapes a verdict covered, and which shapes of the problem it did not run."""
+    shapes = (result or {}).get("shapes", [])
+    device = (result or {}).get("device") or {}
+    if not shapes:
+        return "no shape ran"
+    checked = [s for s in shapes if s.get("ok")]
+    failed = [s for s in shapes if not s.get("ok")]
+    where = "under the CPU interpreter" if device.get("interpreted") else f"on {device.get('name', 'the GPU')}"
+    labels = list(dict.fromkeys(shape_label(s["shape"]) for s in checked))  # a shape may be tested and timed
+    tests = sum(s.get("phase") == "test" for s in checked)
+    text = (f"{len(checked)} of {len(shapes)} shape checks passed {where} ({tests} correctness, "
+            f"{len(checked) - tests} benchmark: "
+            f"{', '.join(labels) if len(labels) <= MAX_LABELS else f'{len(labels)} distinct shapes'})")
+    if failed:
+        text += f"; failed: {', '.join(shape_label(s['shape']) for s in failed)}"
+    if device.get("interpreted"):
+        gpu = problem.shapes("all", interpreted=False)
+        ran = [s["shape"] for s in shapes]
+        missed = [s for s in gpu if s not in ran]
+        if missed:
+            text += (f"; the {len(missed)} other GPU shapes did not run, so code paths taken only on a GPU or only at "
+                     "GPU sizes (split-K, persistent grids, autotuned configs) are unverified")
+    return text
+
+
+# --- the problem as code ---------------------------------------------------------------------------
+def problem_source(problem: Problem) -> str:
+    """The reference implementation's source: the KernelBench file (after --set), or the module
+    that defines ref_kernel and generate_input."""
+    text = getattr(problem, "source_text", None)
+    if text:
+        return text
+    module = sys.modules.get(getattr(problem.ref_kernel, "__module__", ""), None)
+    try:
+        return inspect.getsource(module) if module is not None else inspect.getsource(problem.ref_kernel)
+    except (OSError, TypeError):
+        return "(the reference source is not available)"
+
+
+def _layout(t) -> str:
+    if t.dim() == 0:
+        return "scalar tensor"
+    if t.is_contiguous():
+        return "contiguous (row-major)"
+    if t.dim() == 2 and t.t().is_contiguous():
+        return "column-major (the transpose of a contiguous tensor)"
+    return "not contiguous"
+
+
+@dataclass
+class Member:
+    index: int
+    text: str  # one line describing it
+
+
+def input_contract(problem: Problem, device_name: str = "cuda") -> tuple[dict, list[Member]]:
+    """(the shape used, one line per member of `data`) derived by generating the inputs on the CPU for the
+    problem's largest interpreter test shape (small, yet wide enough for layouts to show). `device_name` is
+    where the kernel will receive them."""
+    shape = max(problem.cpu_tests or problem.tests or [{}], key=lambda s: math.prod(
+        v for v in s.values() if isinstance(v, int)) if s else 0)
+    try:
+        data = problem.generate_input(0, "cpu", **shape)
+    except Exception as exc:  # a contract we cannot derive is said, not guessed
+        return shape, [Member(-1, f"(could not generate the inputs: {type(exc).__name__}: {exc})")]
+    if not isinstance(data, (tuple, list)):
+        data = (data,)
+    members = []
+    for i, value in enumerate(data):
+        writes = "OUTPUT: preallocated, the kernel writes its result here" if i in problem.output_args \
+            else "input: read only, must come back unchanged"
+        if hasattr(value, "dtype") and hasattr(value, "stride"):
+            members.append(Member(i, f"data[{i}]: shape {tuple(value.shape)}, {value.dtype}, strides "
+                                     f"{tuple(value.stride())}, {_layout(value)}, on {device_name}; {writes}"))
+        else:
+            members.append(Member(i, f"data[{i}]: {type(value).__name__} {value!r}; {writes}"))
+    return shape, members
+
+
+def render_contract(problem: Problem, device_name: str) -> str:
+    shape, members = input_contract(problem, device_name)
+    call = ("ModelNew(*get_init_inputs())(*data), with data = get_inputs()" if problem.entry == "ModelNew"
+            else f"{problem.entry}(data)")
+    head = (f"The kernel is called as {call}. Members of `data` for the shape {shape_label(shape)} "
+            "(other shapes scale the sizes; dtypes, layouts and roles stay):")
+    return "\n".join([head] + [f"- {m.text}" for m in members])
+
+
+@dataclass
+class Brief:
+    """Everything one role's prompt is rendered from; the offline scientist answers from this object."""
+
+    role: str
+    bench: Bench | None = None
+    shapes: list[dict] = field(default_factory=list)  # every shape of the problem, GPU and interpreter
+    population: list = field(default_factory=list)  # CandidateView, for the selector
+    base: object = None  # CandidateView
+    reference: object = None  # CandidateView
+    findings: list[str] = field(default_factory=list)  # oldest first
+    done: list[str] = field(default_factory=list)  # experiments already carried out on the base
+    plan: object = None  # roles.Plan, for the writer and the finding
+    source: str | None = None  # the kernel the answer is to change (repair, or a writer's retry)
+    status: str = ""
+    message: str = ""
+    child: object = None  # CandidateView of the experiment's result, for the finding
+    measured_pct: float | None = None
