@@ -2,7 +2,7 @@
 # The single-GPU checks the issues ask for, runnable as one command or step by step (a device
 # command may run 10 minutes at most, so a step that overruns is cut off and the next one starts):
 #   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs] [profile]
-#   (none named: tests, evaluator, runs)
+#   (none named: tests, evaluator, runs, model-runs)
 # model-runs: two iterations on every built-in (offline) and on a KernelBench level-1 and level-2 file
 # (the offline scientist must refuse them before any timing; then a scripted model writes the kernels).
 # profile: compile facts and Nsight Compute metrics of every built-in seed.
