@@ -221,7 +221,7 @@ class Campaign:
     # --- watching ----------------------------------------------------------------------------
     def subscribe(self, callback) -> None:
         """`callback(campaign, row, event)` on each change: row is the problem's campaign row, event a
-        run event or None when only the problem's status changed."""
+        run event or None when only the problem's status changed; row None once the campaign ends."""
         self._listeners.append(callback)
 
     def _tell(self, row: dict, event=None) -> None:
@@ -266,6 +266,7 @@ class Campaign:
             self.store.update_campaign(self.id, status="stopped")
             raise
         self.store.update_campaign(self.id, status=status)
+        self._tell(None)
 
     def _linked_run(self, row: dict) -> dict | None:
         """The run of this problem, also when the campaign was killed before it recorded the link."""

@@ -72,6 +72,8 @@ def add_campaign_commands(sub) -> None:
 def _status_line(campaign, row, event) -> None:
     from kscience.events import CandidateEvaluated
 
+    if row is None:
+        return
     if event is None:
         why = f": {row['reason']}" if row.get("reason") and row["status"] in ("skipped", "failed") else ""
         print(f"kscience: [{row['position'] + 1}] {row['name']}: {row['status']}{why}", file=sys.stderr)
@@ -80,31 +82,35 @@ def _status_line(campaign, row, event) -> None:
         print(f"kscience:     {row['name']}: {event.kind} {event.candidate_id} {event.status}{t}", file=sys.stderr)
 
 
-def cmd_campaign(args) -> int:
+def build_campaign(args, store):
+    """A new campaign from the arguments, or the one --resume names (shared with `%kscience campaign`)."""
     from kscience.campaign import Campaign, CampaignConfig
-    from kscience.campaign_report import campaign_report, report_json, report_lines
     from kscience.cli import UsageError, parse_sets
 
     if bool(args.suite) == bool(args.resume):
         raise UsageError("give a SUITE to start a campaign, or --resume ID to continue one")
-    with _open_store(args.db, create=not args.resume) as store:
-        if args.resume:
-            campaign = _setup(lambda: Campaign.resume(args.resume, store=store, force=args.force))
-        else:
-            llm = args.llm
-            if llm is None:
-                from kscience.scientist.llm import default_llm_spec
+    if args.resume:
+        return _setup(lambda: Campaign.resume(args.resume, store=store, force=args.force))
+    llm = args.llm
+    if llm is None:
+        from kscience.scientist.llm import default_llm_spec
 
-                llm, reason = default_llm_spec()
-                print(f"kscience: {reason}", file=sys.stderr)
-            config = _setup(lambda: CampaignConfig(
-                problems=args.problems, iterations=3 if args.iterations is None else args.iterations,
-                attempts=args.attempts, llm=llm, base_url=args.base_url, strategy=args.strategy,
-                repairs=args.repairs, executor=args.executor, gpus=args.gpus, seed=args.seed,
-                overrides=parse_sets(args.set), max_cost_usd=args.max_cost_usd, name=args.name))
-            campaign = _setup(lambda: Campaign.create(args.suite, config, store=store))
-        n = len(campaign.problems())
-        print(f"kscience: campaign {campaign.id}: {n} problems with {campaign.config.llm}, "
+        llm, reason = default_llm_spec()
+        print(f"kscience: {reason}", file=sys.stderr)
+    config = _setup(lambda: CampaignConfig(
+        problems=args.problems, iterations=3 if args.iterations is None else args.iterations,
+        attempts=args.attempts, llm=llm, base_url=args.base_url, strategy=args.strategy,
+        repairs=args.repairs, executor=args.executor, gpus=args.gpus, seed=args.seed,
+        overrides=parse_sets(args.set), max_cost_usd=args.max_cost_usd, name=args.name))
+    return _setup(lambda: Campaign.create(args.suite, config, store=store))
+
+
+def cmd_campaign(args) -> int:
+    from kscience.campaign_report import campaign_report, report_json, report_lines
+
+    with _open_store(args.db, create=not args.resume) as store:
+        campaign = build_campaign(args, store)
+        print(f"kscience: campaign {campaign.id}: {len(campaign.problems())} problems with {campaign.config.llm}, "
               f"{campaign.config.iterations} iterations each, stored in {store.path}", file=sys.stderr)
         campaign.subscribe(_status_line)
         try:

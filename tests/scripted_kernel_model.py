@@ -1,7 +1,7 @@
 """A loopback OpenAI-compatible model that plays every role of the scientist, for campaigns.
 
 It answers by role, as the scientist asks (the JSON schema's name for the selector and designer,
-the prompt's headings for the others): three plans for the designer, the fastest member for the
+the prompt's headings for the others): `n_plans` plans for the designer, the fastest member for the
 selector, a one-line lesson for findings, and for the writer and repairer a full kernel file:
 the solution given for the problem (a correct `ModelNew` for a KernelBench file), else the base
 kernel of the prompt with a comment added, which is correct and a different text.
@@ -16,9 +16,13 @@ import re
 
 from llm_servers import FakeOpenAI, Reply
 
-PLANS = {"avenues": ["tile", "fuse", "vectorise"], "plans": [
-    {"title": f"variant {i}", "rationale": "scripted", "changes": [f"change {i}"],
-     "predicted_min_pct": 1 + i, "predicted_max_pct": 5 + i, "innovation": 3 + i} for i in range(3)]}
+
+
+def plans(n: int) -> dict:
+    """The designer's answer: n plans, so n experiments per design round (at most three are chosen)."""
+    return {"avenues": ["tile", "fuse", "vectorise"], "plans": [
+        {"title": f"variant {i}", "rationale": "scripted", "changes": [f"change {i}"],
+         "predicted_min_pct": 1 + i, "predicted_max_pct": 5 + i, "innovation": 3 + i} for i in range(n)]}
 
 
 class _Endless(list):
@@ -32,8 +36,9 @@ class _Endless(list):
 
 
 class ScriptedKernelModel(FakeOpenAI):
-    def __init__(self, solutions: dict[str, str] | None = None):
+    def __init__(self, solutions: dict[str, str] | None = None, n_plans: int = 1):
         super().__init__([])
+        self.n_plans = n_plans
         self.script = _Endless()
         self.solutions = dict(solutions or {})
 
@@ -41,7 +46,7 @@ class ScriptedKernelModel(FakeOpenAI):
         schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
         prompt = body["messages"][-1]["content"]
         if schema == "designer":
-            return json.dumps(PLANS)
+            return json.dumps(plans(self.n_plans))
         if schema == "selector":
             members = json.loads(prompt[prompt.index("["):prompt.rindex("]") + 1])
             ok = [m for m in members if m.get("status") == "ok" and m.get("geomean_us")]
