@@ -325,6 +325,7 @@ def test_the_campaign_notebook_under_papermill(tmp_path):
     notebook = Path(__file__).resolve().parent.parent / "notebooks" / "campaign.ipynb"
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KSCIENCE_DEVICE", "cpu")
+        env.setenv("PYTHONPATH", str(notebook.parent.parent))  # the kernel imports this checkout's kscience
         env.delenv("MPLBACKEND", raising=False)
         nb = papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), cwd=str(tmp_path),
                                         parameters={"suite": str(folder / "relu_1d.py"), "iterations": 0,
