@@ -154,7 +154,7 @@ def needed_bytes(problem, interpreted: bool) -> int | None:
     largest = 0
     for shape in problem.shapes("all", interpreted):
         try:
-            with mapped_device("meta"):
+            with torch.device("meta"), mapped_device("meta"):
                 data = problem.generate_input(0, "meta", **shape)
                 out = problem.ref_kernel(data)
         except Exception:  # an op without a meta kernel, a generator on meta: no estimate
@@ -295,7 +295,7 @@ class Campaign:
         try:
             run = self._open(row, existing)
         except ProblemError as exc:
-            self._set(row, status=SKIPPED, reason=f"cannot be evaluated: {exc}")
+            self._set(row, status=SKIPPED, reason=str(exc))
             return
         if run is None:
             return

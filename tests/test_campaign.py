@@ -160,6 +160,29 @@ def test_campaign_usage_errors_are_one_line(tmp_path, capsys):
         assert store.list_campaigns() == [] and store.list_runs() == []
 
 
+def test_problems_that_cannot_run_here_are_skipped_with_their_reason(tmp_path, capsys, monkeypatch):
+    """Nothing is evaluated: one file too big for the machine (sized on PyTorch's meta device), one
+    published GPU MODE directory kscience cannot judge. Both are skipped, not failed."""
+    monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
+    folder = write_suite(tmp_path / "level1")
+    eigh = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "linalg" / "eigh_py"
+    db = str(tmp_path / "k.db")
+    code = main(["campaign", f"{folder / 'relu_1d.py'},{eigh}", "--set", "dim=10000000000000", "--llm", "offline",
+                 "--db", db])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err
+    assert "relu_1d: skipped: does not fit: needs about" in err and "of host memory free" in err
+    assert "eigh_py: skipped: eigh_py: cannot be evaluated: its output is a tuple" in err
+    assert "0 of 2 problems evaluated (2 skipped)" in out
+    with Store(db) as store:
+        assert store.list_runs() == []
+
+
+def test_a_folder_of_gpu_mode_directories_is_a_suite():
+    pmpp = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "pmpp"
+    assert [Path(p).name for p in suite_locators(str(pmpp))] == ["histogram_py", "vectoradd_py"]
+
+
 # --------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def model():
@@ -336,3 +359,22 @@ def test_the_campaign_notebook_under_papermill(tmp_path):
         "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
     assert "relu_1d" in shown and "finished" in shown and "fast_1.5" in shown
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kscience.campaign import Campaign
+    from kscience.jupyter.campaign_view import campaign_html
+
+    monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
+    ip = InteractiveShell.instance()
+    ip.run_cell("%load_ext kscience")
+    eigh = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "linalg" / "eigh_py"
+    db = tmp_path / "k.db"
+    outcome = ip.run_cell(f"campaign = %kscience campaign {eigh} --llm offline --db {db}")
+    assert outcome.success
+    campaign = ip.user_ns.pop("campaign")
+    assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
+    shown = campaign_html(campaign.store, campaign.id)
+    assert "eigh_py" in shown and "skipped" in shown and "1/1 done" in shown and "tuple of tensors" in shown

@@ -71,7 +71,9 @@ def mapped_device(target: str):
 def _generator(device=None):
     target = getattr(_active, "target", None)
     if target is not None and _is_cuda(device):
-        device = target
+        # The meta device (sizes without memory, to see whether a problem fits) has no generator
+        # of its own; factories on meta accept a CPU one.
+        device = "cpu" if torch.device(target).type == "meta" else target
     return torch.Generator(device=device) if device is not None else torch.Generator()
 
 
