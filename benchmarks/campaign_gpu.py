@@ -28,6 +28,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -183,7 +184,7 @@ def main() -> int:
         ap.error(f"unknown step {sorted(unknown)[0]} (campaign, retime)")
     from kscience.device import detect
 
-    device = detect().name.replace(" ", "_")
+    device = re.sub(r"[^\w.-]+", "_", detect().name).strip("_")
     stamp = datetime.date.today().isoformat()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
