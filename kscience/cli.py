@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kscience.run_commands import add_run_commands
 
     add_run_commands(sub)
+    from kscience.campaign_commands import add_campaign_commands
+
+    add_campaign_commands(sub)
     return p
 
 

@@ -1,9 +1,12 @@
 """The run store: one SQLite file holding everything a run did, in the order it did it.
 
 Tables: runs, candidates (with lineage), plans (the designer's hypotheses and the selector's
-choice they came from), findings, llm_calls, events, profiles (what a profiler saw of a candidate:
-compile facts, Nsight Compute metrics, speed of light). A row is committed before anything is shown
-about it, so whatever a user has seen survives a `kill -9` and a run resumes from here.
+choice they came from), findings, llm_calls, events; since schema 2 also campaigns (a suite of
+problems, one run each: `campaign_problems`) and retimes (stored kernels judged again on another
+device, beside their original verdicts); since schema 3 profiles (what a profiler saw of a
+candidate: compile facts, Nsight Compute metrics, speed of light). Older files are migrated in
+place when opened. A row is committed before anything is shown about it, so whatever a user has
+seen survives a `kill -9` and a run resumes from here.
 
 Durability: WAL journal with `synchronous=FULL`. WAL alone (at NORMAL) already survives a killed
 process, because committed pages sit in the WAL in the OS cache; FULL also fsyncs every commit,
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from kscience.evaluate.sandbox import redact, secret_values
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
 PENDING = "pending"  # a candidate written but not evaluated yet
 WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did not apply, no code)
@@ -69,13 +72,29 @@ CREATE TABLE events (
     type TEXT NOT NULL, payload TEXT NOT NULL, ts REAL NOT NULL);
 CREATE INDEX events_by_run ON events(run_id, seq);
 """
-# Schema 2 (issue 17). Added to a schema-1 database in place: older rows simply have no profile.
-_PROFILES = """
+# Each step migrates a file of the version before it in place, additively; older rows simply lack
+# what a later version adds. 2: a campaign id on runs, the campaign and re-timing tables.
+# 3: profiles (older candidates have none).
+_MIGRATIONS = {2: """
+ALTER TABLE runs ADD COLUMN campaign_id TEXT;
+CREATE TABLE campaigns (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, suite TEXT NOT NULL, config TEXT NOT NULL,
+    status TEXT NOT NULL, pid INTEGER, host TEXT, created REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE campaign_problems (
+    campaign_id TEXT NOT NULL REFERENCES campaigns(id), position INTEGER NOT NULL, locator TEXT NOT NULL,
+    name TEXT NOT NULL, overrides TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, run_id TEXT,
+    PRIMARY KEY (campaign_id, position));
+CREATE TABLE retimes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(id),
+    candidate_id TEXT NOT NULL REFERENCES candidates(id), device TEXT NOT NULL, status TEXT NOT NULL,
+    message TEXT NOT NULL, geomean_us REAL, result TEXT, created REAL NOT NULL);
+CREATE INDEX retimes_by_run ON retimes(run_id, device);
+""", 3: """
 CREATE TABLE profiles (
     candidate_id TEXT PRIMARY KEY REFERENCES candidates(id), run_id TEXT NOT NULL REFERENCES runs(id),
     compile_facts TEXT, ncu TEXT, sol TEXT, flag TEXT, profile_s REAL, updated REAL NOT NULL);
 CREATE INDEX profiles_by_run ON profiles(run_id);
-"""
+"""}
 
 _JSON_COLUMNS = ("overrides", "config", "environment", "result", "plan", "payload", "compile_facts", "ncu", "sol")
 
@@ -124,18 +143,22 @@ class Store:
             raise StoreError(f"{self.path} was written by a newer kscience "
                              f"(schema {version}, this one reads {SCHEMA_VERSION})")
         with self._tx():  # two processes opening a new file at once: the second waits, then sees the schema
-            if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version == SCHEMA_VERSION:
                 return
-            if version == 1:
-                statements = _PROFILES
-            elif self._db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]:
-                raise StoreError(f"{self.path} is an SQLite database but not a kscience one")
-            else:
-                statements = _SCHEMA + _PROFILES
-            for statement in statements.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
+            if version == 0:
+                if self._db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]:
+                    raise StoreError(f"{self.path} is an SQLite database but not a kscience one")
+                self._script(_SCHEMA)
+                version = 1
+            for step in range(version + 1, SCHEMA_VERSION + 1):  # in one transaction: all steps or none
+                self._script(_MIGRATIONS[step])
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _script(self, sql: str) -> None:
+        for statement in sql.split(";"):
+            if statement.strip():
+                self._db.execute(statement)
 
     def close(self) -> None:
         with self._lock:
@@ -172,11 +195,13 @@ class Store:
 
     # --- runs --------------------------------------------------------------------------------
     def create_run(self, *, name: str, problem: str, overrides: dict, llm: str, strategy: str,
-                   config: dict, environment: dict, pid: int | None = None, host: str | None = None) -> str:
+                   config: dict, environment: dict, pid: int | None = None, host: str | None = None,
+                   campaign_id: str | None = None) -> str:
         run_id, now = new_id("r"), time.time()
-        self._write("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        self._write("INSERT INTO runs (id, name, problem, overrides, llm, strategy, status, config, environment,"
+                    " error, pid, host, created, updated, campaign_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, name or run_id, problem, self._clean(overrides), llm, strategy, "running",
-                     self._clean(config), self._clean(environment), None, pid, host, now, now))
+                     self._clean(config), self._clean(environment), None, pid, host, now, now, campaign_id))
         return run_id
 
     def run(self, run_id: str) -> dict:
@@ -186,7 +211,7 @@ class Store:
         return rows[0]
 
     def update_run(self, run_id: str, **fields) -> None:
-        """Set columns of a run (status, error, llm, config, environment, pid, host)."""
+        """Set columns of a run (status, error, llm, config, environment, pid, host, campaign_id)."""
         if fields.get("status") not in (None, *RUN_STATUSES):
             raise ValueError(f"unknown run status {fields['status']!r}")
         cols = ", ".join(f"{k}=?" for k in fields)
@@ -321,6 +346,62 @@ class Store:
     def events(self, run_id: str, after_seq: int = 0) -> list[dict]:
         """Events of a run in order; `after_seq` lets a poller fetch only what is new."""
         return self._query("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after_seq))
+
+
+    # --- campaigns ---------------------------------------------------------------------------
+    def create_campaign(self, *, name: str, suite: str, config: dict, problems: list[dict],
+                        pid: int | None = None, host: str | None = None) -> str:
+        """A campaign and its problems (locator, name, overrides, status, reason) in one transaction."""
+        campaign_id, now = new_id("k"), time.time()
+        with self._tx():
+            self._db.execute("INSERT INTO campaigns VALUES (?,?,?,?,?,?,?,?,?)",
+                             (campaign_id, name or campaign_id, suite, self._clean(config), "running", pid, host,
+                              now, now))
+            for position, p in enumerate(problems):
+                self._db.execute("INSERT INTO campaign_problems VALUES (?,?,?,?,?,?,?,?)",
+                                 (campaign_id, position, p["locator"], p["name"], self._clean(p.get("overrides", {})),
+                                  p.get("status", "pending"), p.get("reason"), None))
+        return campaign_id
+
+    def campaign(self, campaign_id: str) -> dict:
+        rows = self._query("SELECT * FROM campaigns WHERE id=?", (campaign_id,))
+        if not rows:
+            raise StoreError(f"no campaign {campaign_id!r} in {self.path}")
+        return rows[0]
+
+    def list_campaigns(self) -> list[dict]:
+        return self._query("SELECT * FROM campaigns ORDER BY created DESC, rowid DESC")
+
+    def update_campaign(self, campaign_id: str, **fields) -> None:
+        """Set columns of a campaign (status, pid, host, config)."""
+        cols = ", ".join(f"{k}=?" for k in fields)
+        self._write(f"UPDATE campaigns SET {cols}, updated=? WHERE id=?",
+                    (*(self._clean(v) for v in fields.values()), time.time(), campaign_id))
+
+    def campaign_problems(self, campaign_id: str) -> list[dict]:
+        return self._query("SELECT * FROM campaign_problems WHERE campaign_id=? ORDER BY position", (campaign_id,))
+
+    def update_campaign_problem(self, campaign_id: str, position: int, **fields) -> None:
+        """Set columns of one problem of a campaign (status, reason, run_id)."""
+        cols = ", ".join(f"{k}=?" for k in fields)
+        self._write(f"UPDATE campaign_problems SET {cols} WHERE campaign_id=? AND position=?",
+                    (*fields.values(), campaign_id, position))
+
+    def campaign_runs(self, campaign_id: str) -> list[dict]:
+        return self._query("SELECT * FROM runs WHERE campaign_id=? ORDER BY created, rowid", (campaign_id,))
+
+    # --- re-timing on another device ---------------------------------------------------------
+    def add_retime(self, run_id: str, candidate_id: str, device: str, result: dict) -> None:
+        """A stored kernel judged again on `device` (its name); the original verdict is left as it was."""
+        self._write("INSERT INTO retimes (run_id, candidate_id, device, status, message, geomean_us, result,"
+                    " created) VALUES (?,?,?,?,?,?,?,?)",
+                    (run_id, candidate_id, device, result["status"], result["message"], result.get("geomean_us"),
+                     json.dumps(result), time.time()))
+
+    def retimes(self, run_id: str, device: str | None = None) -> list[dict]:
+        if device is None:
+            return self._query("SELECT * FROM retimes WHERE run_id=? ORDER BY id", (run_id,))
+        return self._query("SELECT * FROM retimes WHERE run_id=? AND device=? ORDER BY id", (run_id, device))
 
 
 class _Transaction:

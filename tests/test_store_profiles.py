@@ -33,17 +33,17 @@ def test_profile_parts_arrive_separately_and_survive_reopening(tmp_path):
         assert (row["sol"], row["profile_s"], row["flag"]) == ([{"fraction": 0.5}], 4.5, "not doing the work: x")
 
 
-def test_a_schema_1_database_gains_the_table_and_keeps_its_rows(tmp_path):
+def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
     path = tmp_path / "old.db"
     with Store(path) as store:
         run_id, cand = _candidate(store)
     db = sqlite3.connect(path)  # make it what an older kscience wrote
     db.execute("DROP TABLE profiles")
-    db.execute("PRAGMA user_version=1")
+    db.execute("PRAGMA user_version=2")
     db.commit()
     db.close()
     with Store(path) as store:
         assert [c["id"] for c in store.candidates(run_id)] == [cand]
         store.record_profile(cand, profile_s=1.0)
         assert store.profile(cand)["profile_s"] == 1.0
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3

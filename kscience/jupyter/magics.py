@@ -147,7 +147,8 @@ class KscienceMagics(Magics):
         """The kscience command line inside the notebook: %kscience runs, %kscience show RUN_ID,
         %kscience best RUN_ID, %kscience problems, %kscience seed PROBLEM, %kscience eval PROBLEM FILE.
         %kscience run ... and %kscience resume RUN_ID ... start the run with its live view and
-        return the run object. %kscience --help lists every command and option."""
+        return the run object; %kscience campaign SUITE ... starts a campaign under a one-row-per-problem
+        view and returns it (campaign.wait() blocks until it ends). %kscience --help lists every command and option."""
         from kscience.cli import build_parser
 
         parser = build_parser()
@@ -169,6 +170,8 @@ class KscienceMagics(Magics):
                 return self._cli_run(args)
             if args.command == "resume":
                 return self._cli_resume(args)
+            if args.command == "campaign":
+                return self._cli_campaign(args)
             args.func(args)
         return None
 
@@ -189,6 +192,18 @@ class KscienceMagics(Magics):
                                      "base_url": args.base_url}.items() if v is not None}
         return launch.resume(args.run_id, iterations=args.iterations, db=args.db, force=args.force, **changes,
                              **self._budgets(args))
+
+
+    @staticmethod
+    def _cli_campaign(args):
+        """The campaign runs on a thread under a one-row-per-problem view; `.wait()` blocks until it ends."""
+        from kscience.campaign_commands import build_campaign
+        from kscience.jupyter.campaign_view import CampaignView
+        from kscience.run_commands import _open_store
+
+        campaign = build_campaign(args, _open_store(args.db, create=not args.resume))
+        CampaignView(campaign)
+        return campaign.start(background=True)
 
 
 def register(ipython) -> None:

@@ -15,6 +15,19 @@ What kscience reads beyond GPU MODE's own keys, all optional in `task.yml`:
       (such as `c` in amd-fp8-mm) must name it here;
   `config: {rtol, atol}`: tolerances. Without them, the ones given to GPU MODE's
       `make_match_reference` helper for `check_implementation` are used, else 1e-2.
+
+A `check_implementation` other than that helper (a residual test for a factorisation whose
+answer is not unique) becomes the problem's `check`: the judge calls it, in the trusted process,
+instead of comparing with the reference's output, on the same fresh inputs and with the same
+poisoned outputs and unchanged-input checks. It may return GPU MODE's `''`/message or
+`(ok, message)`.
+
+On a machine without a GPU the reference's own code runs under `device_map.mapped_device`, so
+tensors and generators it asks for on `'cuda'` are made on the CPU.
+
+Directories that still cannot run say why in one line: a task whose main is its own `eval.py`
+with several entry points, or whose output type is a tuple of tensors (kscience judges one
+output tensor).
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from pathlib import Path
 import torch
 
 from kscience.problems import import_file
+from kscience.problems.device_map import mapped_device, proxy_torch
 from kscience.problems.spec import Problem, ProblemError, Shape, shape_label
 
 DEFAULT_TOLERANCE = 1e-2
@@ -106,6 +120,42 @@ def _tolerances(task: dict, reference) -> tuple[float, float]:
     return float(rtol), float(atol)
 
 
+def _own_check(reference):
+    """The reference's `check_implementation` when it is a check of its own, normalised to
+    `(data, output) -> None | reason`; None when absent or GPU MODE's make_match_reference (a
+    closure over `reference`), which kscience's comparison already does with the same tolerances."""
+    check = getattr(reference, "check_implementation", None)
+    if not callable(check):
+        return None
+    if inspect.isfunction(check) and "reference" in inspect.getclosurevars(check).nonlocals:
+        return None
+
+    def problem_check(data, output):
+        verdict = check(data, output)
+        if isinstance(verdict, tuple):  # (ok, message)
+            return None if verdict[0] else (str(verdict[1]) or "check_implementation failed")
+        return str(verdict) if verdict else None  # GPU MODE's '' for a pass, a message otherwise
+
+    return problem_check
+
+
+def _unsupported(folder: Path, task: dict, helpers: list) -> str | None:
+    """Why kscience cannot evaluate this directory, in one line, or None."""
+    main = (task.get("config") or {}).get("main")
+    if main and main != "eval.py" and (folder / main).is_file():
+        return f"its harness is its own {main}, not GPU MODE's eval.py"
+    entries = [e for e in task.get("files") or [] if isinstance(e, dict)
+               and str(e.get("source", "")).startswith("@") and e.get("name") != "submission.py"]
+    if entries:
+        return f"it has {len(entries) + 1} submission entry points, judged by its own eval.py"
+    task_py = dict(helpers).get("task")
+    if task_py is not None:
+        text = task_py.read_text(errors="replace")
+        if re.search(r"output_t\s*=\s*TypeVar\([^)]*bound\s*=\s*tuple", text):
+            return "its output is a tuple of tensors (task.py output_t); kscience judges one output tensor"
+    return None
+
+
 def _description(task: dict, reference, name: str) -> str:
     for text in (task.get("description"), reference.__doc__):
         lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
@@ -143,30 +193,43 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
 
     # The reference and submissions say `from task import ...`, `from utils import ...`:
     # the helpers stay registered under those bare names for candidates to import too.
-    for module_name, file in _helper_files(folder, task):
-        import_file(file, module_name)
+    helpers = _helper_files(folder, task)
+    why_not = _unsupported(folder, task, helpers)
+    if why_not:
+        raise ProblemError(f"{folder.name}: cannot be evaluated: {why_not}")
+    for module_name, file in helpers:
+        proxy_torch(import_file(file, module_name))
     safe_name = re.sub(r"\W", "_", folder.name)
     reference = import_file(reference_file, f"kscience_gpumode_{safe_name}_reference")
+    proxy_torch(reference)
     missing = [n for n in ("generate_input", "ref_kernel") if not callable(getattr(reference, n, None))]
     if missing:
         raise ProblemError(f"{reference_file}: lacks {', '.join(missing)}")
 
     def generate_input(seed: int, device="cuda", **shape):
         try:
-            # Tensors made without an explicit device land on the target one.
-            with torch.device(device):
+            # Tensors made without a device land on the target one; those made on 'cuda' explicitly
+            # do too when the target is not a GPU (see device_map).
+            with torch.device(device), mapped_device(device):
                 data = reference.generate_input(**shape, seed=seed)
         except Exception as exc:
             first_line = (str(exc).strip().splitlines() or [""])[0]
-            hint = " (it may create tensors on 'cuda' explicitly)" if torch.device(device).type == "cpu" else ""
             raise ProblemError(f"{reference_file}: generate_input({shape_label(shape)}) failed on "
-                               f"{device}{hint}: {type(exc).__name__}: {first_line}") from None
+                               f"{device}: {type(exc).__name__}: {first_line}") from None
         return _map_tensors(data, lambda t: t.to(device))
 
     def ref_kernel(data):
         # GPU MODE references may write their answer into a preallocated output in `data`;
         # working on a copy keeps that answer out of the buffer a candidate is given.
-        return reference.ref_kernel(_map_tensors(data, lambda t: t.clone()))
+        copy = _map_tensors(data, lambda t: t.clone())
+        with mapped_device(_device_of(copy)):
+            return reference.ref_kernel(copy)
+
+    own_check = _own_check(reference)
+
+    def check(data, output):
+        with mapped_device(_device_of(data)):
+            return own_check(data, output)
 
     rtol, atol = _tolerances(task, reference)
     output_args = task.get("output_args") or []
@@ -187,4 +250,11 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         cpu_benchmarks=cpu_benchmarks,
         output_args=tuple(output_args),
         seed_source=submission.read_text() if submission.is_file() else None,
+        check=check if own_check else None,
     )
+
+
+def _device_of(data) -> str:
+    found = []
+    _map_tensors(data, lambda t: found.append(t.device))
+    return str(found[0]) if found else "cpu"

@@ -43,6 +43,9 @@ class Problem:
     # baselines. The reference often computes in fp32 for accuracy, which would make it a straw man.
     eager_kernel: Callable[[Any], Any] | None = None  # None: the reference is already idiomatic
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
+    # (data, output) -> None when right, else a one-line reason: the judge calls it, in the trusted
+    # process, instead of comparing with ref_kernel's output (answers that are right but not unique).
+    check: Callable[[Any, Any], str | None] | None = None
 
     def shapes(self, which: str, interpreted: bool) -> list[Shape]:
         """Shapes for "tests", "benchmarks" or "all", the small CPU lists under the interpreter."""

@@ -1,0 +1,326 @@
+"""A campaign: one run per problem of a suite, in one database, under one campaign id.
+
+    campaign = Campaign.create("level1/", CampaignConfig(iterations=2, llm="openai:gpt-4.1"), store=store)
+    campaign.start()                 # runs the problems one after another
+    Campaign.resume(campaign.id, store=store).start()   # after a kill: finished problems are not redone
+
+A suite is a folder of KernelBench files (a level), a folder of GPU MODE problem directories, or a
+comma list of built-in names, KernelBench files and GPU MODE directories. Problems that cannot be
+loaded, or whose inputs would not fit the device, are recorded as skipped with the reason; they
+are not failures of the scientist. A campaign is resumable as a whole: each problem's run is
+linked to it as soon as it exists (`runs.campaign_id`), so a resumed campaign continues that run
+(`Run.resume`) instead of starting the problem again.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import math
+import os
+import socket
+import threading
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from kscience.problems import ProblemError, builtin_names, load_problem
+from kscience.run import Run, RunConfig, display_status, run_is_alive
+from kscience.store import Store, StoreError
+
+EXPERIMENTS_PER_ROUND = 3  # the designer's plans chosen per design round (scientist.roles.CHOICE_RULES)
+SKIPPED, PENDING = "skipped", "pending"
+# What a problem needs at once, as a multiple of one input set plus one output: the judge's copy
+# and the worker's, the pristine inputs kept for the unchanged-input check, and the reference output.
+MEMORY_FACTOR = 4
+FREE_SHARE = 0.9  # of the memory free when the campaign starts
+
+
+@dataclass
+class CampaignConfig:
+    """The settings every run of the campaign shares; stored as the campaign's config."""
+
+    problems: str = "*"  # glob over problem names within the suite
+    iterations: int = 3
+    attempts: int | None = None  # candidate kernels per problem, as whole design rounds
+    llm: str = "offline"
+    base_url: str | None = None
+    strategy: str | None = None
+    repairs: int = 2
+    executor: str = "local"
+    gpus: int | None = None
+    seed: int = 0
+    overrides: dict = field(default_factory=dict)  # --set NAME=VALUE, given to each file that has NAME
+    compiled_baseline: bool | None = None
+    max_cost_usd: float | None = None  # per run
+    name: str = ""
+
+    def __post_init__(self):
+        if self.attempts is not None:
+            if self.attempts < 1:
+                raise ValueError("attempts must be >= 1")
+            self.iterations = math.ceil(self.attempts / EXPERIMENTS_PER_ROUND)
+        RunConfig(problem="-", **self._run_fields())  # the run settings are checked once, here
+
+    def _run_fields(self) -> dict:
+        keys = ("iterations", "llm", "base_url", "strategy", "repairs", "executor", "gpus", "seed",
+                "compiled_baseline", "max_cost_usd")
+        return {k: getattr(self, k) for k in keys}
+
+    def run_config(self, locator: str, overrides: dict, name: str) -> RunConfig:
+        return RunConfig(problem=locator, overrides=overrides, name=name, **self._run_fields())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CampaignConfig":
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        d.pop("attempts", None)  # already turned into iterations when first created
+        return cls(**d)
+
+
+# --- suites ----------------------------------------------------------------------------------------
+def _is_gpumode_dir(path: Path) -> bool:
+    return (path / "task.yml").is_file() and (path / "reference.py").is_file()
+
+
+def _is_kernelbench_file(path: Path) -> bool:
+    return path.suffix == ".py" and path.is_file() and "class Model" in path.read_text(errors="replace")
+
+
+def suite_locators(suite: str) -> list[str]:
+    """The problem locators of a suite, in a stable order. ProblemError when it names nothing usable."""
+    items = [s.strip() for s in suite.split(",") if s.strip()]
+    if not items:
+        raise ProblemError("an empty suite: give a folder or a comma list of problems")
+    out = []
+    for item in items:
+        path = Path(item).expanduser()
+        if item in builtin_names():
+            out.append(item)
+        elif path.is_dir() and not _is_gpumode_dir(path):
+            found = sorted(str(p.resolve()) for p in path.iterdir()
+                           if _is_kernelbench_file(p) or (p.is_dir() and _is_gpumode_dir(p)))
+            if not found:
+                raise ProblemError(f"{path}: no KernelBench files or GPU MODE problem directories in it")
+            out.extend(found)
+        elif path.exists():
+            out.append(str(path.resolve()))
+        else:
+            raise ProblemError(f"no problem {item!r}: not a built-in ({', '.join(builtin_names())}), "
+                               "a file or a folder")
+    return list(dict.fromkeys(out))
+
+
+def problem_name(locator: str) -> str:
+    return Path(locator).stem if locator not in builtin_names() else locator
+
+
+def overrides_for(locator: str, overrides: dict) -> dict:
+    """The --set values a KernelBench file defines a module-level constant for (others keep theirs)."""
+    path = Path(locator)
+    if not overrides or path.suffix != ".py":
+        return {}
+    from kscience.problems.kernelbench import _module_constants
+
+    try:
+        names = _module_constants(ast.parse(path.read_text()))
+    except (OSError, SyntaxError):
+        return {}  # loading it will say what is wrong
+    return {k: v for k, v in overrides.items() if k in names}
+
+
+# --- will it fit? ----------------------------------------------------------------------------------
+def _tensor_bytes(data) -> int:
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        return data.numel() * data.element_size()
+    if isinstance(data, (tuple, list)):
+        return sum(_tensor_bytes(x) for x in data)
+    if isinstance(data, dict):
+        return sum(_tensor_bytes(x) for x in data.values())
+    return 0
+
+
+def needed_bytes(problem, interpreted: bool) -> int | None:
+    """Memory the largest benchmark shape needs at once, estimated on PyTorch's meta device (no memory
+    is taken); None when the problem's input builder cannot run there."""
+    import torch
+
+    from kscience.problems.device_map import mapped_device
+
+    largest = 0
+    for shape in problem.shapes("all", interpreted):
+        try:
+            with torch.device("meta"), mapped_device("meta"):
+                data = problem.generate_input(0, "meta", **shape)
+                out = problem.ref_kernel(data)
+        except Exception:  # an op without a meta kernel, a generator on meta: no estimate
+            return None
+        largest = max(largest, MEMORY_FACTOR * _tensor_bytes(data) + _tensor_bytes(out))
+    return largest
+
+
+def free_bytes(interpreted: bool) -> int | None:
+    import torch
+
+    if not interpreted and torch.cuda.is_available():
+        return torch.cuda.mem_get_info()[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def fit_reason(problem, device) -> str | None:
+    """Why the problem cannot run on this device, or None when it can (or cannot be told)."""
+    need = needed_bytes(problem, device.interpreted)
+    free = free_bytes(device.interpreted)
+    if need is None or free is None or need <= FREE_SHARE * free:
+        return None
+    where = "host memory" if device.interpreted else f"{device.name} memory"
+    return f"does not fit: needs about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB of {where} free"
+
+
+# --- the campaign ----------------------------------------------------------------------------------
+class Campaign:
+    """Use `Campaign.create` or `Campaign.resume`; `start()` runs every problem not yet done."""
+
+    def __init__(self, store: Store, campaign_id: str, config: CampaignConfig):
+        self.store, self.id, self.config = store, campaign_id, config
+        self._listeners: list = []
+        self._stop = threading.Event()
+        self._current: Run | None = None
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def create(cls, suite: str, config: CampaignConfig, *, store: Store) -> "Campaign":
+        locators = [loc for loc in suite_locators(suite) if fnmatch.fnmatch(problem_name(loc), config.problems)]
+        if not locators:
+            raise ProblemError(f"no problem of {suite} matches {config.problems!r}")
+        used = {name for loc in locators for name in overrides_for(loc, config.overrides)}
+        unused = sorted(set(config.overrides) - used)
+        if unused:
+            raise ProblemError(f"--set {unused[0]}: no problem of the suite has a module-level constant of that name")
+        problems = [{"locator": loc, "name": problem_name(loc), "overrides": overrides_for(loc, config.overrides)}
+                    for loc in locators]
+        campaign_id = store.create_campaign(name=config.name, suite=suite, config=config.to_dict(),
+                                           problems=problems, pid=os.getpid(), host=socket.gethostname())
+        return cls(store, campaign_id, config)
+
+    @classmethod
+    def resume(cls, campaign_id: str, *, store: Store, force: bool = False) -> "Campaign":
+        row = store.campaign(campaign_id)
+        if row["status"] == "running" and not force and run_is_alive({**row, "status": "running"}):
+            raise StoreError(f"campaign {campaign_id} is still running (pid {row['pid']} on {row['host']})")
+        store.update_campaign(campaign_id, status="running", pid=os.getpid(), host=socket.gethostname())
+        return cls(store, campaign_id, CampaignConfig.from_dict(row["config"]))
+
+    # --- watching ----------------------------------------------------------------------------
+    def subscribe(self, callback) -> None:
+        """`callback(campaign, row, event)` on each change: row is the problem's campaign row, event a
+        run event or None when only the problem's status changed; row None once the campaign ends."""
+        self._listeners.append(callback)
+
+    def _tell(self, row: dict, event=None) -> None:
+        for callback in self._listeners:
+            callback(self, row, event)
+
+    def problems(self) -> list[dict]:
+        """The campaign's problems with their run's status where there is one."""
+        return self.store.campaign_problems(self.id)
+
+    # --- driving -----------------------------------------------------------------------------
+    def start(self, background: bool = False) -> "Campaign":
+        if background:
+            self._thread = threading.Thread(target=self._run_all, name=f"kscience-{self.id}", daemon=True)
+            self._thread.start()
+        else:
+            self._run_all()
+        return self
+
+    def stop(self) -> None:
+        """End after the current problem's evaluations in flight; resume continues from there."""
+        self._stop.set()
+        if self._current is not None:
+            self._current.stop()
+
+    def wait(self, timeout: float | None = None) -> str:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.store.campaign(self.id)["status"]
+
+    def _run_all(self) -> None:
+        status = "finished"
+        try:
+            for row in self.problems():
+                if self._stop.is_set():
+                    status = "stopped"
+                    break
+                self._one(row)
+                if self._stop.is_set():
+                    status = "stopped"
+        except BaseException:
+            self.store.update_campaign(self.id, status="stopped")
+            raise
+        self.store.update_campaign(self.id, status=status)
+        self._tell(None)
+
+    def _linked_run(self, row: dict) -> dict | None:
+        """The run of this problem, also when the campaign was killed before it recorded the link."""
+        if row["run_id"]:
+            return self.store.run(row["run_id"])
+        mine = [r for r in self.store.campaign_runs(self.id) if r["problem"] == row["locator"]
+                or r["config"].get("problem") == row["locator"]]
+        return mine[-1] if mine else None
+
+    def _set(self, row: dict, **fields) -> dict:
+        self.store.update_campaign_problem(self.id, row["position"], **fields)
+        row = {**row, **fields}
+        self._tell(row)
+        return row
+
+    def _one(self, row: dict) -> None:
+        if row["status"] == SKIPPED:
+            return
+        existing = self._linked_run(row)
+        if existing is not None and existing["status"] in ("finished", "failed"):
+            if row["status"] != existing["status"] or row["run_id"] != existing["id"]:
+                self._set(row, status=existing["status"], run_id=existing["id"])
+            return  # done: a failed run is a result of the campaign, not work left
+        if existing is not None and display_status(existing) == "running":
+            raise StoreError(f"run {existing['id']} of {row['name']} is still running in another process")
+        try:
+            run = self._open(row, existing)
+        except ProblemError as exc:
+            self._set(row, status=SKIPPED, reason=str(exc))
+            return
+        if run is None:
+            return
+        row = self._set(row, status="running", run_id=run.id, reason=None)
+        self._current = run
+        run.subscribe(lambda event: self._tell(row, event))
+        try:
+            run.start(background=False)
+        finally:
+            self._current = None
+            final = self.store.run(run.id)
+            self._set(row, status=final["status"], reason=final["error"])
+
+    def _open(self, row: dict, existing: dict | None) -> Run | None:
+        """The problem's run, resumed or new; None (and the row marked skipped) when it does not fit."""
+        if existing is not None:
+            return Run.resume(existing["id"], store=self.store)
+        from kscience.device import detect
+
+        config = self.config.run_config(row["locator"], row["overrides"], f"{row['name']} ({self.id})")
+        problem = load_problem(row["locator"], row["overrides"])
+        reason = fit_reason(problem, detect())
+        if reason:
+            self._set(row, status=SKIPPED, reason=reason)
+            return None
+        run = Run.create(config, store=self.store)
+        self.store.update_run(run.id, campaign_id=self.id)
+        return run

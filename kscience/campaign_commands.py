@@ -1,0 +1,175 @@
+"""Subcommands for suites of problems: campaign, campaigns, report, retime.
+
+    kscience campaign SUITE [--problems GLOB] [--attempts N | --iterations N] [--llm ...] [--set NAME=VALUE]...
+    kscience campaign --resume ID
+    kscience report ID [--json] [--figure FILE]
+    kscience retime RUN_OR_CAMPAIGN_ID [--top K] [--executor SPEC] [--show]
+
+Progress goes to stderr, one line per problem change and per evaluated candidate; the report
+goes to stdout. Exit codes as for `kscience run`: 0 when everything finished, 1 when a problem's
+run failed or the campaign was stopped, 2 for usage errors, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from kscience.run_commands import _db_arg, _open_store, _setup
+
+
+def add_campaign_commands(sub) -> None:
+    from kscience.run import STRATEGIES
+
+    s = sub.add_parser("campaign", help="evolve every problem of a suite, one run each, under one campaign id")
+    s.add_argument("suite", nargs="?", help="folder of KernelBench files or GPU MODE directories, "
+                                            "or a comma list of built-in names, files and directories")
+    s.add_argument("--resume", metavar="ID", help="continue a campaign: finished problems are not redone")
+    s.add_argument("--problems", default="*", metavar="GLOB", help="only problems whose name matches")
+    rounds = s.add_mutually_exclusive_group()
+    rounds.add_argument("--iterations", type=int, metavar="N", help="design rounds per problem (default 3)")
+    rounds.add_argument("--attempts", type=int, metavar="N",
+                        help="candidate kernels per problem (whole design rounds of three experiments)")
+    s.add_argument("--llm", help="offline, gemini:MODEL or openai:MODEL (default: chosen from the API keys set)")
+    s.add_argument("--base-url", metavar="URL")
+    s.add_argument("--strategy", choices=STRATEGIES)
+    s.add_argument("--repairs", type=int, default=2, metavar="K")
+    s.add_argument("--executor", default="local", metavar="SPEC")
+    s.add_argument("--gpus", type=int, metavar="N")
+    s.add_argument("--seed", type=int, default=0, metavar="N")
+    s.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a module-level constant in every KernelBench file that has it")
+    s.add_argument("--max-cost-usd", type=float, metavar="USD", help="LLM budget per problem")
+    s.add_argument("--name", default="")
+    s.add_argument("--force", action="store_true", help="resume a campaign marked running elsewhere")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    _db_arg(s)
+    s.set_defaults(func=cmd_campaign)
+
+    s = sub.add_parser("campaigns", help="list stored campaigns, newest first")
+    _db_arg(s)
+    s.set_defaults(func=cmd_campaigns)
+
+    s = sub.add_parser("report", help="a campaign's table: baselines, best kernels, fast_p, speedups, cost")
+    s.add_argument("campaign_id")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--figure", metavar="FILE", help="also draw the report figure (png, svg, pdf)")
+    _db_arg(s)
+    s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("retime", help="judge a run's or campaign's kernels again on this device")
+    s.add_argument("target", metavar="RUN_OR_CAMPAIGN_ID")
+    s.add_argument("--top", type=int, default=3, metavar="K", help="best K candidates of each run (default 3)")
+    s.add_argument("--executor", default="local", metavar="SPEC")
+    s.add_argument("--gpus", type=int, metavar="N")
+    s.add_argument("--show", action="store_true", help="only show the stored comparison")
+    s.add_argument("--device", help="compare with the re-timing on this device (default: the latest)")
+    s.add_argument("--json", action="store_true")
+    _db_arg(s)
+    s.set_defaults(func=cmd_retime)
+
+
+def _status_line(campaign, row, event) -> None:
+    from kscience.events import CandidateEvaluated
+
+    if row is None:
+        return
+    if event is None:
+        why = f": {row['reason']}" if row.get("reason") and row["status"] in ("skipped", "failed") else ""
+        print(f"kscience: [{row['position'] + 1}] {row['name']}: {row['status']}{why}", file=sys.stderr)
+    elif isinstance(event, CandidateEvaluated):
+        t = f" {event.geomean_us:.1f} us" if event.geomean_us else ""
+        print(f"kscience:     {row['name']}: {event.kind} {event.candidate_id} {event.status}{t}", file=sys.stderr)
+
+
+def build_campaign(args, store):
+    """A new campaign from the arguments, or the one --resume names (shared with `%kscience campaign`)."""
+    from kscience.campaign import Campaign, CampaignConfig
+    from kscience.cli import UsageError, parse_sets
+
+    if bool(args.suite) == bool(args.resume):
+        raise UsageError("give a SUITE to start a campaign, or --resume ID to continue one")
+    if args.resume:
+        return _setup(lambda: Campaign.resume(args.resume, store=store, force=args.force))
+    llm = args.llm
+    if llm is None:
+        from kscience.scientist.llm import default_llm_spec
+
+        llm, reason = default_llm_spec()
+        print(f"kscience: {reason}", file=sys.stderr)
+    config = _setup(lambda: CampaignConfig(
+        problems=args.problems, iterations=3 if args.iterations is None else args.iterations,
+        attempts=args.attempts, llm=llm, base_url=args.base_url, strategy=args.strategy,
+        repairs=args.repairs, executor=args.executor, gpus=args.gpus, seed=args.seed,
+        overrides=parse_sets(args.set), max_cost_usd=args.max_cost_usd, name=args.name))
+    return _setup(lambda: Campaign.create(args.suite, config, store=store))
+
+
+def cmd_campaign(args) -> int:
+    from kscience.campaign_report import campaign_report, report_json, report_lines
+
+    with _open_store(args.db, create=not args.resume) as store:
+        campaign = build_campaign(args, store)
+        print(f"kscience: campaign {campaign.id}: {len(campaign.problems())} problems with {campaign.config.llm}, "
+              f"{campaign.config.iterations} iterations each, stored in {store.path}", file=sys.stderr)
+        campaign.subscribe(_status_line)
+        try:
+            _setup(lambda: campaign.start())
+        except KeyboardInterrupt:
+            print(f"kscience: interrupted; continue with: kscience campaign --resume {campaign.id} --db {store.path}",
+                  file=sys.stderr)
+            return 130
+        report = campaign_report(store, campaign.id)
+        print(report_json(report) if args.json else "\n".join(report_lines(report)))
+        failed = [r for r in report["problems"] if r["status"] not in ("finished", "skipped")]
+        if failed:
+            print(f"kscience: error: {len(failed)} problem(s) did not finish; continue with: "
+                  f"kscience campaign --resume {campaign.id} --db {store.path}", file=sys.stderr)
+        return 1 if failed else 0
+
+
+def cmd_campaigns(args) -> int:
+    with _open_store(args.db, create=False) as store:
+        for c in store.list_campaigns():
+            rows = store.campaign_problems(c["id"])
+            done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
+            print(f"{c['id']}  {c['status']:<9} {done}/{len(rows)} problems  {c['suite']}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from kscience.campaign_report import campaign_figure, campaign_report, report_json, report_lines
+    from kscience.cli import UsageError
+
+    with _open_store(args.db, create=False) as store:
+        report = _setup(lambda: campaign_report(store, args.campaign_id))
+    print(report_json(report) if args.json else "\n".join(report_lines(report)))
+    if args.figure:
+        try:
+            fig = campaign_figure(report)
+        except ImportError:
+            raise UsageError("--figure needs matplotlib: pip install 'kscience[jupyter]'") from None
+        fig.savefig(args.figure)
+        print(f"kscience: figure written to {args.figure}", file=sys.stderr)
+    return 0
+
+
+def cmd_retime(args) -> int:
+    from kscience.retime import comparison, comparison_lines, retime
+
+    with _open_store(args.db, create=False) as store:
+        if not args.show:
+            def said(run, cand, result):
+                t = f" {result['geomean_us']:.1f} us" if result.get("geomean_us") else ""
+                print(f"kscience: {run['problem']}: {cand['kind']} {cand['id']} {result['status']}{t}",
+                      file=sys.stderr)
+
+            done = _setup(lambda: retime(store, args.target, top_k=args.top, executor_spec=args.executor,
+                                         gpus=args.gpus, on_result=said))
+            print(f"kscience: re-timed {done['judged']} kernels on {done['device']} "
+                  f"({done['kept']} already were)", file=sys.stderr)
+            for run_id, why in done["unloadable"].items():
+                print(f"kscience: run {run_id} not re-timed: {why}", file=sys.stderr)
+        comps = _setup(lambda: comparison(store, args.target, args.device or (None if args.show else done["device"])))
+        print(json.dumps(comps, indent=2) if args.json else "\n".join(comparison_lines(store, comps)))
+    return 0

@@ -1,0 +1,189 @@
+"""A campaign's numbers, in the columns KernelBench and STARK publish, so a table can be set beside theirs.
+
+Per problem: the baseline times (PyTorch eager, torch.compile), the seed's time, the best kernel's
+time, status, attempts and LLM cost. Per suite: the success rate, fast_p for p in FAST_P against
+eager and against torch.compile, the geometric-mean speedup, attempts and cost.
+
+Definitions (after KernelBench, Ouyang et al. 2025, and its `fastp` code):
+* the kernel of a problem is the fastest correct candidate the scientist wrote (children and
+  repairs); the seed is the starting point, not an answer, and the baselines are not candidates;
+* speedup = baseline time / kernel time, both measured by the same judge in the same run;
+* fast_p = the share of problems whose kernel is correct and whose speedup is greater than p;
+  fast_0 is therefore the correctness (success) rate;
+* the denominator is every problem of the campaign that was evaluated: skipped problems (did not
+  fit the device, cannot be loaded) are counted apart, and a problem whose run failed counts as
+  not correct. Against torch.compile, only problems where torch.compile was timed count (it is
+  not timed under the CPU interpreter), and their number is given as `n`;
+* the geometric-mean speedup is over the problems with a correct kernel (STARK's mean speedup).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from kscience.store import Store
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+BASELINES = {"eager": "eager_us", "compiled": "compiled_us"}
+_WRITTEN = ("child", "repair")
+
+
+def problem_rows(store: Store, campaign_id: str) -> list[dict]:
+    """One row per problem of the campaign, read from the store."""
+    from kscience.run import display_status
+
+    rows = []
+    for entry in store.campaign_problems(campaign_id):
+        row = {"position": entry["position"], "name": entry["name"], "locator": entry["locator"],
+               "status": entry["status"], "reason": entry["reason"], "run_id": entry["run_id"],
+               "eager_us": None, "compiled_us": None, "seed_us": None, "best_us": None, "best_id": None,
+               "attempts": 0, "cost_usd": 0.0, "tokens": 0, "device": None}
+        if entry["run_id"]:
+            run = store.run(entry["run_id"])
+            row["status"] = display_status(run)
+            row["reason"] = run["error"] or entry["reason"]
+            row.update(_run_numbers(store, entry["run_id"]))
+        rows.append(row)
+    return rows
+
+
+def _run_numbers(store: Store, run_id: str) -> dict:
+    cands = store.candidates(run_id)
+    by_kind = {c["kind"]: c for c in cands if c["kind"] in ("seed", "reference", "compiled")}
+    written = [c for c in cands if c["kind"] in _WRITTEN and c["evaluated"] is not None]
+    ok = [c for c in written if c["status"] == "ok" and c["geomean_us"]]
+    best = min(ok, key=lambda c: c["geomean_us"]) if ok else None
+    usage = store.llm_usage(run_id)
+
+    def time_of(kind):
+        c = by_kind.get(kind)
+        return c["geomean_us"] if c and c["status"] == "ok" else None
+
+    judged = ((best or by_kind.get("seed") or {}).get("result") or {}).get("device") or {}
+    return {"eager_us": time_of("reference"), "compiled_us": time_of("compiled"), "seed_us": time_of("seed"),
+            "best_us": best["geomean_us"] if best else None, "best_id": best["id"] if best else None,
+            "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
+            "device": judged.get("name")}
+
+
+def speedup(row: dict, baseline: str) -> float | None:
+    base = row.get(BASELINES[baseline])
+    return base / row["best_us"] if base and row.get("best_us") else None
+
+
+def fast_p(rows: list[dict], p: float, baseline: str = "eager") -> tuple[float | None, int]:
+    """(fast_p, number of problems it is over). Skipped problems are not counted; against a
+    baseline, only problems where it was timed."""
+    counted = [r for r in rows if r["status"] != "skipped" and r.get(BASELINES[baseline])]
+    if not counted:
+        return None, 0
+    hits = sum(1 for r in counted if (s := speedup(r, baseline)) is not None and s > p)
+    return hits / len(counted), len(counted)
+
+
+def geomean_speedup(rows: list[dict], baseline: str = "eager") -> float | None:
+    values = [s for r in rows if r["status"] != "skipped" and (s := speedup(r, baseline))]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def suite_summary(rows: list[dict]) -> dict:
+    """The per-suite columns of KernelBench and STARK, from per-problem rows."""
+    evaluated = [r for r in rows if r["status"] != "skipped"]
+    out = {"n_problems": len(rows), "n_evaluated": len(evaluated), "n_skipped": len(rows) - len(evaluated),
+           "n_correct": sum(1 for r in evaluated if r.get("best_us")),
+           "success_rate": (sum(1 for r in evaluated if r.get("best_us")) / len(evaluated)) if evaluated else None,
+           "attempts": sum(r["attempts"] for r in evaluated),
+           "attempts_per_problem": (sum(r["attempts"] for r in evaluated) / len(evaluated)) if evaluated else None,
+           "cost_usd": sum(r["cost_usd"] for r in rows), "tokens": sum(r.get("tokens", 0) for r in rows)}
+    for baseline in BASELINES:
+        for p in FAST_P:
+            value, n = fast_p(rows, p, baseline)
+            out[f"fast_{p:g}_{baseline}"] = value
+        out[f"n_{baseline}"] = fast_p(rows, 0.0, baseline)[1]
+        out[f"geomean_speedup_{baseline}"] = geomean_speedup(rows, baseline)
+    return out
+
+
+def campaign_report(store: Store, campaign_id: str) -> dict:
+    """Everything the CLI table, the JSON and the figure show."""
+    campaign = store.campaign(campaign_id)
+    rows = problem_rows(store, campaign_id)
+    for r in rows:
+        r["speedup_eager"], r["speedup_compiled"] = speedup(r, "eager"), speedup(r, "compiled")
+    return {"campaign": {k: campaign[k] for k in ("id", "name", "suite", "status", "config", "created")},
+            "problems": rows, "summary": suite_summary(rows)}
+
+
+# --- text ------------------------------------------------------------------------------------------
+def _us(v) -> str:
+    return f"{v:.1f}" if v else "-"
+
+
+def _x(v) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def report_lines(report: dict) -> list[str]:
+    c, s = report["campaign"], report["summary"]
+    lines = [f"campaign {c['id']} ({c['status']}): {c['suite']}", ""]
+    head = f"{'problem':<28} {'status':<11} {'eager us':>10} {'compile us':>10} {'seed us':>10} " \
+           f"{'best us':>10} {'vs eager':>9} {'vs compile':>10} {'tries':>5} {'cost $':>7}"
+    lines += [head, "-" * len(head)]
+    for r in report["problems"]:
+        lines.append(f"{r['name'][:28]:<28} {r['status']:<11} {_us(r['eager_us']):>10} {_us(r['compiled_us']):>10} "
+                     f"{_us(r['seed_us']):>10} {_us(r['best_us']):>10} {_x(r['speedup_eager']):>9} "
+                     f"{_x(r['speedup_compiled']):>10} {r['attempts']:>5} {r['cost_usd']:>7.2f}")
+        if r["status"] in ("skipped", "failed") and r["reason"]:
+            lines.append(f"    {r['reason'][:150]}")
+    lines.append("")
+    lines.append(f"{s['n_evaluated']} of {s['n_problems']} problems evaluated ({s['n_skipped']} skipped); "
+                 f"success rate {_pct(s['success_rate'])}; {s['attempts']} attempts; "
+                 f"LLM cost ${s['cost_usd']:.2f}")
+    for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile")):
+        fast = "  ".join(f"fast_{p:g} {_pct(s[f'fast_{p:g}_{baseline}'])}" for p in FAST_P)
+        lines.append(f"vs {label:<14} (n={s[f'n_{baseline}']}): {fast}  "
+                     f"geomean speedup {_x(s[f'geomean_speedup_{baseline}'])}")
+    return lines
+
+
+def report_json(report: dict) -> str:
+    return json.dumps(report, indent=2, default=str)
+
+
+# --- figure ----------------------------------------------------------------------------------------
+def campaign_figure(report: dict, size=(10, 3.8), dpi: int = 100):
+    """Left: each problem's speedup over eager and torch.compile (log scale; a missing bar is a
+    problem without a correct kernel or without that baseline). Right: fast_p against p, the
+    curve KernelBench plots."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=dpi, layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=[1.6, 1])
+    rows = [r for r in report["problems"] if r["status"] != "skipped"]
+    names = [r["name"] for r in rows]
+    width = 0.4
+    for k, (baseline, colour) in enumerate((("eager", "#1565c0"), ("compiled", "#6a1b9a"))):
+        values = [r[f"speedup_{baseline}"] or 0.0 for r in rows]
+        left.bar([i + (k - 0.5) * width for i in range(len(rows))], values, width, color=colour,
+                 label=f"vs {'PyTorch eager' if baseline == 'eager' else 'torch.compile'}")
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.set_yscale("log")
+    left.set_xticks(range(len(rows)), names, rotation=30, ha="right", fontsize=8)
+    left.set_ylabel("speedup of the best kernel")
+    left.legend(fontsize=8)
+    left.set_title(f"campaign {report['campaign']['id']}", fontsize=9)
+    ps = [i / 20 for i in range(0, 61)]
+    for baseline, colour in (("eager", "#1565c0"), ("compiled", "#6a1b9a")):
+        curve = [fast_p(report["problems"], p, baseline)[0] for p in ps]
+        if any(v is not None for v in curve):
+            right.step(ps, [v or 0.0 for v in curve], where="post", color=colour, label=f"vs {baseline}")
+    right.set_xlabel("p (speedup threshold)")
+    right.set_ylabel("fast_p")
+    right.set_ylim(0, 1.05)
+    right.legend(fontsize=8)
+    return fig

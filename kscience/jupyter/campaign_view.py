@@ -1,0 +1,61 @@
+"""A compact live view of a campaign in a notebook: one row per problem, updated in place.
+
+    campaign = %kscience campaign level1/ --iterations 2 --llm offline
+    campaign.wait()                      # blocks until every problem is done (papermill does this)
+
+The table is an HTML display updated through its display id, which JupyterLab, Notebook,
+papermill and nbconvert all honour; updates from the campaign's thread are throttled to one a
+second, and the last one is always drawn.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+
+from kscience.campaign_report import problem_rows, speedup
+
+MIN_INTERVAL_S = 1.0
+COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "note")
+
+
+def _cells(row: dict) -> list[str]:
+    gain = speedup(row, "eager")
+    note = row["reason"] if row["status"] in ("skipped", "failed") and row["reason"] else ""
+    return [row["name"], row["status"], f"{row['eager_us']:.1f}" if row["eager_us"] else "",
+            f"{row['best_us']:.1f}" if row["best_us"] else "", f"{gain:.2f}x" if gain else "",
+            str(row["attempts"]), note[:120]]
+
+
+def campaign_html(store, campaign_id: str) -> str:
+    campaign = store.campaign(campaign_id)
+    rows = problem_rows(store, campaign_id)
+    head = "".join(f"<th style='text-align:left;padding:0 8px'>{c}</th>" for c in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td style='padding:0 8px'>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>"
+                   for r in rows)
+    done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
+    return (f"<div><b>campaign {html.escape(campaign_id)}</b> ({html.escape(campaign['status'])}, "
+            f"{done}/{len(rows)} done)<table>{head}{body}</table></div>")
+
+
+class CampaignView:
+    def __init__(self, campaign):
+        from IPython.display import HTML, display
+
+        self.campaign, self._html = campaign, HTML
+        self._lock, self._last = threading.Lock(), 0.0
+        self.handle = display(HTML(campaign_html(campaign.store, campaign.id)), display_id=True)
+        campaign.subscribe(self._changed)
+
+    def _changed(self, campaign, row, event) -> None:
+        # Problem changes always redraw; candidate events at most once a second.
+        now = time.monotonic()
+        if event is not None and now - self._last < MIN_INTERVAL_S:
+            return
+        self.refresh()
+
+    def refresh(self) -> None:
+        with self._lock:
+            self._last = time.monotonic()
+            self.handle.update(self._html(campaign_html(self.campaign.store, self.campaign.id)))
