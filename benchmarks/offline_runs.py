@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kscience.device import detect
 from kscience.problems import builtin_names, geomean
-from kscience.run import run_metrics
+from kscience.snapshot import run_metrics
 from kscience.store import Store
 
 

@@ -18,7 +18,9 @@ import pytest
 from kscience.evaluate.executor import Executor
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.events import CandidateEvaluated, RunFailed, RunFinished
-from kscience.run import Run, RunConfig, run_metrics
+from kscience.config import RunConfig
+from kscience.run import Run
+from kscience.snapshot import run_metrics
 from kscience.scientist.llm import BudgetExceeded, LLMError
 from kscience.scientist.roles import Draft, Plan, Selection
 from kscience.store import Store

@@ -19,7 +19,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from kscience.jupyter import plots
-from kscience.jupyter.snapshot import Snapshot
+from kscience.snapshot import Snapshot
 from kscience.store import Store, StoreError
 
 FIGURES = {  # file suffix -> (what it shows, drawing, figure size in inches)
