@@ -49,8 +49,9 @@ class RunConfig:
     """Everything that decides what a run does. Stored as the run's config; never holds a key."""
 
     problem: str = setting(None, None, "built-in name, KernelBench .py file or GPU MODE directory")
-    overrides: dict = setting({}, "--set", "override a module-level constant of a KernelBench file",
-                              metavar="NAME=VALUE", kind="pairs")
+    iterations: int = setting(3, "--iterations", "design rounds the run aims for in total", metavar="N",
+                              on_resume=True, resume_help="design rounds to add (default: what remains of the "
+                                                          "run's target)")
     name: str = setting("", "--name", "a label for the run")
     llm: str = setting("offline", "--llm", "offline, gemini:MODEL or openai:MODEL (default: chosen from the "
                        "API keys set)", metavar="ID", on_resume=True)
@@ -58,9 +59,6 @@ class RunConfig:
                                    metavar="URL", on_resume=True)
     strategy: str | None = setting(None, "--strategy", "how the base kernel is picked (default: tournament "
                                    "offline, llm otherwise)", choices=STRATEGIES, on_resume=True)
-    iterations: int = setting(3, "--iterations", "design rounds the run aims for in total", metavar="N",
-                              on_resume=True, resume_help="design rounds to add (default: what remains of the "
-                                                          "run's target)")
     repairs: int = setting(2, "--repairs", "repair attempts per broken candidate", metavar="K", on_resume=True)
     executor: str = setting("local", "--executor", f"where candidates are judged: {EXECUTORS}", metavar="SPEC",
                             on_resume=True)
@@ -68,6 +66,8 @@ class RunConfig:
     knowledge: list[str] = setting([], "--knowledge", "folder of *.md notes for the designer (repeatable)",
                                    metavar="DIR", kind="append")
     seed: int = setting(0, "--seed", "the scientist's random seed", metavar="N")
+    overrides: dict = setting({}, "--set", "override a module-level constant of a KernelBench file",
+                              metavar="NAME=VALUE", kind="pairs")
     max_cost_usd: float | None = setting(None, "--max-cost-usd", "stop once the LLM calls cost this much",
                                          metavar="USD", on_resume=True)
     max_tokens: int | None = setting(None, "--max-tokens", "stop once the LLM calls used this many tokens",
