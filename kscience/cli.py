@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from kscience.config import add_run_options
+from kscience.config import PROBLEM_HELP, add_run_options
 from kscience.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
 from kscience.store import DEFAULT_DB
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_seed)
 
     s = sub.add_parser("eval", help="evaluate one candidate kernel")
-    s.add_argument("problem", help="built-in name, KernelBench .py file or GPU MODE directory")
+    s.add_argument("problem", help=PROBLEM_HELP)
     s.add_argument("candidate", help="Python file defining custom_kernel(data) (or ModelNew)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="overall time limit")
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("run", help="evolve a problem's kernel with the scientist")
-    s.add_argument("problem", help="built-in name, KernelBench .py file or GPU MODE directory")
+    s.add_argument("problem", help=PROBLEM_HELP)
     s.add_argument("--seed-kernel", metavar="FILE", help="starting kernel (default: the problem's seed)")
     add_run_options(s)
     _db_arg(s)

@@ -20,6 +20,7 @@ from kscience.scientist.llm.factory import default_llm_spec
 
 STRATEGIES = ("llm", "tree", "tournament")
 EXECUTORS = "local, ray or ray://HOST:PORT"
+PROBLEM_HELP = "built-in name, KernelBench .py file or GPU MODE directory"
 
 
 class ConfigError(ValueError):
@@ -48,7 +49,7 @@ def setting(default, flag: str | None, help: str, *, metavar: str | None = None,
 class RunConfig:
     """Everything that decides what a run does. Stored as the run's config; never holds a key."""
 
-    problem: str = setting(None, None, "built-in name, KernelBench .py file or GPU MODE directory")
+    problem: str = setting(None, None, PROBLEM_HELP)  # a positional argument, not a flag
     iterations: int = setting(3, "--iterations", "design rounds the run aims for in total", metavar="N",
                               on_resume=True, resume_help="design rounds to add (default: what remains of the "
                                                           "run's target)")
@@ -124,7 +125,10 @@ def option_specs(*, resume: bool = False) -> list[tuple[tuple[str, ...], dict]]:
         meta = f.metadata
         if not meta["flag"] or (resume and not meta["on_resume"]):
             continue
-        help_ = (meta["resume_help"] if resume and meta["resume_help"] else meta["help"] + _default_text(f))
+        if resume:  # unset, a resumed run keeps what it had
+            help_ = meta["resume_help"] or meta["help"].split(" (default")[0] + " (default: as the run had it)"
+        else:
+            help_ = meta["help"] + _default_text(f)
         kw = {"dest": f.name, "default": None, "help": help_}
         if meta["kind"] == "off":
             kw["action"] = "store_false"

@@ -11,13 +11,9 @@ from kscience.config import (RESUMABLE, ConfigError, RunConfig, check_resume_cha
                              options_from_args)
 from kscience.jupyter.magics import KscienceMagics
 
-# What a flag given on the line should turn into, per setting (checked against every flagged field).
-SAMPLES = {"iterations": ("5", 5), "name": ("tour", "tour"), "llm": ("offline", "offline"),
-           "base_url": ("http://localhost:1", "http://localhost:1"), "strategy": ("tree", "tree"),
-           "repairs": ("1", 1), "executor": ("ray", "ray"), "gpus": ("2", 2), "knowledge": ("notes", ["notes"]),
-           "seed": ("7", 7), "overrides": ("N=5", {"N": "5"}), "max_cost_usd": ("2.5", 2.5),
-           "max_tokens": ("1000", 1000), "time_limit_s": ("60", 60.0), "llm_retries": ("1", 1),
-           "llm_timeout_s": ("30", 30.0), "compiled_baseline": (None, False)}
+# Values that must be valid, and what they become; any other setting gets one from its type.
+SAMPLES = {"llm": ("offline", "offline"), "strategy": ("tree", "tree"), "executor": ("ray", "ray"),
+           "overrides": ("N=5", {"N": "5"}), "llm_timeout_s": ("30", 30.0)}
 CLI_ONLY = {"--seed-kernel", "--json", "--help", "-h"}  # a cell body is the kernel; JSON is for the terminal
 MAGIC_ONLY = {"--output", "-o", "--resume", "--force", "--view", "--help", "-h"}
 FLAGGED = [f for f in fields(RunConfig) if f.metadata["flag"]]
@@ -36,18 +32,30 @@ def _run_parser():
     return sub.choices["run"], sub.choices["resume"]
 
 
+def _sample(f) -> tuple[str | None, object]:
+    """(the word after the flag, or None for a switch; the value RunConfig should then hold)."""
+    if f.name in SAMPLES:
+        return SAMPLES[f.name]
+    kind, type_ = f.metadata["kind"], str(f.type)
+    if kind == "off":
+        return None, False
+    if kind == "append":
+        return "notes", ["notes"]
+    if type_.startswith("int"):
+        return "7", 7
+    if type_.startswith("float"):
+        return "2.5", 2.5
+    return "text", "text"
+
+
 def _words(f) -> list[str]:
-    value = SAMPLES[f.name][0]
-    return [f.metadata["flag"]] + ([] if value is None else [value])
-
-
-def test_every_setting_has_a_sample_here():
-    assert {f.name for f in FLAGGED} == set(SAMPLES), "add the new setting to SAMPLES"
+    word = _sample(f)[0]
+    return [f.metadata["flag"]] + ([] if word is None else [word])
 
 
 @pytest.mark.parametrize("f", FLAGGED, ids=lambda f: f.name)
 def test_each_run_flag_reaches_runconfig_from_the_cli_and_the_magic(f):
-    expected = SAMPLES[f.name][1]
+    expected = _sample(f)[1]
     cli = options_from_args(build_parser().parse_args(["run", "softmax", *_words(f)]))
     magic = options_from_args(parse_argstring(KscienceMagics.kernel_evolve, " ".join(["softmax", *_words(f)])))
     assert cli == magic == {f.name: expected}
@@ -86,7 +94,7 @@ def test_no_flag_given_means_runconfig_defaults():
 def test_each_resumable_flag_reaches_the_resumed_run(f):
     _, resume = _run_parser()
     args = build_parser().parse_args(["resume", "r-1", *_words(f)])
-    assert options_from_args(args) == {f.name: SAMPLES[f.name][1]}
+    assert options_from_args(args) == {f.name: _sample(f)[1]}
     assert f.metadata["flag"] in _options(resume)
 
 

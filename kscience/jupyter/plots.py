@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from kscience.snapshot import Snapshot, fmt_us, shape_times
+from kscience.snapshot import Snapshot, fmt_us, fmt_x, shape_times, speedup
 
 STATUS_COLOURS = {
     "ok": "#2e7d32", "wrong_answer": "#ef6c00", "compile_error": "#c62828", "runtime_error": "#8e24aa",
@@ -93,7 +93,7 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation") -> None:
                       ("physical floor", base.floor_us)):
         if us:
             colour, style = BASELINE_STYLES[label]
-            ax.axhline(us, color=colour, linestyle=style, linewidth=1.2, label=f"{label} {us:,.1f} us")
+            ax.axhline(us, color=colour, linestyle=style, linewidth=1.2, label=f"{label} {fmt_us(us, ' us', 1)}")
             values.append(us)
     handles, labels = ax.get_legend_handles_labels()
     for note in base.missing():  # say which lines are missing rather than leave the reader guessing
@@ -129,11 +129,11 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
         w, h = ax.figure.get_size_inches()
         ax.figure.set_size_inches(max(w, 0.7 * len(labels)), h * 1.2)
     for k, (name, base_times) in enumerate(series):
-        ratios = [base_times[s] / times[s] if base_times.get(s) else 0.0 for s in labels]
+        ratios = [speedup(base_times.get(s), times[s]) or 0.0 for s in labels]
         positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
         bars = ax.bar(positions, ratios, width=width, label=name,
                       color=("#2e7d32", "#1565c0", "#6a1b9a")[k])
-        ax.bar_label(bars, labels=[f"{r:.3g}x" if r else "n/a" for r in ratios], fontsize=6 if crowded else 7,
+        ax.bar_label(bars, labels=[fmt_x(r) if r else "n/a" for r in ratios], fontsize=6 if crowded else 7,
                      rotation=90 if crowded else 0, padding=2)
     ax.axhline(1.0, color="#757575", linewidth=1)
     ax.margins(y=0.15)

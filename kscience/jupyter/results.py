@@ -24,7 +24,7 @@ from kscience.jupyter import panels
 from kscience.jupyter.views import show_live
 from kscience.liveness import display_status, run_is_alive
 from kscience.run import Run
-from kscience.snapshot import Snapshot, fmt_us, shape_times
+from kscience.snapshot import Snapshot, fmt_us, fmt_x, shape_times
 from kscience.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events
@@ -252,7 +252,7 @@ class RunResult:
         if best:
             vs_seed, _ = snap.speedups(best)
             text += f", best {best['id']} {fmt_us(best['geomean_us'], ' us')}"
-            text += f" ({vs_seed:.3g}x vs seed)" if vs_seed else ""
+            text += f" ({fmt_x(vs_seed)} vs seed)" if vs_seed else ""
         return text + ">"
 
     def _repr_html_(self) -> str:
