@@ -12,7 +12,8 @@ Trusted side (the process that holds the expected answers and decides):
     crosscheck.py   whether reported times are believable
     sandbox.py      starts, watches and kills the worker process
     executor.py, ray_executor.py   where evaluations run
-    result.py       the request and verdict types (plain data, also used by the worker)
+    result.py       the request and verdict types (plain data: they cross process, Ray and database
+                    boundaries)
 
 Untrusted side (the worker process, `python -m kscience.evaluate.worker`, which imports the
 candidate):
@@ -21,6 +22,7 @@ candidate):
     harness.py      imports the candidate, builds inputs, calls it, hands back outputs
     integrity.py    notices a candidate that rewires the harness
     timing.py       the timed loop
+It also loads the problem (kscience.problems) to build inputs from the judge's seeds.
 
 Both sides:
     wire.py         the framed channel between them (nothing is ever unpickled)
