@@ -30,7 +30,8 @@ class Background:
         self._main, self.name = main, name  # the thread's name
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._over = False
+        self._over = False  # main() has returned or raised: callbacks registered now are called at once
+        self._ended = threading.Event()  # ...and every callback has been called
         self._callbacks: list[Callable[[], None]] = []
         self._started = False
 
@@ -40,7 +41,9 @@ class Background:
 
     @property
     def alive(self) -> bool:
-        return self._started and not self._over
+        """Started and not yet through: until the last callback has returned, so a caller that waits
+        for this to end also sees what the callbacks did (a view's final redraw)."""
+        return self._started and not self._ended.is_set()
 
     def start(self, background: bool | None = None) -> None:
         """On a thread of its own (`background`, or whenever a loop already runs here), else here.
@@ -65,8 +68,11 @@ class Background:
             with self._lock:
                 self._over = True
                 callbacks, self._callbacks = self._callbacks, []
-            for callback in callbacks:
-                callback()
+            try:
+                for callback in callbacks:
+                    callback()
+            finally:
+                self._ended.set()
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:

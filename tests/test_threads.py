@@ -56,3 +56,23 @@ def test_inside_a_running_loop_it_moves_to_a_thread_and_a_cancelled_callback_is_
 
     asyncio.run(cell())
     assert calls == ["kscience-cell"]
+
+
+def test_it_counts_as_alive_until_its_callbacks_have_returned():
+    in_callback, release = threading.Event(), threading.Event()
+
+    async def main():
+        pass
+
+    def slow_callback():
+        in_callback.set()
+        release.wait(5)
+
+    task = Background(main, name="kscience-test")
+    task.when_over(slow_callback)
+    task.start(background=True)
+    assert in_callback.wait(5)
+    assert task.alive  # a waiter must not return before a view's final redraw
+    release.set()
+    task.join(5)
+    assert not task.alive
