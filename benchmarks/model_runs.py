@@ -29,8 +29,9 @@ from offline_runs import row_for, table  # noqa: E402
 
 from kscience.device import detect  # noqa: E402
 from kscience.problems import builtin_names, load_problem  # noqa: E402
-from kscience.run import Run, RunConfig  # noqa: E402
-from kscience.run_commands import Progress  # noqa: E402
+from kscience.config import RunConfig  # noqa: E402
+from kscience.progress import Progress  # noqa: E402
+from kscience.run import Run  # noqa: E402
 from kscience.scientist.hardware import describe_device, run_target  # noqa: E402
 from kscience.scientist.knowledge import knowledge_for  # noqa: E402
 from kscience.scientist.llm.base import LLM, LLMCall, Metered  # noqa: E402

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kscience.device import detect
 from kscience.problems import builtin_names, geomean
-from kscience.run import run_metrics
+from kscience.snapshot import Snapshot
 from kscience.store import Store
 
 
@@ -30,8 +30,8 @@ def floor_geomean(result: dict) -> float | None:
 
 
 def row_for(store: Store, run_id: str, problem: str) -> dict:
-    m = run_metrics(store, run_id)
-    best = next((c for c in store.candidates(run_id) if c["id"] == m["best_id"]), None)
+    snap = Snapshot.load(store, run_id)
+    m, best = snap.metrics(), snap.best
     return {"problem": problem, "run_id": run_id, "seed_us": m["seed_us"], "best_us": m["best_us"],
             "eager_us": m["reference_us"], "compiled_us": m["compiled_us"],
             "floor_us": floor_geomean(best["result"]) if best else None, "n_candidates": m["n_candidates"],

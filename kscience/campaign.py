@@ -23,8 +23,13 @@ import threading
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from kscience.config import RunConfig
+from kscience.device import detect
+from kscience.liveness import display_status, run_is_alive
 from kscience.problems import ProblemError, builtin_names, load_problem
-from kscience.run import Run, RunConfig, display_status, run_is_alive
+from kscience.problems.device_map import mapped_device
+from kscience.problems.kernelbench import _module_constants
+from kscience.run import Run
 from kscience.store import Store, StoreError
 
 EXPERIMENTS_PER_ROUND = 3  # the designer's plans chosen per design round (scientist.roles.CHOICE_RULES)
@@ -122,7 +127,6 @@ def overrides_for(locator: str, overrides: dict) -> dict:
     path = Path(locator)
     if not overrides or path.suffix != ".py":
         return {}
-    from kscience.problems.kernelbench import _module_constants
 
     try:
         names = _module_constants(ast.parse(path.read_text()))
@@ -149,7 +153,6 @@ def needed_bytes(problem, interpreted: bool) -> int | None:
     is taken); None when the problem's input builder cannot run there."""
     import torch
 
-    from kscience.problems.device_map import mapped_device
 
     largest = 0
     for shape in problem.shapes("all", interpreted):
@@ -313,7 +316,6 @@ class Campaign:
         """The problem's run, resumed or new; None (and the row marked skipped) when it does not fit."""
         if existing is not None:
             return Run.resume(existing["id"], store=self.store)
-        from kscience.device import detect
 
         config = self.config.run_config(row["locator"], row["overrides"], f"{row['name']} ({self.id})")
         problem = load_problem(row["locator"], row["overrides"])

@@ -15,11 +15,25 @@ from __future__ import annotations
 import json
 import sys
 
-from kscience.run_commands import _db_arg, _open_store, _setup
+from kscience.campaign import Campaign, CampaignConfig
+from kscience.campaign_report import campaign_figure, campaign_report, report_json, report_lines
+from kscience.config import STRATEGIES, add_db_option, parse_sets
+from kscience.events import CandidateEvaluated
+from kscience.retime import comparison, comparison_lines, retime
+from kscience.run_commands import open_store_or_explain
+from kscience.scientist.llm.factory import default_llm_spec
+from kscience.usage import UsageError
+
+
+def _setup(build):
+    """Build a campaign or its config, turning a bad setting (a ValueError) into a usage error."""
+    try:
+        return build()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add_campaign_commands(sub) -> None:
-    from kscience.run import STRATEGIES
 
     s = sub.add_parser("campaign", help="evolve every problem of a suite, one run each, under one campaign id")
     s.add_argument("suite", nargs="?", help="folder of KernelBench files or GPU MODE directories, "
@@ -43,18 +57,18 @@ def add_campaign_commands(sub) -> None:
     s.add_argument("--name", default="")
     s.add_argument("--force", action="store_true", help="resume a campaign marked running elsewhere")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
-    _db_arg(s)
+    add_db_option(s)
     s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("campaigns", help="list stored campaigns, newest first")
-    _db_arg(s)
+    add_db_option(s)
     s.set_defaults(func=cmd_campaigns)
 
     s = sub.add_parser("report", help="a campaign's table: baselines, best kernels, fast_p, speedups, cost")
     s.add_argument("campaign_id")
     s.add_argument("--json", action="store_true")
     s.add_argument("--figure", metavar="FILE", help="also draw the report figure (png, svg, pdf)")
-    _db_arg(s)
+    add_db_option(s)
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("retime", help="judge a run's or campaign's kernels again on this device")
@@ -65,12 +79,11 @@ def add_campaign_commands(sub) -> None:
     s.add_argument("--show", action="store_true", help="only show the stored comparison")
     s.add_argument("--device", help="compare with the re-timing on this device (default: the latest)")
     s.add_argument("--json", action="store_true")
-    _db_arg(s)
+    add_db_option(s)
     s.set_defaults(func=cmd_retime)
 
 
 def _status_line(campaign, row, event) -> None:
-    from kscience.events import CandidateEvaluated
 
     if row is None:
         return
@@ -84,8 +97,6 @@ def _status_line(campaign, row, event) -> None:
 
 def build_campaign(args, store):
     """A new campaign from the arguments, or the one --resume names (shared with `%kscience campaign`)."""
-    from kscience.campaign import Campaign, CampaignConfig
-    from kscience.cli import UsageError, parse_sets
 
     if bool(args.suite) == bool(args.resume):
         raise UsageError("give a SUITE to start a campaign, or --resume ID to continue one")
@@ -93,7 +104,6 @@ def build_campaign(args, store):
         return _setup(lambda: Campaign.resume(args.resume, store=store, force=args.force))
     llm = args.llm
     if llm is None:
-        from kscience.scientist.llm import default_llm_spec
 
         llm, reason = default_llm_spec()
         print(f"kscience: {reason}", file=sys.stderr)
@@ -106,9 +116,8 @@ def build_campaign(args, store):
 
 
 def cmd_campaign(args) -> int:
-    from kscience.campaign_report import campaign_report, report_json, report_lines
 
-    with _open_store(args.db, create=not args.resume) as store:
+    with open_store_or_explain(args.db, create=not args.resume) as store:
         campaign = build_campaign(args, store)
         print(f"kscience: campaign {campaign.id}: {len(campaign.problems())} problems with {campaign.config.llm}, "
               f"{campaign.config.iterations} iterations each, stored in {store.path}", file=sys.stderr)
@@ -129,7 +138,7 @@ def cmd_campaign(args) -> int:
 
 
 def cmd_campaigns(args) -> int:
-    with _open_store(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False) as store:
         for c in store.list_campaigns():
             rows = store.campaign_problems(c["id"])
             done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
@@ -138,10 +147,8 @@ def cmd_campaigns(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from kscience.campaign_report import campaign_figure, campaign_report, report_json, report_lines
-    from kscience.cli import UsageError
 
-    with _open_store(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False) as store:
         report = _setup(lambda: campaign_report(store, args.campaign_id))
     print(report_json(report) if args.json else "\n".join(report_lines(report)))
     if args.figure:
@@ -155,9 +162,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_retime(args) -> int:
-    from kscience.retime import comparison, comparison_lines, retime
 
-    with _open_store(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False) as store:
         if not args.show:
             def said(run, cand, result):
                 t = f" {result['geomean_us']:.1f} us" if result.get("geomean_us") else ""

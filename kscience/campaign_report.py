@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 
+from kscience.liveness import display_status
 from kscience.store import Store
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -31,8 +32,6 @@ _WRITTEN = ("child", "repair")
 
 def problem_rows(store: Store, campaign_id: str) -> list[dict]:
     """One row per problem of the campaign, read from the store."""
-    from kscience.run import display_status
-
     rows = []
     for entry in store.campaign_problems(campaign_id):
         row = {"position": entry["position"], "name": entry["name"], "locator": entry["locator"],

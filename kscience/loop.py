@@ -22,13 +22,14 @@ from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience.events import (CandidateEvaluated, CandidateWritten, Event, EventBus, FindingRecorded,
                              HypothesesProposed, StageChanged)
+from kscience.baselines import compiled_baseline_wanted
 from kscience.problems import Problem, shape_label
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
 from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.roles import CandidateView, Plan
+from kscience.snapshot import REPAIRABLE, best_candidate, first_of_kind, iterations_done, uplift_pct
 from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
 
-REPAIRABLE = (R.COMPILE_ERROR, R.RUNTIME_ERROR, R.WRONG_ANSWER, R.CRASHED, R.TIMEOUT)
 DIFF_LIMIT_CHARS = 20000
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
 
@@ -43,22 +44,6 @@ class RunError(Exception):
 
 class NothingLeft(Exception):
     """No base has an experiment left that was not already carried out on it: the run ends here."""
-
-
-def uplift_pct(base_us: float | None, child_us: float | None) -> float | None:
-    """Measured speedup of a child over its base in percent: +25 means the child is 1.25x as fast."""
-    if not base_us or not child_us:
-        return None
-    return (base_us / child_us - 1.0) * 100.0
-
-
-def compiled_baseline_wanted(setting: bool | None, seed: dict) -> bool:
-    """Whether to time torch.compile of the reference: as set, else when the (passing) seed was judged on
-    a GPU. Under the CPU interpreter inductor would spend minutes compiling C++ for a number that says
-    nothing about GPU kernels."""
-    if setting is not None:
-        return setting
-    return ((seed.get("result") or {}).get("device") or {}).get("interpreted") is False
 
 
 def _diff(before: str, after: str) -> str:
@@ -102,7 +87,7 @@ class Controller:
                 return
 
     def iterations_done(self) -> int:
-        return max((p["iteration"] for p in self.store.plans(self.run_id)), default=0)
+        return iterations_done(self.store.plans(self.run_id))
 
     def _check_stop(self) -> None:
         if self._stop.is_set() or self._halted:
@@ -127,7 +112,7 @@ class Controller:
         if final["status"] != R.OK:
             raise RunError(f"the seed kernel does not pass ({chain[0]['status']}: {chain[0]['message']}) "
                            f"and {self.repairs} repair attempt(s) did not fix it")
-        reference = next((c for c in candidates if c["kind"] == "reference"), None)
+        reference = first_of_kind(candidates, "reference")
         if reference is None:
             self._stage("reference", 0)
             reference = self._add(kind="reference", source=self.reference_source,
@@ -136,7 +121,7 @@ class Controller:
             await self._evaluate(reference)
         if not compiled_baseline_wanted(self.compiled_baseline, final):
             return
-        compiled = next((c for c in candidates if c["kind"] == "compiled"), None)
+        compiled = first_of_kind(candidates, "compiled")
         if compiled is None:
             self._stage("compiled", 0)
             compiled = self._add(kind="compiled", source=self.compiled_source,
@@ -311,9 +296,8 @@ class Controller:
 
     def _best_and_seed(self) -> tuple[float | None, float | None]:
         cands = self.store.candidates(self.run_id)
-        ok = [c["geomean_us"] for c in cands if c["kind"] not in BASELINE_KINDS and c["status"] == R.OK]
-        seed = next((c["geomean_us"] for c in cands if c["kind"] == "seed"), None)
-        return (min(ok) if ok else None), seed
+        best, seed = best_candidate(cands), first_of_kind(cands, "seed")
+        return (best["geomean_us"] if best else None), (seed["geomean_us"] if seed else None)
 
     # --- what the scientist sees -------------------------------------------------------------
     def _views(self) -> dict[str, CandidateView]:

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import math
 
+from kscience.device import detect
+from kscience.evaluate.executor import make_executor
+from kscience.evaluate.result import EvalRequest
+from kscience.problems import ProblemError, load_problem
 from kscience.store import BASELINE_KINDS, Store, StoreError
 
 TOP_K = 3
@@ -52,7 +56,6 @@ def kernels_to_retime(store: Store, run_id: str, top_k: int = TOP_K) -> list[dic
 
 
 def device_name() -> str:
-    from kscience.device import detect
 
     return detect().name
 
@@ -61,7 +64,6 @@ def _judge_all(store: Store, jobs: list[tuple[dict, dict]], device: str, executo
     """Submit every kernel at once (the executor queues them on its slots); store each verdict as it comes."""
     from concurrent.futures import as_completed
 
-    from kscience.evaluate.result import EvalRequest
 
     futures = {executor.submit(EvalRequest(problem=run["problem"], source=cand["source"],
                                            overrides=run["overrides"], shapes="all",
@@ -77,7 +79,6 @@ def _judge_all(store: Store, jobs: list[tuple[dict, dict]], device: str, executo
 def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str = "local", gpus: int | None = None,
            executor=None, on_result=None) -> dict:
     """Judge the kernels of a run or campaign on this device; returns {device, judged, kept, unloadable}."""
-    from kscience.problems import ProblemError, load_problem
 
     device = device_name()
     jobs, kept, unloadable = [], 0, {}
@@ -97,7 +98,6 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
     if jobs:
         own = executor is None
         if own:
-            from kscience.evaluate.executor import make_executor
 
             executor = make_executor(executor_spec, gpus)
         try:

@@ -1,158 +1,38 @@
-"""A run of the scientist: its settings, its stored record, and the driver that runs the controller.
+"""A run of the scientist: the driver that builds its scientist and executor, runs the controller,
+and keeps the run's stored record (status, config, environment) up to date.
 
     run = Run.create(RunConfig(problem="softmax", iterations=2), store=Store("kscience.db"))
     run.subscribe(print)
     run.start()            # blocks in a shell; in Jupyter it runs on a background thread
     run.stop(); run.wait() # ends cleanly after the evaluations in flight
 
-`Run.resume(run_id, store=...)` continues a stopped, failed or killed run from the store. The
-numbers a paper reports (repair success, edit-apply rate, predicted vs measured uplift) come
-from `run_metrics`, recomputed from the stored rows rather than tallied while running.
+`Run.resume(run_id, store=...)` continues a stopped, failed or killed run from the store. What
+the run did is read back through `kscience.snapshot`, never tallied here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
-import shutil
-import socket
-import subprocess
-import sys
 import threading
 import traceback
-from dataclasses import asdict, dataclass, field, fields
+from typing import Callable
 
+from kscience.baselines import compiled_source, reference_source
+from kscience.config import RunConfig
+from kscience.device import detect
+from kscience.environment import environment
+from kscience.evaluate.executor import make_executor
 from kscience.events import EventBus, RunFailed, RunFinished
-from kscience.loop import REPAIRABLE, Controller, RunError, Stopped
+from kscience.liveness import run_is_alive, this_process
+from kscience.loop import Controller, RunError, Stopped
 from kscience.problems import Problem, ProblemError, load_problem
-from kscience.store import BASELINE_KINDS, Store, StoreError
-
-STRATEGIES = ("llm", "tree", "tournament")
-
-
-@dataclass
-class RunConfig:
-    """Everything that decides what a run does. Stored as the run's config; never holds a key."""
-
-    problem: str  # locator: built-in name, KernelBench file or GPU MODE directory
-    overrides: dict = field(default_factory=dict)
-    name: str = ""
-    llm: str = "offline"  # offline, gemini:MODEL or openai:MODEL
-    base_url: str | None = None
-    strategy: str | None = None  # None: tournament for the offline scientist, llm otherwise
-    iterations: int = 3  # design rounds the run aims for in total
-    repairs: int = 2  # repair attempts per broken candidate
-    executor: str = "local"
-    gpus: int | None = None
-    knowledge: list[str] = field(default_factory=list)  # folders of the user's markdown notes
-    seed: int = 0  # the scientist's RNG seed
-    max_cost_usd: float | None = None
-    max_tokens: int | None = None
-    time_limit_s: float | None = None  # per session: a resumed run gets the full limit again
-    llm_retries: int = 4
-    llm_timeout_s: float = 120.0
-    compiled_baseline: bool | None = None  # time torch.compile of the reference; None: when judged on a GPU
-    target: str | None = None  # hardware the kernels are for ("h100", "mi300x"); None: the evaluation device
-
-    def __post_init__(self):
-        if self.strategy is None:
-            self.strategy = "tournament" if self.llm == "offline" else "llm"
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}: use {', '.join(STRATEGIES)}")
-        if not (self.executor in ("local", "ray") or self.executor.startswith("ray://")):
-            raise ValueError(f"unknown executor {self.executor!r}: use local, ray or ray://HOST:PORT")
-        if self.iterations < 0 or self.repairs < 0:
-            raise ValueError("iterations and repairs must be >= 0")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-
-def _baseline_head(problem: Problem, doc: str, imports: str = "") -> str:
-    return (f'"""{doc}"""\n{imports}from kscience.problems import load_problem\n\n'
-            f"_PROBLEM = load_problem({problem.locator!r}, {dict(problem.overrides)!r})\n"
-            "_EAGER = _PROBLEM.eager_kernel or _PROBLEM.ref_kernel\n\n\n")
-
-
-def reference_source(problem: Problem) -> str:
-    """PyTorch as a user would write it (the problem's eager kernel, else its reference), as a
-    candidate, so the evaluator can time it as the baseline every kernel is compared to."""
-    head = _baseline_head(problem, "The problem in plain PyTorch as a candidate: the eager baseline.")
-    if problem.entry == "ModelNew":
-        return head + "class ModelNew(_PROBLEM.reference_model_class):\n    pass\n"
-    return head + "def custom_kernel(data):\n    return _EAGER(data)\n"
-
-
-def compiled_source(problem: Problem) -> str:
-    """The eager baseline under torch.compile (default settings) as a candidate: the baseline a kernel
-    must beat to be worth writing by hand."""
-    head = _baseline_head(problem, "The problem in plain PyTorch under torch.compile, timed as a baseline.",
-                          "import torch\n\n")
-    if problem.entry == "ModelNew":
-        # Compile the forward, not the module: a compiled module kept as an attribute would be a submodule
-        # that contains its own parent.
-        return head + ("class ModelNew(_PROBLEM.reference_model_class):\n"
-                       "    def __init__(self, *args, **kwargs):\n"
-                       "        super().__init__(*args, **kwargs)\n"
-                       "        self._compiled_forward = torch.compile(super().forward)\n\n"
-                       "    def forward(self, *args, **kwargs):\n"
-                       "        return self._compiled_forward(*args, **kwargs)\n")
-    return head + ("_compiled = torch.compile(_EAGER)\n\n\n"
-                   "def custom_kernel(data):\n    return _compiled(data)\n")
-
-
-def _gpu_driver() -> str | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-
-
-def environment(config: RunConfig, model: str) -> dict:
-    """What produced these numbers: device, driver, library versions, seeds and model ids."""
-    import torch
-    import triton
-
-    import kscience
-    from kscience.device import detect
-
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
-    return {"device": detect().describe(), "gpus": gpus, "driver": _gpu_driver(),
-            "cuda": torch.version.cuda, "hip": torch.version.hip, "torch": torch.__version__,
-            "triton": triton.__version__, "kscience": kscience.__version__, "python": sys.version.split()[0],
-            "platform": platform.platform(), "seed": config.seed, "llm": config.llm, "model": model,
-            "executor": config.executor}
-
-
-def run_is_alive(row: dict) -> bool:
-    """Whether a run marked running still has its process (on this host; elsewhere assume so)."""
-    if row["status"] != "running" or not row.get("pid"):
-        return False
-    if row.get("host") != socket.gethostname():
-        return True
-    try:
-        os.kill(row["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def display_status(row: dict) -> str:
-    """A run's status for people: one marked running whose process is gone was interrupted."""
-    return "interrupted" if row["status"] == "running" and not run_is_alive(row) else row["status"]
+from kscience.scientist.knowledge import load_knowledge
+from kscience.scientist.llm import Budget, BudgetExceeded, LLMError
+from kscience.scientist.llm.factory import make_llm
+from kscience.scientist.roles import Scientist
+from kscience.snapshot import first_of_kind, iterations_done, run_metrics
+from kscience.store import Store, StoreError
+from kscience.threads import Background
 
 
 class Run:
@@ -166,7 +46,7 @@ class Run:
         self._scientist, self._executor = scientist, executor
         self._seed_source: str | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._task = Background(self.run_async, name="kscience-run")
 
     # --- construction ------------------------------------------------------------------------
     @classmethod
@@ -179,8 +59,7 @@ class Run:
         run._seed_source = seed_source or problem.seed_source or reference_source(problem)
         run.id = store.create_run(name=config.name, problem=problem.locator, overrides=config.overrides,
                                   llm=config.llm, strategy=config.strategy, config=config.to_dict(),
-                                  environment=environment(config, run._model_name()), pid=os.getpid(),
-                                  host=socket.gethostname())
+                                  environment=environment(config, run._model_name()), **this_process())
         return run
 
     @classmethod
@@ -197,27 +76,21 @@ class Run:
         problem = load_problem(config.problem, config.overrides)
         run = cls(store, config, problem, scientist=scientist, executor=executor)
         run.id = run_id
-        done = max((p["iteration"] for p in store.plans(run_id)), default=0)
+        done = iterations_done(store.plans(run_id))
         if iterations is not None:
             run.target = config.iterations = done + iterations
         usage = store.llm_usage(run_id)
         run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
                                                            spent_tokens=usage["tokens"], done=done)
-        seed = next((c for c in store.candidates(run_id) if c["kind"] == "seed"), None)
+        seed = first_of_kind(store.candidates(run_id), "seed")
         run._seed_source = seed["source"] if seed else (problem.seed_source or reference_source(problem))
         env = environment(config, run._model_name())
         env["previous_sessions"] = [*row["environment"].pop("previous_sessions", []), row["environment"]]
         store.update_run(run_id, status="running", error=None, llm=config.llm, config=config.to_dict(),
-                         environment=env, pid=os.getpid(), host=socket.gethostname())
+                         environment=env, **this_process())
         return run
 
     def _build_scientist(self, *, spent_usd: float, spent_tokens: int, done: int):
-        from kscience.device import detect
-        from kscience.scientist.hardware import describe_device, run_target
-        from kscience.scientist.knowledge import knowledge_for
-        from kscience.scientist.llm import Budget, make_llm
-        from kscience.scientist.roles import Scientist
-
         c = self.config
         # Money and tokens are budgets of the whole run, so a resumed run gets what is left of them.
         budget = Budget(max_cost_usd=None if c.max_cost_usd is None else max(c.max_cost_usd - spent_usd, 0.0),
@@ -246,28 +119,31 @@ class Run:
         return self.bus.subscribe(callback)
 
     def start(self, background: bool | None = None) -> "Run":
-        """Run the controller. `background=None` picks a thread when an event loop is already running
-        in this thread (Jupyter), where `asyncio.run` cannot be used, and blocks otherwise."""
-        running_here = _loop_running_here()
-        if background is None:
-            background = running_here
-        if background or running_here:
-            self._thread = threading.Thread(target=lambda: asyncio.run(self.run_async()),
-                                            name=f"kscience-{self.id}", daemon=True)
-            self._thread.start()
-            if not background:
-                self._thread.join()
-        else:
-            asyncio.run(self.run_async())
+        """Run the controller: on a thread of its own with `background=True`, here with False; None
+        picks a thread exactly when an event loop already runs here (Jupyter). See kscience.threads."""
+        self._task.name = f"kscience-{self.id}"
+        self._task.start(background)
         return self
+
+    @property
+    def running(self) -> bool:
+        """Started by this process and not over yet."""
+        return self._task.alive
+
+    @property
+    def started(self) -> bool:
+        return self._task.started
+
+    def when_over(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback()` once the controller has ended (at once if it has); returns a cancel function."""
+        return self._task.when_over(callback)
 
     def stop(self) -> None:
         """Ask the run to end after the evaluations in flight; it can be resumed later."""
         self._stop.set()
 
     def wait(self, timeout: float | None = None) -> str:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._task.join(timeout)
         return self.status
 
     @property
@@ -280,14 +156,10 @@ class Run:
 
     async def run_async(self) -> str:
         """The controller on the current event loop; returns the final status."""
-        from kscience.scientist.llm import BudgetExceeded, LLMError
-
         executor = self._executor
         status, error, detail = "finished", None, ""
         try:
             if executor is None:
-                from kscience.evaluate.executor import make_executor
-
                 executor = make_executor(self.config.executor, self.config.gpus)
             controller = Controller(store=self.store, run_id=self.id, problem=self.problem,
                                     scientist=self._scientist, executor=executor, bus=self.bus,
@@ -317,66 +189,3 @@ class Run:
         else:
             self.bus.publish(RunFailed(status=status, error=error, detail=detail))
         return status
-
-
-def _loop_running_here() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def run_metrics(store: Store, run_id: str) -> dict:
-    """The run's numbers, recomputed from its stored rows."""
-    cands = store.candidates(run_id)
-    evaluated = sorted((c for c in cands if c["kind"] not in BASELINE_KINDS and c["evaluated"] is not None),
-                       key=lambda c: (c["evaluated"], c["seq"]))
-    ok = [c for c in evaluated if c["status"] == "ok"]
-    best = min(ok, key=lambda c: c["geomean_us"]) if ok else None
-    seed = next((c for c in cands if c["kind"] == "seed"), None)
-    reference = next((c for c in cands if c["kind"] == "reference"), None)
-    compiled = next((c for c in cands if c["kind"] == "compiled"), None)
-    seed_us = seed["geomean_us"] if seed else None
-    ref_us = reference["geomean_us"] if reference else None
-    compiled_us = compiled["geomean_us"] if compiled else None
-    best_us = best["geomean_us"] if best else None
-    judged = (best or seed or {}).get("result") or {}  # where the timings came from
-
-    # A chain is one plan's candidates (or the seed's): repair succeeds when a repair in it passes.
-    chains: dict[str, list[dict]] = {}
-    for c in cands:
-        if c["kind"] in ("seed", "child", "repair"):
-            chains.setdefault(c["plan_id"] or "seed", []).append(c)
-    repaired = [ch for ch in chains.values() if any(c["kind"] == "repair" for c in ch)]
-    fixed = [ch for ch in repaired if any(c["kind"] == "repair" and c["status"] == "ok" for c in ch)]
-    drafts = [c for c in cands if c["kind"] in ("child", "repair") and c["edits_total"]]
-    edits_total = sum(c["edits_total"] for c in drafts)
-    edits_applied = sum(c["edits_applied"] for c in drafts)
-    uplift = [{k: f[k] for k in ("plan_id", "candidate_id", "iteration", "predicted_min_pct",
-                                 "predicted_max_pct", "measured_pct")}
-              for f in store.findings(run_id) if f["measured_pct"] is not None and f["predicted_min_pct"] is not None]
-    inside = [u for u in uplift if u["predicted_min_pct"] <= u["measured_pct"] <= (u["predicted_max_pct"]
-                                                                                   or u["predicted_min_pct"])]
-    errors = [abs((u["predicted_min_pct"] + (u["predicted_max_pct"] or u["predicted_min_pct"])) / 2
-                  - u["measured_pct"]) for u in uplift]
-    return {
-        "n_candidates": len(evaluated), "n_ok": len(ok),
-        "n_failed": sum(c["status"] in REPAIRABLE for c in evaluated),
-        "best_id": best["id"] if best else None, "best_us": best_us, "seed_us": seed_us, "reference_us": ref_us,
-        "compiled_us": compiled_us, "compiled_status": compiled["status"] if compiled else None,
-        "speedup_vs_seed": seed_us / best_us if seed_us and best_us else None,
-        "speedup_vs_reference": ref_us / best_us if ref_us and best_us else None,
-        "speedup_vs_compiled": compiled_us / best_us if compiled_us and best_us else None,
-        "evaluated_to_best": evaluated.index(best) + 1 if best else None,
-        "iterations_done": max((p["iteration"] for p in store.plans(run_id)), default=0),
-        "repairs_tried": len(repaired), "repairs_succeeded": len(fixed),
-        "repair_attempts": sum(c["kind"] == "repair" for c in cands),
-        "repair_success_rate": len(fixed) / len(repaired) if repaired else None,
-        "edits_total": edits_total, "edits_applied": edits_applied,
-        "edit_apply_rate": edits_applied / edits_total if edits_total else None,
-        "uplift": uplift, "uplift_in_range": len(inside),
-        "uplift_mean_abs_error_pct": sum(errors) / len(errors) if errors else None,
-        "llm": store.llm_usage(run_id),
-        "timing_label": judged.get("timing_label"), "device": judged.get("device"),
-    }

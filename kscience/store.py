@@ -21,22 +21,23 @@ read while the run writes.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
 import threading
 import time
 from pathlib import Path
 
-from kscience.evaluate.sandbox import redact, secret_values
+from kscience.redact import redact, secret_values
 
 SCHEMA_VERSION = 3
+DEFAULT_DB = "kscience.db"
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
 PENDING = "pending"  # a candidate written but not evaluated yet
 WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did not apply, no code)
 # Kinds timed as baselines (PyTorch eager, and it under torch.compile): never members of
 # the evolving population, so never selected, ranked or reported as a run's best.
 BASELINE_KINDS = ("reference", "compiled")
-_NOT_BASELINE = "c.kind NOT IN (" + ", ".join(f"'{k}'" for k in BASELINE_KINDS) + ")"
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -101,6 +102,19 @@ _JSON_COLUMNS = ("overrides", "config", "environment", "result", "plan", "payloa
 
 class StoreError(Exception):
     """A database that cannot be opened or used, or a run that is not in it. One line."""
+
+
+def default_db() -> str:
+    """The run database when none is named: $KSCIENCE_DB, else ./kscience.db."""
+    return os.environ.get("KSCIENCE_DB", DEFAULT_DB)
+
+
+def open_store(path: str | Path | None, *, create: bool) -> "Store":
+    """The run database `path` (default: `default_db()`). Reading requires it to exist already."""
+    path = Path(path or default_db()).expanduser()
+    if not create and not path.is_file():
+        raise StoreError(f"no database at {path} (name one with --db / db=, or set KSCIENCE_DB)")
+    return Store(path)
 
 
 def new_id(prefix: str) -> str:
@@ -219,17 +233,8 @@ class Store:
                     (*(self._clean(v) for v in fields.values()), time.time(), run_id))
 
     def list_runs(self) -> list[dict]:
-        """Every run, newest first, with its candidate count and seed, best and reference times."""
-        return self._query(
-            "SELECT r.*, "
-            f" (SELECT count(*) FROM candidates c WHERE c.run_id=r.id AND {_NOT_BASELINE}"
-            "   AND c.status NOT IN (?, ?)) AS n_candidates,"
-            f" (SELECT min(geomean_us) FROM candidates c WHERE c.run_id=r.id AND {_NOT_BASELINE}"
-            "   AND c.status='ok') AS best_us,"
-            " (SELECT geomean_us FROM candidates c WHERE c.run_id=r.id AND c.kind='seed') AS seed_us,"
-            " (SELECT geomean_us FROM candidates c WHERE c.run_id=r.id AND c.kind='reference') AS reference_us,"
-            " (SELECT coalesce(max(iteration), 0) FROM plans p WHERE p.run_id=r.id) AS iterations_done "
-            "FROM runs r ORDER BY r.created DESC, r.rowid DESC", (PENDING, WRITE_FAILED))
+        """Every run, newest first (`kscience.snapshot.run_listing` adds their numbers)."""
+        return self._query("SELECT * FROM runs ORDER BY created DESC, rowid DESC")
 
     # --- candidates --------------------------------------------------------------------------
     def add_candidate(self, run_id: str, *, kind: str, source: str, hypothesis: str, iteration: int,

@@ -12,15 +12,16 @@ import pytest
 import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
+from kscience.baselines import compiled_baseline_wanted, compiled_source
 from kscience.cli import build_parser, main
+from kscience.config import RunConfig
 from kscience.jupyter.panels import leaderboard_html
 from kscience.jupyter.plots import timeline_figure
-from kscience.jupyter.snapshot import Snapshot
-from kscience.loop import compiled_baseline_wanted
 from kscience.problems import load_problem
-from kscience.run import Run, RunConfig, compiled_source, run_metrics
-from kscience.run_commands import summary_lines
+from kscience.run import Run
+from kscience.snapshot import Snapshot, run_listing, run_metrics
 from kscience.store import Store
+from kscience.summary import summary_lines
 
 KERNELBENCH_FILE = Path(__file__).parent / "data" / "kernelbench_linear_relu.py"
 COMPILED_US = 1.0  # faster than every kernel the fake scientist writes: were it a member, it would be best
@@ -145,7 +146,7 @@ def test_on_a_gpu_it_is_a_baseline_never_a_member(tmp_path, capsys):
     snap = Snapshot.load(run.store, run.id)
     assert compiled["id"] not in {c["id"] for c in snap.ranked()} | set(snap.children())
     assert snap.best["geomean_us"] == 64.0
-    (row,) = run.store.list_runs()
+    (row,) = run_listing(run.store)
     assert row["best_us"] == 64.0 and row["n_candidates"] == m["n_candidates"]
 
     # shown as a baseline: legend line, leaderboard note, summary row, and `kscience best` ignores it

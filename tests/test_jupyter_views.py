@@ -22,7 +22,7 @@ from kscience.jupyter.live import Throttle, choose_view
 from kscience.jupyter.plots import draw_timeline, lineage_layout, timeline_figure
 from kscience.jupyter.report import write_figures
 from kscience.jupyter.results import RunResult
-from kscience.jupyter.snapshot import Snapshot
+from kscience.snapshot import Snapshot
 from kscience.store import Store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -200,3 +200,30 @@ def test_open_run_reopens_a_stored_run_with_its_html(ip, tmp_path, capsys):
         kscience.open_run("r-nothere", db=db)
     with pytest.raises(Exception, match="no database at"):
         kscience.open_run(made.id, db=tmp_path / "none.db")
+
+
+def test_every_run_setting_reaches_the_stored_config_from_both_magics(ip, tmp_path):
+    """--no-compiled-baseline was once parsed by `%kscience run` and then dropped."""
+    db = tmp_path / "k.db"
+    cell = ip.run_cell(evolve_cell(f"softmax --iterations 0 --llm offline --db {db} --no-compiled-baseline "
+                                   "--repairs 1 --seed 5 --llm-timeout 30")).result
+    line = ip.run_cell(f"%kscience run softmax --iterations 0 --llm offline --db {db} --no-compiled-baseline "
+                       "--repairs 1 --seed 5 --llm-timeout 30").result
+    for run in (cell, line):
+        config = run.row["config"]
+        assert (config["compiled_baseline"], config["repairs"], config["seed"], config["llm_timeout_s"]) == \
+            (False, 1, 5, 30.0)
+
+
+def test_resume_takes_force_and_refuses_settings_fixed_at_creation(ip, tmp_path, capsys):
+    db = tmp_path / "k.db"
+    first = ip.run_cell(evolve_cell(f"softmax --iterations 1 --llm offline --db {db}")).result
+    capsys.readouterr()
+    line = one_line_usage_error(ip, capsys, f"%kernel_evolve softmax --resume {first.id} --seed 3 --db {db}")
+    assert "keeps its seed" in line
+    again = ip.run_cell(f"%kernel_evolve softmax --resume {first.id} --iterations 1 --force --repairs 0 "
+                        f"--db {db}").result
+    assert again.id == first.id and again.row["config"]["repairs"] == 0 and again.metrics["iterations_done"] == 2
+    capsys.readouterr()
+    assert "--force applies to --resume only" in one_line_usage_error(
+        ip, capsys, evolve_cell(f"softmax --force --llm offline --db {db}"))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from llm_servers import FakeGemini, FakeOpenAI, Reply, Status
 
-from kscience.run import Run, RunConfig
+from kscience.config import RunConfig
+from kscience.run import Run
 from kscience.scientist.llm import make_llm
 from kscience.store import Store
 

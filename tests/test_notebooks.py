@@ -62,10 +62,11 @@ def evolved(tmp_path_factory):
 @pytest.mark.slow
 def test_evolve_notebook_drives_a_full_run(evolved):
     nb, tmp = evolved
+    from kscience.snapshot import run_listing
     from kscience.store import Store
 
     with Store(tmp / "runs.db") as store:
-        (run,) = store.list_runs()
+        (run,) = run_listing(store)
         assert run["status"] == "finished" and run["name"] == "ci" and run["n_candidates"] >= 4
         assert run["config"]["max_tokens"] == 10_000_000
     plain = texts(nb)

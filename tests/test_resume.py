@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kscience.run import Run, RunConfig, run_metrics
+from kscience.config import RunConfig
+from kscience.run import Run
+from kscience.snapshot import run_metrics
 from kscience.scientist.llm import LLMError
 from kscience.store import Store, StoreError
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel

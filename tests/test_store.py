@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from kscience.snapshot import run_listing
 from kscience.store import PENDING, SCHEMA_VERSION, Store, StoreError
 
 
@@ -47,7 +48,7 @@ def test_run_and_candidates_round_trip_and_survive_reopening(tmp_path):
         assert [c["id"] for c in cands] == [seed["id"], child["id"]]
         assert cands[1]["parent_id"] == seed["id"] and cands[1]["edits_applied"] == 2
         assert cands[1]["result"]["shapes"][0]["time_us"] == 150.0 and cands[1]["evaluated"] is not None
-        listed = store.list_runs()[0]
+        listed = run_listing(store)[0]
         assert (listed["n_candidates"], listed["best_us"], listed["seed_us"]) == (2, 150.0, 200.0)
 
 

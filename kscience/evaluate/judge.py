@@ -22,9 +22,10 @@ from kscience.device import Device, detect
 from kscience.evaluate import compile_facts, crosscheck
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
-from kscience.evaluate.sandbox import cache_root, default_rss_limit, redact, start_worker
+from kscience.evaluate.sandbox import cache_root, default_rss_limit, start_worker
 from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, geomean, load_problem
+from kscience.redact import redact
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
 LIMITS = {"import": (120.0, 120.0), "check": (60.0, 300.0), "time": (120.0, 300.0)}

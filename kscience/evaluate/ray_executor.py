@@ -20,7 +20,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import kscience
 from kscience.evaluate.executor import Executor, check_positive
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 
@@ -68,7 +67,7 @@ class RayExecutor(Executor):
             if address is not None:
                 # Nodes of an existing cluster may hold another kscience, or none: ship the driver's
                 # (Ray uploads a local package only when the job starts).
-                job_env["py_modules"] = [str(Path(kscience.__file__).parent)]
+                job_env["py_modules"] = [str(Path(__file__).resolve().parents[1])]
             # No dashboard for a cluster that may be started here: it only costs start-up time.
             ray.init(address=address, runtime_env=job_env, **({} if address else {"include_dashboard": False}))
         resources = ray.cluster_resources()

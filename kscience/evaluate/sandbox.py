@@ -29,13 +29,13 @@ from pathlib import Path
 
 from kscience.evaluate import compile_facts
 from kscience.evaluate.wire import Channel
+from kscience.redact import SECRET_NAME, redact
 
 # Variables a worker may inherit: what Python, compilers and GPU runtimes need, nothing else.
 _KEEP = re.compile(r"^(PATH|LANG|LC_[A-Z]+|TZ|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PATH|ROCM_PATH|HIP_PATH|"
                    r"HIP_PLATFORM|CC|CXX|TORCH_CUDA_ARCH_LIST|PYTORCH_ROCM_ARCH|TRITON_INTERPRET|"
                    r"TRITON_[A-Z_]*ARCH[A-Z_]*|NCCL_[A-Z_]+|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS|"
                    r"KSCIENCE_DEVICE|PYTHONPATH)$")
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 TAIL_BYTES = 4096
 
 
@@ -46,19 +46,8 @@ def cache_root() -> Path:
     return root
 
 
-def secret_values() -> list[str]:
-    """Values of this process's environment that look like credentials, for redaction."""
-    return [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8]
-
-
-def redact(text: str, secrets_: list[str] | None = None) -> str:
-    for value in secrets_ if secrets_ is not None else secret_values():
-        text = text.replace(value, "[redacted]")
-    return text
-
-
 def worker_env(workdir: Path, gpu: int | None, interpreted: bool, token: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if _KEEP.match(k) and not _SECRET_NAME.search(k)}
+    env = {k: v for k, v in os.environ.items() if _KEEP.match(k) and not SECRET_NAME.search(k)}
     package_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1",

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 import secrets
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
-from kscience.evaluate.harness import Harness
+if TYPE_CHECKING:  # the harness calls into this module: here its type is only named
+    from kscience.evaluate.harness import Harness
 
 _perf_counter = time.perf_counter
 _randbelow = secrets.randbelow

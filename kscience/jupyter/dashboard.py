@@ -18,7 +18,7 @@ from kscience.events import StageChanged
 from kscience.jupyter import panels
 from kscience.jupyter.live import Throttle
 from kscience.jupyter.plots import png_bytes, timeline_figure
-from kscience.run import display_status
+from kscience.liveness import display_status
 from kscience.store import BASELINE_KINDS
 
 BAR_STYLES = {"finished": "success", "stopped": "warning", "failed": "danger", "interrupted": "danger"}

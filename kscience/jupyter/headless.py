@@ -14,8 +14,9 @@ from dataclasses import asdict
 
 from kscience.events import StageChanged
 from kscience.jupyter import panels
-from kscience.jupyter.snapshot import Snapshot
-from kscience.run import display_status, run_metrics
+from kscience.liveness import display_status
+from kscience.snapshot import Snapshot, fmt_us
+from kscience.summary import summary_lines
 
 LATEST_SHOWN = 6  # newest verdicts listed under the summary
 IDLE_REFRESH_S = 5.0  # redraw this often without events, so the clock moves
@@ -34,17 +35,16 @@ def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | N
     if latest:
         lines.append("  latest verdicts:")
         for c in reversed(latest):
-            us = f"{c['geomean_us']:>12,.2f} us" if c["status"] == "ok" and c["geomean_us"] else " " * 15
+            us = fmt_us(c["geomean_us"], " us").rjust(15) if c["status"] == "ok" and c["geomean_us"] else " " * 15
             lines.append(f"    {c['id']:<11} {c['kind']:<7} {c['status']:<13} {us}  {c['hypothesis'][:50]}")
     return "\n".join(lines)
 
 
 def final_text(result) -> str:
     """The end-of-run table the CLI prints, so a notebook and a terminal report the same numbers."""
-    from kscience.run_commands import summary_lines
-
-    row = result.store.run(result.id)
-    lines = summary_lines(row, run_metrics(result.store, result.id))
+    snap = result.snapshot()
+    row = snap.run
+    lines = summary_lines(row, snap.metrics())
     if row["error"]:
         lines.append(f"error: {row['error']}")
     return "\n".join(lines)

@@ -6,23 +6,23 @@
 Both show a live view and return a `RunResult`. Where widgets render, the run goes on in the
 background and the call returns at once; elsewhere (papermill, nbconvert, a terminal) the call
 shows a text summary and returns when the run ends. `new_run` and `resumed_run` prepare a run
-without starting it, for callers that need the object first (the magic's `-o NAME`).
+without starting it, for callers that need the object first (the magic's `-o NAME`). Their
+keyword settings are RunConfig's fields (kscience.config), the same the magics and CLI offer.
 """
 
 from __future__ import annotations
 
 import ast
 import os
-import sys
-from dataclasses import fields
 from pathlib import Path
 
+from kscience.config import check_resume_changes, check_settings, new_config
 from kscience.jupyter.live import choose_view
-from kscience.jupyter.results import RunResult, open_store
+from kscience.jupyter.results import RunResult
+from kscience.jupyter.views import show_live
 from kscience.problems import Problem, ProblemError, load_problem
-from kscience.run import Run, RunConfig
-
-SETTINGS = {f.name for f in fields(RunConfig)} - {"problem", "overrides", "name", "llm", "iterations"}
+from kscience.run import Run
+from kscience.store import open_store
 
 
 class SeedError(ValueError):
@@ -58,58 +58,28 @@ def problem_locator(problem) -> tuple[str, dict]:
     raise ProblemError(f"expected a problem name, path or Problem, got {type(problem).__name__}")
 
 
-def show_live(result: RunResult, view: str = "auto", start: bool = False) -> None:
-    """Display a view that follows the run; start it if asked. A text view returns when the run ends."""
-    from IPython.display import display
-
-    kind = choose_view(view)
-    if kind == "widgets":
-        from kscience.jupyter.dashboard import Dashboard
-
-        display(Dashboard(result).widget)
-        if start:
-            result.start()
-        return
-    from kscience.jupyter.headless import TextSummary
-
-    summary = TextSummary(result)
-    summary.show()
-    if start:
-        result.start()
-    summary.block()
-
-
-def new_run(problem, kernel: str | None = None, *, iterations: int = 3, llm: str | None = None,
-            db: str | Path | None = None, name: str = "", overrides: dict | None = None, **settings) -> RunResult:
+def new_run(problem, kernel: str | None = None, *, db: str | Path | None = None, **settings) -> RunResult:
     """Store a new run of `problem` from the starting kernel source `kernel` (the problem's own
-    seed when None), ready to start. `settings` are further RunConfig fields: strategy, repairs,
-    executor, gpus, knowledge, seed, max_cost_usd, max_tokens, time_limit_s, ..."""
-    unknown = sorted(set(settings) - SETTINGS)
-    if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)}: use {', '.join(sorted(SETTINGS))}")
+    seed when None), ready to start. `settings` are RunConfig fields: iterations, llm, name,
+    overrides, strategy, repairs, executor, gpus, knowledge, seed, max_cost_usd, ... Without
+    `llm`, the model is chosen from the API keys set."""
+    check_settings(settings)
     locator, problem_overrides = problem_locator(problem)
-    overrides = {**problem_overrides, **(overrides or {})}
-    loaded = load_problem(locator, overrides)
+    settings = {**settings, "overrides": {**problem_overrides, **(settings.get("overrides") or {})}}
+    loaded = load_problem(locator, settings["overrides"])
     if kernel is not None:
         check_seed(kernel, loaded.entry)
     store = open_store(db, create=True)
-    if llm is None:
-        from kscience.scientist.llm import default_llm_spec
-
-        llm, reason = default_llm_spec()
-        print(f"kscience: {reason}", file=sys.stderr)
-    config = RunConfig(problem=locator, overrides=overrides, name=name, llm=llm, iterations=iterations, **settings)
-    run = Run.create(config, store=store, seed_source=kernel)
+    run = Run.create(new_config(locator, settings), store=store, seed_source=kernel)
     return RunResult(store, run.id, run=run)
 
 
 def resumed_run(run_id: str, *, iterations: int | None = None, db: str | Path | None = None, force: bool = False,
                 **changes) -> RunResult:
     """Take up a stopped, failed or interrupted run, ready to start: `iterations` more rounds
-    (default: what remains of its target); `changes` replace config fields, e.g. llm="offline"."""
-    unknown = sorted(set(changes) - SETTINGS - {"llm"})
-    if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)}: use llm, {', '.join(sorted(SETTINGS))}")
+    (default: what remains of its target); `changes` replace the settings a resumed run may
+    change (kscience.config.RESUMABLE), e.g. llm="offline"."""
+    check_resume_changes(changes)
     store = open_store(db, create=False)
     run = Run.resume(run_id, store=store, iterations=iterations, force=force, **changes)
     return RunResult(store, run.id, run=run)

@@ -19,36 +19,43 @@ import io
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from kscience.campaign_commands import build_campaign
+from kscience.cli import build_parser
+from kscience.config import check_resume_changes, option_specs, options_from_args
 from kscience.jupyter import launch
+from kscience.jupyter.campaign_view import CampaignView
 from kscience.jupyter.live import VIEWS, choose_view
-from kscience.problems import Problem
-from kscience.run import STRATEGIES
+from kscience.jupyter.results import open_run
+from kscience.jupyter.views import show_live
+from kscience.problems import Problem, load_problem
+from kscience.run_commands import open_store_or_explain
+from kscience.store import DEFAULT_DB
+from kscience.usage import USER_ERRORS
 
-DEFAULT_ITERATIONS = 3
-
-
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean bad input or configuration, shown as one line rather than a traceback."""
-    from kscience.cli import UsageError as CliUsageError
-    from kscience.problems import ProblemError
-    from kscience.scientist.knowledge import KnowledgeError
-    from kscience.scientist.llm import LLMError
-    from kscience.store import StoreError
-
-    return CliUsageError, ProblemError, KnowledgeError, LLMError, StoreError, ValueError, OSError
+# Bad input or configuration: shown as one line rather than a traceback.
+EXPECTED_ERRORS = (*USER_ERRORS, ValueError, OSError)
 
 
 @contextlib.contextmanager
 def one_line_errors():
     try:
         yield
-    except _expected_errors() as exc:
+    except EXPECTED_ERRORS as exc:
         raise UsageError(" ".join(str(exc).split()) or type(exc).__name__) from None
+
+
+def run_arguments(func):
+    """One magic argument per run setting (kscience.config), in the order they are declared there:
+    the same flags, defaults and help as `kscience run`."""
+    for flags, kwargs in reversed(option_specs()):  # decorators apply innermost first
+        func = argument(*flags, **kwargs)(func)
+    return func
 
 
 @magics_class
@@ -57,28 +64,13 @@ class KscienceMagics(Magics):
     @magic_arguments()
     @argument("problem", help="a built-in problem name, a problem file or folder, or the name of a notebook "
                               "variable holding a Problem (or a name or path)")
-    @argument("--iterations", type=int, metavar="N",
-              help=f"design rounds (default {DEFAULT_ITERATIONS}; with --resume: what remains of the run's target)")
-    @argument("--llm", metavar="ID",
-              help="offline, gemini:MODEL or openai:MODEL (default: chosen from the API keys set)")
-    @argument("--db", metavar="PATH", help="SQLite file of runs (default: $KSCIENCE_DB or ./kscience.db)")
+    @run_arguments
+    @argument("--db", metavar="PATH", help=f"SQLite file of runs (default: $KSCIENCE_DB or ./{DEFAULT_DB})")
     @argument("-o", "--output", metavar="NAME", help="also store the run object in this notebook variable")
     @argument("--resume", metavar="RUN_ID", help="continue this stored run instead of starting one (the cell body, "
-                                                 "if any, is then ignored)")
-    @argument("--name", default="", help="a label for the run")
-    @argument("--strategy", choices=STRATEGIES, help="how the base kernel is picked")
-    @argument("--repairs", type=int, metavar="K", help="repair attempts per broken candidate (default 2)")
-    @argument("--seed", type=int, metavar="N", help="the scientist's random seed (default 0)")
-    @argument("--knowledge", action="append", metavar="DIR", help="folder of *.md notes (repeatable)")
-    @argument("--executor", help="local, ray or ray://HOST:PORT (default local)")
-    @argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once")
-    @argument("--base-url", metavar="URL", help="endpoint of an OpenAI-compatible or Gemini server")
-    @argument("--set", action="append", metavar="NAME=VALUE", help="override a constant of a KernelBench file")
-    @argument("--max-cost-usd", type=float, metavar="USD", help="stop once the LLM calls cost this much")
-    @argument("--max-tokens", type=int, metavar="N", help="stop once the LLM calls used this many tokens")
-    @argument("--time-limit", type=float, metavar="SECONDS", help="stop this session after this long")
-    @argument("--llm-retries", type=int, metavar="N", help="retries of a failed LLM request (default 4)")
-    @argument("--llm-timeout", type=float, metavar="SECONDS", help="limit per LLM request (default 120)")
+                                                 "if any, is then ignored; --iterations then adds rounds)")
+    @argument("--force", action="store_true",
+              help="with --resume: take over a run marked running by a process this host cannot see")
     @argument("--view", choices=VIEWS, default="auto",
               help="widgets: the live dashboard; text: a text summary that updates in place (what papermill "
                    "and nbconvert get); auto: widgets in a kernel that JupyterLab or Notebook started, text "
@@ -97,7 +89,7 @@ class KscienceMagics(Magics):
         if args.output:
             self.shell.user_ns[args.output] = result
         with one_line_errors():
-            launch.show_live(result, args.view, start=True)
+            show_live(result, args.view, start=True)
         return result
 
     def _problem(self, name: str):
@@ -105,30 +97,19 @@ class KscienceMagics(Magics):
         value = self.shell.user_ns.get(name) if name.isidentifier() else None
         return value if isinstance(value, (Problem, str, os.PathLike)) else name
 
-    @staticmethod
-    def _budgets(args) -> dict:
-        from kscience.run_commands import _budgets
-
-        return _budgets(args)
-
     def _new(self, args, problem, cell: str | None):
-        from kscience.cli import parse_sets
-
         if cell is not None and not cell.strip():
             raise UsageError("the cell body is the starting kernel: it must define custom_kernel "
                              "(`kscience seed PROBLEM` prints a problem's own seed to start from)")
+        if args.force:
+            raise UsageError("--force applies to --resume only")
         choose_view(args.view)
-        settings = {k: v for k, v in {"strategy": args.strategy, "repairs": args.repairs, "seed": args.seed,
-                                      "knowledge": args.knowledge, "executor": args.executor, "gpus": args.gpus,
-                                      "base_url": args.base_url}.items() if v is not None}
-        iterations = DEFAULT_ITERATIONS if args.iterations is None else args.iterations
-        return launch.new_run(problem, cell, iterations=iterations, llm=args.llm, db=args.db, name=args.name,
-                              overrides=parse_sets(args.set), **settings, **self._budgets(args))
+        return launch.new_run(problem, cell, db=args.db, **options_from_args(args))
 
     def _resumed(self, args, problem, cell: str | None):
-        from kscience.jupyter.results import open_run
-        from kscience.problems import load_problem
-
+        changes = options_from_args(args)
+        iterations = changes.pop("iterations", None)
+        check_resume_changes(changes)
         stored = open_run(args.resume, db=args.db).problem
         locator, overrides = launch.problem_locator(problem)
         if load_problem(locator, overrides).locator != stored:
@@ -137,10 +118,7 @@ class KscienceMagics(Magics):
             print("kscience: the cell body is ignored when resuming: the run continues from its stored kernels",
                   file=sys.stderr)
         choose_view(args.view)
-        changes = {k: v for k, v in {"llm": args.llm, "strategy": args.strategy, "repairs": args.repairs,
-                                     "base_url": args.base_url}.items() if v is not None}
-        return launch.resumed_run(args.resume, iterations=args.iterations, db=args.db, **changes,
-                                  **self._budgets(args))
+        return launch.resumed_run(args.resume, iterations=iterations, db=args.db, force=args.force, **changes)
 
     @line_magic
     def kscience(self, line):
@@ -149,8 +127,6 @@ class KscienceMagics(Magics):
         %kscience run ... and %kscience resume RUN_ID ... start the run with its live view and
         return the run object; %kscience campaign SUITE ... starts a campaign under a one-row-per-problem
         view and returns it (campaign.wait() blocks until it ends). %kscience --help lists every command and option."""
-        from kscience.cli import build_parser
-
         parser = build_parser()
         try:
             argv = shlex.split(line)
@@ -167,41 +143,21 @@ class KscienceMagics(Magics):
             return None
         with one_line_errors():
             if args.command == "run":
-                return self._cli_run(args)
-            if args.command == "resume":
-                return self._cli_resume(args)
+                kernel = Path(args.seed_kernel).read_text() if args.seed_kernel else None
+                return launch.evolve(args.problem, kernel, db=args.db, **options_from_args(args))
             if args.command == "campaign":
                 return self._cli_campaign(args)
+            if args.command == "resume":
+                changes = options_from_args(args)
+                iterations = changes.pop("iterations", None)
+                return launch.resume(args.run_id, iterations=iterations, db=args.db, force=args.force, **changes)
             args.func(args)
         return None
-
-    def _cli_run(self, args):
-        from pathlib import Path
-
-        from kscience.cli import parse_sets
-
-        kernel = Path(args.seed_kernel).read_text() if args.seed_kernel else None
-        return launch.evolve(args.problem, kernel, iterations=args.iterations, llm=args.llm, db=args.db,
-                             name=args.name, overrides=parse_sets(args.set), strategy=args.strategy,
-                             repairs=args.repairs, executor=args.executor, gpus=args.gpus,
-                             knowledge=list(args.knowledge), seed=args.seed, base_url=args.base_url,
-                             **self._budgets(args))
-
-    def _cli_resume(self, args):
-        changes = {k: v for k, v in {"llm": args.llm, "strategy": args.strategy, "repairs": args.repairs,
-                                     "base_url": args.base_url}.items() if v is not None}
-        return launch.resume(args.run_id, iterations=args.iterations, db=args.db, force=args.force, **changes,
-                             **self._budgets(args))
-
 
     @staticmethod
     def _cli_campaign(args):
         """The campaign runs on a thread under a one-row-per-problem view; `.wait()` blocks until it ends."""
-        from kscience.campaign_commands import build_campaign
-        from kscience.jupyter.campaign_view import CampaignView
-        from kscience.run_commands import _open_store
-
-        campaign = build_campaign(args, _open_store(args.db, create=not args.resume))
+        campaign = build_campaign(args, open_store_or_explain(args.db, create=not args.resume))
         CampaignView(campaign)
         return campaign.start(background=True)
 

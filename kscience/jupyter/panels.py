@@ -11,8 +11,8 @@ from __future__ import annotations
 import difflib
 import html
 
-from kscience.jupyter.snapshot import Snapshot, error_text
-from kscience.run import display_status
+from kscience.liveness import display_status
+from kscience.snapshot import Snapshot, error_text, fmt_duration, fmt_pct, fmt_us, fmt_x, inside_range
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
 TABLE = "border-collapse: collapse; font-size: 12px;"
@@ -25,23 +25,6 @@ FAILED_STYLE = "color: #c62828;"
 
 def esc(value) -> str:
     return html.escape(str(value), quote=True)
-
-
-def fmt_us(us: float | None) -> str:
-    return f"{us:,.2f} us" if us else "-"
-
-
-def fmt_x(ratio: float | None) -> str:
-    return f"{ratio:.3g}x" if ratio else "-"
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _status(status: str) -> str:
@@ -74,7 +57,7 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     llm = run["llm"] + (f" ({model})" if model else "") + f", {run['strategy']}"
     best = snap.best
     vs_seed, vs_ref = snap.speedups(best) if best else (None, None)
-    best_text = (f"{best['id']}: {fmt_us(best['geomean_us'])}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs reference"
+    best_text = (f"{best['id']}: {fmt_us(best['geomean_us'], ' us')}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs reference"
                  if best else "none yet")
     return [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
             ("LLM", llm), ("best", best_text)]
@@ -119,11 +102,10 @@ def _outcome(snap: Snapshot, plan: dict, finding: dict | None) -> str:
         return f'<span style="color: #757575;">{unfinished}</span>'
     cand = snap.by_id.get(finding["candidate_id"]) or {}
     if finding["measured_pct"] is not None:
-        low, high = plan.get("predicted_min_pct"), plan.get("predicted_max_pct")
-        inside = low is not None and low <= finding["measured_pct"] <= (high if high is not None else low)
+        inside = inside_range(plan.get("predicted_min_pct"), plan.get("predicted_max_pct"), finding["measured_pct"])
         verdict = "inside" if inside else "outside"
         colour = STATUS_STYLE["ok"] if finding["measured_pct"] >= 0 else "color: #ef6c00;"
-        return (f'<span style="{colour}"><b>{finding["measured_pct"]:+.1f}%</b></span> measured '
+        return (f'<span style="{colour}"><b>{fmt_pct(finding["measured_pct"])}</b></span> measured '
                 f'({verdict} the prediction) by {esc(cand.get("id", "?"))}')
     return f"{_status(cand.get('status', 'no kernel'))} ({esc(cand.get('id', 'no candidate'))})"
 
@@ -177,7 +159,7 @@ def highlight(code: str, language: str) -> str:
 
 
 def candidate_label(c: dict) -> str:
-    us = f", {c['geomean_us']:,.1f} us" if c.get("geomean_us") else ""
+    us = f", {fmt_us(c['geomean_us'], ' us', 1)}" if c.get("geomean_us") else ""
     return f"{c['id']} {c['kind']} ({c['status']}{us}): {c['hypothesis'][:60]}"
 
 
@@ -227,12 +209,12 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
     for r in shown:
         body.append(f'<tr><td style="{NUM}">{r["rank"] or ""}</td>'
                     f'<td style="{CELL} white-space: nowrap;"><code>{esc(r["id"])}</code></td>'
-                    f'<td style="{NUM}">{r["iteration"]}</td><td style="{NUM}">{fmt_us(r["geomean_us"])}</td>'
+                    f'<td style="{NUM}">{r["iteration"]}</td><td style="{NUM}">{fmt_us(r["geomean_us"], " us")}</td>'
                     f'<td style="{NUM}">{fmt_x(r["vs_seed"])}</td><td style="{NUM}">{fmt_x(r["vs_reference"])}</td>'
                     f'<td style="{CELL}">{_status(r["status"])}</td>'
                     f'<td style="{CELL}">{esc(r["hypothesis"][:70])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
-    ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"])}</div>'
+    ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], " us")}</div>'
                        for name, base in (("PyTorch eager", snap.reference), ("torch.compile", snap.compiled))
                        if base and base["status"] == "ok")
     if not rows:
@@ -248,7 +230,7 @@ def lineage_lines(snap: Snapshot) -> list[str]:
 
     def walk(c: dict, prefix: str, last: bool, root: bool) -> None:
         mark = "" if root else ("└─ " if last else "├─ ")
-        time_text = f"{c['geomean_us']:,.1f} us" if c["status"] == "ok" and c["geomean_us"] else c["status"]
+        time_text = fmt_us(c["geomean_us"], " us", 1) if c["status"] == "ok" and c["geomean_us"] else c["status"]
         star = " ★" if best is not None and c["id"] == best["id"] else ""
         lines.append(f"{prefix}{mark}{c['id']} {time_text}{star}  {c['hypothesis'][:50]}")
         kids = tree.get(c["id"], [])

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from kscience.jupyter.snapshot import Snapshot, shape_times
+from kscience.snapshot import Snapshot, fmt_us, fmt_x, shape_times, speedup
 
 STATUS_COLOURS = {
     "ok": "#2e7d32", "wrong_answer": "#ef6c00", "compile_error": "#c62828", "runtime_error": "#8e24aa",
@@ -93,7 +93,7 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation") -> None:
                       ("physical floor", base.floor_us)):
         if us:
             colour, style = BASELINE_STYLES[label]
-            ax.axhline(us, color=colour, linestyle=style, linewidth=1.2, label=f"{label} {us:,.1f} us")
+            ax.axhline(us, color=colour, linestyle=style, linewidth=1.2, label=f"{label} {fmt_us(us, ' us', 1)}")
             values.append(us)
     handles, labels = ax.get_legend_handles_labels()
     for note in base.missing():  # say which lines are missing rather than leave the reader guessing
@@ -129,17 +129,17 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
         w, h = ax.figure.get_size_inches()
         ax.figure.set_size_inches(max(w, 0.7 * len(labels)), h * 1.2)
     for k, (name, base_times) in enumerate(series):
-        ratios = [base_times[s] / times[s] if base_times.get(s) else 0.0 for s in labels]
+        ratios = [speedup(base_times.get(s), times[s]) or 0.0 for s in labels]
         positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
         bars = ax.bar(positions, ratios, width=width, label=name,
                       color=("#2e7d32", "#1565c0", "#6a1b9a")[k])
-        ax.bar_label(bars, labels=[f"{r:.3g}x" if r else "n/a" for r in ratios], fontsize=6 if crowded else 7,
+        ax.bar_label(bars, labels=[fmt_x(r) if r else "n/a" for r in ratios], fontsize=6 if crowded else 7,
                      rotation=90 if crowded else 0, padding=2)
     ax.axhline(1.0, color="#757575", linewidth=1)
     ax.margins(y=0.15)
     ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 20, ha="right", fontsize=7 if crowded else 8)
     ax.set_ylabel("speedup of the best kernel")
-    ax.set_title(f"best kernel {best['id']}: {best['geomean_us']:,.2f} us geomean", fontsize=9)
+    ax.set_title(f"best kernel {best['id']}: {fmt_us(best['geomean_us'], ' us')} geomean", fontsize=9)
     ax.legend(fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
 
@@ -178,7 +178,7 @@ def draw_lineage(ax, snap: Snapshot) -> None:
         ax.scatter([x], [y], s=120 if is_best else 40, color=_colour(c["status"]), zorder=3,
                    edgecolors="#ffb300" if is_best else "white", linewidths=2.5 if is_best else 0.5)
         if label_all or is_best:
-            text = cid if not c["geomean_us"] else f"{cid}\n{c['geomean_us']:,.1f} us"
+            text = cid if not c["geomean_us"] else f"{cid}\n{fmt_us(c['geomean_us'], ' us', 1)}"
             ax.annotate(text, (x, y), xytext=(6, 0), textcoords="offset points", fontsize=6, va="center")
     ax.set_xlabel("generation (edits from the seed)")
     ax.set_yticks([])
@@ -194,28 +194,14 @@ def draw_lineage(ax, snap: Snapshot) -> None:
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
-def uplift_points(snap: Snapshot) -> list[dict]:
-    """Experiments with a prediction: predicted range and, where the child passed, measured uplift."""
-    plans = {p["id"]: p for p in snap.plans}
-    points = []
-    for f in snap.findings:
-        if f["predicted_min_pct"] is None:
-            continue
-        high = f["predicted_max_pct"] if f["predicted_max_pct"] is not None else f["predicted_min_pct"]
-        points.append({"title": plans[f["plan_id"]]["title"] if f["plan_id"] in plans else f["plan_id"],
-                       "low": f["predicted_min_pct"], "high": high, "measured": f["measured_pct"]})
-    return points
-
-
 def draw_uplift(ax, snap: Snapshot) -> None:
     """Predicted uplift range (horizontal bar) against the measured uplift, with the y = x diagonal."""
-    points = uplift_points(snap)
+    points = snap.predictions()
     measured = [p for p in points if p["measured"] is not None]
     for p in measured:
         mid = (p["low"] + p["high"]) / 2
-        inside = p["low"] <= p["measured"] <= p["high"]
         ax.errorbar([mid], [p["measured"]], xerr=[[mid - p["low"]], [p["high"] - mid]], fmt="o", capsize=3,
-                    color="#2e7d32" if inside else "#ef6c00")
+                    color="#2e7d32" if p["inside"] else "#ef6c00")
     lows = [v for p in measured for v in (p["low"], p["high"], p["measured"])]
     if lows:
         lo, hi = min(lows + [0.0]), max(lows + [0.0])

@@ -19,7 +19,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from kscience.jupyter import plots
-from kscience.jupyter.snapshot import Snapshot
+from kscience.snapshot import Snapshot
 from kscience.store import Store, StoreError
 
 FIGURES = {  # file suffix -> (what it shows, drawing, figure size in inches)
@@ -41,7 +41,7 @@ def pick_run(store: Store, run_id: str | None) -> str:
         store.run(run_id)
         return run_id
     for row in store.list_runs():
-        if row["n_candidates"]:
+        if Snapshot.load(store, row["id"]).evaluated:
             return row["id"]
     raise ReportError(f"no run in {store.path} has an evaluated candidate")
 

@@ -20,9 +20,12 @@ from typing import Callable
 
 from kscience.evaluate.result import EvalResult
 from kscience.events import RunFailed, RunFinished, event_from_dict
-from kscience.jupyter.snapshot import Snapshot, shape_times
-from kscience.run import display_status, run_is_alive, run_metrics
-from kscience.store import Store, StoreError
+from kscience.jupyter import panels
+from kscience.jupyter.views import show_live
+from kscience.liveness import display_status, run_is_alive
+from kscience.run import Run
+from kscience.snapshot import Snapshot, fmt_us, fmt_x, shape_times
+from kscience.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events
 
@@ -51,27 +54,21 @@ class Candidate:
                    result=EvalResult.from_dict(row["result"]) if row["result"] else None)
 
     def __repr__(self) -> str:
-        us = f" {self.geomean_us:,.2f} us" if self.geomean_us else ""
+        us = f" {fmt_us(self.geomean_us, ' us')}" if self.geomean_us else ""
         return f"<Candidate {self.id} {self.kind} {self.status}{us}: {self.hypothesis[:60]}>"
 
     def _repr_html_(self) -> str:
-        from kscience.jupyter.panels import esc, highlight
-
-        us = f", {self.geomean_us:,.2f} us" if self.geomean_us else ""
-        return (f"<div><b>{esc(self.id)}</b> {esc(self.kind)} ({esc(self.status)}{us}): {esc(self.hypothesis)}</div>"
-                + highlight(self.source, "python"))
+        us = f", {fmt_us(self.geomean_us, ' us')}" if self.geomean_us else ""
+        return (f"<div><b>{panels.esc(self.id)}</b> {panels.esc(self.kind)} ({panels.esc(self.status)}{us}): "
+                f"{panels.esc(self.hypothesis)}</div>" + panels.highlight(self.source, "python"))
 
 
 class RunResult:
     """A stored run, optionally driven by this kernel (`run` given): then it can start, stop and wait."""
 
-    def __init__(self, store: Store, run_id: str, run=None):
+    def __init__(self, store: Store, run_id: str, run: Run | None = None):
         self.store, self.id = store, run_id
-        self._run = run  # kscience.run.Run when this kernel drives the run
-        self._thread: threading.Thread | None = None
-        self._ended: list = []  # callbacks told once the driving thread is done
-        self._over = False  # the driving thread is done
-        self._lock = threading.Lock()
+        self._run = run  # when this kernel drives the run
         self.started_at: float | None = None
         store.run(run_id)  # an unknown id fails here, in one line
 
@@ -81,22 +78,11 @@ class RunResult:
         (widget clicks included) while evaluations run."""
         if self._run is None:
             raise RuntimeError(f"run {self.id} is not driven by this kernel; resume it to continue it here")
-        if self._thread is not None:
+        if self._run.started:
             raise RuntimeError(f"run {self.id} was already started")
         self.started_at = time.time()
-        self._thread = threading.Thread(target=self._drive, name=f"kscience-{self.id}", daemon=True)
-        self._thread.start()
+        self._run.start(background=True)
         return self
-
-    def _drive(self) -> None:
-        try:
-            self._run.start(background=False)  # no event loop on this thread: the run gets its own
-        finally:
-            with self._lock:
-                self._over = True
-                ended, self._ended = self._ended, []
-            for callback in ended:
-                callback(None)
 
     @property
     def driven_here(self) -> bool:
@@ -107,7 +93,7 @@ class RunResult:
     def live(self) -> bool:
         """Whether the run is going: on this kernel's thread, or in another process."""
         if self._run is not None:
-            return self._thread is not None and self._thread.is_alive()
+            return self._run.running
         return run_is_alive(self.store.run(self.id))
 
     def stop(self) -> None:
@@ -125,8 +111,8 @@ class RunResult:
         stopping = False
         while self.live and (deadline is None or time.monotonic() < deadline):
             try:
-                if self._thread is not None:
-                    self._thread.join(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+                if self._run is not None:
+                    self._run.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
                 else:
                     time.sleep(POLL_S)
             except KeyboardInterrupt:
@@ -143,18 +129,11 @@ class RunResult:
         over (at once if it already is). Returns a function that stops following."""
         if self._run is not None:
             unsubscribe = self._run.subscribe(on_change)
-            with self._lock:
-                done = self._over
-                if not done:
-                    self._ended.append(on_change)
-            if done:
-                on_change(None)
+            cancel = self._run.when_over(lambda: on_change(None))
 
             def stop_following() -> None:
                 unsubscribe()
-                with self._lock:
-                    if on_change in self._ended:
-                        self._ended.remove(on_change)
+                cancel()
 
             return stop_following
         if not self.live:
@@ -186,9 +165,7 @@ class RunResult:
         return quit_.set
 
     def watch(self, view: str = "auto"):
-        """Show a live view of this run (see `kscience.jupyter.launch.show_live`)."""
-        from kscience.jupyter.launch import show_live
-
+        """Show a live view of this run (see `kscience.jupyter.views.show_live`)."""
         return show_live(self, view)
 
     # --- reading -----------------------------------------------------------------------------
@@ -215,7 +192,7 @@ class RunResult:
     @property
     def metrics(self) -> dict:
         """The run's numbers as `kscience show --json` reports them."""
-        return run_metrics(self.store, self.id)
+        return self.snapshot().metrics()
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -258,7 +235,7 @@ class RunResult:
 
     def plot(self, ax=None, by: str = "evaluation"):
         """The timing plot on `ax` (a new pyplot figure if None); returns the Axes, like pandas."""
-        from kscience.jupyter.plots import draw_timeline
+        from kscience.jupyter.plots import draw_timeline  # needs matplotlib
 
         if ax is None:
             import matplotlib.pyplot as plt
@@ -274,15 +251,13 @@ class RunResult:
         text = f"<kscience run {self.id} ({snap.run['problem']}): {display_status(snap.run)}"
         if best:
             vs_seed, _ = snap.speedups(best)
-            text += f", best {best['id']} {best['geomean_us']:,.2f} us"
-            text += f" ({vs_seed:.3g}x vs seed)" if vs_seed else ""
+            text += f", best {best['id']} {fmt_us(best['geomean_us'], ' us')}"
+            text += f" ({fmt_x(vs_seed)} vs seed)" if vs_seed else ""
         return text + ">"
 
     def _repr_html_(self) -> str:
         """A running run: one line (its live view is where it was started). An ended one: header,
         timing plot, leaderboard and the best kernel's source."""
-        from kscience.jupyter import panels
-
         snap = self.snapshot()
         status = panels.esc(panels.stage_text(snap, None))
         if display_status(snap.run) == "running":
@@ -300,23 +275,9 @@ class RunResult:
 
 
 def _timeline_png(snap: Snapshot) -> str:
-    from kscience.jupyter.plots import png_bytes, timeline_figure
+    from kscience.jupyter.plots import png_bytes, timeline_figure  # needs matplotlib
 
     return base64.b64encode(png_bytes(timeline_figure(snap))).decode("ascii")
-
-
-def default_db() -> str:
-    from kscience.run_commands import _default_db
-
-    return _default_db()
-
-
-def open_store(db: str | Path | None, *, create: bool) -> Store:
-    """The run database: `db`, else $KSCIENCE_DB, else ./kscience.db. Reading requires it to exist."""
-    path = Path(db or default_db()).expanduser()
-    if not create and not path.is_file():
-        raise StoreError(f"no database at {path} (give db=PATH or set KSCIENCE_DB)")
-    return Store(path)
 
 
 def open_run(run_id: str, db: str | Path | None = None) -> RunResult:

@@ -6,11 +6,12 @@ module-level names, see `from_reference_module`) and `seed.py` (a correct Triton
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
+from kscience.problems.files import import_file
+from kscience.problems.gpumode import load_gpumode_dir
+from kscience.problems.kernelbench import load_kernelbench_file
 from kscience.problems.spec import Problem, ProblemError, Shape, geomean, shape_label
 
 __all__ = ["Problem", "ProblemError", "Shape", "geomean", "shape_label", "builtin_names",
@@ -21,21 +22,6 @@ _HERE = Path(__file__).parent
 
 def builtin_names() -> list[str]:
     return sorted(p.name for p in _HERE.iterdir() if (p / "reference.py").is_file())
-
-
-def import_file(path: Path, module_name: str) -> ModuleType:
-    """Import a Python file as a fresh module; any failure becomes a one-line ProblemError."""
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ProblemError(f"{path}: not an importable Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # a broken problem file is bad input, not a crash
-        sys.modules.pop(module_name, None)
-        raise ProblemError(f"{path}: {type(exc).__name__}: {exc}") from None
-    return module
 
 
 def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source: str | None) -> Problem:
@@ -80,12 +66,8 @@ def load_problem(locator: str, overrides: dict | None = None) -> Problem:
         return _load_builtin(locator)
     path = Path(locator).expanduser()
     if path.is_dir():
-        from kscience.problems.gpumode import load_gpumode_dir
-
         return load_gpumode_dir(path.resolve(), overrides)
     if path.is_file() and path.suffix == ".py":
-        from kscience.problems.kernelbench import load_kernelbench_file
-
         return load_kernelbench_file(path.resolve(), overrides)
     known = ", ".join(builtin_names())
     raise ProblemError(f"no problem {locator!r}: not a built-in ({known}), a .py file or a folder")

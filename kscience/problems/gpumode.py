@@ -38,8 +38,8 @@ from pathlib import Path
 
 import torch
 
-from kscience.problems import import_file
 from kscience.problems.device_map import mapped_device, proxy_torch
+from kscience.problems.files import import_file
 from kscience.problems.spec import Problem, ProblemError, Shape, shape_label
 
 DEFAULT_TOLERANCE = 1e-2

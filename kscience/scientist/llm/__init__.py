@@ -3,58 +3,15 @@
     llm = make_llm("gemini:gemini-2.5-pro", budget=Budget(max_cost_usd=5), recorder=calls.append)
     text, call = await llm.complete(prompt, role="designer", system=..., schema=...)
 
-Specs: "gemini:MODEL", "openai:MODEL" (any OpenAI-compatible server through base_url),
-"offline" (the scripted scientist that needs no network), or None to pick from the environment.
-Importing this package needs neither SDK: each is imported when its backend is built.
+Read in this order: base.py (the interface), call.py (the record of an exchange and the error),
+budget.py (a run's limits), remote.py with gemini.py and openai_compat.py (the HTTP backends),
+factory.py (`make_llm`, `default_llm_spec`), pricing.py. This package's own import names only
+the types, so the offline scientist (which implements the interface) can import them freely.
 """
 
-from __future__ import annotations
+from kscience.scientist.llm.base import LLM
+from kscience.scientist.llm.budget import Budget, BudgetExceeded, Metered
+from kscience.scientist.llm.call import LLMCall, LLMError
+from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S
 
-import os
-from typing import Callable
-
-from kscience.scientist.llm.base import LLM, Budget, BudgetExceeded, LLMCall, LLMError, Metered
-from kscience.scientist.llm.gemini import DEFAULT_GEMINI_MODEL, GeminiLLM, gemini_credentials
-from kscience.scientist.llm.openai_compat import DEFAULT_OPENAI_MODEL, OpenAILLM
-
-__all__ = ["LLM", "LLMCall", "LLMError", "BudgetExceeded", "Budget", "make_llm", "default_llm_spec"]
-
-
-def default_llm_spec() -> tuple[str, str]:
-    """(spec, reason): Gemini when its credentials are set, else OpenAI, else the offline scientist."""
-    gemini = gemini_credentials()
-    if gemini is not None:
-        return f"gemini:{DEFAULT_GEMINI_MODEL}", f"{gemini} is set: using Gemini"
-    if os.environ.get("OPENAI_API_KEY"):
-        return f"openai:{DEFAULT_OPENAI_MODEL}", "OPENAI_API_KEY is set: using OpenAI"
-    return "offline", "no GEMINI_API_KEY/GOOGLE_API_KEY/OPENAI_API_KEY set: using the offline scientist"
-
-
-def make_llm(
-    spec: str | None,
-    *,
-    base_url: str | None = None,
-    budget: Budget | None = None,
-    timeout_s: float = 120.0,
-    max_retries: int = 4,
-    recorder: Callable[[LLMCall], None] | None = None,
-    seed: int = 0,
-) -> LLM:
-    """Build the backend named by `spec`, wrapped so that `budget` is checked before every call
-    and every exchange, failed ones included, is accounted in `budget` and then given to `recorder`.
-    `seed` makes the offline scientist's choices vary between runs; online models ignore it."""
-    spec = (spec or default_llm_spec()[0]).strip()
-    provider, _, model = spec.partition(":")
-    if provider == "gemini":
-        inner: LLM = GeminiLLM(model or DEFAULT_GEMINI_MODEL, base_url=base_url, timeout_s=timeout_s,
-                               max_retries=max_retries)
-    elif provider == "openai":
-        inner = OpenAILLM(model or DEFAULT_OPENAI_MODEL, base_url=base_url, timeout_s=timeout_s,
-                          max_retries=max_retries)
-    elif spec == "offline":
-        from kscience.scientist.offline import OfflineLLM
-
-        inner = OfflineLLM(seed=seed)
-    else:
-        raise LLMError(f"unknown LLM {spec!r}: use gemini:MODEL, openai:MODEL or offline")
-    return Metered(inner, budget=budget, recorder=recorder)
+__all__ = ["LLM", "LLMCall", "LLMError", "BudgetExceeded", "Budget", "Metered", "LLM_RETRIES", "LLM_TIMEOUT_S"]

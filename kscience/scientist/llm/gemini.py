@@ -16,8 +16,8 @@ import os
 import time
 from typing import Any
 
-from kscience.scientist.llm.base import (Answer, LLMError, RemoteLLM, full_prompt, is_timeout, one_line,
-                                         retries_phrase)
+from kscience.scientist.llm.call import LLMError, full_prompt, one_line
+from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S, Answer, RemoteLLM, is_timeout, retries_phrase
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-pro"
 KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
@@ -71,7 +71,7 @@ class GeminiLLM(RemoteLLM):
     provider = "gemini"
 
     def __init__(self, model: str = DEFAULT_GEMINI_MODEL, *, base_url: str | None = None,
-                 timeout_s: float = 120.0, max_retries: int = 4):
+                 timeout_s: float = LLM_TIMEOUT_S, max_retries: int = LLM_RETRIES):
         try:
             from google import genai
             from google.genai import errors, types

@@ -13,7 +13,8 @@ import os
 import re
 from typing import Any
 
-from kscience.scientist.llm.base import Answer, LLMError, RemoteLLM, full_prompt, one_line, retries_phrase
+from kscience.scientist.llm.call import LLMError, full_prompt, one_line
+from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S, Answer, RemoteLLM, retries_phrase
 
 DEFAULT_OPENAI_MODEL = "gpt-4.1"
 # Local servers ignore the key, but the SDK refuses to start without one.
@@ -33,7 +34,7 @@ class OpenAILLM(RemoteLLM):
     provider = "openai"
 
     def __init__(self, model: str = DEFAULT_OPENAI_MODEL, *, base_url: str | None = None,
-                 timeout_s: float = 120.0, max_retries: int = 4):
+                 timeout_s: float = LLM_TIMEOUT_S, max_retries: int = LLM_RETRIES):
         try:
             import openai
         except ImportError:

@@ -1,0 +1,209 @@
+"""Every setting of a run, declared once: its type, default, help text and command-line flag.
+
+`RunConfig` is stored with each run. The `kscience run` / `kscience resume` flags, the arguments
+of `%%kernel_evolve` and `%kscience run`, and the keywords of `kscience.jupyter.evolve` are all
+generated from its fields, so a new setting is one `setting(...)` line here:
+
+    target: str | None = setting(None, "--target", "device the scientist writes for", metavar="DEVICE")
+
+`on_resume=True` lets `resume` change the setting of a stored run; everything else is fixed once
+the run exists, because the run's stored candidates were judged under it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import MISSING, asdict, dataclass, field, fields
+
+from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
+from kscience.scientist.llm.factory import default_llm_spec
+from kscience.store import DEFAULT_DB
+
+STRATEGIES = ("llm", "tree", "tournament")
+EXECUTORS = "local, ray or ray://HOST:PORT"
+PROBLEM_HELP = "built-in name, KernelBench .py file or GPU MODE directory"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used, in one line."""
+
+
+def valid_executor(spec: str) -> bool:
+    """The executor specs `kscience.evaluate.executor.make_executor` understands."""
+    return spec in ("local", "ray") or spec.startswith("ray://")
+
+
+def setting(default, flag: str | None, help: str, *, metavar: str | None = None, on_resume: bool = False,
+            kind: str = "value", choices: tuple | None = None, resume_help: str | None = None):
+    """A RunConfig field with what the command line and the magics need to offer it.
+
+    kind: "value" (--flag VALUE), "append" (repeatable, a list), "pairs" (repeatable NAME=VALUE,
+    a dict) or "off" (--flag sets the field to False; unset leaves the default)."""
+    meta = {"flag": flag, "help": help, "metavar": metavar, "on_resume": on_resume, "kind": kind,
+            "choices": choices, "resume_help": resume_help}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=type(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class RunConfig:
+    """Everything that decides what a run does. Stored as the run's config; never holds a key."""
+
+    problem: str = setting(None, None, PROBLEM_HELP)  # a positional argument, not a flag
+    iterations: int = setting(3, "--iterations", "design rounds the run aims for in total", metavar="N",
+                              on_resume=True, resume_help="design rounds to add (default: what remains of the "
+                                                          "run's target)")
+    name: str = setting("", "--name", "a label for the run")
+    llm: str = setting("offline", "--llm", "offline, gemini:MODEL or openai:MODEL (default: chosen from the "
+                       "API keys set)", metavar="ID", on_resume=True)
+    base_url: str | None = setting(None, "--base-url", "endpoint of an OpenAI-compatible or Gemini server",
+                                   metavar="URL", on_resume=True)
+    strategy: str | None = setting(None, "--strategy", "how the base kernel is picked (default: tournament "
+                                   "offline, llm otherwise)", choices=STRATEGIES, on_resume=True)
+    repairs: int = setting(2, "--repairs", "repair attempts per broken candidate", metavar="K", on_resume=True)
+    executor: str = setting("local", "--executor", f"where candidates are judged: {EXECUTORS}", metavar="SPEC",
+                            on_resume=True)
+    gpus: int | None = setting(None, "--gpus", "evaluate on at most N GPUs at once", metavar="N", on_resume=True)
+    knowledge: list[str] = setting([], "--knowledge", "folder of *.md notes for the designer (repeatable)",
+                                   metavar="DIR", kind="append")
+    seed: int = setting(0, "--seed", "the scientist's random seed", metavar="N")
+    overrides: dict = setting({}, "--set", "override a module-level constant of a KernelBench file",
+                              metavar="NAME=VALUE", kind="pairs")
+    max_cost_usd: float | None = setting(None, "--max-cost-usd", "stop once the LLM calls cost this much",
+                                         metavar="USD", on_resume=True)
+    max_tokens: int | None = setting(None, "--max-tokens", "stop once the LLM calls used this many tokens",
+                                     metavar="N", on_resume=True)
+    # Per session: a resumed run gets the full limit again.
+    time_limit_s: float | None = setting(None, "--time-limit", "stop this session after this long",
+                                         metavar="SECONDS", on_resume=True)
+    llm_retries: int = setting(LLM_RETRIES, "--llm-retries", "retries of a failed LLM request", metavar="N",
+                               on_resume=True)
+    llm_timeout_s: float = setting(LLM_TIMEOUT_S, "--llm-timeout", "limit per LLM request", metavar="SECONDS",
+                                   on_resume=True)
+    # None: time torch.compile of the reference when the seed was judged on a GPU.
+    compiled_baseline: bool | None = setting(None, "--no-compiled-baseline", "do not time torch.compile of the "
+                                             "eager PyTorch baseline (timed by default on a GPU)", kind="off")
+    target: str | None = setting(None, "--target", "hardware the kernels are for, e.g. h100 or mi300x "
+                                 "(default: the device the run evaluates on)", metavar="GPU")
+
+    def __post_init__(self):
+        if not self.problem:
+            raise ConfigError("a run needs a problem")
+        if self.strategy is None:
+            self.strategy = "tournament" if self.llm == "offline" else "llm"
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown strategy {self.strategy!r}: use {', '.join(STRATEGIES)}")
+        if not valid_executor(self.executor):
+            raise ConfigError(f"unknown executor {self.executor!r}: use {EXECUTORS}")
+        if self.iterations < 0 or self.repairs < 0:
+            raise ConfigError("iterations and repairs must be >= 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+SETTINGS = tuple(f.name for f in fields(RunConfig) if f.metadata["flag"])  # what a user may set by flag
+RESUMABLE = tuple(f.name for f in fields(RunConfig) if f.metadata["on_resume"])
+
+
+def _default_text(f) -> str:
+    default = f.default if f.default is not MISSING else None
+    if f.metadata["kind"] != "value" or default in (None, "") or "default" in f.metadata["help"]:
+        return ""
+    return f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
+
+
+def option_specs(*, resume: bool = False) -> list[tuple[tuple[str, ...], dict]]:
+    """(flags, argparse keywords) of every setting, for `kscience run` or (resume=True) what
+    `kscience resume` may change. Every default is None, meaning "not given": the config's own
+    default, or on resume the stored value, applies."""
+    specs = []
+    for f in fields(RunConfig):
+        meta = f.metadata
+        if not meta["flag"] or (resume and not meta["on_resume"]):
+            continue
+        if resume:  # unset, a resumed run keeps what it had
+            help_ = meta["resume_help"] or meta["help"].split(" (default")[0] + " (default: as the run had it)"
+        else:
+            help_ = meta["help"] + _default_text(f)
+        kw = {"dest": f.name, "default": None, "help": help_}
+        if meta["kind"] == "off":
+            kw["action"] = "store_false"
+        else:
+            if meta["kind"] in ("append", "pairs"):
+                kw["action"] = "append"
+            elif meta["choices"]:
+                kw["choices"] = meta["choices"]
+            else:
+                kw["type"] = _type_of(f)
+            if meta["metavar"]:
+                kw["metavar"] = meta["metavar"]
+        specs.append(((meta["flag"],), kw))
+    return specs
+
+
+def _type_of(f):
+    text = str(f.type)
+    return int if text.startswith("int") else float if text.startswith("float") else str
+
+
+def add_db_option(parser) -> None:
+    parser.add_argument("--db", default=None, metavar="PATH",
+                        help=f"SQLite file (default: $KSCIENCE_DB or ./{DEFAULT_DB})")
+
+
+def add_run_options(parser, *, resume: bool = False) -> None:
+    for flags, kw in option_specs(resume=resume):
+        parser.add_argument(*flags, **kw)
+
+
+def parse_sets(pairs: list[str] | None) -> dict:
+    """NAME=VALUE pairs (from repeated --set) as a dict."""
+    out = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise ConfigError(f"--set expects NAME=VALUE, got {pair!r}")
+        out[name] = value
+    return out
+
+
+def options_from_args(args) -> dict:
+    """The settings given on a parsed command line (or magic line), as RunConfig field values."""
+    out = {}
+    for f in fields(RunConfig):
+        value = getattr(args, f.name, None) if f.metadata["flag"] else None
+        if value is None:
+            continue
+        out[f.name] = parse_sets(value) if f.metadata["kind"] == "pairs" else value
+    return out
+
+
+def check_resume_changes(changes: dict) -> None:
+    """A resumed run may change only the settings marked on_resume."""
+    fixed = sorted(set(changes) - set(RESUMABLE))
+    if fixed:
+        raise ConfigError(f"a resumed run keeps its {', '.join(fixed)}: only {', '.join(RESUMABLE)} can change")
+
+
+def check_settings(options: dict) -> None:
+    unknown = sorted(set(options) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)}: use {', '.join(SETTINGS)}")
+
+
+def new_config(problem: str, options: dict) -> RunConfig:
+    """A RunConfig from keyword settings; without `llm`, the model is chosen from the API keys set
+    (and the choice is said on stderr)."""
+    check_settings(options)
+    if options.get("llm") is None:
+        spec, reason = default_llm_spec()
+        print(f"kscience: {reason}", file=sys.stderr)
+        options = {**options, "llm": spec}
+    return RunConfig(problem=problem, **options)

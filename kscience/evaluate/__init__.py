@@ -1,0 +1,32 @@
+"""The evaluator: whether a candidate kernel is correct, and how fast it is, decided by a trusted
+process about code it does not trust.
+
+Entry point: `kscience.evaluate.judge.evaluate(request, gpu=...)` takes an `EvalRequest`
+(result.py) and always returns an `EvalResult`, never raising for anything a candidate does.
+The loop reaches it through an `Executor` (executor.py: `make_executor`, local slots per GPU;
+ray_executor.py: a Ray cluster).
+
+Trusted side (the process that holds the expected answers and decides):
+    judge.py        drives one disposable worker through its phases and decides the verdict
+    compare.py      whether an output is right (sampled byte ranges of big tensors)
+    crosscheck.py   whether reported times are believable
+    sandbox.py      starts, watches and kills the worker process
+    executor.py, ray_executor.py   where evaluations run
+    result.py       the request and verdict types (plain data: they cross process, Ray and database
+                    boundaries)
+
+Untrusted side (the worker process, `python -m kscience.evaluate.worker`, which imports the
+candidate):
+    worker.py       the process: confines itself, then answers the judge's commands
+    confine.py      restrictions it puts on itself before any candidate code runs
+    harness.py      imports the candidate, builds inputs, calls it, hands back outputs
+    integrity.py    notices a candidate that rewires the harness
+    timing.py       the timed loop
+It also loads the problem (kscience.problems) to build inputs from the judge's seeds.
+
+Both sides:
+    wire.py         the framed channel between them (nothing is ever unpickled)
+
+Nothing is imported here: the worker starts from this package and must load as little as
+possible before it confines itself.
+"""

@@ -1,0 +1,60 @@
+"""Subcommands about problems and single candidates: problems, seed, eval."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from kscience.config import parse_sets
+from kscience.evaluate.executor import visible_gpus
+from kscience.evaluate.judge import evaluate
+from kscience.evaluate.result import EvalRequest
+from kscience.problems import builtin_names, load_problem, shape_label
+from kscience.usage import UsageError
+
+
+def cmd_problems(args) -> int:
+    rows = [load_problem(n).summary() for n in builtin_names()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        width = max(len(r["name"]) for r in rows)
+        for r in rows:
+            print(f"{r['name']:<{width}}  {r['description']}")
+    return 0
+
+
+def cmd_seed(args) -> int:
+    problem = load_problem(args.problem, parse_sets(args.set))
+    if not problem.seed_source:
+        raise UsageError(f"problem {problem.name} ships no seed kernel")
+    sys.stdout.write(problem.seed_source)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    path = Path(args.candidate)
+    try:
+        source = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read candidate {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    overrides = parse_sets(args.set)
+    problem = load_problem(args.problem, overrides)
+    request = EvalRequest(problem=problem.locator, source=source, overrides=overrides, shapes=args.shapes,
+                          timeout_s=args.timeout)
+    result = evaluate(request, gpu=0 if visible_gpus() else None, problem=problem)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(f"{result.status}: {result.message}")
+        print(f"device: {result.device.get('name')} ({result.timing_label}); {result.wall_s:.1f}s")
+        for s in result.shapes:
+            t = f"{s.time_us:12.2f} us ± {s.std_us:.2f} (n={s.n})" if s.time_us else "".rjust(12)
+            print(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}")
+        if result.failing_shape is not None:
+            print(f"  failing shape: {shape_label(result.failing_shape)}")
+        if result.status != "ok" and (result.stderr_tail or result.stdout_tail):
+            print("--- candidate output (tail) ---")
+            print((result.stdout_tail + result.stderr_tail)[-1500:])
+    return 0 if result.ok else 1

@@ -1,0 +1,61 @@
+"""A run's progress on a terminal: a tqdm bar over iterations and a line per evaluated candidate,
+on stderr. Without tqdm, or when stderr is a file or pipe, plain lines only."""
+
+from __future__ import annotations
+
+import sys
+
+from kscience.events import CandidateEvaluated, HypothesesProposed, RunFinished, StageChanged
+from kscience.snapshot import fmt_us, fmt_x, speedup
+
+_PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
+                 "compiled": "timing torch.compile of PyTorch eager"}
+
+
+class Progress:
+    """Subscribe it to a run: it is called with each of the run's events."""
+
+    def __init__(self, total: int, initial: int = 0):
+        self.bar = None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            tqdm = None
+        if tqdm is not None and sys.stderr.isatty():
+            self.bar = tqdm(total=total, initial=initial, unit="iter", file=sys.stderr, dynamic_ncols=True,
+                            bar_format="{desc} {n_fmt}/{total_fmt} iterations |{bar}| {elapsed} {postfix}")
+
+    def _line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def __call__(self, event) -> None:
+        if isinstance(event, StageChanged):
+            if event.stage == "done":  # the run ends early and says why (nothing left to try)
+                self._line(event.detail)
+            elif self.bar is not None:
+                self.bar.n = max(self.bar.n, event.iteration - 1)
+                self.bar.set_postfix_str(f"{event.stage} {event.detail}".strip()[:60])
+            elif event.stage in _PLAIN_STAGES:
+                self._line(_PLAIN_STAGES[event.stage])
+        elif isinstance(event, HypothesesProposed):
+            chosen = [p["title"] for p in event.plans if p.get("chosen")]
+            self._line(f"iteration {event.iteration}: from {event.base_id}, trying: {'; '.join(chosen)}")
+        elif isinstance(event, CandidateEvaluated):
+            if event.status == "ok":
+                vs_seed = fmt_x(speedup(event.seed_us, event.geomean_us))
+                us, what = f"{fmt_us(event.geomean_us):>15} us {vs_seed:>7} vs seed", event.hypothesis
+            else:
+                us, what = " " * 34, event.message
+            self._line(f"  {event.candidate_id} {event.kind:<9} {event.status:<13} {us}  {what[:70]}")
+            if self.bar is not None and event.best_us:
+                self.bar.set_description_str(f"best {fmt_us(event.best_us, ' us')}")
+        elif isinstance(event, RunFinished) and self.bar is not None:
+            self.bar.n = event.summary["iterations_done"]
+            self.bar.set_postfix_str(event.status)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,338 @@
+"""The one reading of a stored run: best, speedups, iterations done, predictions, numbers as text.
+
+The CLI (`runs`, `show`, the end-of-run table), the dashboard, the text summary, the run object,
+the report figures and the notebooks all read a run through a `Snapshot`, never from event
+payloads or their own arithmetic, so a run watched live, reopened later, or followed from another
+process says the same everywhere: the database is the only source of truth.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+from kscience.problems import geomean, shape_label
+from kscience.evaluate import result as R
+from kscience.store import BASELINE_KINDS, PENDING, Store
+
+BENCHMARK = "benchmark"
+OK = R.OK
+# Failures of a candidate's own making: the loop repairs them, the metrics count them as failed.
+REPAIRABLE = (R.COMPILE_ERROR, R.RUNTIME_ERROR, R.WRONG_ANSWER, R.CRASHED, R.TIMEOUT)
+
+
+# --- numbers ----------------------------------------------------------------------------------
+def speedup(base_us: float | None, us: float | None) -> float | None:
+    """How many times faster `us` is than `base_us`; None where either time is missing."""
+    return base_us / us if base_us and us else None
+
+
+def uplift_pct(base_us: float | None, child_us: float | None) -> float | None:
+    """Measured speedup of a child over its base in percent: +25 means the child is 1.25x as fast."""
+    ratio = speedup(base_us, child_us)
+    return None if ratio is None else (ratio - 1.0) * 100.0
+
+
+def predicted_range(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """A plan's predicted uplift as (low, high) percent; a single number is a range of one point."""
+    return None if low is None else (low, high if high is not None else low)
+
+
+def inside_range(low: float | None, high: float | None, measured: float | None) -> bool | None:
+    """Whether a measured uplift fell inside the predicted range; None when either is missing."""
+    span = predicted_range(low, high)
+    return None if span is None or measured is None else span[0] <= measured <= span[1]
+
+
+def iterations_done(plans: list[dict]) -> int:
+    """Design rounds started (their plans are stored): what a run counts toward its target."""
+    return max((p["iteration"] for p in plans), default=0)
+
+
+def best_candidate(candidates: list[dict]) -> dict | None:
+    """The fastest correct population member (the seed counts; the baselines do not)."""
+    ok = [c for c in candidates if c["kind"] not in BASELINE_KINDS and c["status"] == OK and c["geomean_us"]]
+    return min(ok, key=lambda c: c["geomean_us"]) if ok else None
+
+
+def first_of_kind(candidates: list[dict], kind: str) -> dict | None:
+    return next((c for c in candidates if c["kind"] == kind), None)
+
+
+# --- numbers as text ----------------------------------------------------------------------------
+def fmt_us(us: float | None, unit: str = "", digits: int = 2) -> str:
+    """1,234.50 (with `unit` appended), or "-" for no time."""
+    return f"{us:,.{digits}f}{unit}" if us else "-"
+
+
+def fmt_x(ratio: float | None) -> str:
+    """A speedup: 1.23x, or "-"."""
+    return f"{ratio:.3g}x" if ratio else "-"
+
+
+def fmt_pct(pct: float) -> str:
+    return f"{pct:+.1f}%"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """Horizontal lines a kernel's time is judged against, in microseconds (None: not available)."""
+
+    reference_us: float | None  # PyTorch eager (the problem's eager kernel, else its reference), timed by the run
+    compile_us: float | None  # torch.compile of the reference, timed by runs on a GPU
+    compile_status: str | None  # the torch.compile candidate's status; None: the run stored none
+    floor_us: float | None  # geomean over benchmark shapes of bytes/bandwidth or FLOPs/rate
+    interpreted: bool  # CPU interpreter timings: no physical floor exists
+
+    def missing(self) -> list[str]:
+        """Why each absent line is absent, for a legend or a caption."""
+        notes = []
+        if self.reference_us is None:
+            notes.append("PyTorch eager: not timed yet")
+        if self.compile_us is None:
+            if self.compile_status is None:
+                why = "not timed (CPU run)" if self.interpreted else "not timed by this run"
+            else:
+                why = "not timed yet" if self.compile_status == PENDING else self.compile_status.replace("_", " ")
+            notes.append(f"torch.compile: {why}")
+        if self.floor_us is None:
+            notes.append("physical floor: " + ("GPU only" if self.interpreted else "unknown for this device"))
+        return notes
+
+
+def shape_times(candidate: dict) -> dict[str, float]:
+    """Median time per benchmark shape of an evaluated candidate, keyed by shape label."""
+    shapes = (candidate.get("result") or {}).get("shapes") or []
+    return {shape_label(s["shape"]): s["time_us"] for s in shapes if s.get("phase") == BENCHMARK and s.get("time_us")}
+
+
+def error_text(candidate: dict) -> str:
+    """What went wrong with a failed candidate: the verdict, the failing shape and the output tail."""
+    result = candidate.get("result") or {}
+    lines = [f"{candidate['status']}: {candidate['message']}"]
+    if result.get("failing_shape"):
+        lines.append(f"failing shape: {shape_label(result['failing_shape'])}")
+    tail = ((result.get("stdout_tail") or "") + (result.get("stderr_tail") or "")).strip()
+    if tail:
+        lines += ["", tail[-2000:]]
+    return "\n".join(lines)
+
+
+@dataclass
+class Snapshot:
+    run: dict
+    candidates: list[dict]  # store rows in creation order
+    plans: list[dict]
+    findings: list[dict]
+    usage: dict  # store.llm_usage
+    taken_at: float
+
+    @classmethod
+    def load(cls, store: Store, run_id: str) -> "Snapshot":
+        return cls(run=store.run(run_id), candidates=store.candidates(run_id), plans=store.plans(run_id),
+                   findings=store.findings(run_id), usage=store.llm_usage(run_id), taken_at=time.time())
+
+    # --- the population ----------------------------------------------------------------------
+    @cached_property
+    def by_id(self) -> dict[str, dict]:
+        return {c["id"]: c for c in self.candidates}
+
+    @property
+    def seed(self) -> dict | None:
+        return first_of_kind(self.candidates, "seed")
+
+    @property
+    def reference(self) -> dict | None:
+        return first_of_kind(self.candidates, "reference")
+
+    @property
+    def compiled(self) -> dict | None:
+        return first_of_kind(self.candidates, "compiled")
+
+    @cached_property
+    def settled(self) -> list[dict]:
+        """Population members with a verdict (evaluated, or never written), in the order they got it."""
+        done = [c for c in self.candidates if c["kind"] not in BASELINE_KINDS and c["status"] != PENDING]
+        return sorted(done, key=lambda c: (c["evaluated"] or c["created"], c["seq"]))
+
+    @cached_property
+    def correct(self) -> list[dict]:
+        return [c for c in self.settled if c["status"] == "ok" and c["geomean_us"]]
+
+    @property
+    def best(self) -> dict | None:
+        return best_candidate(self.correct)
+
+    @cached_property
+    def evaluated(self) -> list[dict]:
+        """Population members the evaluator judged (not those never written), in the order judged."""
+        return [c for c in self.settled if c["evaluated"] is not None]
+
+    def ranked(self) -> list[dict]:
+        """Correct candidates fastest first, then the failed ones newest first."""
+        failed = [c for c in self.settled if c not in self.correct]
+        return sorted(self.correct, key=lambda c: c["geomean_us"]) + failed[::-1]
+
+    def best_so_far(self) -> list[tuple[int, float]]:
+        """(position in `settled`, best time up to and including it) at each improvement."""
+        steps, best = [], None
+        for i, c in enumerate(self.settled):
+            if c in self.correct and (best is None or c["geomean_us"] < best):
+                best = c["geomean_us"]
+                steps.append((i, best))
+        return steps
+
+    def speedups(self, candidate: dict) -> tuple[float | None, float | None]:
+        """(vs seed, vs reference) of a correct candidate; None where either time is missing."""
+        us = candidate.get("geomean_us") if candidate.get("status") == OK else None
+        return speedup(_us(self.seed), us), speedup(_us(self.reference), us)
+
+    def children(self) -> dict[str | None, list[dict]]:
+        """Lineage: parent id -> its children, in creation order (roots under None)."""
+        tree: dict[str | None, list[dict]] = {}
+        for c in self.candidates:
+            if c["kind"] in BASELINE_KINDS:
+                continue
+            parent = c["parent_id"] if c["parent_id"] in self.by_id else None
+            tree.setdefault(parent, []).append(c)
+        return tree
+
+    # --- the run -----------------------------------------------------------------------------
+    @property
+    def iterations_done(self) -> int:
+        return iterations_done(self.plans)
+
+    @property
+    def iterations_complete(self) -> int:
+        """Design rounds whose chosen experiments have all ended in a finding."""
+        found = {f["plan_id"] for f in self.findings}
+        complete: dict[int, bool] = {}
+        for p in self.plans:
+            complete[p["iteration"]] = complete.get(p["iteration"], True) and (not p["chosen"] or p["id"] in found)
+        return sum(complete.values())
+
+    @property
+    def target(self) -> int:
+        return int(self.run["config"].get("iterations") or 0)
+
+    @property
+    def device(self) -> dict:
+        """The device the timings came from (the newest evaluation), else the one the run started on."""
+        for c in reversed(self.settled):
+            if (c.get("result") or {}).get("device"):
+                return c["result"]["device"]
+        return self.run["environment"].get("device") or {}
+
+    @property
+    def timing_label(self) -> str:
+        judged = next((c["result"] for c in reversed(self.settled) if c.get("result")), None) or {}
+        return judged.get("timing_label") or ""
+
+    def baselines(self) -> Baselines:
+        ref, compiled = self.reference, self.compiled
+        floors = []
+        judged = self.seed if self.seed and self.seed.get("result") else self.best
+        for s in ((judged or {}).get("result") or {}).get("shapes") or []:
+            if s.get("phase") == BENCHMARK:
+                floors.append(s.get("floor_us"))
+        interpreted = bool(self.device.get("interpreted"))
+        # Under the interpreter there is no hardware to bound: a floor would be meaningless.
+        floor = geomean(floors) if floors and all(floors) and not interpreted else None
+        return Baselines(reference_us=ref["geomean_us"] if ref and ref["status"] == OK else None,
+                         compile_us=compiled["geomean_us"] if compiled and compiled["status"] == OK else None,
+                         compile_status=compiled["status"] if compiled else None,
+                         floor_us=floor, interpreted=interpreted)
+
+    def plan_outcomes(self) -> dict[str, dict]:
+        """plan id -> its finding (the measured outcome), for plans that have one."""
+        return {f["plan_id"]: f for f in self.findings}
+
+    def predictions(self) -> list[dict]:
+        """Every finished experiment whose plan predicted an uplift: the predicted range (low, high in
+        percent), the measured uplift (None when its kernel did not pass) and whether it fell inside."""
+        titles = {p["id"]: p["title"] for p in self.plans}
+        out = []
+        for f in self.findings:
+            span = predicted_range(f["predicted_min_pct"], f["predicted_max_pct"])
+            if span is None:
+                continue
+            out.append({"plan_id": f["plan_id"], "candidate_id": f["candidate_id"], "iteration": f["iteration"],
+                        "title": titles.get(f["plan_id"], f["plan_id"]), "low": span[0], "high": span[1],
+                        "measured": f["measured_pct"], "inside": inside_range(*span, f["measured_pct"])})
+        return out
+
+    def elapsed_s(self) -> float:
+        """Wall time of the run so far (to its last update once it has ended)."""
+        end = self.taken_at if self.run["status"] == "running" else self.run["updated"]
+        return max(0.0, end - self.run["created"])
+
+    # --- the numbers a paper reports ---------------------------------------------------------
+    def metrics(self) -> dict:
+        """The run's numbers, as `kscience show --json` reports them: recomputed from the stored rows."""
+        evaluated, best, seed = self.evaluated, self.best, self.seed
+        ref, compiled = self.reference, self.compiled
+        seed_us, best_us = _us(seed), _us(best)
+        # A chain is one plan's candidates (or the seed's): repair succeeds when a repair in it passes.
+        chains: dict[str, list[dict]] = {}
+        for c in self.candidates:
+            if c["kind"] in ("seed", "child", "repair"):
+                chains.setdefault(c["plan_id"] or "seed", []).append(c)
+        repaired = [ch for ch in chains.values() if any(c["kind"] == "repair" for c in ch)]
+        fixed = [ch for ch in repaired if any(c["kind"] == "repair" and c["status"] == OK for c in ch)]
+        drafts = [c for c in self.candidates if c["kind"] in ("child", "repair") and c["edits_total"]]
+        edits_total = sum(c["edits_total"] for c in drafts)
+        edits_applied = sum(c["edits_applied"] for c in drafts)
+        measured = [p for p in self.predictions() if p["measured"] is not None]
+        errors = [abs((p["low"] + p["high"]) / 2 - p["measured"]) for p in measured]
+        return {
+            "n_candidates": len(evaluated), "n_ok": sum(c["status"] == OK for c in evaluated),
+            "n_failed": sum(c["status"] in REPAIRABLE for c in evaluated),
+            "best_id": best["id"] if best else None, "best_us": best_us, "seed_us": seed_us,
+            "reference_us": _us(ref), "compiled_us": _us(compiled),
+            "compiled_status": compiled["status"] if compiled else None,
+            "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_reference": speedup(_us(ref), best_us),
+            "speedup_vs_compiled": speedup(_us(compiled), best_us),
+            "evaluated_to_best": evaluated.index(best) + 1 if best in evaluated else None,
+            "iterations_done": self.iterations_done,
+            "repairs_tried": len(repaired), "repairs_succeeded": len(fixed),
+            "repair_attempts": sum(c["kind"] == "repair" for c in self.candidates),
+            "repair_success_rate": len(fixed) / len(repaired) if repaired else None,
+            "edits_total": edits_total, "edits_applied": edits_applied,
+            "edit_apply_rate": edits_applied / edits_total if edits_total else None,
+            "uplift": [{"plan_id": p["plan_id"], "candidate_id": p["candidate_id"], "iteration": p["iteration"],
+                        "predicted_min_pct": p["low"], "predicted_max_pct": p["high"], "measured_pct": p["measured"]}
+                       for p in measured],
+            "uplift_in_range": sum(bool(p["inside"]) for p in measured),
+            "uplift_mean_abs_error_pct": sum(errors) / len(errors) if errors else None,
+            "llm": self.usage,
+            "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
+        }
+
+    def listing(self) -> dict:
+        """The run's row with the few numbers `kscience runs` lists."""
+        return {**self.run, "iterations_done": self.iterations_done, "n_candidates": len(self.evaluated),
+                "seed_us": _us(self.seed), "best_us": _us(self.best), "reference_us": _us(self.reference)}
+
+
+def _us(candidate: dict | None) -> float | None:
+    return candidate["geomean_us"] if candidate else None
+
+
+def run_metrics(store: Store, run_id: str) -> dict:
+    """`Snapshot.metrics` of a stored run."""
+    return Snapshot.load(store, run_id).metrics()
+
+
+def run_listing(store: Store) -> list[dict]:
+    """Every stored run, newest first, with its iterations, candidates and seed, best and reference times."""
+    return [Snapshot.load(store, row["id"]).listing() for row in store.list_runs()]
