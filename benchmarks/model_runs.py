@@ -34,7 +34,7 @@ from kscience.progress import Progress  # noqa: E402
 from kscience.run import Run  # noqa: E402
 from kscience.scientist.hardware import describe_device, run_target  # noqa: E402
 from kscience.scientist.knowledge import knowledge_for  # noqa: E402
-from kscience.scientist.llm.base import LLM, LLMCall, Metered  # noqa: E402
+from kscience.scientist.llm import LLM, LLMCall, Metered  # noqa: E402
 from kscience.scientist.roles import Scientist  # noqa: E402
 from kscience.store import Store  # noqa: E402
 

@@ -26,7 +26,8 @@ from kscience.events import EventBus, RunFailed, RunFinished
 from kscience.liveness import run_is_alive, this_process
 from kscience.loop import Controller, RunError, Stopped
 from kscience.problems import Problem, ProblemError, load_problem
-from kscience.scientist.knowledge import load_knowledge
+from kscience.scientist.hardware import describe_device, run_target
+from kscience.scientist.knowledge import knowledge_for
 from kscience.scientist.llm import Budget, BudgetExceeded, LLMError
 from kscience.scientist.llm.factory import make_llm
 from kscience.scientist.roles import Scientist

@@ -11,7 +11,7 @@ from llm_servers import FakeGemini, FakeOpenAI, Reply, Status
 
 from kscience.config import RunConfig
 from kscience.run import Run
-from kscience.scientist.llm import make_llm
+from kscience.scientist.llm.factory import make_llm
 from kscience.store import Store
 
 LEVEL2 = Path(__file__).parent / "data" / "kernelbench_gemm_multiply_leakyrelu.py"
