@@ -78,6 +78,19 @@ def cmd_eval(args) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_worker(args) -> int:
+    from kscience.evaluate.queue_worker import Worker
+
+    try:
+        worker = Worker(args.directory, gpus=args.gpus, cpu_workers=args.cpu_workers, lease_s=args.lease,
+                        poll_s=args.poll, say=lambda line: print(line, file=sys.stderr, flush=True))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot serve {args.directory}: {exc}") from None
+    done = worker.run(once=args.once)
+    print(f"kscience worker: {done} evaluation(s) done", file=sys.stderr)
+    return 0
+
+
 def _has_gpu() -> bool:
     from kscience.evaluate.executor import visible_gpus
 
@@ -106,6 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="NAME=VALUE", default=[],
                    help="override a module-level constant of a KernelBench file")
     s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("worker", help="evaluate the requests a run (--executor queue:DIR) leaves in DIR")
+    s.add_argument("directory", metavar="DIR", help="the queue directory (shared, or synced with the run's)")
+    s.add_argument("--once", action="store_true", help="evaluate what is there, then exit (for a batch job)")
+    s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once (default: all)")
+    s.add_argument("--cpu-workers", type=int, metavar="N",
+                   help="without a GPU: interpreter evaluations at once (default 1)")
+    s.add_argument("--lease", type=float, default=120.0, metavar="SECONDS",
+                   help="a claim not renewed for this long is put back in the queue (default 120)")
+    s.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for requests")
+    s.set_defaults(func=cmd_worker)
 
     from kscience.run_commands import add_run_commands
 

@@ -59,8 +59,12 @@ class RunConfig:
             self.strategy = "tournament" if self.llm == "offline" else "llm"
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}: use {', '.join(STRATEGIES)}")
-        if not (self.executor in ("local", "ray") or self.executor.startswith("ray://")):
-            raise ValueError(f"unknown executor {self.executor!r}: use local, ray or ray://HOST:PORT")
+        if self.executor.startswith("queue:"):  # absolute, so a resume from elsewhere finds the same queue
+            from kscience.evaluate.queue_executor import queue_directory
+
+            self.executor = "queue:" + queue_directory(self.executor)
+        elif not (self.executor in ("local", "ray") or self.executor.startswith("ray://")):
+            raise ValueError(f"unknown executor {self.executor!r}: use local, ray, ray://HOST:PORT or queue:DIR")
         if self.iterations < 0 or self.repairs < 0:
             raise ValueError("iterations and repairs must be >= 0")
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from kscience.events import CandidateEvaluated, HypothesesProposed, RunFinished, StageChanged
+from kscience.events import CandidateEvaluated, EvaluationWaiting, HypothesesProposed, RunFinished, StageChanged
 
 DEFAULT_DB = "kscience.db"
 
@@ -37,7 +37,8 @@ def add_run_commands(sub) -> None:
                    help="how the base kernel is picked (default: tournament offline, llm otherwise)")
     s.add_argument("--repairs", type=int, default=2, metavar="K",
                    help="repair attempts per broken candidate (default 2)")
-    s.add_argument("--executor", default="local", metavar="SPEC", help="local (default), ray or ray://HOST:PORT")
+    s.add_argument("--executor", default="local", metavar="SPEC",
+                   help="local (default), ray, ray://HOST:PORT or queue:DIR (for `kscience worker DIR`)")
     s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once")
     s.add_argument("--knowledge", action="append", default=[], metavar="DIR",
                    help="folder of *.md notes for the designer (repeatable)")
@@ -237,6 +238,10 @@ class Progress:
             self._line(f"  {event.candidate_id} {event.kind:<9} {event.status:<13} {us}  {what[:70]}")
             if self.bar is not None and event.best_us:
                 self.bar.set_description_str(f"best {event.best_us:.1f} us")
+        elif isinstance(event, EvaluationWaiting):
+            self._line(f"  {event.candidate_id} waiting {event.waited_s:.0f} s: {event.state}")
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"waiting: {event.state}"[:60])
         elif isinstance(event, RunFinished) and self.bar is not None:
             self.bar.n = event.summary["iterations_done"]
             self.bar.set_postfix_str(event.status)

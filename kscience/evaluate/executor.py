@@ -32,6 +32,11 @@ class Executor(ABC):
     def shutdown(self) -> None:
         """Release workers; evaluations not yet started are cancelled, running ones finish."""
 
+    def wait_state(self, future: Future) -> str | None:
+        """For an evaluation that waits on something outside this process (a queue), what it waits
+        for, in a phrase that changes only when the state does; None when it is simply running."""
+        return None
+
     def __enter__(self):
         return self
 
@@ -98,7 +103,8 @@ class LocalExecutor(Executor):
 def make_executor(spec: str | None = None, gpus: int | None = None,
                   cpu_workers: int | None = None) -> Executor:
     """`local` (default), `ray` (the cluster RAY_ADDRESS names or `ray start` began on this machine,
-    else a new one here) or `ray://HOST:PORT` (a remote cluster, through Ray Client)."""
+    else a new one here), `ray://HOST:PORT` (a remote cluster, through Ray Client) or `queue:DIR`
+    (requests as files in DIR for `kscience worker DIR`; `gpus` requests in flight, default 1)."""
     spec = spec or "local"
     if spec == "local":
         return LocalExecutor(gpus=gpus, cpu_workers=cpu_workers)
@@ -106,4 +112,8 @@ def make_executor(spec: str | None = None, gpus: int | None = None,
         from kscience.evaluate.ray_executor import RayExecutor
 
         return RayExecutor(address=None if spec == "ray" else spec, gpus=gpus, cpu_workers=cpu_workers)
-    raise ValueError(f"unknown executor {spec!r}: use local, ray or ray://HOST:PORT")
+    if spec.startswith("queue:"):
+        from kscience.evaluate.queue_executor import QueueExecutor, queue_directory
+
+        return QueueExecutor(queue_directory(spec), capacity=gpus or cpu_workers or 1)
+    raise ValueError(f"unknown executor {spec!r}: use local, ray, ray://HOST:PORT or queue:DIR")
