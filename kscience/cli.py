@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("worker", help="evaluate the requests a run (--executor queue:DIR) leaves in DIR")
     s.add_argument("directory", metavar="DIR", help="the queue directory (shared, or synced with the run's)")
-    s.add_argument("--once", action="store_true", help="evaluate what is there, then exit (for a batch job)")
+    s.add_argument("--once", action="store_true",
+                   help="evaluate what is there (and claims of others once they lapse), then exit (for a batch job)")
     s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once (default: all)")
     s.add_argument("--cpu-workers", type=int, metavar="N",
                    help="without a GPU: interpreter evaluations at once (default 1)")

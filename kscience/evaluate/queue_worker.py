@@ -4,8 +4,9 @@ Runs on the machine with the GPUs, through the same judge as a local run (a `Loc
 one slot per GPU). A request is taken by renaming it into DIR/claims, which succeeds for one
 worker only; while it is evaluated the worker touches the claim every few seconds, and a
 claim left untouched for longer than its lease (a worker killed, a node lost) is put back in
-DIR/requests by whichever worker notices first. `--once` evaluates what is there and exits,
-the shape of a batch job; without it the worker waits for more until interrupted.
+DIR/requests by whichever worker notices first. `--once` evaluates what is there, waiting
+for any claim held elsewhere to be answered or to lapse, and exits: the shape of a batch job.
+Without it the worker waits for more until interrupted.
 """
 
 from __future__ import annotations
@@ -57,15 +58,17 @@ class Worker:
             except (OSError, Q.QueueFileError, TypeError, ValueError):
                 info, lease = {}, LEASE_S
             try:
+                seen = claim.stat().st_mtime
                 if _age(claim) <= lease:
                     continue
                 # Rename first, to a name only this worker knows: of two workers recovering at once
-                # one wins; then look again, in case the holder renewed it just before.
+                # one wins; then look again (renewals change mtime; the rename changed only ctime), in
+                # case the holder renewed it just before.
                 aside = claim.with_name(f".{claim.name}.{secrets.token_hex(4)}.lapsed")
                 os.rename(claim, aside)
             except FileNotFoundError:
                 continue
-            if _age(aside) <= lease:
+            if aside.stat().st_mtime != seen:
                 os.rename(aside, claim)
                 continue
             os.replace(aside, self.root / "requests" / claim.name)
@@ -77,6 +80,11 @@ class Worker:
         """Claim and start the oldest request; False when there is none."""
         for path in Q.queue_files(self.root / "requests"):
             claim = self._claim_path(path.stem)
+            answered = (self.root / "results" / path.name).exists()
+            if answered or claim.exists():
+                path.unlink(missing_ok=True)  # sent twice (a resumed run, a second copy): answered or under way
+                self.say(f"request {path.stem[:8]}: sent again, already {'answered' if answered else 'claimed'}")
+                continue
             try:
                 os.rename(path, claim)
             except FileNotFoundError:
@@ -145,7 +153,9 @@ class Worker:
                     pass
                 for ident in [i for i, (f, _, _) in self.in_flight.items() if f.done()]:
                     self._finish(ident)
-                if once and not self.in_flight and not Q.queue_files(self.root / "requests"):
+                # A batch job waits for claims too: a killed job's claims come back once their lease lapses.
+                if once and not self.in_flight and not Q.queue_files(self.root / "requests") \
+                        and not Q.queue_files(self.root / "claims"):
                     return self.done
                 time.sleep(self.poll_s if not self.in_flight else min(self.poll_s, 0.2))
         except KeyboardInterrupt:
