@@ -56,7 +56,8 @@ class JudgeProcess:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "kscience.evaluate.slot", str(to_child[0]), str(from_child[1]),
              "none" if self.gpu is None else "0"],
-            env=env, stdin=subprocess.DEVNULL, pass_fds=(to_child[0], from_child[1]), close_fds=True)
+            # Its chatter (library warnings) goes to stderr: stdout may carry a command's JSON.
+            env=env, stdin=subprocess.DEVNULL, stdout=2, pass_fds=(to_child[0], from_child[1]), close_fds=True)
         os.close(to_child[0])
         os.close(from_child[1])
         self._conn_out = Connection(to_child[1], readable=False)
