@@ -38,9 +38,9 @@ for step in $steps; do
          timeout "${RAY_S:-240}" python3 benchmarks/scaleout.py --executors local,ray --candidates "${CANDIDATES:-8}" \
            --skip-isolation --out "$out/scaleout-1gpu-local-ray.json" 2>&1 | tee "$out/scaleout-1gpu-local-ray.log" ;;
     queue) rm -rf "$out/queue"
-           python3 -m kscience.cli worker "$out/queue" --poll 0.2 > "$out/queue-worker.log" 2>&1 &
+           python3 -m kscience.cli worker "$out/queue" --gpus 1 --poll 0.2 > "$out/queue-worker.log" 2>&1 &
            worker=$!
-           timeout "${QUEUE_S:-180}" python3 -m kscience.cli run softmax --llm offline --iterations 1 \
+           timeout "${QUEUE_S:-240}" python3 -m kscience.cli run softmax --llm offline --iterations 1 \
              --executor "queue:$out/queue" --db "$out/queue-run.db" 2>&1 | tee "$out/queue-run.log"
            kill -INT $worker; wait $worker
            python3 -m kscience.cli show "$(python3 -m kscience.cli runs --db "$out/queue-run.db" --json \
