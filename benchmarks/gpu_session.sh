@@ -42,7 +42,7 @@ for step in $steps; do
            worker=$!
            timeout "${QUEUE_S:-240}" python3 -m kscience.cli run softmax --llm offline --iterations 1 \
              --executor "queue:$out/queue" --db "$out/queue-run.db" 2>&1 | tee "$out/queue-run.log"
-           kill -INT $worker; wait $worker
+           kill -TERM $worker; wait $worker  # (SIGINT is ignored by background jobs of a script)
            python3 -m kscience.cli show "$(python3 -m kscience.cli runs --db "$out/queue-run.db" --json \
              | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" --db "$out/queue-run.db" \
              >> "$out/queue-run.log"
