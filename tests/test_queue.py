@@ -210,3 +210,10 @@ def test_queue_spec_is_made_absolute_and_checked(tmp_path, monkeypatch):
     assert RunConfig(problem="softmax", executor="queue:jobs").executor == f"queue:{tmp_path / 'jobs'}"
     with pytest.raises(ValueError, match="queue:DIR"):
         RunConfig(problem="softmax", executor="queue:")
+
+
+def test_progress_shows_a_waiting_evaluation(capsys):
+    from kscience.run_commands import Progress
+
+    Progress(1)(EvaluationWaiting(candidate_id="c-1", iteration=0, state="queued for a kscience worker", waited_s=12))
+    assert "c-1 waiting 12 s: queued for a kscience worker" in capsys.readouterr().err
