@@ -6,6 +6,13 @@
 # model-runs: two iterations on every built-in (offline) and on a KernelBench level-1 and level-2 file
 # (the offline scientist must refuse them before any timing; then a scripted model writes the kernels).
 # profile: compile facts and Nsight Compute metrics of every built-in seed.
+# Issue 13 (evaluations anywhere), about 7 minutes on one H100, each step its own time limit:
+#   bash benchmarks/gpu_session.sh OUTDIR spare ray queue cpuslots
+#     spare     benchmarks/spare_cost.py: what slows an evaluation while a spare starts (fp8, 5 modes)
+#     ray       scaleout.py --executors local,ray on one GPU: seconds per evaluation, local vs Ray
+#               (Ray from .whl/*.whl when it is not installed; skipped when neither)
+#     queue     an offline run whose evaluations go through queue:DIR to a `kscience worker` here
+#     cpuslots  scaleout.py --cpu-workers 1,2,4,8: interpreter slots, host-side scaling
 # Logs, JSON results and the run database land in OUTDIR. Figures are then made anywhere with
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
@@ -33,6 +40,26 @@ for step in $steps; do
                   ${ONLY:+--only "$ONLY"} --db "$out/model-runs.db" --out "$out" 2>&1 | tee -a "$out/model-runs.log"
                 python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
                   "$out/model-runs.db" ;;
-    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile)" >&2; exit 2 ;;
+    spare) timeout "${SPARE_S:-200}" python3 benchmarks/spare_cost.py --rounds "${ROUNDS:-2}" --out "$out" \
+             2>&1 | tee "$out/spare-cost.log" ;;
+    ray) if ! python3 -c "import ray" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+           python3 -m pip install -q --no-index --find-links .whl ray 2>&1 | tail -3
+         fi
+         timeout "${RAY_S:-240}" python3 benchmarks/scaleout.py --executors local,ray --candidates "${CANDIDATES:-8}" \
+           --skip-isolation --out "$out/scaleout-1gpu-local-ray.json" 2>&1 | tee "$out/scaleout-1gpu-local-ray.log" ;;
+    queue) rm -rf "$out/queue"
+           python3 -m kscience.cli worker "$out/queue" --gpus 1 --poll 0.2 > "$out/queue-worker.log" 2>&1 &
+           worker=$!
+           timeout "${QUEUE_S:-240}" python3 -m kscience.cli run softmax --llm offline --iterations 1 \
+             --executor "queue:$out/queue" --db "$out/queue-run.db" 2>&1 | tee "$out/queue-run.log"
+           kill -TERM $worker; wait $worker  # (SIGINT is ignored by background jobs of a script)
+           python3 -m kscience.cli show "$(python3 -m kscience.cli runs --db "$out/queue-run.db" --json \
+             | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" --db "$out/queue-run.db" \
+             >> "$out/queue-run.log"
+           python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+             "$out/queue-run.db" ;;
+    cpuslots) timeout "${CPUSLOTS_S:-240}" python3 benchmarks/scaleout.py --executors local --cpu-workers 1,2,4,8 \
+                --candidates "${CANDIDATES_CPU:-16}" --out "$out/scaleout-cpu-slots.json" 2>&1 | tee "$out/scaleout-cpu-slots.log" ;;
+    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, spare, ray, queue, cpuslots)" >&2; exit 2 ;;
   esac
 done

@@ -16,6 +16,7 @@ from kscience.config import PROBLEM_HELP, add_db_option, add_run_options
 from kscience.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
 from kscience.usage import USER_ERRORS
+from kscience.worker_command import cmd_worker
 
 
 def _set_arg(s) -> None:
@@ -52,6 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_db_option(s)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("worker", help="evaluate the requests a run (--executor queue:DIR) leaves in DIR")
+    s.add_argument("directory", metavar="DIR", help="the queue directory (shared, or synced with the run's)")
+    s.add_argument("--once", action="store_true",
+                   help="evaluate what is there (and claims of others once they lapse), then exit (for a batch job)")
+    s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once (default: all)")
+    s.add_argument("--cpu-workers", type=int, metavar="N",
+                   help="without a GPU: interpreter evaluations at once (default 1)")
+    s.add_argument("--lease", type=float, default=120.0, metavar="SECONDS",
+                   help="a claim not renewed for this long is put back in the queue (default 120)")
+    s.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for requests")
+    s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("resume", help="continue a stopped, failed or interrupted run")
     s.add_argument("run_id")

@@ -15,12 +15,13 @@ from __future__ import annotations
 import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
+from kscience.evaluate.queue_executor import queue_directory
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
 from kscience.scientist.llm.factory import default_llm_spec
 from kscience.store import DEFAULT_DB
 
 STRATEGIES = ("llm", "tree", "tournament")
-EXECUTORS = "local, ray or ray://HOST:PORT"
+EXECUTORS = "local, ray, ray://HOST:PORT or queue:DIR (for `kscience worker DIR`)"
 PROBLEM_HELP = "built-in name, KernelBench .py file or GPU MODE directory"
 
 
@@ -29,8 +30,8 @@ class ConfigError(ValueError):
 
 
 def valid_executor(spec: str) -> bool:
-    """The executor specs `kscience.evaluate.executor.make_executor` understands."""
-    return spec in ("local", "ray") or spec.startswith("ray://")
+    """The executor specs `kscience.evaluate.executors.make_executor` understands."""
+    return spec in ("local", "ray") or spec.startswith(("ray://", "queue:"))
 
 
 def setting(default, flag: str | None, help: str, *, metavar: str | None = None, on_resume: bool = False,
@@ -96,6 +97,8 @@ class RunConfig:
             raise ConfigError(f"unknown strategy {self.strategy!r}: use {', '.join(STRATEGIES)}")
         if not valid_executor(self.executor):
             raise ConfigError(f"unknown executor {self.executor!r}: use {EXECUTORS}")
+        if self.executor.startswith("queue:"):  # absolute, so a resume from elsewhere finds the same queue
+            self.executor = "queue:" + queue_directory(self.executor)
         if self.iterations < 0 or self.repairs < 0:
             raise ConfigError("iterations and repairs must be >= 0")
 

@@ -74,6 +74,19 @@ class CandidateEvaluated(Event):
 
 
 @dataclass
+class EvaluationWaiting(Event):
+    """An evaluation waits on something outside this process, e.g. a worker reading a queue
+    directory: what it waits for, and for how long so far. Published when the state changes,
+    and again every few minutes while it does not."""
+
+    type: ClassVar[str] = "evaluation_waiting"
+    candidate_id: str
+    iteration: int
+    state: str
+    waited_s: float
+
+
+@dataclass
 class FindingRecorded(Event):
     type: ClassVar[str] = "finding_recorded"
     plan_id: str
@@ -105,7 +118,8 @@ class RunFailed(Event):
 
 
 EVENT_TYPES = {cls.type: cls for cls in (StageChanged, HypothesesProposed, CandidateWritten,
-                                         CandidateEvaluated, FindingRecorded, RunFinished, RunFailed)}
+                                         CandidateEvaluated, EvaluationWaiting, FindingRecorded, RunFinished,
+                                         RunFailed)}
 
 
 def event_from_dict(d: dict) -> Event:

@@ -16,13 +16,14 @@ import asyncio
 import contextlib
 import difflib
 import threading
+import time
 from dataclasses import asdict
 
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
-from kscience.events import (CandidateEvaluated, CandidateWritten, Event, EventBus, FindingRecorded,
-                             HypothesesProposed, StageChanged)
 from kscience.baselines import compiled_baseline_wanted
+from kscience.events import (CandidateEvaluated, CandidateWritten, EvaluationWaiting, Event, EventBus,
+                             FindingRecorded, HypothesesProposed, StageChanged)
 from kscience.problems import Problem, shape_label
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
 from kscience.scientist.hardware import describe, run_target
@@ -32,6 +33,8 @@ from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
 
 DIFF_LIMIT_CHARS = 20000
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
+WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
+WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
 
 
 class Stopped(Exception):
@@ -277,7 +280,7 @@ class Controller:
                                         candidate_id=cand["id"])
                 future = self.executor.submit(request)
                 try:
-                    result = (await asyncio.wrap_future(future)).to_dict()
+                    result = (await self._outcome(cand, future)).to_dict()
                 except asyncio.CancelledError:
                     # Ctrl-C: a started evaluation runs to its end in its own process anyway (the
                     # executor waits for it on shutdown), so keep its verdict rather than redo it.
@@ -293,6 +296,26 @@ class Controller:
                                       geomean_us=cand["geomean_us"], message=cand["message"],
                                       best_us=best, seed_us=seed))
         return cand
+
+    async def _outcome(self, cand: dict, future) -> R.EvalResult:
+        """The evaluation's result. One that waits outside this process (a queue) is reported while it
+        waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result."""
+        wrapped = asyncio.wrap_future(future)
+        started, said, said_at = time.monotonic(), None, 0.0
+        while True:
+            done, _ = await asyncio.wait({wrapped}, timeout=WAIT_LOOK_S)
+            if done:
+                return wrapped.result()
+            state = self.executor.wait_state(future)
+            if state is None:
+                continue
+            if self._stop.is_set():
+                future.cancel()
+                raise Stopped("stopped while waiting for an evaluation")
+            if state != said or time.monotonic() - said_at > WAIT_REPEAT_S:
+                said, said_at = state, time.monotonic()
+                self._emit(EvaluationWaiting(candidate_id=cand["id"], iteration=cand["iteration"], state=state,
+                                             waited_s=round(said_at - started, 1)))
 
     def _best_and_seed(self) -> tuple[float | None, float | None]:
         cands = self.store.candidates(self.run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from kscience.events import CandidateEvaluated, HypothesesProposed, RunFinished, StageChanged
+from kscience.events import CandidateEvaluated, EvaluationWaiting, HypothesesProposed, RunFinished, StageChanged
 from kscience.snapshot import fmt_us, fmt_x, speedup
 
 _PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
@@ -52,6 +52,10 @@ class Progress:
             self._line(f"  {event.candidate_id} {event.kind:<9} {event.status:<13} {us}  {what[:70]}")
             if self.bar is not None and event.best_us:
                 self.bar.set_description_str(f"best {fmt_us(event.best_us, ' us')}")
+        elif isinstance(event, EvaluationWaiting):
+            self._line(f"  {event.candidate_id} waiting {event.waited_s:.0f} s: {event.state}")
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"waiting: {event.state}"[:60])
         elif isinstance(event, RunFinished) and self.bar is not None:
             self.bar.n = event.summary["iterations_done"]
             self.bar.set_postfix_str(event.status)

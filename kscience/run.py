@@ -21,7 +21,7 @@ from kscience.baselines import compiled_source, reference_source
 from kscience.config import RunConfig
 from kscience.device import detect
 from kscience.environment import environment
-from kscience.evaluate.executor import make_executor
+from kscience.evaluate.executors import make_executor
 from kscience.events import EventBus, RunFailed, RunFinished
 from kscience.liveness import run_is_alive, this_process
 from kscience.loop import Controller, RunError, Stopped

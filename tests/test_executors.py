@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import kscience.evaluate.executor as executor_module
-from kscience.evaluate.executor import LocalExecutor, make_executor
+from kscience.evaluate.executor import LocalExecutor
+from kscience.evaluate.executors import make_executor
 from kscience.evaluate.result import CRASHED, OK, WRONG_ANSWER, EvalRequest, EvalResult
 from kscience.problems import ProblemError, load_problem
 
@@ -69,23 +70,28 @@ def test_local_capacity_on_cpu():
 
 def test_local_slots_pin_one_evaluation_per_gpu(monkeypatch):
     """With four GPUs and a cap of three, evaluations use exactly GPUs 0-2, all of them, never one twice at once."""
-    import kscience.evaluate.judge as judge
-
     monkeypatch.setattr(executor_module, "visible_gpus", lambda: [0, 1, 2, 3])
     lock, busy, used, overlaps = threading.Lock(), set(), Counter(), []
 
-    def fake_evaluate(request, gpu=None, problem=None, keep_spare=False):
-        with lock:
-            if gpu in busy:
-                overlaps.append(gpu)
-            busy.add(gpu)
-            used[gpu] += 1
-        time.sleep(0.05)
-        with lock:
-            busy.discard(gpu)
-        return EvalResult(status=OK, message="")
+    class FakeJudge:
+        def __init__(self, gpu):
+            self.gpu = gpu
 
-    monkeypatch.setattr(judge, "evaluate", fake_evaluate)
+        def evaluate(self, request):
+            with lock:
+                if self.gpu in busy:
+                    overlaps.append(self.gpu)
+                busy.add(self.gpu)
+                used[self.gpu] += 1
+            time.sleep(0.05)
+            with lock:
+                busy.discard(self.gpu)
+            return EvalResult(status=OK, message="")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(executor_module, "JudgeProcess", FakeJudge)
     assert LocalExecutor().capacity == 4
     with LocalExecutor(gpus=3) as ex:
         assert ex.capacity == 3
@@ -93,6 +99,30 @@ def test_local_slots_pin_one_evaluation_per_gpu(monkeypatch):
             assert f.result(timeout=30).ok
     assert not overlaps
     assert set(used) == {0, 1, 2} and sum(used.values()) == 12
+
+
+def test_slot_process_gives_the_in_process_verdicts():
+    """The same candidates judged in this process and through a slot's own judge process."""
+    from kscience.evaluate.judge import evaluate
+    from kscience.evaluate.slot import JudgeProcess
+
+    requests = [softmax_request(), softmax_request(WRONG),
+                EvalRequest(problem="softmax", source="def custom_kernel(data):\n    return data[0]\n",
+                            shapes="tests")]
+    judge = JudgeProcess(None)
+    try:
+        remote = [judge.evaluate(r) for r in requests]
+        with pytest.raises(ProblemError, match="no_such_problem"):
+            judge.evaluate(EvalRequest(problem="no_such_problem", source=SEED, shapes="tests"))
+        os.kill(judge._proc.pid, signal.SIGKILL)  # a lost slot process is replaced, the evaluation run again
+        again = judge.evaluate(requests[0])
+    finally:
+        judge.close()
+    local = [evaluate(r) for r in requests]
+    assert [r.status for r in remote] == [r.status for r in local] == [OK, WRONG_ANSWER, WRONG_ANSWER]
+    assert [[s.shape for s in r.shapes] for r in remote] == [[s.shape for s in r.shapes] for r in local]
+    assert remote[0].device["name"] == local[0].device["name"] and remote[0].device["interpreted"]
+    assert again.status == OK
 
 
 def test_ray_missing_names_the_extra(monkeypatch):

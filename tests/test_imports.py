@@ -20,9 +20,9 @@ LAZY_ALLOWED = {
     ("kscience", "kscience.jupyter.results"): "kscience.open_run: the notebook side, loaded when asked",
     ("kscience.jupyter.views", "kscience.jupyter.dashboard"): "ipywidgets, only where widgets render",
     ("kscience.jupyter.results", "kscience.jupyter.plots"): "matplotlib, only when a run is drawn",
-    ("kscience.evaluate.executor", "kscience.evaluate.ray_executor"): "Ray, only for a ray executor",
-    ("kscience.evaluate.executor", "kscience.evaluate.judge"): "the judge, loaded by a slot's thread",
-    ("kscience.evaluate.ray_executor", "kscience.evaluate.judge"): "runs inside the Ray task",
+    ("kscience.evaluate.slot", "kscience.evaluate.judge"): "the judge (and torch), loaded in the slot's own process",
+    ("kscience.evaluate.ray_executor", "kscience.evaluate.judge"): "runs inside the Ray actor",
+    ("kscience.evaluate.ray_executor", "kscience.evaluate.sandbox"): "runs inside the Ray actor",
     # The worker forks a reaper first and confines itself before loading what runs the candidate.
     **{("kscience.evaluate.worker", f"kscience.evaluate.{m}"): "worker import order"
        for m in ("confine", "harness", "integrity", "timing", "wire")},
@@ -32,10 +32,7 @@ LAZY_ALLOWED = {
 }
 
 
-# Lazy edges left out of the cycle check, and why. make_executor (executor.py) names the Ray
-# subclass, which subclasses Executor from the same file: moving make_executor into a module of its
-# own removes this, and belongs with the executor work (issue 13 extends make_executor).
-CYCLE_EXEMPT = {("kscience.evaluate.executor", "kscience.evaluate.ray_executor")}
+CYCLE_EXEMPT: set[tuple[str, str]] = set()  # lazy edges left out of the cycle check, each with its reason
 
 
 def module_files() -> dict[str, Path]:

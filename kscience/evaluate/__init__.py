@@ -3,7 +3,7 @@ process about code it does not trust.
 
 Entry point: `kscience.evaluate.judge.evaluate(request, gpu=...)` takes an `EvalRequest`
 (result.py) and always returns an `EvalResult`, never raising for anything a candidate does.
-The loop reaches it through an `Executor` (executor.py: `make_executor`, local slots per GPU;
+The loop reaches it through an `Executor` (executors.py: `make_executor`; executor.py: local slots per GPU;
 ray_executor.py: a Ray cluster).
 
 Trusted side (the process that holds the expected answers and decides):

@@ -1,10 +1,11 @@
 """Where evaluations run. The scientist loop only sees `Executor.submit -> Future[EvalResult]`.
 
-`LocalExecutor` keeps one evaluation slot per local GPU: a slot's thread runs the trusted
-judge, which starts a disposable worker process pinned to that slot's GPU (through the
-device's own visibility variable), so two timings never share a GPU. The loop keeps
-`capacity` evaluations in flight, which keeps every slot busy. Clusters use
-`kscience.evaluate.ray_executor`; `make_executor` picks one from a spec string.
+`LocalExecutor` keeps one evaluation slot per local GPU: each slot has its own trusted judge
+process (`slot.JudgeProcess`, so no two slots share a GIL), which starts a disposable worker
+pinned to that slot's GPU (through the device's own visibility variable), so two timings
+never share a GPU. The loop keeps `capacity` evaluations in flight, which keeps every slot
+busy. Clusters use `kscience.evaluate.ray_executor`, a GPU reachable only through files
+`kscience.evaluate.queue_executor`; `executors.make_executor` picks one from a spec string.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from kscience.evaluate.result import EvalRequest, EvalResult
+from kscience.evaluate.slot import JudgeProcess
 
 
 class Executor(ABC):
@@ -29,6 +31,11 @@ class Executor(ABC):
 
     def shutdown(self) -> None:
         """Release workers; evaluations not yet started are cancelled, running ones finish."""
+
+    def wait_state(self, future: Future) -> str | None:
+        """For an evaluation that waits on something outside this process (a queue), what it waits
+        for, in a phrase that changes only when the state does; None when it is simply running."""
+        return None
 
     def __enter__(self):
         return self
@@ -65,9 +72,10 @@ class LocalExecutor(Executor):
             slots = [None] * (cpu_workers or 1)
         # A slot is taken for the whole evaluation, so a GPU never hosts two at once; the pool
         # has exactly one thread per slot, so taking a slot never waits.
-        self._slots: "queue.Queue[int | None]" = queue.Queue()
-        for slot in slots:
-            self._slots.put(slot)
+        self._judges = [JudgeProcess(gpu) for gpu in slots]  # each starts on its first evaluation
+        self._slots: "queue.Queue[JudgeProcess]" = queue.Queue()
+        for judge in self._judges:
+            self._slots.put(judge)
         self._n = len(slots)
         self._pool = ThreadPoolExecutor(max_workers=self._n, thread_name_prefix="kscience-eval")
 
@@ -76,31 +84,18 @@ class LocalExecutor(Executor):
         return self._n
 
     def _run(self, request: EvalRequest) -> EvalResult:
-        from kscience.evaluate.judge import evaluate
-
-        gpu = self._slots.get()
+        judge = self._slots.get()
         try:
             # The loop evaluates one candidate after another: each slot keeps its next worker ready.
-            return evaluate(request, gpu=gpu, keep_spare=True)
+            return judge.evaluate(request)
         finally:
-            self._slots.put(gpu)
+            self._slots.put(judge)
 
     def submit(self, request: EvalRequest) -> "Future[EvalResult]":
         return self._pool.submit(self._run, request)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        for judge in self._judges:
+            judge.close()
 
-
-def make_executor(spec: str | None = None, gpus: int | None = None,
-                  cpu_workers: int | None = None) -> Executor:
-    """`local` (default), `ray` (the cluster RAY_ADDRESS names or `ray start` began on this machine,
-    else a new one here) or `ray://HOST:PORT` (a remote cluster, through Ray Client)."""
-    spec = spec or "local"
-    if spec == "local":
-        return LocalExecutor(gpus=gpus, cpu_workers=cpu_workers)
-    if spec == "ray" or spec.startswith("ray://"):
-        from kscience.evaluate.ray_executor import RayExecutor
-
-        return RayExecutor(address=None if spec == "ray" else spec, gpus=gpus, cpu_workers=cpu_workers)
-    raise ValueError(f"unknown executor {spec!r}: use local, ray or ray://HOST:PORT")

@@ -10,11 +10,10 @@ The cell that started the run has returned by then, so Stop reaches `Run.stop` a
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict
 
 import ipywidgets as W
 
-from kscience.events import StageChanged
+from kscience.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
 from kscience.jupyter.live import Throttle
 from kscience.jupyter.plots import png_bytes, timeline_figure
@@ -94,8 +93,8 @@ class Dashboard:
                 unfollow()
             self._throttle.flush()
             return
-        if isinstance(event, StageChanged):
-            self._stage = asdict(event)
+        if isinstance(event, (StageChanged, EvaluationWaiting)):
+            self._stage = panels.stage_of(event)
             self._show_stage()  # cheap, so it is not throttled
         self._throttle.poke()
 

@@ -10,9 +10,8 @@ anyway; an interrupt stops the run cleanly instead.
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict
 
-from kscience.events import StageChanged
+from kscience.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
 from kscience.liveness import display_status
 from kscience.snapshot import Snapshot, fmt_us
@@ -64,8 +63,8 @@ class TextSummary:
     def _on_change(self, event) -> None:
         if event is None:
             self._ended.set()
-        elif isinstance(event, StageChanged):
-            self._stage = asdict(event)
+        elif isinstance(event, (StageChanged, EvaluationWaiting)):
+            self._stage = panels.stage_of(event)
         self._changed.set()
 
     def text(self) -> str:

@@ -72,6 +72,14 @@ def header_html(snap: Snapshot, session_s: float | None = None) -> str:
     return f'<div style="{BOX}"><div style="font-size: 14px; font-weight: 600;">{title}</div>{cells}</div>'
 
 
+def stage_of(event) -> dict:
+    """The stage line's source: a stage change, or an evaluation waiting on a queue (shown as its detail)."""
+    if event.type == "evaluation_waiting":
+        return {"stage": "evaluate", "iteration": event.iteration,
+                "detail": f"{event.candidate_id} waiting {event.waited_s:.0f} s: {event.state}"}
+    return {"stage": event.stage, "iteration": event.iteration, "detail": event.detail}
+
+
 def stage_text(snap: Snapshot, stage: dict | None, stopping: bool = False) -> str:
     """What the run is doing now: the latest stage while it runs, its final status afterwards."""
     status = display_status(snap.run)

@@ -1,0 +1,137 @@
+"""A judge process per evaluation slot: `python -m kscience.evaluate.slot IN_FD OUT_FD`.
+
+The judge's host work (drawing inputs, computing answers, reading outputs from the worker's
+pipe, comparing) is Python holding the GIL. With every slot's judge in one process, slots
+queued behind each other for it, so two GPUs gave 1.6x, not 2x (benchmarks/results/README.md).
+Here each slot owns a long-lived trusted process that runs `judge.evaluate` and keeps its own
+spare worker, so slots share nothing but the machine. The process imports torch once; an
+evaluation costs only a request and a result, both plain JSON, on a private pair of pipes.
+
+The slot process is as trusted as the judge: it is this package's own code, and it sees only
+requests from its parent. A process that dies (the OOM killer, a kill by hand) is replaced
+and its evaluation run again once; a second loss is a "crashed" result, never a hang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
+from kscience.problems import ProblemError
+
+
+def _visibility(gpu: int | None) -> dict:
+    """The slot's process sees only its own GPU, as device 0: its CUDA context can land nowhere else."""
+    if gpu is None:
+        return {}
+    import torch
+
+    var = "HIP_VISIBLE_DEVICES" if torch.version.hip else "CUDA_VISIBLE_DEVICES"
+    inherited = [d.strip() for d in os.environ.get(var, "").split(",") if d.strip()]
+    return {var: inherited[gpu] if gpu < len(inherited) else str(gpu)}
+
+
+class JudgeProcess:
+    """One slot's trusted process. `evaluate` is called by one thread at a time (the slot's)."""
+
+    def __init__(self, gpu: int | None):
+        self.gpu = gpu
+        self._proc: subprocess.Popen | None = None
+        self._conn_in: Connection | None = None
+        self._conn_out: Connection | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        to_child, from_child = os.pipe(), os.pipe()
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, **_visibility(self.gpu))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "kscience.evaluate.slot", str(to_child[0]), str(from_child[1]),
+             "none" if self.gpu is None else "0"],
+            # Its chatter (library warnings) goes to stderr: stdout may carry a command's JSON.
+            env=env, stdin=subprocess.DEVNULL, stdout=2, pass_fds=(to_child[0], from_child[1]), close_fds=True)
+        os.close(to_child[0])
+        os.close(from_child[1])
+        self._conn_out = Connection(to_child[1], readable=False)
+        self._conn_in = Connection(from_child[0], writable=False)
+
+    def _ask(self, request: EvalRequest) -> dict:
+        if self._proc is None or self._proc.poll() is not None:
+            self._close_pipes()
+            self._start()
+        self._conn_out.send_bytes(json.dumps(dataclasses.asdict(request)).encode())
+        return json.loads(self._conn_in.recv_bytes())
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    reply = self._ask(request)
+                    break
+                except (EOFError, OSError):
+                    code = self._reap()
+                    if attempt == 2:
+                        return EvalResult(status=CRASHED, message=f"the judge process of this slot died twice "
+                                                                  f"(last exit code {code})")
+        if "problem_error" in reply:
+            raise ProblemError(reply["problem_error"])
+        if "error" in reply:
+            raise RuntimeError(f"the judge failed: {reply['error']}")
+        return EvalResult.from_dict(reply["result"])
+
+    def _reap(self) -> int | None:
+        self._close_pipes()
+        if self._proc is None:
+            return None
+        self._proc.kill()
+        code = self._proc.wait()
+        self._proc = None
+        return code
+
+    def _close_pipes(self) -> None:
+        for conn in (self._conn_in, self._conn_out):
+            if conn is not None:
+                conn.close()
+        self._conn_in = self._conn_out = None
+
+    def close(self) -> None:
+        """End the process: it sees the pipe close, closes its spare and exits."""
+        with self._lock:
+            self._close_pipes()
+            if self._proc is not None:
+                try:
+                    self._proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+                self._proc = None
+
+
+def serve(conn_in: Connection, conn_out: Connection, gpu: int | None) -> None:
+    from kscience.evaluate.judge import evaluate
+
+    while True:
+        try:
+            request = EvalRequest(**json.loads(conn_in.recv_bytes()))
+        except EOFError:
+            return  # the executor shut down; atexit closes this slot's spare worker
+        try:
+            reply = {"result": evaluate(request, gpu=gpu, keep_spare=True).to_dict()}
+        except ProblemError as exc:
+            reply = {"problem_error": str(exc)}
+        except Exception as exc:  # a bug in the judge: the caller raises it, as it would in-process
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        conn_out.send_bytes(json.dumps(reply).encode())
+
+
+if __name__ == "__main__":
+    serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
+          None if sys.argv[3] == "none" else int(sys.argv[3]))
