@@ -25,6 +25,12 @@ _perf_counter = time.perf_counter
 _sleep = time.sleep
 _Tensor = torch.Tensor
 _type = type
+# Tensor methods are called through the class, never through the object: a candidate can set an
+# attribute named `clone` or `numel` on the very tensor it returns (or on an input it was given),
+# and a call through the object would run the candidate's function instead.
+_fill, _is_float = torch.Tensor.fill_, torch.Tensor.is_floating_point
+_numel, _element_size = torch.Tensor.numel, torch.Tensor.element_size
+_storage, _storage_ptr = torch.Tensor.untyped_storage, torch.UntypedStorage.data_ptr
 
 _CUDA_FAULT_WORDS = ("illegal memory access", "device-side assert", "CUDA error", "HIP error",
                      "unspecified launch failure", "misaligned address", "illegal instruction")
@@ -190,7 +196,7 @@ class Harness:
 
     @staticmethod
     def poison(t: torch.Tensor) -> None:
-        t.fill_(math.nan if t.is_floating_point() else -1)
+        _fill(t, math.nan if _is_float(t) else -1)
 
     def sync(self) -> None:
         if self.on_gpu:
@@ -210,7 +216,7 @@ class Harness:
             raise Fault("wrong_answer", f"output on {out.device.type}, expected {self.device.torch_device}")
         if wire_dtype(out.dtype) is None:
             raise Fault("wrong_answer", f"output dtype {out.dtype} is not a kernel result type")
-        if out.numel() * out.element_size() > max_bytes:
+        if _numel(out) * _element_size(out) > max_bytes:
             raise Fault("wrong_answer", f"output of shape {tuple(out.shape)} is far larger than the answer")
         return out
 
@@ -228,8 +234,8 @@ class Harness:
         self.verify()
         guarded = self.guarded(data)
         for i in guarded:
-            if data[i].numel() and out.numel() and \
-                    out.untyped_storage().data_ptr() == data[i].untyped_storage().data_ptr():
+            if _numel(data[i]) and _numel(out) and \
+                    _storage_ptr(_storage(out)) == _storage_ptr(_storage(data[i])):
                 raise Fault("wrong_answer", f"returned a view of input {i} instead of a computed output")
         header, raw = tensor_bytes(out)
         send_json(ch, {"status": "ok", "seq": cmd["seq"], "inputs": guarded})

@@ -19,7 +19,7 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import crosscheck
+from kscience.evaluate import crosscheck, drive
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.sandbox import default_rss_limit, redact, start_worker
@@ -32,7 +32,8 @@ TARGET_RSE = 0.005  # stop timing a shape once the relative standard error is be
 TIME_CAP_S = (1.0, 2.0)  # most seconds of timed calls per shape
 MIN_N, MAX_N = (10, 3), (2000, 20)
 WARMUP = (3, 1)
-FRESH = (2, 1)  # calls per shape on never-seen inputs, to expose caches keyed on input contents
+FRESH = (2, 1)  # calls per shape on never-seen inputs (and as many on regenerated ones), to expose caches
+NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
 
@@ -174,28 +175,27 @@ class _Session:
         # Enough rotated input sets that together they overflow L2 twice over (2 at least, 8 at most).
         n_sets = max(2, min(8, math.ceil(2 * self.device.l2_bytes / max(in_bytes, 1))))
         seeds = [secrets.randbits(31) for _ in range(n_sets)]
-        t0 = time.monotonic()
-        self.ask({"cmd": "time", "shape": shape, "seeds": seeds, "warmup": WARMUP[c], "min_n": MIN_N[c],
-                  "max_n": MAX_N[c], "max_seconds": TIME_CAP_S[c], "target_rse": TARGET_RSE, "fresh": FRESH[c],
-                  "max_output_bytes": cap}, "time", shape)
-        reply = self.reply("time", shape)
-        wall = time.monotonic() - t0  # the worker measured its loop before it sent this reply
-        self.phases_s["time"] = self.phases_s.get("time", 0.0) + wall
-        events, hosts = _floats(reply.get("events_us")), _floats(reply.get("hosts_us"))
-        kinds, tags = reply.get("kinds"), reply.get("kept")
-        if not events or len(events) != len(hosts) or not isinstance(kinds, list) or len(kinds) != len(events) \
-                or not _valid_tags(tags, n_sets, seeds, FRESH[c]):
-            self.worker.kill()
-            raise Verdict(R.REJECTED, "malformed timing reply", shape)
-        problem = crosscheck.clock_problem(events, hosts, _float(reply.get("loop_s")), _float(reply.get("setup_s")),
-                                           wall)
+        with self.phase("time"):
+            t0 = time.monotonic()
+            self.ask({"cmd": "prepare", "shape": shape, "seeds": seeds, "warmup": WARMUP[c],
+                      "max_output_bytes": cap}, "time", shape)
+            setup_s = _float(self.reply("time", shape).get("setup_s"))
+            prepare_wall = time.monotonic() - t0
+            plan = drive.Plan(WARMUP[c], FRESH[c], FRESH[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE)
+            calls, kept_seeds = drive.run_calls(self, shape, seeds, plan)
+        rotated = [x for x in calls if x.kind in ("first", "repeat")]
+        events, hosts = [x.event_us for x in rotated], [x.host_us for x in rotated]
+        claimed = statistics.median(events) if events else math.nan
+        judged, judged_each = crosscheck.judge_estimate(calls)
+        problem = crosscheck.clock_problem(calls, setup_s, prepare_wall)
         if problem is None and not self.device.interpreted:
             problem = crosscheck.side_work_problem(events, hosts, self.worker_info.get("idle_gap_us", 0.0))
-        problem = problem or crosscheck.caching_problem(events, kinds, self.device.interpreted)
+        problem = problem or crosscheck.forged_time_problem(claimed, judged, self.device.interpreted)
+        problem = problem or crosscheck.caching_problem(calls, claimed, self.device.interpreted)
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
         with self.phase("recheck"):
-            expected = [self.expected(self.inputs(seeds[t["set"]] if "set" in t else t["fresh"], shape)) for t in tags]
+            expected = [self.expected(self.inputs(seed, shape)) for seed in kept_seeds]
             looks = self.sample("time", shape, expected)
             for look, want, ranges in zip(looks, expected, self.ranges):
                 if look is None:
@@ -204,10 +204,16 @@ class _Session:
                                           self.problem.rtol, self.problem.atol)
                 if not ok:
                     raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
-        res.time_us = statistics.median(events)
-        res.mean_us = statistics.fmean(events)
-        res.std_us = statistics.pstdev(events)
-        res.n = len(events)
+        # On the CPU the host clock is the only clock, and the judge's own is as good as the
+        # worker's: the judge's estimate is the figure, so nothing the worker reports can lower it.
+        # On the GPU no host clock resolves a kernel as CUDA events do; the events count, once the
+        # judge's estimate has not contradicted them.
+        figures = judged_each if self.device.interpreted and judged > 0 else events
+        res.time_us = statistics.median(figures)
+        res.mean_us = statistics.fmean(figures)
+        res.std_us = statistics.pstdev(figures)
+        res.judge_us = judged
+        res.n = len(figures)
         floor = self.device.floor_seconds(self.problem.flops(**shape), self.problem.bytes_moved(**shape),
                                           self.problem.precision) * 1e6
         res.floor_us = floor or None
@@ -235,23 +241,6 @@ def _float(x) -> float:
         return math.nan
 
 
-def _floats(xs) -> list[float]:
-    if not isinstance(xs, list):
-        return []
-    values = [_float(x) for x in xs]
-    return [] if any(math.isnan(v) for v in values) else values
-
-
-def _valid_tags(tags, n_sets: int, seeds: list[int], n_fresh: int) -> bool:
-    """Exactly one kept output per rotated set and one per fresh input, each fresh seed new."""
-    if not isinstance(tags, list) or not all(isinstance(t, dict) and len(t) == 1 for t in tags):
-        return False
-    sets = [t["set"] for t in tags if "set" in t]
-    fresh = [t["fresh"] for t in tags if "fresh" in t]
-    return (sorted(sets) == list(range(n_sets)) and len(fresh) == n_fresh and len(set(fresh)) == n_fresh
-            and all(type(s) is int and 0 <= s < 2**31 and s not in seeds for s in fresh))
-
-
 def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | None = None,
              keep_spare: bool = False) -> R.EvalResult:
     """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
@@ -263,7 +252,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         device = detect()
         session = _Session(problem, device, gpu, request.timeout_s, keep_spare)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
-                              timing_label="cpu interpreter (host clock)" if device.interpreted else "cuda events")
+                              timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events")
         try:
             _run(session, problem, request, result)
         except Verdict as v:
