@@ -34,7 +34,7 @@ WINDOW_SLACK_US = 1.0
 # before the report is called forged. On the GPU the estimate includes launch latency the spin did
 # not cover and the pipe's jitter; on shared CPU machines the host clock jitters by milliseconds.
 JUDGE_RATIO = (1.5, 2.0)
-JUDGE_SLACK_US = (50.0, 20_000.0)
+JUDGE_SLACK_US = (50.0, 10_000.0)
 
 
 def clock_problem(calls, setup_s: float, prepare_wall_s: float) -> str | None:

@@ -16,6 +16,8 @@ import math
 import secrets
 import time
 
+from kscience.evaluate import peek
+
 _random = secrets.SystemRandom()
 
 
@@ -40,19 +42,26 @@ class Plan:
     target_rse: float
 
 
-def run_calls(session, shape: dict, seeds: list[int], plan: Plan) -> tuple[list[Call], list[int]]:
+class Unreadable(Exception):
+    """The worker pointed the judge at memory that does not hold a tensor of the promised size."""
+
+
+def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> tuple[list[Call], list[int], dict]:
     """Drive one shape's timed calls through `session` (judge.py's _Session).
 
-    Returns every call in order and the seeds of the kept outputs, in the order the worker holds
-    them for `sample`: one uniformly chosen call per rotated set (reservoir sampling), every
-    fresh and every regenerated call.
+    Returns every call in order, the seeds of the outputs the worker keeps, in the order it holds
+    them for `sample`, and the outputs the judge read itself ({seed: tensor}). Kept: one uniformly
+    chosen call per rotated set (reservoir sampling), every fresh and every regenerated call.
+    Where the judge can read the worker's memory (`session.peek_pid`, host tensors), it copies a
+    kept output itself the moment it decides to keep it, and the worker keeps nothing.
     """
     n_sets = len(seeds)
     specials = ["fresh"] * plan.fresh + ["again"] * plan.again + ["null"] * plan.nulls
     _random.shuffle(specials)
     seen = {w % n_sets for w in range(plan.warmup)}
     calls: list[Call] = []
-    kept: dict[int, int] = {}  # slot -> seed of the kept output
+    kept: dict[int, int] = {}  # slot -> seed of an output the worker keeps
+    read: dict[int, tuple[int, object]] = {}  # slot -> (seed, tensor) of an output the judge read itself
     per_set = [0] * n_sets
     keep_last, rotation, repeated = None, 0, False
     total = total_sq = special_s = 0.0
@@ -89,11 +98,12 @@ def run_calls(session, shape: dict, seeds: list[int], plan: Plan) -> tuple[list[
         window = (time.perf_counter() - t0) * 1e6
         call = Call(kind, _float(reply.get("event_us")), _float(reply.get("host_us")), window)
         calls.append(call)
-        # Keep-or-not is drawn only now, after the call returned; the worker hears it with the next command.
+        # Keep-or-not is drawn only now, after the call returned; the worker hears it with the next
+        # command, unless the judge takes the copy itself, now.
         keep_last = None
         if kind in ("fresh", "again"):
             special_s += window / 1e6
-            keep_last = n_sets + len(kept)
+            keep_last = n_sets + len(kept) + len(read)
             kept[keep_last] = cmd["seed"]
         elif kind == "null":
             special_s += window / 1e6
@@ -104,10 +114,16 @@ def run_calls(session, shape: dict, seeds: list[int], plan: Plan) -> tuple[list[
             per_set[j] += 1
             if _random.randrange(per_set[j]) == 0:
                 keep_last, kept[j] = j, seeds[j]
+        if keep_last is not None and session.peek_pid is not None:
+            look = peek.read_tensor(session.peek_pid, reply.get("out") or {}, cap)
+            if look is None:
+                raise Unreadable(f"the output of a timed {kind} call could not be read where the worker said it was")
+            read[keep_last] = (kept.pop(keep_last), look)
+            keep_last = None
     slots = sorted(kept)
     session.ask({"cmd": "finish", "keep_last": keep_last, "slots": slots}, "time", shape)
     session.reply("time", shape)
-    return calls, [kept[s] for s in slots]
+    return calls, [kept[s] for s in slots], list(read.values())
 
 
 def _float(x) -> float:

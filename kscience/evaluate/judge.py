@@ -19,7 +19,7 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import crosscheck, drive
+from kscience.evaluate import crosscheck, drive, peek
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.sandbox import default_rss_limit, redact, start_worker
@@ -58,6 +58,7 @@ class _Session:
         self.phases_s: dict[str, float] = {}
         self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
+        self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
         self.seq = 0
         self.phase_limit, self.phase_end = 0.0, math.inf
 
@@ -182,7 +183,10 @@ class _Session:
             setup_s = _float(self.reply("time", shape).get("setup_s"))
             prepare_wall = time.monotonic() - t0
             plan = drive.Plan(WARMUP[c], FRESH[c], FRESH[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE)
-            calls, kept_seeds = drive.run_calls(self, shape, seeds, plan)
+            try:
+                calls, kept_seeds, read = drive.run_calls(self, shape, seeds, plan, cap)
+            except drive.Unreadable as exc:
+                raise Verdict(R.WRONG_ANSWER, str(exc), shape) from None
         rotated = [x for x in calls if x.kind in ("first", "repeat")]
         events, hosts = [x.event_us for x in rotated], [x.host_us for x in rotated]
         claimed = statistics.median(events) if events else math.nan
@@ -195,6 +199,11 @@ class _Session:
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
         with self.phase("recheck"):
+            for seed, look in read:  # copied out of the worker's memory by the judge itself
+                ok, why, _ = check_output(look, self.expected(self.inputs(seed, shape)), self.problem.rtol,
+                                          self.problem.atol)
+                if not ok:
+                    raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
             expected = [self.expected(self.inputs(seed, shape)) for seed in kept_seeds]
             looks = self.sample("time", shape, expected)
             for look, want, ranges in zip(looks, expected, self.ranges):
@@ -282,6 +291,10 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
                            "idle_gap_us": _float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0}
     if not math.isfinite(session.worker_info["idle_gap_us"]):
         raise Verdict(R.REJECTED, "malformed ready message")
+    if session.device.interpreted:  # outputs live in host memory, where the judge can read them itself
+        pid = peek.serving_pid(session.worker.proc.pid)
+        session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
+    session.worker_info["judge_reads"] = session.peek_pid is not None
     interpreted = session.device.interpreted
     tests = problem.shapes("tests", interpreted) if request.shapes in ("tests", "all") else []
     benches = problem.shapes("benchmarks", interpreted) if request.shapes in ("benchmarks", "all") else []
