@@ -32,9 +32,10 @@ CACHE_WINDOW_SLACK_US = (150.0, 100_000.0)  # the same, on the judge's brackets 
 WINDOW_SLACK_US = 1.0
 # The judge's own estimate of a call may exceed the reported time by (ratio, slack us) on (GPU, CPU)
 # before the report is called forged. On the GPU the estimate includes launch latency the spin did
-# not cover and the pipe's jitter; on shared CPU machines the host clock jitters by milliseconds.
+# not cover and the pipe's jitter; on an overloaded CPU machine (CI) both processes wait tens of
+# milliseconds for a core, and that lands in the brackets.
 JUDGE_RATIO = (1.5, 2.0)
-JUDGE_SLACK_US = (50.0, 10_000.0)
+JUDGE_SLACK_US = (50.0, 50_000.0)
 
 
 def clock_problem(calls, setup_s: float, prepare_wall_s: float) -> str | None:

@@ -184,7 +184,7 @@ class _Session:
             prepare_wall = time.monotonic() - t0
             plan = drive.Plan(WARMUP[c], FRESH[c], FRESH[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE)
             try:
-                calls, kept_seeds, read = drive.run_calls(self, shape, seeds, plan, cap)
+                calls, looks = drive.run_calls(self, shape, seeds, plan, cap)
             except drive.Unreadable as exc:
                 raise Verdict(R.WRONG_ANSWER, str(exc), shape) from None
         rotated = [x for x in calls if x.kind in ("first", "repeat")]
@@ -199,20 +199,8 @@ class _Session:
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
         with self.phase("recheck"):
-            for seed, look in read:  # copied out of the worker's memory by the judge itself
-                ok, why, _ = check_output(look, self.expected(self.inputs(seed, shape)), self.problem.rtol,
-                                          self.problem.atol)
-                if not ok:
-                    raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
-            expected = [self.expected(self.inputs(seed, shape)) for seed in kept_seeds]
-            looks = self.sample("time", shape, expected)
-            for look, want, ranges in zip(looks, expected, self.ranges):
-                if look is None:
-                    raise Verdict(R.WRONG_ANSWER, "a timed call returned an output of the wrong shape or dtype", shape)
-                ok, why, _ = check_output(look.view(want.dtype), gather(want, ranges).view(want.dtype),
-                                          self.problem.rtol, self.problem.atol)
-                if not ok:
-                    raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
+            for look in looks:
+                self.recheck(look, shape)
         # On the CPU the host clock is the only clock, and the judge's own is as good as the
         # worker's: the judge's estimate is the figure, so nothing the worker reports can lower it.
         # On the GPU no host clock resolves a kernel as CUDA events do; the events count, once the
@@ -229,6 +217,19 @@ class _Session:
         problem = crosscheck.floor_problem(res.time_us, floor)
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
+
+    def recheck(self, look: drive.Look, shape: dict) -> None:
+        """A timed call's output, as the judge read it right after the call, against the answer."""
+        want = self.expected(self.inputs(look.seed, shape))
+        if look.whole is not None:
+            ok, why, _ = check_output(look.whole, want, self.problem.rtol, self.problem.atol)
+        elif look.shape != list(want.shape) or look.dtype != str(want.dtype).removeprefix("torch."):
+            ok, why = False, f"output {look.dtype} {look.shape}, expected {want.dtype} {list(want.shape)}"
+        else:
+            ok, why, _ = check_output(look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype),
+                                      self.problem.rtol, self.problem.atol)
+        if not ok:
+            raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
 
     def close(self) -> None:
         self.worker.close()

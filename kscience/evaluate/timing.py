@@ -6,10 +6,12 @@ chose just before sending it: a rotated set copied into the fixed buffers (`firs
 inputs generated from a seed the judge drew this moment (`fresh`), inputs regenerated from the
 seed of a set already used (`again`, the control for `fresh`: the same code path, so only the
 novelty of the numbers differs), or the same load and timed region with no call at all (`null`,
-which tells the judge what its own clock sees around a call that does nothing). Whether the
-previous call's output is kept for the judge's recheck arrives with the next command, so no
-call can know it will be checked. Nothing here decides anything: the judge brackets every
-command with its own clock and believes these numbers only where that clock agrees.
+which tells the judge what its own clock sees around a call that does nothing). A call's output
+stays where it is until the next command; if the judge decides, after the call returned, to
+check it, it reads it then (itself in host memory, through `sample` on the GPU), so no call can
+know it will be checked and nothing here keeps copies a candidate could fix up later. Nothing
+here decides anything: the judge brackets every command with its own clock and believes these
+numbers only where that clock agrees.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from kscience.evaluate.wire import wire_dtype
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
-_clone, _copy = torch.Tensor.clone, torch.Tensor.copy_  # through the class (see harness.py)
+_copy = torch.Tensor.copy_  # through the class (see harness.py)
 _data_ptr, _stride = torch.Tensor.data_ptr, torch.Tensor.stride
 _gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
 IDLE_SAMPLES = 25
@@ -50,7 +52,7 @@ def idle_gap_us() -> float:
 
 
 class Timer:
-    """One shape's input sets, fixed buffers and kept outputs, between `prepare` and the recheck."""
+    """One shape's input sets and the fixed buffers every call uses, from `prepare` to `finish`."""
 
     def __init__(self, h: Harness, cmd: dict):
         self.h, self.shape, self.cap = h, cmd["shape"], cmd["max_output_bytes"]
@@ -62,7 +64,6 @@ class Timer:
         self.work = h.inputs(self.seeds[0], self.shape)
         self.copied = [i for i in range(len(self.work)) if i not in h.outputs and type(self.work[i]) is torch.Tensor]
         self.setup_s = _perf_counter() - t0
-        self.kept: dict[int, torch.Tensor] = {}  # slot the judge named -> copy of a call's output
         self.last: torch.Tensor | None = None
         for w in range(cmd["warmup"]):
             self.load(self.pool[w % len(self.pool)])
@@ -81,9 +82,9 @@ class Timer:
         self.h.sync()
 
     def call(self, cmd: dict) -> dict:
-        """One command: settle the previous output (kept or not), load, time one call."""
+        """One command: load, time one call. Its output stays held (`Harness.sample`) until the next."""
         h = self.h
-        self.settle_last(cmd.get("keep_last"))
+        self.release()
         kind = cmd.get("kind")
         if kind not in KINDS:
             raise Fault("rejected", "malformed call command")
@@ -95,12 +96,20 @@ class Timer:
         del source  # a generated set is released before the call, as nothing else is allocated then
         event_us, host_us, out = self.timed_call(kind != "null")
         h.verify()
-        self.last = out
         reply = {"event_us": event_us, "host_us": host_us}
-        if out is not None and out.device.type == "cpu":  # where the judge can read it itself
+        if out is not None:
+            self.last, h.held = out, [out]
+            # Where the output lies. The judge reads host memory itself; on the GPU it asks for
+            # the bytes at ranges it draws (`sample`) before anything else runs here.
             reply["out"] = {"ptr": _data_ptr(out), "shape": list(out.shape), "strides": list(_stride(out)),
-                            "dtype": wire_dtype(out.dtype)}
+                            "dtype": wire_dtype(out.dtype), "device": out.device.type}
         return reply
+
+    def release(self) -> None:
+        """The previous call's output: poisoned (no later call may find it) and no longer held."""
+        if self.last is not None:
+            self.h.poison(self.last)
+            self.last, self.h.held = None, []
 
     def timed_call(self, run: bool) -> tuple[float, float, torch.Tensor | None]:
         """(event us, host us, output) of one call, or of an empty region when not `run`.
@@ -132,19 +141,6 @@ class Timer:
         host = (_perf_counter() - h0) * 1e6
         return host, host, out
 
-    def finish(self, cmd: dict) -> list[torch.Tensor]:
-        """Settle the last output; the kept copies, in the slot order the judge asked for."""
-        self.settle_last(cmd.get("keep_last"))
+    def finish(self) -> None:
+        self.release()
         self.h.sync()
-        slots = cmd.get("slots")
-        if not isinstance(slots, list) or any(s not in self.kept for s in slots):
-            raise Fault("rejected", "the judge asked for an output that was not kept")
-        return [self.kept.pop(s) for s in slots]
-
-    def settle_last(self, slot) -> None:
-        """Keep a copy of the previous call's output in the judge's slot (or not), then poison it."""
-        if self.last is not None:
-            if type(slot) is int:
-                self.kept[slot] = _clone(self.last)
-            self.h.poison(self.last)
-            self.last = None

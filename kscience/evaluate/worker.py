@@ -9,8 +9,9 @@ to unpredictable descriptor numbers, confines itself, and answers the judge's co
   check {shape, seed}   -> the whole output of one call on fresh inputs; that output and the
                            inputs the candidate may not write are then held for `sample`
   prepare {shape, seeds} -> rotated input sets and fixed buffers made, warm-up run
-  call {kind, ...}      -> one timed call (see timing.py); the judge times the command itself
-  finish {slots}        -> the outputs the judge chose to keep are held for `sample`
+  call {kind, ...}      -> one timed call (see timing.py); the judge times the command itself;
+                           its output is held for `sample` until the next command
+  finish                -> the last output poisoned, the device synchronised
   sample {ranges}       -> the held tensors' bytes at the judge's ranges, one frame each
   bye                   -> an acknowledgement, then exit
 
@@ -96,7 +97,8 @@ def serve(in_fd: int, out_fd: int) -> None:
             elif cmd.get("cmd") == "call" and timer is not None:
                 send_json(ch, dict(timer.call(cmd), status="ok", seq=seq))
             elif cmd.get("cmd") == "finish" and timer is not None:
-                h.held, timer = timer.finish(cmd), None
+                timer.finish()
+                timer = None
                 send_json(ch, {"status": "ok", "seq": seq})
             elif cmd.get("cmd") == "sample":
                 h.sample(ch, cmd)
