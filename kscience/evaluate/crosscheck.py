@@ -55,6 +55,18 @@ def clock_problem(calls, setup_s: float, prepare_wall_s: float) -> str | None:
     return None
 
 
+def unwaited_problem(calls, least_us: float) -> str | None:
+    """On the GPU every call, empty ones included, overwrites the flush buffer and spins before its
+    start event, and must wait for both: the judge's bracket cannot be shorter than they take.
+    A worker that stopped waiting for the GPU (its synchronisation switched off) answers sooner."""
+    brackets = sorted(c.window_us for c in calls)
+    typical = brackets[len(brackets) // 2]
+    if typical < least_us:
+        return (f"the worker answered in {typical:.1f} us, before the GPU could have run the cache flush and spin "
+                f"every call contains ({least_us:.1f} us at the least): it is not waiting for the GPU")
+    return None
+
+
 def judge_estimate(calls) -> tuple[float, list[float]]:
     """(median, per-call list) of the judge's own estimate of each timed call on rotated inputs:
     its bracket minus the median bracket of the calls that did nothing."""

@@ -39,6 +39,11 @@ _PERSISTING_L2_LIMIT = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 _CU_CTX_SCHED_SPIN = 0x01
 
 
+def flush_bytes(l2_bytes: int) -> int:
+    """Size of the buffer overwritten before every timed call: twice the L2, at least 256 MB."""
+    return max(l2_bytes * 2, 256 * 2**20)
+
+
 class Fault(Exception):
     """A failure to report as a status: `status` is one of the result statuses."""
 
@@ -132,7 +137,7 @@ class Harness:
             torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_FRACTION)
             # Rewritten before every timed call so no call finds its data cached: twice the L2, and
             # at least 256 MB (do_bench's size) so the GPU stays busy while the host launches the call.
-            self.flush = torch.empty(max(self.device.l2_bytes * 2, 256 * 2**20) // 4, dtype=torch.int32, device="cuda")
+            self.flush = torch.empty(flush_bytes(self.device.l2_bytes) // 4, dtype=torch.int32, device="cuda")
             torch.cuda.synchronize()  # the context now exists, so the driver calls below apply to it
             _spin_while_waiting(context_exists=True)
             self.l2 = _PersistingL2()

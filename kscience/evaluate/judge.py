@@ -22,6 +22,8 @@ from kscience.device import Device, detect
 from kscience.evaluate import crosscheck, drive, peek
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.harness import flush_bytes
+from kscience.evaluate.timing import COVER_CYCLES
 from kscience.evaluate.sandbox import default_rss_limit, redact, start_worker
 from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, geomean, load_problem
@@ -193,7 +195,8 @@ class _Session:
         judged, judged_each = crosscheck.judge_estimate(calls)
         problem = crosscheck.clock_problem(calls, setup_s, prepare_wall)
         if problem is None and not self.device.interpreted:
-            problem = crosscheck.side_work_problem(events, hosts, self.worker_info.get("idle_gap_us", 0.0))
+            problem = crosscheck.unwaited_problem(calls, self._least_call_us())
+            problem = problem or crosscheck.side_work_problem(events, hosts, self.worker_info.get("idle_gap_us", 0.0))
         problem = problem or crosscheck.forged_time_problem(claimed, judged, self.device.interpreted)
         problem = problem or crosscheck.caching_problem(calls, claimed, self.device.interpreted)
         if problem:
@@ -217,6 +220,14 @@ class _Session:
         problem = crosscheck.floor_problem(res.time_us, floor)
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
+
+    def _least_call_us(self) -> float:
+        """Half the least time a GPU call's flush and spin can take (no GPU clocks above 3 GHz, no
+        memory faster than the datasheet): what the judge's bracket around any call must exceed."""
+        spin = COVER_CYCLES / 3e9 if hasattr(torch.cuda, "_sleep") else 0.0
+        peaks = self.device.peaks
+        flush = flush_bytes(self.device.l2_bytes) / peaks.bandwidth if peaks is not None else 0.0
+        return 0.5 * (spin + flush) * 1e6
 
     def recheck(self, look: drive.Look, shape: dict) -> None:
         """A timed call's output, as the judge read it right after the call, against the answer."""
