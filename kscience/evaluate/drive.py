@@ -83,7 +83,7 @@ def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> t
         mean = total / n_rot if n_rot else 0.0
         rse = math.sqrt(max(total_sq / n_rot - mean * mean, 0.0) / n_rot) / mean if n_rot > 1 and mean > 0 else 1.0
         spent = time.monotonic() - t_loop - special_s  # making fresh inputs and reading outputs is not timing
-        settled = n_rot >= plan.max_n or spent > plan.max_seconds or (n_rot >= plan.min_n and rse < plan.target_rse)
+        settled = n_rot >= plan.min_n and (n_rot >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
         if settled and not specials and rotation >= n_sets and repeated:
             break
         cmd: dict = {"cmd": "call"}
