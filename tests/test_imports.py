@@ -28,7 +28,6 @@ LAZY_ALLOWED = {
        for m in ("confine", "harness", "integrity", "timing", "wire")},
     ("kscience.evaluate.harness", "kscience.device"): "worker import order",
     ("kscience.evaluate.harness", "kscience.problems"): "worker import order",
-    ("kscience.evaluate.harness", "kscience.evaluate.timing"): "worker import order",
 }
 
 

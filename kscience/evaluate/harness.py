@@ -25,12 +25,23 @@ _perf_counter = time.perf_counter
 _sleep = time.sleep
 _Tensor = torch.Tensor
 _type = type
+# Tensor methods are called through the class, never through the object: a candidate can set an
+# attribute named `clone` or `numel` on the very tensor it returns (or on an input it was given),
+# and a call through the object would run the candidate's function instead.
+_fill, _is_float = torch.Tensor.fill_, torch.Tensor.is_floating_point
+_numel, _element_size = torch.Tensor.numel, torch.Tensor.element_size
+_storage, _storage_ptr = torch.Tensor.untyped_storage, torch.UntypedStorage.data_ptr
 
 _CUDA_FAULT_WORDS = ("illegal memory access", "device-side assert", "CUDA error", "HIP error",
                      "unspecified launch failure", "misaligned address", "illegal instruction")
 GPU_MEMORY_FRACTION = 0.9  # leave the trusted process room to compute its reference answers
 _PERSISTING_L2_LIMIT = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 _CU_CTX_SCHED_SPIN = 0x01
+
+
+def flush_bytes(l2_bytes: int) -> int:
+    """Size of the buffer overwritten before every timed call: twice the L2, at least 256 MB."""
+    return max(l2_bytes * 2, 256 * 2**20)
 
 
 class Fault(Exception):
@@ -107,6 +118,23 @@ class _PersistingL2:
         return int(self._value.value)
 
 
+IDLE_SAMPLES = 25
+
+
+def idle_gap_us() -> float:
+    """Host time minus event time of an empty timed region: the clocks' fixed disagreement."""
+    gaps = []
+    for _ in range(IDLE_SAMPLES):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        h0 = time.perf_counter()
+        start.record()
+        end.record()
+        torch.cuda.synchronize()
+        gaps.append((time.perf_counter() - h0) * 1e6 - start.elapsed_time(end) * 1e3)
+    return sorted(gaps)[len(gaps) // 2]
+
+
 class Harness:
     """One candidate, imported into this worker, and everything needed to call it safely."""
 
@@ -126,12 +154,10 @@ class Harness:
             torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_FRACTION)
             # Rewritten before every timed call so no call finds its data cached: twice the L2, and
             # at least 256 MB (do_bench's size) so the GPU stays busy while the host launches the call.
-            self.flush = torch.empty(max(self.device.l2_bytes * 2, 256 * 2**20) // 4, dtype=torch.int32, device="cuda")
+            self.flush = torch.empty(flush_bytes(self.device.l2_bytes) // 4, dtype=torch.int32, device="cuda")
             torch.cuda.synchronize()  # the context now exists, so the driver calls below apply to it
             _spin_while_waiting(context_exists=True)
             self.l2 = _PersistingL2()
-            from kscience.evaluate.timing import idle_gap_us
-
             self.idle_gap_us = idle_gap_us()  # measured before the candidate can slow it down
         # Bound on the instance before the candidate runs: patching the classes later changes
         # neither the check nor what it checks with (and the patch itself is then found).
@@ -190,7 +216,7 @@ class Harness:
 
     @staticmethod
     def poison(t: torch.Tensor) -> None:
-        t.fill_(math.nan if t.is_floating_point() else -1)
+        _fill(t, math.nan if _is_float(t) else -1)
 
     def sync(self) -> None:
         if self.on_gpu:
@@ -210,7 +236,7 @@ class Harness:
             raise Fault("wrong_answer", f"output on {out.device.type}, expected {self.device.torch_device}")
         if wire_dtype(out.dtype) is None:
             raise Fault("wrong_answer", f"output dtype {out.dtype} is not a kernel result type")
-        if out.numel() * out.element_size() > max_bytes:
+        if _numel(out) * _element_size(out) > max_bytes:
             raise Fault("wrong_answer", f"output of shape {tuple(out.shape)} is far larger than the answer")
         return out
 
@@ -228,8 +254,8 @@ class Harness:
         self.verify()
         guarded = self.guarded(data)
         for i in guarded:
-            if data[i].numel() and out.numel() and \
-                    out.untyped_storage().data_ptr() == data[i].untyped_storage().data_ptr():
+            if _numel(data[i]) and _numel(out) and \
+                    _storage_ptr(_storage(out)) == _storage_ptr(_storage(data[i])):
                 raise Fault("wrong_answer", f"returned a view of input {i} instead of a computed output")
         header, raw = tensor_bytes(out)
         send_json(ch, {"status": "ok", "seq": cmd["seq"], "inputs": guarded})

@@ -19,10 +19,12 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import compile_facts, crosscheck
+from kscience.evaluate import compile_facts, crosscheck, drive, peek
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.harness import flush_bytes
 from kscience.evaluate.sandbox import cache_root, default_rss_limit, start_worker
+from kscience.evaluate.timing import COVER_CYCLES
 from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, geomean, load_problem
 from kscience.redact import redact
@@ -33,7 +35,8 @@ TARGET_RSE = 0.005  # stop timing a shape once the relative standard error is be
 TIME_CAP_S = (1.0, 2.0)  # most seconds of timed calls per shape
 MIN_N, MAX_N = (10, 3), (2000, 20)
 WARMUP = (3, 1)
-FRESH = (2, 1)  # calls per shape on never-seen inputs, to expose caches keyed on input contents
+FRESH = (2, 1)  # calls per shape on never-seen inputs (and as many on regenerated ones), to expose caches
+NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
 
@@ -58,6 +61,7 @@ class _Session:
         self.phases_s: dict[str, float] = {}
         self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
+        self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
         self.seq = 0
         self.phase_limit, self.phase_end = 0.0, math.inf
 
@@ -190,51 +194,74 @@ class _Session:
         # Enough rotated input sets that together they overflow L2 twice over (2 at least, 8 at most).
         n_sets = max(2, min(8, math.ceil(2 * self.device.l2_bytes / max(in_bytes, 1))))
         seeds = [secrets.randbits(31) for _ in range(n_sets)]
-        t0 = time.monotonic()
-        self.ask({"cmd": "time", "shape": shape, "seeds": seeds, "warmup": WARMUP[c], "min_n": MIN_N[c],
-                  "max_n": MAX_N[c], "max_seconds": TIME_CAP_S[c], "target_rse": TARGET_RSE, "fresh": FRESH[c],
-                  "max_output_bytes": cap}, "time", shape)
-        reply = self.reply("time", shape)
-        wall = time.monotonic() - t0  # the worker measured its loop before it sent this reply
-        self.phases_s["time"] = self.phases_s.get("time", 0.0) + wall
-        events, hosts = _floats(reply.get("events_us")), _floats(reply.get("hosts_us"))
-        kinds, tags = reply.get("kinds"), reply.get("kept")
-        if not events or len(events) != len(hosts) or not isinstance(kinds, list) or len(kinds) != len(events) \
-                or not _valid_tags(tags, n_sets, seeds, FRESH[c]):
-            self.worker.kill()
-            raise Verdict(R.REJECTED, "malformed timing reply", shape)
-        problem = crosscheck.clock_problem(events, hosts, _float(reply.get("loop_s")), _float(reply.get("setup_s")),
-                                           wall)
+        with self.phase("time"):
+            t0 = time.monotonic()
+            self.ask({"cmd": "prepare", "shape": shape, "seeds": seeds, "warmup": WARMUP[c],
+                      "max_output_bytes": cap}, "time", shape)
+            setup_s = _float(self.reply("time", shape).get("setup_s"))
+            prepare_wall = time.monotonic() - t0
+            plan = drive.Plan(WARMUP[c], FRESH[c], FRESH[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE)
+            try:
+                calls, looks = drive.run_calls(self, shape, seeds, plan, cap)
+            except drive.Unreadable as exc:
+                raise Verdict(R.WRONG_ANSWER, str(exc), shape) from None
+        rotated = [x for x in calls if x.kind in ("first", "repeat")]
+        events, hosts = [x.event_us for x in rotated], [x.host_us for x in rotated]
+        claimed = statistics.median(events) if events else math.nan
+        judged, judged_each = crosscheck.judge_estimate(calls)
+        problem = crosscheck.clock_problem(calls, setup_s, prepare_wall)
         if problem is None and not self.device.interpreted:
-            problem = crosscheck.side_work_problem(events, hosts, self.worker_info.get("idle_gap_us", 0.0))
-        problem = problem or crosscheck.caching_problem(events, kinds, self.device.interpreted)
+            problem = crosscheck.unwaited_problem(calls, self._least_call_us())
+            problem = problem or crosscheck.side_work_problem(events, hosts, self.worker_info.get("idle_gap_us", 0.0))
+        problem = problem or crosscheck.forged_time_problem(claimed, judged, self.device.interpreted)
+        problem = problem or crosscheck.caching_problem(calls, claimed, self.device.interpreted)
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
         with self.phase("recheck"):
-            datas = [self.inputs(seeds[t["set"]] if "set" in t else t["fresh"], shape) for t in tags]
-            expected = [self.expected(d) for d in datas]
-            # A problem's own check needs whole outputs; closeness to the reference can be sampled.
-            looks = self.sample("time", shape, expected, whole=self.problem.check is not None)
-            for look, want, ranges, d in zip(looks, expected, self.ranges, datas):
-                if look is None:
-                    raise Verdict(R.WRONG_ANSWER, "a timed call returned an output of the wrong shape or dtype", shape)
-                if self.problem.check is not None:
-                    ok, why, _ = self.judge_output(d, look.view(want.dtype).reshape(want.shape), want)
-                else:
-                    ok, why, _ = check_output(look.view(want.dtype), gather(want, ranges).view(want.dtype),
-                                              self.problem.rtol, self.problem.atol)
-                if not ok:
-                    raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
-        res.time_us = statistics.median(events)
-        res.mean_us = statistics.fmean(events)
-        res.std_us = statistics.pstdev(events)
-        res.n = len(events)
+            for look in looks:
+                self.recheck(look, shape)
+        # On the CPU the host clock is the only clock, and the judge's own is as good as the
+        # worker's: the judge's estimate is the figure, so nothing the worker reports can lower it.
+        # On the GPU no host clock resolves a kernel as CUDA events do; the events count, once the
+        # judge's estimate has not contradicted them.
+        figures = judged_each if self.device.interpreted and judged > 0 else events
+        res.time_us = statistics.median(figures)
+        res.mean_us = statistics.fmean(figures)
+        res.std_us = statistics.pstdev(figures)
+        res.judge_us = judged
+        res.n = len(figures)
         floor = self.device.floor_seconds(self.problem.flops(**shape), self.problem.bytes_moved(**shape),
                                           self.problem.precision) * 1e6
         res.floor_us = floor or None
         problem = crosscheck.floor_problem(res.time_us, floor)
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
+
+    def _least_call_us(self) -> float:
+        """Half the least time a GPU call's flush and spin can take (no GPU clocks above 3 GHz, no
+        memory faster than the datasheet): what the judge's bracket around any call must exceed."""
+        spin = COVER_CYCLES / 3e9 if hasattr(torch.cuda, "_sleep") else 0.0
+        peaks = self.device.peaks
+        flush = flush_bytes(self.device.l2_bytes) / peaks.bandwidth if peaks is not None else 0.0
+        return 0.5 * (spin + flush) * 1e6
+
+    def recheck(self, look: drive.Look, shape: dict) -> None:
+        """A timed call's output, as the judge read it right after the call, against the answer."""
+        data = self.inputs(look.seed, shape)
+        want = self.expected(data)
+        if look.whole is None and (look.shape != list(want.shape) or
+                                   look.dtype != str(want.dtype).removeprefix("torch.")):
+            ok, why = False, f"output {look.dtype} {look.shape}, expected {want.dtype} {list(want.shape)}"
+        elif self.problem.check is not None:  # its own check: the output was read whole (see drive._read)
+            out = look.whole if look.whole is not None else look.raw.view(want.dtype).reshape(want.shape)
+            ok, why, _ = self.judge_output(data, out, want)
+        elif look.whole is not None:
+            ok, why, _ = check_output(look.whole, want, self.problem.rtol, self.problem.atol)
+        else:
+            ok, why, _ = check_output(look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype),
+                                      self.problem.rtol, self.problem.atol)
+        if not ok:
+            raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
 
     def close(self) -> None:
         self.worker.close()
@@ -256,23 +283,6 @@ def _float(x) -> float:
         return math.nan
 
 
-def _floats(xs) -> list[float]:
-    if not isinstance(xs, list):
-        return []
-    values = [_float(x) for x in xs]
-    return [] if any(math.isnan(v) for v in values) else values
-
-
-def _valid_tags(tags, n_sets: int, seeds: list[int], n_fresh: int) -> bool:
-    """Exactly one kept output per rotated set and one per fresh input, each fresh seed new."""
-    if not isinstance(tags, list) or not all(isinstance(t, dict) and len(t) == 1 for t in tags):
-        return False
-    sets = [t["set"] for t in tags if "set" in t]
-    fresh = [t["fresh"] for t in tags if "fresh" in t]
-    return (sorted(sets) == list(range(n_sets)) and len(fresh) == n_fresh and len(set(fresh)) == n_fresh
-            and all(type(s) is int and 0 <= s < 2**31 and s not in seeds for s in fresh))
-
-
 def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | None = None,
              keep_spare: bool = False) -> R.EvalResult:
     """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
@@ -284,7 +294,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         device = detect()
         session = _Session(problem, device, gpu, request.timeout_s, keep_spare)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
-                              timing_label="cpu interpreter (host clock)" if device.interpreted else "cuda events")
+                              timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events")
         try:
             _run(session, problem, request, result)
         except Verdict as v:
@@ -319,6 +329,10 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
                            "idle_gap_us": _float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0}
     if not math.isfinite(session.worker_info["idle_gap_us"]):
         raise Verdict(R.REJECTED, "malformed ready message")
+    if session.device.interpreted:  # outputs live in host memory, where the judge can read them itself
+        pid = peek.serving_pid(session.worker.proc.pid)
+        session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
+    session.worker_info["judge_reads"] = session.peek_pid is not None
     interpreted = session.device.interpreted
     tests = problem.shapes("tests", interpreted) if request.shapes in ("tests", "all") else []
     benches = problem.shapes("benchmarks", interpreted) if request.shapes in ("benchmarks", "all") else []

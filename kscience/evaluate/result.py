@@ -26,6 +26,7 @@ class ShapeResult:
     std_us: float | None = None
     n: int = 0
     floor_us: float | None = None  # bytes/peak bandwidth or FLOPs/peak rate, whichever is larger
+    judge_us: float | None = None  # the judge's own estimate of the median call, from its clock alone
     max_abs_err: float | None = None
     message: str = ""
 
@@ -37,7 +38,7 @@ class EvalResult:
     geomean_us: float | None = None  # over benchmark shapes; None unless status is ok
     shapes: list[ShapeResult] = field(default_factory=list)
     device: dict = field(default_factory=dict)
-    timing_label: str = ""  # "cuda events" or "cpu interpreter (host clock)"
+    timing_label: str = ""  # "cuda events" or "cpu interpreter (judge's clock)"
     stdout_tail: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it

@@ -133,9 +133,12 @@ def recv_json(ch: Channel, deadline: float = math.inf, alive=None) -> dict:
     return obj
 
 
+_detach = torch.Tensor.detach  # through the class: an attribute set on a candidate's tensor is never called
+
+
 def tensor_bytes(t: torch.Tensor) -> tuple[dict, memoryview]:
     """A plain tensor's header and a private host copy of its bytes (the worker side)."""
-    t = t.detach().contiguous().to("cpu", copy=True)
+    t = _detach(t).contiguous().to("cpu", copy=True)
     raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
     return {"dtype": wire_dtype(t.dtype), "shape": list(t.shape)}, memoryview(raw)
 
@@ -143,7 +146,7 @@ def tensor_bytes(t: torch.Tensor) -> tuple[dict, memoryview]:
 def ranges_bytes(t: torch.Tensor, ranges: list) -> tuple[dict, memoryview]:
     """A tensor's header and a host copy of its bytes at the judge's [offset, length] ranges.
     Ranges past the end come back short, which the judge treats as a wrong-sized tensor."""
-    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    flat = _detach(t).contiguous().reshape(-1).view(torch.uint8)
     picked = torch.cat([flat[int(o):int(o) + int(n)] for o, n in ranges]) if ranges else flat[:0]
     raw = picked.to("cpu", copy=True).numpy() if picked.numel() else b""
     return {"dtype": wire_dtype(t.dtype), "shape": list(t.shape)}, memoryview(raw)

@@ -8,7 +8,10 @@ to unpredictable descriptor numbers, confines itself, and answers the judge's co
 
   check {shape, seed}   -> the whole output of one call on fresh inputs; that output and the
                            inputs the candidate may not write are then held for `sample`
-  time  {shape, seeds}  -> per-call times; the outputs kept for the judge's recheck are held
+  prepare {shape, seeds} -> rotated input sets and fixed buffers made, warm-up run
+  call {kind, ...}      -> one timed call (see timing.py); the judge times the command itself;
+                           its output is held for `sample` until the next command
+  finish                -> the last output poisoned, the device synchronised
   sample {ranges}       -> the held tensors' bytes at the judge's ranges, one frame each
   bye                   -> an acknowledgement, then exit
 
@@ -77,6 +80,7 @@ def serve(in_fd: int, out_fd: int) -> None:
         send_json(ch, {"status": f.status, "message": str(f), "seq": seq})
         return
     send_json(ch, {"status": "ready", "seq": seq, "sandbox": sandbox, "idle_gap_us": h.idle_gap_us})
+    timer = None
     while True:
         cmd = recv_json(ch)
         seq = cmd.get("seq")
@@ -86,9 +90,16 @@ def serve(in_fd: int, out_fd: int) -> None:
         try:
             if cmd.get("cmd") == "check":
                 h.check(ch, cmd)
-            elif cmd.get("cmd") == "time":
-                reply, h.held = timing.time_shape(h, cmd)
-                send_json(ch, dict(reply, status="ok", seq=seq))
+            elif cmd.get("cmd") == "prepare":
+                timer = None  # the previous shape's buffers go before this shape's are made
+                timer = timing.Timer(h, cmd)
+                send_json(ch, {"status": "ok", "seq": seq, "setup_s": timer.setup_s})
+            elif cmd.get("cmd") == "call" and timer is not None:
+                send_json(ch, dict(timer.call(cmd), status="ok", seq=seq))
+            elif cmd.get("cmd") == "finish" and timer is not None:
+                timer.finish()
+                timer = None
+                send_json(ch, {"status": "ok", "seq": seq})
             elif cmd.get("cmd") == "sample":
                 h.sample(ch, cmd)
             else:

@@ -86,7 +86,7 @@ def test_answers_precomputed_from_the_timing_loops_inputs_are_rejected(judge):
             known = answers.get(fingerprint(x))
             if known is not None:
                 return known.clone()
-            time.sleep(0.3)
+            time.sleep(1.0)
             return honest(x)
         """, shapes="all")
     assert result.status == REJECTED, result.message

@@ -1,0 +1,164 @@
+"""The judge's side of the timed calls (trusted): one command per call, bracketed by its own clock.
+
+Everything that decides what a call is and whether it is checked is drawn here, in the trusted
+process, from the OS's randomness, and reaches the worker only when it is needed: which rotated
+set comes next, when a call gets inputs from a seed drawn that moment (`fresh`) or regenerated
+from a set already used (`again`), when a call does nothing at all (`null`), and, only after a
+call has returned, whether its output is checked; if it is, the judge reads it then. The worker cannot learn a fresh
+seed before the command that uses it, so it cannot have prepared an answer for it; whatever it
+does with the seed once it has it happens inside the judge's window for that command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import secrets
+import time
+
+import torch
+
+from kscience.evaluate import peek
+from kscience.evaluate.wire import _DTYPES
+
+_random = secrets.SystemRandom()
+
+
+@dataclasses.dataclass
+class Call:
+    kind: str  # first, repeat, fresh, again or null (see timing.py)
+    event_us: float  # what the worker reports: CUDA events (GPU) or its host clock (CPU)
+    host_us: float  # what the worker reports: its device-synchronised host clock
+    window_us: float  # the judge's own clock, from sending the command to reading the reply
+
+
+@dataclasses.dataclass
+class Plan:
+    """How many calls of each kind, and when to stop (GPU or CPU values from judge.py)."""
+    warmup: int
+    fresh: int
+    again: int
+    nulls: int
+    min_n: int
+    max_n: int
+    max_seconds: float
+    target_rse: float
+
+
+class Unreadable(Exception):
+    """The worker pointed the judge at memory that does not hold a tensor of the promised size."""
+
+
+@dataclasses.dataclass
+class Look:
+    """What the judge read of one timed call's output, right after the call returned."""
+    seed: int  # the inputs the call had
+    whole: "torch.Tensor | None" = None  # the whole output, copied out of the worker's memory
+    raw: "torch.Tensor | None" = None  # or its bytes at `ranges`, as the worker sent them
+    ranges: list = dataclasses.field(default_factory=list)
+    shape: list = dataclasses.field(default_factory=list)  # what the worker said the output was
+    dtype: str = ""
+
+
+def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> tuple[list[Call], list[Look]]:
+    """Drive one shape's timed calls through `session` (judge.py's _Session).
+
+    Returns every call in order and what the judge read of the outputs it chose to check: one
+    uniformly chosen call per rotated set (reservoir sampling), every fresh and regenerated call.
+    The choice is drawn once a call has returned, and the output is read at once, before the worker
+    is told anything more: copied out of its memory by the judge itself where that is possible
+    (`session.peek_pid`, host tensors), else sent by the worker at byte ranges drawn now.
+    """
+    n_sets = len(seeds)
+    specials = ["fresh"] * plan.fresh + ["again"] * plan.again + ["null"] * plan.nulls
+    _random.shuffle(specials)
+    seen = {w % n_sets for w in range(plan.warmup)}
+    calls: list[Call] = []
+    kept: dict = {}  # rotated set index, or ("special", n) -> Look
+    per_set = [0] * n_sets
+    rotation, repeated = 0, False
+    total = total_sq = special_s = 0.0
+    n_rot, t_loop = 0, time.monotonic()
+    while True:
+        mean = total / n_rot if n_rot else 0.0
+        rse = math.sqrt(max(total_sq / n_rot - mean * mean, 0.0) / n_rot) / mean if n_rot > 1 and mean > 0 else 1.0
+        spent = time.monotonic() - t_loop - special_s  # making fresh inputs and reading outputs is not timing
+        settled = n_rot >= plan.min_n and (n_rot >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
+        if settled and not specials and rotation >= n_sets and repeated:
+            break
+        cmd: dict = {"cmd": "call"}
+        if specials and (settled or (n_rot > 0 and _random.randrange(4) == 0)):
+            kind = specials.pop()
+            if kind == "fresh":
+                seed = secrets.randbits(31)
+                while seed in seeds:
+                    seed = secrets.randbits(31)
+                cmd.update(kind="fresh", seed=seed)
+            elif kind == "again":
+                seed = seeds[_random.choice(sorted(seen))]
+                cmd.update(kind="again", seed=seed)
+            else:
+                cmd.update(kind="null", set=rotation % n_sets)
+        else:
+            j = rotation % n_sets
+            rotation += 1
+            kind = "repeat" if j in seen else "first"
+            seen.add(j)
+            cmd.update(kind=kind, set=j, seed=seeds[j])
+        t0 = time.perf_counter()
+        session.ask(cmd, "time", shape)
+        reply = session.reply("time", shape)
+        window = (time.perf_counter() - t0) * 1e6
+        call = Call(kind, _float(reply.get("event_us")), _float(reply.get("host_us")), window)
+        calls.append(call)
+        # Check-or-not is drawn only now, after the call returned, and the output is read at once.
+        slot = None
+        if kind in ("fresh", "again"):
+            special_s += window / 1e6
+            slot = ("special", len(kept))
+        elif kind == "null":
+            special_s += window / 1e6
+        else:
+            n_rot += 1
+            repeated = repeated or kind == "repeat"
+            total, total_sq = total + call.event_us, total_sq + call.event_us ** 2
+            per_set[j] += 1
+            if _random.randrange(per_set[j]) == 0:
+                slot = j
+        if slot is not None:
+            t_read = time.monotonic()
+            kept[slot] = _read(session, shape, reply.get("out"), cmd["seed"], kind, cap)
+            special_s += time.monotonic() - t_read  # reading is not timing either
+    session.ask({"cmd": "finish"}, "time", shape)
+    session.reply("time", shape)
+    return calls, list(kept.values())
+
+
+def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
+    if not isinstance(where, dict) or str(where.get("dtype")) not in _DTYPES or not _dims(where.get("shape")):
+        raise Unreadable(f"the worker did not say where the output of a timed {kind} call was")
+    out_shape, dtype = where["shape"], _DTYPES[str(where["dtype"])]
+    if math.prod(out_shape) * torch.empty((), dtype=dtype).element_size() > cap:
+        raise Unreadable(f"the output of a timed {kind} call is far larger than the answer")
+    if session.peek_pid is not None and where.get("device") == "cpu":
+        whole = peek.read_tensor(session.peek_pid, where, cap)
+        if whole is None:
+            raise Unreadable(f"the output of a timed {kind} call could not be read where the worker said it was")
+        return Look(seed, whole=whole)
+    # A problem's own check needs the whole output; closeness to the reference can be sampled.
+    (raw,) = session.sample("time", shape, [torch.empty(out_shape, dtype=dtype, device="meta")],
+                            whole=session.problem.check is not None)
+    if raw is None:
+        raise Unreadable(f"the worker sent the output of a timed {kind} call in the wrong shape or size")
+    return Look(seed, raw=raw, ranges=session.ranges[0], shape=out_shape, dtype=str(where["dtype"]))
+
+
+def _dims(shape) -> bool:
+    return isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)
+
+
+def _float(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan

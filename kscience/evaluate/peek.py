@@ -1,0 +1,114 @@
+"""The judge reading a worker's memory itself (trusted side; Linux, host memory only).
+
+Anything the worker sends was produced by code that runs next to the candidate, which can
+rewire it. A tensor in host memory need not be sent at all: the judge copies its bytes straight
+out of the worker's address space with `process_vm_readv`, at a moment the judge chooses, so no
+method of the candidate's objects and no harness code runs between the call's return and the
+read. The worker says only where the output lies (address, shape, strides, dtype); pointing the
+judge elsewhere gains nothing, since whatever bytes are there are compared with the judge's own
+answer. The kernel allows the read because the judge is the worker's ancestor and the same user
+(under Yama's default ptrace scope too); where it refuses, `read_tensor` returns None and the
+caller falls back to the worker's own copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import torch
+
+from kscience.evaluate.wire import _DTYPES
+
+_WORKER_MODULE = b"kscience.evaluate.worker"
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_readv = getattr(_libc, "process_vm_readv", None)
+if _readv is not None:
+    _readv.restype = ctypes.c_ssize_t
+    _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.POINTER(_IoVec),
+                       ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_worker(pid: int) -> bool:
+    """Whether `pid` is a Python running the worker module (not `unshare` about to start one)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[1:3] == [b"-m", _WORKER_MODULE]
+    except OSError:
+        return False
+
+
+def serving_pid(root: int) -> int | None:
+    """The process among `root`'s descendants that runs the harness: the first-started worker
+    process whose parent is a worker process too (the child the namespace's first process forks
+    before any candidate code), else `root` itself when it runs the harness directly."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st:
+                parents[int(entry)] = st
+    tree, frontier = set(), [root]
+    while frontier:
+        p = frontier.pop()
+        tree.add(p)
+        frontier += [c for c, (pp, _) in parents.items() if pp == p and c not in tree]
+    forked = [p for p in tree if p != root and _is_worker(p) and _is_worker(parents[p][0])]
+    if forked:
+        return min(forked, key=lambda p: parents[p][1])
+    return root if _is_worker(root) else None
+
+
+def read_tensor(pid: int, where: dict, max_bytes: int) -> torch.Tensor | None:
+    """The tensor described by `where` ({"ptr", "shape", "strides", "dtype"}, as the worker
+    reported it), copied out of process `pid`'s memory now; None if it cannot be read."""
+    dtype = _DTYPES.get(str(where.get("dtype")))
+    shape, strides, ptr = where.get("shape"), where.get("strides"), where.get("ptr")
+    if _readv is None or dtype is None or type(ptr) is not int or not isinstance(shape, list) or \
+            not isinstance(strides, list) or len(shape) != len(strides) or \
+            not all(type(x) is int and x >= 0 for x in shape + strides):
+        return None
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if 0 in shape:
+        return torch.empty(shape, dtype=dtype)
+    span = (sum((n - 1) * s for n, s in zip(shape, strides)) + 1) * itemsize
+    if span > max_bytes or ptr <= 0:
+        return None
+    buf = bytearray(span)
+    local = _IoVec(ctypes.addressof((ctypes.c_char * span).from_buffer(buf)), span)
+    remote = _IoVec(ptr, span)
+    if _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) != span:
+        return None
+    flat = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
+    return torch.as_strided(flat, shape, strides).clone()
+
+
+def can_read(pid: int) -> bool:
+    """Whether the kernel lets this process read `pid`'s memory: one byte of its first readable
+    mapping, found without asking the worker anything."""
+    if _readv is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            start = next(int(line.split("-", 1)[0], 16) for line in f if line.split()[1].startswith("r"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+    buf = ctypes.create_string_buffer(1)
+    local, remote = _IoVec(ctypes.addressof(buf), 1), _IoVec(start, 1)
+    return _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) == 1
