@@ -50,7 +50,7 @@ def cmd_seed(args) -> int:
 
 def cmd_eval(args) -> int:
     from kscience.evaluate.judge import evaluate
-    from kscience.evaluate.result import EvalRequest
+    from kscience.evaluate.result import EvalRequest, confinement_line
 
     path = Path(args.candidate)
     try:
@@ -60,13 +60,14 @@ def cmd_eval(args) -> int:
     overrides = parse_sets(args.set)
     problem = load_problem(args.problem, overrides)
     request = EvalRequest(problem=problem.locator, source=source, overrides=overrides, shapes=args.shapes,
-                          timeout_s=args.timeout)
+                          timeout_s=args.timeout, allow_weak_confinement=args.unconfined)
     result = evaluate(request, gpu=0 if _has_gpu() else None, problem=problem)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(f"{result.status}: {result.message}")
         print(f"device: {result.device.get('name')} ({result.timing_label}); {result.wall_s:.1f}s")
+        print(confinement_line(result.confinement))
         for s in result.shapes:
             t = f"{s.time_us:12.2f} us ± {s.std_us:.2f} (n={s.n})" if s.time_us else "".rjust(12)
             print(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}")
@@ -105,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all")
     s.add_argument("--set", action="append", metavar="NAME=VALUE", default=[],
                    help="override a module-level constant of a KernelBench file")
+    s.add_argument("--unconfined", action="store_true",
+                   help="run even where Landlock or namespaces are missing (the verdict says which)")
     s.set_defaults(func=cmd_eval)
 
     from kscience.run_commands import add_run_commands

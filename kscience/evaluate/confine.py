@@ -53,13 +53,19 @@ def set_limits(max_file_bytes: int = 1 << 30, max_open_files: int = 4096) -> Non
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, cap), cap))
 
 
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers (0 when none): what a worker will apply."""
+    abi = ctypes.CDLL(None, use_errno=True).syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(abi, 0)
+
+
 def restrict(writable: list[str]) -> str:
     """Apply every Landlock layer the kernel offers.
 
     Returns what was applied, e.g. "landlock v6 (files, tcp, scopes)", or why Landlock is off.
     """
     libc = ctypes.CDLL(None, use_errno=True)
-    abi = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    abi = landlock_abi()
     if abi < 1:
         return f"landlock off (kernel says errno {ctypes.get_errno()})"
     fs = _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_RIGHTS | (_REFER if abi >= 2 else 0) | \

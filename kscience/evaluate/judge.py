@@ -19,12 +19,12 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import crosscheck
+from kscience.evaluate import compile_cache, crosscheck
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
-from kscience.evaluate.sandbox import default_rss_limit, redact, start_worker
+from kscience.evaluate.sandbox import default_rss_limit, redact, start_worker, weak_confinement_allowed, weak_points
 from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
-from kscience.problems import Problem, geomean, load_problem
+from kscience.problems import Problem, ProblemError, geomean, load_problem
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
 LIMITS = {"import": (120.0, 120.0), "check": (60.0, 300.0), "time": (120.0, 300.0)}
@@ -89,6 +89,12 @@ class _Session:
         """The worker's held tensors at byte ranges drawn now (kept in `self.ranges`), one per
         tensor in `like`, which gives the dtype and shape each must have; None where it has not."""
         self.ranges = [sample_ranges(t.numel() * t.element_size()) for t in like]
+        # Everything the candidate started except the process that answers stays stopped while
+        # the held tensors are read, so no process it left running can change them meanwhile.
+        with self.worker.frozen(keep_serving=True):
+            return self._sampled(phase, shape, like)
+
+    def _sampled(self, phase: str, shape: dict, like: list[torch.Tensor]) -> list[torch.Tensor | None]:
         self.ask({"cmd": "sample", "ranges": self.ranges}, phase, shape)
         looks = []
         for t, ranges in zip(like, self.ranges):
@@ -120,7 +126,7 @@ class _Session:
 
     def _death(self) -> str:
         self.worker.kill()
-        return self.worker.killed_for or self.worker.exit_description()
+        return self.worker.memory_cap_hit() or self.worker.exit_description()
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""
@@ -133,7 +139,7 @@ class _Session:
 
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
-        return self.problem.ref_kernel(tuple(data))
+        return self.problem.ref_kernel(self.problem.call_data(data))
 
     def _expect(self, expected: torch.Tensor) -> int:
         return max(_OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
@@ -215,8 +221,8 @@ class _Session:
         if problem:
             raise Verdict(R.REJECTED, problem, shape)
 
-    def close(self) -> None:
-        self.worker.close()
+    def close(self, keep_cache: bool = False) -> None:
+        self.worker.close(keep_cache)
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -258,13 +264,22 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     `keep_spare` starts the next evaluation's worker now (see `sandbox.start_worker`)."""
     problem = problem or load_problem(request.problem, request.overrides)
     t_start = time.monotonic()
+    weak, allowed = weak_points(), request.allow_weak_confinement or weak_confinement_allowed()
     device_ctx = torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext()
     with device_ctx:
         device = detect()
+        if weak and not allowed:  # before any worker exists, so no candidate code runs
+            return R.EvalResult(status=R.REJECTED, device=device.describe(),
+                                confinement={"weak": weak, "allowed_weak": False},
+                                message=f"refusing to run unconfined: no {'; no '.join(weak)} on this machine "
+                                        "(allow_weak_confinement=True, --unconfined or "
+                                        "KSCIENCE_ALLOW_WEAK_CONFINEMENT=1 to run anyway)")
         session = _Session(problem, device, gpu, request.timeout_s, keep_spare)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
-                              timing_label="cpu interpreter (host clock)" if device.interpreted else "cuda events")
+                              timing_label="cpu interpreter (host clock)" if device.interpreted else "cuda events",
+                              confinement=dict(session.worker.confinement(), weak=weak, allowed_weak=allowed))
         try:
+            session.worker.use_cache(compile_cache.key(request.source, str(sorted(result.device.items()))))
             _run(session, problem, request, result)
         except Verdict as v:
             result.status, result.message, result.failing_shape = v.status, v.args[0], v.shape
@@ -272,8 +287,13 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         except torch.cuda.OutOfMemoryError:  # the worker shares the GPU and may have taken it all
             result.status, result.geomean_us = R.REJECTED, None
             result.message = "GPU memory exhausted in the judge: the candidate's worker left too little free memory"
+        except ProblemError:
+            raise
+        except Exception as exc:  # a judge bug met by this candidate: a verdict, never an executor's traceback
+            result.status, result.geomean_us = R.REJECTED, None
+            result.message = redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}")[:400]
         finally:
-            session.close()
+            session.close(keep_cache=result.status == R.OK)
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.device.update(session.worker_info)
             result.wall_s = time.monotonic() - t_start
@@ -291,8 +311,11 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
         ready = session.reply("import", expect="ready")
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": _float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0}
+    result.confinement["landlock"] = session.worker_info["sandbox"]
     if not math.isfinite(session.worker_info["idle_gap_us"]):
         raise Verdict(R.REJECTED, "malformed ready message")
+    if not session.worker_info["sandbox"].startswith("landlock v") and not result.confinement["allowed_weak"]:
+        raise Verdict(R.REJECTED, f"the worker could not confine itself ({session.worker_info['sandbox'][:200]})")
     interpreted = session.device.interpreted
     tests = problem.shapes("tests", interpreted) if request.shapes in ("tests", "all") else []
     benches = problem.shapes("benchmarks", interpreted) if request.shapes in ("benchmarks", "all") else []
@@ -306,6 +329,9 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
         session.time(res, in_bytes, cap)
     with session.phase("finish"):
         session.finish()
+    cap = session.worker.memory_cap_hit()  # a process killed for memory may not have been the worker
+    if cap:
+        raise Verdict(R.CRASHED, cap)
     times = [s.time_us for s in result.shapes if s.time_us]
     result.geomean_us = geomean(times) if times else None
     n_ok = len(result.shapes)

@@ -43,6 +43,9 @@ class Problem:
     # baselines. The reference often computes in fp32 for accuracy, which would make it a straw man.
     eager_kernel: Callable[[Any], Any] | None = None  # None: the reference is already idiomatic
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
+    # How the list of inputs is handed to the candidate and the reference: a tuple, except for
+    # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
+    call_data: Callable[[list], Any] = tuple
 
     def shapes(self, which: str, interpreted: bool) -> list[Shape]:
         """Shapes for "tests", "benchmarks" or "all", the small CPU lists under the interpreter."""
