@@ -257,21 +257,17 @@ class Worker:
         return None
 
     def kill(self, reason: str | None = None) -> None:
-        """SIGKILL everything: stop it all first so nothing forks past the kill, then kill."""
+        """SIGKILL everything. All of it is stopped first: a process killed before its children
+        were found would hand them to init, out of the tree, and a running one could fork."""
         if reason and not self.killed_for:
             self.killed_for = reason
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-            os.killpg(self.proc.pid, signal.SIGKILL)
         if self.cgroup:
             self.cgroup.kill()
-        for _ in range(20):
-            pids = self.pids()
-            if not pids:
-                break
-            proctree.signal_all(pids, signal.SIGSTOP)
-            proctree.signal_all(pids, signal.SIGKILL)
-            proctree.signal_all(pids, signal.SIGCONT)
-        self._stopped = set()
+        self.freeze()
+        proctree.signal_all(self.pids() | (self._stopped - {-1}), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.thaw()  # a task in a frozen cgroup dies only once thawed
 
     def exit_description(self) -> str:
         try:

@@ -7,6 +7,7 @@ The worker's reaper adopts every orphan (PID 1 of its namespace, or a child subr
 kernel caps memory on the whole tree. Each evaluation compiles into its own caches.
 """
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -41,7 +42,8 @@ def start_hog():
             os.write(w, b"x")
             time.sleep(120)
         os._exit(0)
-    os.read(r, 1)
+    os.close(w)
+    os.read(r, 1)  # returns early if the kernel killed the hog
 
 start_hog()
 
@@ -112,16 +114,18 @@ def test_every_process_but_the_server_is_stopped_while_outputs_are_read(judge, m
     # A setsid grandchild runs from the start; while the judge reads the held outputs, every
     # process of the worker except the one answering must be stopped, that grandchild included.
     seen = []
-    thaw = sandbox.Worker.thaw
+    frozen = sandbox.Worker.frozen
 
-    def checking_thaw(self):
-        serving = self.serving_pid()
-        others = self.pids() - {serving}
-        states = {pid: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split() for pid in others}
-        seen.append((serving, {pid: (st[0], int(st[3])) for pid, st in states.items()}))  # state, session
-        thaw(self)
+    @contextlib.contextmanager
+    def checking_frozen(self, keep_serving=False):
+        with frozen(self, keep_serving) as done:
+            serving = self.serving_pid()
+            others = self.pids() - {serving}
+            states = {pid: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split() for pid in others}
+            seen.append((serving, {pid: (st[0], int(st[3])) for pid, st in states.items()}))  # state, session
+            yield done
 
-    monkeypatch.setattr(sandbox.Worker, "thaw", checking_thaw)
+    monkeypatch.setattr(sandbox.Worker, "frozen", checking_frozen)
     result = judge("""
         import os
         import time
