@@ -30,12 +30,14 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
     return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
 
 
-def table() -> dict[int, tuple[str, int, int, int]]:
-    """The state, parent, group and start time of every process visible in /proc."""
+def table(pids=None) -> dict[int, tuple[str, int, int, int]]:
+    """The state, parent, group and start time of the given processes, or of every one in /proc."""
+    if pids is None:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     procs = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (st := _stat(int(entry))) is not None:
-            procs[int(entry)] = st
+    for pid in pids:
+        if (st := _stat(pid)) is not None:
+            procs[pid] = st
     return procs
 
 

@@ -39,11 +39,11 @@ def _reap_until(child: int) -> None:
             os._exit(128 - code if code < 0 else code)
 
 
-def _become_subreaper() -> bool:
-    """PR_SET_CHILD_SUBREAPER: orphans below this process re-parent to it instead of to init."""
+def _become_subreaper() -> None:
+    """PR_SET_CHILD_SUBREAPER (Linux 3.4+): orphans below this process re-parent to it, not to init."""
     import ctypes
 
-    return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
 
 def _hide(fd: int) -> int:
@@ -115,13 +115,15 @@ def serve(in_fd: int, out_fd: int) -> None:
 
 if __name__ == "__main__":
     in_fd, out_fd = int(sys.argv[1]), int(sys.argv[2])
-    # PID 1 of a namespace adopts orphans anyway; elsewhere the reaper asks the kernel to.
-    if os.getpid() == 1 or _become_subreaper():
-        child = os.fork()
-        if child:
-            os.close(in_fd)
-            os.close(out_fd)
-            _reap_until(child)
+    # PID 1 of a namespace adopts orphans anyway; elsewhere the reaper asks the kernel to. The
+    # fork happens either way: the judge takes the reaper's first child for the serving process.
+    if os.getpid() != 1:
+        _become_subreaper()
+    child = os.fork()
+    if child:
+        os.close(in_fd)
+        os.close(out_fd)
+        _reap_until(child)
     serve(in_fd, out_fd)
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and threads get no say
