@@ -56,6 +56,31 @@ def descendants(roots, procs: dict | None = None) -> set[int]:
     return found
 
 
+def below(root: int) -> set[int]:
+    """`root` and every process below it, from the kernel's per-thread children lists: reads
+    only the tree, not all of /proc. A process forked during the walk may be missed; callers
+    that must not miss one walk again until nothing new appears."""
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        found.add(pid)
+        for tid in tids:
+            with contextlib.suppress(OSError, ValueError):
+                todo.extend(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
+    return found
+
+
+def children_lists() -> bool:
+    """Whether this kernel keeps /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)."""
+    return os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
 def eldest_child(pid: int, procs: dict | None = None) -> int | None:
     """The child of `pid` started first; None when it has none or two started in the same tick."""
     procs = table() if procs is None else procs

@@ -175,17 +175,21 @@ class Worker:
         return self.proc.poll() is None
 
     # --- the process tree --------------------------------------------------------------------
-    def pids(self) -> set[int]:
-        """Every process of the worker: cgroup members, everything below the first process (the
-        reaper adopts orphans, so `setsid` and double forks stay below it), the process group, and
-        whatever carries the evaluation token, with what is below those."""
+    def pids(self, thorough: bool = False) -> set[int]:
+        """Every process of the worker. With a cgroup, its members: the candidate cannot leave
+        it. Without, everything below the first process: the reaper adopts orphans, so `setsid`
+        and double forks stay below it. `thorough` (when killing) takes both, the process group,
+        and whatever carries the evaluation token, with what is below those; it reads every
+        process's environment, tens of milliseconds on a busy host."""
+        if not thorough and (self.cgroup or proctree.children_lists()):
+            members = self.cgroup.pids() if self.cgroup else proctree.below(self.proc.pid)
+            return {p for p, st in proctree.table(members).items() if st[0] != "Z"}  # zombies hold nothing
         procs = proctree.table()
-        marker = f"KSCIENCE_EVAL_TOKEN={self.token}".encode()
         roots = {self.proc.pid} | (self.cgroup.pids() if self.cgroup else set())
-        for pid, (_, _, pgid, _) in procs.items():
-            if pgid == self.proc.pid:
-                roots.add(pid)
-            elif pid != os.getpid():
+        roots |= {pid for pid, (_, _, pgid, _) in procs.items() if pgid == self.proc.pid}
+        if thorough:
+            marker = f"KSCIENCE_EVAL_TOKEN={self.token}".encode()
+            for pid in procs.keys() - roots - {os.getpid()}:
                 with contextlib.suppress(OSError):
                     if marker in Path(f"/proc/{pid}/environ").read_bytes():
                         roots.add(pid)
@@ -194,11 +198,11 @@ class Worker:
     def serving_pid(self) -> int | None:
         """The process that runs the harness and answers the channel: the reaper's first child
         (anything else below the reaper was started later, by the candidate)."""
-        procs = proctree.table()
+        procs = proctree.table(self.pids() | {self.proc.pid})
         reaper = proctree.eldest_child(self.proc.pid, procs) if self.namespaced else self.proc.pid
         return proctree.eldest_child(reaper, procs) if reaper else None
 
-    def freeze(self, keep_serving: bool = False) -> bool:
+    def freeze(self, keep_serving: bool = False, thorough: bool = False) -> bool:
         """Stop every process of the worker, `setsid` children included; True when all are stopped.
         With `keep_serving` the process answering the channel runs on (its threads too), so it can
         send what the judge asks for while nothing else the candidate started can touch memory."""
@@ -208,7 +212,7 @@ class Worker:
                 return True
         spare = self.serving_pid() if keep_serving else None
         for _ in range(20):  # a process forked during a pass is stopped by the next
-            todo = self.pids() - self._stopped - {spare}
+            todo = self.pids(thorough) - self._stopped - {spare}
             if not todo:
                 return proctree.wait_stopped(self._stopped)
             proctree.signal_all(todo, signal.SIGSTOP)
@@ -232,7 +236,7 @@ class Worker:
     # --- memory ------------------------------------------------------------------------------
     def _rss_bytes(self) -> int:
         total = 0
-        for pid in self.pids():
+        for pid in self.pids():  # every 0.1 s: the token scan is left to the kill
             try:
                 total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
             except (OSError, IndexError):
@@ -263,8 +267,8 @@ class Worker:
             self.killed_for = reason
         if self.cgroup:
             self.cgroup.kill()
-        self.freeze()
-        proctree.signal_all(self.pids() | (self._stopped - {-1}), signal.SIGKILL)
+        self.freeze(thorough=True)
+        proctree.signal_all(self.pids(thorough=True) | (self._stopped - {-1}), signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.thaw()  # a task in a frozen cgroup dies only once thawed
