@@ -84,6 +84,8 @@ class Cgroup:
         if "memory" in dirs and not _write(dirs["memory"] / "memory.limit_in_bytes", str(memory_bytes)):
             group.remove()
             return None
+        if "memory" in dirs:  # where swap accounting exists, swap must not stretch the cap
+            _write(dirs["memory"] / "memory.memsw.limit_in_bytes", str(memory_bytes))
         if "pids" in dirs and not _write(dirs["pids"] / "pids.max", str(max_pids)):
             group.remove()
             return None
