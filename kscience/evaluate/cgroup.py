@@ -89,7 +89,10 @@ class Cgroup:
         if "pids" in dirs and not _write(dirs["pids"] / "pids.max", str(max_pids)):
             group.remove()
             return None
-        return group if "memory" in dirs else group.remove()
+        if "memory" not in dirs:
+            return group.remove()
+        group.sweep_stale()
+        return group
 
     @classmethod
     def _make_v2(cls, parent: Path, name: str, memory_bytes: int, max_pids: int) -> "Cgroup | None":
@@ -105,6 +108,7 @@ class Cgroup:
         if not (_write(d / "memory.max", str(memory_bytes)) and _write(d / "pids.max", str(max_pids))):
             return group.remove()
         _write(d / "memory.swap.max", "0")  # where swap exists, it must not stretch the cap
+        group.sweep_stale()
         return group
 
     def describe(self) -> str:
@@ -170,6 +174,15 @@ class Cgroup:
             if frozen:
                 self.freeze(False, timeout_s=0.5)
             time.sleep(0.01)
+
+    def sweep_stale(self, older_than_s: float = 3600.0) -> None:
+        """Remove empty worker cgroups an earlier judge left (one killed before it could clean
+        up). Only old ones: a fresh empty one may belong to a worker that is about to join it."""
+        for d in self.dirs.values():
+            for sibling in d.parent.glob("kscience-*"):
+                with contextlib.suppress(OSError):
+                    if sibling != d and time.time() - sibling.stat().st_mtime > older_than_s:
+                        sibling.rmdir()  # fails, harmlessly, while it has members
 
     def remove(self) -> None:
         """Delete the cgroup(s); members that are still exiting get a moment."""

@@ -211,12 +211,16 @@ class Worker:
                 self._stopped = {-1}
                 return True
         spare = self.serving_pid() if keep_serving else None
-        for _ in range(20):  # a process forked during a pass is stopped by the next
+        # SIGSTOP lands asynchronously: a process may still fork until it is seen stopped. Once
+        # all found are stopped, a child forked before that is in the tree, so one more scan
+        # that finds nothing new means everything is stopped.
+        for _ in range(20):
             todo = self.pids(thorough) - self._stopped - {spare}
             if not todo:
-                return proctree.wait_stopped(self._stopped)
+                return True
             proctree.signal_all(todo, signal.SIGSTOP)
             self._stopped |= todo
+            proctree.wait_stopped(todo)
         return False
 
     def thaw(self) -> None:
