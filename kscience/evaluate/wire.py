@@ -129,7 +129,8 @@ def send_json(ch: Channel, obj: dict, deadline: float = math.inf) -> None:
 
 
 def json_depth(raw: bytes) -> int:
-    """How deep a JSON text's brackets nest, counted without a parser (which would recurse)."""
+    """How deep a JSON text's brackets nest, counted without a parser (which would recurse).
+    Exact for anything nested beyond MAX_JSON_DEPTH; within it, possibly an overestimate."""
     openers = raw.count(b"[") + raw.count(b"{")
     if openers <= MAX_JSON_DEPTH:  # kscience's own messages: no need to look closer
         return openers

@@ -10,6 +10,8 @@ kernel caps memory on the whole tree. Each evaluation compiles into its own cach
 import contextlib
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from kscience.evaluate import compile_cache, sandbox
 from kscience.evaluate.cgroup import Cgroup
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import CRASHED, OK, REJECTED, WRONG_ANSWER, EvalRequest
+from kscience.evaluate.wire import MAX_JSON_DEPTH, Channel, ProtocolError, json_depth, recv_json
 
 _OK_CALL = """
 def custom_kernel(data):
@@ -222,6 +225,24 @@ def test_a_frame_of_deeply_nested_brackets_is_rejected_not_a_judge_crash(judge):
         """)
     assert result.status == REJECTED, result.message
     assert "nested 200000 deep" in result.message
+
+
+def test_the_parser_measures_nesting_before_it_parses():
+    ours, theirs = os.pipe()
+    channel = Channel(ours, theirs, nonblocking=True)
+    try:
+        for frame, depth in ((b'{"a": "[[[[", "b": [[1], [2]]}', 3), (b"[" * 200000 + b"]" * 200000, 200000)):
+            assert json_depth(frame) == depth or depth <= json_depth(frame) <= MAX_JSON_DEPTH
+            writer = threading.Thread(target=channel.send, args=(frame, time.monotonic() + 30))
+            writer.start()  # the frame is larger than a pipe holds: written while it is read
+            if depth <= MAX_JSON_DEPTH:
+                assert recv_json(channel, time.monotonic() + 30)["b"] == [[1], [2]]
+            else:
+                with pytest.raises(ProtocolError, match="nested 200000 deep"):
+                    recv_json(channel, time.monotonic() + 30)
+            writer.join()
+    finally:
+        channel.close()
 
 
 # --- a GPU MODE task whose data is one bare tensor ----------------------------------------------
