@@ -4,8 +4,8 @@ Landlock (Linux >= 5.13, unprivileged) confines this process and everything it s
 cannot be lifted once applied:
 
 * files (ABI 1+): the rest of the filesystem becomes read-only; the candidate may write only
-  in its sandbox folder, the shared compile caches and the few device nodes GPU runtimes open
-  for writing. The user's home, the project and /tmp are out of reach.
+  in its sandbox folder (which holds its private compile caches) and the few device nodes GPU
+  runtimes open for writing. The user's home, the project, /tmp and cgroupfs are out of reach.
 * TCP (ABI 4+): no connecting or binding, even where no network namespace could be made.
 * scopes (ABI 6+): no signals to processes outside the sandbox (the judge, the user's shell)
   and no connecting to abstract UNIX sockets of processes outside it.
