@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="overall time limit")
     s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all")
     _set_arg(s)
+    s.add_argument("--unconfined", action="store_true",
+                   help="run even where Landlock or namespaces are missing (the verdict says which)")
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("run", help="evolve a problem's kernel with the scientist")

@@ -9,7 +9,7 @@ from pathlib import Path
 from kscience.config import parse_sets
 from kscience.evaluate.executor import visible_gpus
 from kscience.evaluate.judge import evaluate
-from kscience.evaluate.result import EvalRequest
+from kscience.evaluate.result import EvalRequest, confinement_line
 from kscience.problems import builtin_names, load_problem, shape_label
 from kscience.usage import UsageError
 
@@ -42,13 +42,14 @@ def cmd_eval(args) -> int:
     overrides = parse_sets(args.set)
     problem = load_problem(args.problem, overrides)
     request = EvalRequest(problem=problem.locator, source=source, overrides=overrides, shapes=args.shapes,
-                          timeout_s=args.timeout)
+                          timeout_s=args.timeout, allow_weak_confinement=args.unconfined)
     result = evaluate(request, gpu=0 if visible_gpus() else None, problem=problem)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(f"{result.status}: {result.message}")
         print(f"device: {result.device.get('name')} ({result.timing_label}); {result.wall_s:.1f}s")
+        print(confinement_line(result.confinement))
         for s in result.shapes:
             t = f"{s.time_us:12.2f} us ± {s.std_us:.2f} (n={s.n})" if s.time_us else "".rjust(12)
             print(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}")

@@ -127,37 +127,15 @@ triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
 '''
 
 
-def test_recorded_keys_pick_this_evaluations_kernels_from_a_shared_cache(tmp_path):
-    """Triton's own compile path (no GPU needed: compiled for sm_90) through the recording cache manager,
-    twice: the second process finds the kernel cached and still records it."""
-    import os
-    import subprocess
-    import sys
+def test_a_gpu_worker_compiles_into_its_own_cache_and_facts_are_read_from_it(tmp_path):
+    from kscience.evaluate import compile_cache
 
-    shared = tmp_path / "shared"
-    shutil.copytree(CACHE / HOPPER_MM, shared / HOPPER_MM)  # another candidate's kernel, not this one's
-    (tmp_path / "kernel.py").write_text(KERNEL)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(shared), PYTHONPATH=str(Path(__file__).parents[1]))
-    for i in (1, 2):
-        (tmp_path / f"w{i}").mkdir()
-        env.update(cf.recording_env(tmp_path / f"w{i}"))
-        subprocess.run([sys.executable, str(tmp_path / "kernel.py")], env=env, check=True, timeout=120,
-                       capture_output=True)
-    for i in (1, 2):
-        facts = cf.collect(shared, keys=cf.recorded_keys(tmp_path / f"w{i}" / cf.RECORD_FILE))
-        assert [(f.name, f.num_warps) for f in facts] == [("rowsum", 2)]
-    assert {f.name for f in cf.collect(shared)} == {"mm", "rowsum"}  # unrecorded: the whole cache
-    (tmp_path / "forged.txt").write_text("../../etc\n" + HOPPER_MM.lower() + "\n")
-    assert cf.collect(shared, keys=cf.recorded_keys(tmp_path / "forged.txt")) == []  # not Triton keys: ignored
-    assert cf.recorded_keys(tmp_path / "missing.txt") is None  # the worker used no Triton kernel
-    assert cf.collect(shared, keys=[]) == []
-
-
-def test_gpu_workers_record_their_triton_entries_and_interpreted_ones_do_not(tmp_path):
-    from kscience.evaluate.sandbox import worker_env
-
-    env = worker_env(tmp_path, None, False, "token")
-    assert env["TRITON_CACHE_MANAGER"] == cf.RECORDING_MANAGER
-    assert env[cf.RECORD_ENV] == str(tmp_path / cf.RECORD_FILE)  # inside the worker's own, writable folder
-    assert "TRITON_CACHE_MANAGER" not in worker_env(tmp_path, None, True, "token")
+    dirs = compile_cache.private_dirs(tmp_path)
+    assert dirs["TRITON_CACHE_DIR"].startswith(str(tmp_path))  # inside the worker's own folder
+    entry = Path(dirs["TRITON_CACHE_DIR"]) / ("A" * 52)
+    entry.mkdir(parents=True)
+    (entry / "k.json").write_text(json.dumps({"name": "k", "num_warps": 4, "num_stages": 3, "shared": 1024,
+                                               "target": {"backend": "cuda", "arch": 90}}))
+    (entry / "k.ptx").write_text("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16")
+    (facts,) = cf.collect(dirs["TRITON_CACHE_DIR"], dirs["TORCH_EXTENSIONS_DIR"])
+    assert (facts.name, facts.num_warps, facts.num_stages, facts.tensor_core) == ("k", 4, 3, True)

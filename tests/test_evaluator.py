@@ -119,7 +119,21 @@ def test_cli_eval_not_ok_exits_one(tmp_path, capsys):
     candidate = tmp_path / "candidate.py"
     candidate.write_text("def custom_kernel(data):\n    raise ValueError('nope')\n")
     assert cli_main(["eval", "softmax", str(candidate), "--shapes", "tests"]) == 1
-    assert capsys.readouterr().out.startswith("runtime_error: ValueError: nope")
+    out = capsys.readouterr().out
+    assert out.startswith("runtime_error: ValueError: nope")
+    assert "\nconfinement: landlock: " in out and "MISSING" not in out  # every verdict names its isolation
+
+
+def test_cli_eval_refuses_weak_confinement_unless_unconfined(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(judge_module, "weak_points", lambda: ["Landlock (test)"])
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(PLAIN_SOFTMAX)
+    assert cli_main(["eval", "softmax", str(candidate), "--shapes", "tests"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("rejected: refusing to run unconfined: no Landlock (test)")
+    assert "confinement: MISSING Landlock (test)" in out
+    assert cli_main(["eval", "softmax", str(candidate), "--shapes", "tests", "--unconfined"]) == 0
+    assert "MISSING Landlock (test) (allowed for this run)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args, words", [(["eval", "no_such_problem", "{candidate}"], "no problem"),

@@ -25,16 +25,14 @@ What a candidate could still forge: the worker can write files into its own cach
 a candidate could plant a JSON/PTX/cubin describing a kernel it never ran, or alter one it did.
 These facts are therefore advice to the scientist, never a verdict: correctness and time are
 judged elsewhere and cannot be moved by them. The judge limits the damage by reading only the
-entries this evaluation used (the keys its worker recorded through `triton_record`, checked to be
-Triton keys, or else a cache private to the evaluation), by reading only regular files inside each
-entry's folder (a group file's paths are ignored: they could point anywhere on the machine), by
+evaluation's private cache (sandbox.Worker reads it as it closes; a warm start copies in only the
+entries of the identical source), by reading only regular files inside each entry's folder (a group file's paths are ignored: they could point anywhere on the machine), by
 bounding every read, and, when Nsight Compute ran, by `confirm_launched`, which keeps only kernels
 whose names the profiler saw launch.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shutil
@@ -55,9 +53,6 @@ _RESOURCE = re.compile(r"^\s*Function\s+(\S+?):\s*$")
 _FIELDS = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
 _SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 _KEY = re.compile(r"[A-Z2-7]{52}")  # Triton's cache key: base32 of a SHA-256, without padding
-RECORD_ENV = "KSCIENCE_TRITON_RECORD"
-RECORD_FILE = "triton-keys.txt"  # in the worker's own folder
-RECORDING_MANAGER = "kscience.evaluate.triton_record:RecordingCacheManager"
 
 
 @dataclass
@@ -80,12 +75,6 @@ class KernelFacts:
         return asdict(self)
 
 
-def recording_env(workdir: str | Path) -> dict[str, str]:
-    """Environment that makes a worker's Triton record the cache entries it uses (see `triton_record`)."""
-    return {"TRITON_CACHE_MANAGER": RECORDING_MANAGER, RECORD_ENV: str(Path(workdir) / RECORD_FILE)}
-
-
-@functools.lru_cache(maxsize=1)
 def cuobjdump() -> str | None:
     """Triton's bundled cuobjdump (same release as its ptxas), else one on PATH."""
     try:
@@ -208,15 +197,6 @@ def _read_amdgcn(facts: KernelFacts, path: Path) -> None:
     facts.tensor_core, facts.tensor_instructions = bool(ops), ops
 
 
-def recorded_keys(record_file: str | Path | None) -> list[str] | None:
-    """Cache keys a worker recorded (see `triton_record`), deduplicated; None where nothing was recorded.
-    Anything that is not a key Triton could have made (base32 of a SHA-256) is dropped."""
-    text = _read_text(Path(record_file)) if record_file else None
-    if text is None:
-        return None
-    return list(dict.fromkeys(k for k in text.split() if _KEY.fullmatch(k)))[:MAX_KERNELS]
-
-
 def read_triton_cache(cache_dir: str | Path, keys: list[str] | None = None) -> list[KernelFacts]:
     """Facts of the kernels in a Triton cache directory (only the entries named by `keys` when
     given), sorted by kernel name; [] where there is none."""
@@ -252,9 +232,8 @@ def collect(triton_cache: str | Path | None, extensions_dir: str | Path | None =
             keys: list[str] | None = None, since: float | None = None) -> list[KernelFacts]:
     """Everything one evaluation compiled or loaded: call after its worker is gone.
 
-    `keys`: the Triton entries its worker used (`recorded_keys` of its record file, [] when it
-    recorded none); only those are read from a shared cache. None reads the whole cache, which is
-    right only for a cache private to the evaluation. `since`: only load_inline builds written at or
+    `keys`: only these Triton entries (None: the whole cache, which is right for a cache private to
+    the evaluation, as every worker's is). `since`: only load_inline builds written at or
     after this time.time() (a build reused unchanged from an earlier evaluation was reported there).
     """
     facts = read_triton_cache(triton_cache, keys) if triton_cache else []

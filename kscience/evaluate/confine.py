@@ -4,8 +4,8 @@ Landlock (Linux >= 5.13, unprivileged) confines this process and everything it s
 cannot be lifted once applied:
 
 * files (ABI 1+): the rest of the filesystem becomes read-only; the candidate may write only
-  in its sandbox folder, the shared compile caches and the few device nodes GPU runtimes open
-  for writing. The user's home, the project and /tmp are out of reach.
+  in its sandbox folder (which holds its private compile caches) and the few device nodes GPU
+  runtimes open for writing. The user's home, the project, /tmp and cgroupfs are out of reach.
 * TCP (ABI 4+): no connecting or binding, even where no network namespace could be made.
 * scopes (ABI 6+): no signals to processes outside the sandbox (the judge, the user's shell)
   and no connecting to abstract UNIX sockets of processes outside it.
@@ -53,13 +53,19 @@ def set_limits(max_file_bytes: int = 1 << 30, max_open_files: int = 4096) -> Non
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, cap), cap))
 
 
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers (0 when none): what a worker will apply."""
+    abi = ctypes.CDLL(None, use_errno=True).syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(abi, 0)
+
+
 def restrict(writable: list[str]) -> str:
     """Apply every Landlock layer the kernel offers.
 
     Returns what was applied, e.g. "landlock v6 (files, tcp, scopes)", or why Landlock is off.
     """
     libc = ctypes.CDLL(None, use_errno=True)
-    abi = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    abi = landlock_abi()
     if abi < 1:
         return f"landlock off (kernel says errno {ctypes.get_errno()})"
     fs = _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_RIGHTS | (_REFER if abi >= 2 else 0) | \

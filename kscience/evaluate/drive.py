@@ -141,7 +141,8 @@ def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
     if math.prod(out_shape) * torch.empty((), dtype=dtype).element_size() > cap:
         raise Unreadable(f"the output of a timed {kind} call is far larger than the answer")
     if session.peek_pid is not None and where.get("device") == "cpu":
-        whole = peek.read_tensor(session.peek_pid, where, cap)
+        with session.worker.frozen():  # nothing the candidate left running can write meanwhile
+            whole = peek.read_tensor(session.peek_pid, where, cap)
         if whole is None:
             raise Unreadable(f"the output of a timed {kind} call could not be read where the worker said it was")
         return Look(seed, whole=whole)

@@ -225,7 +225,7 @@ class Harness:
     def invoke(self, data: list, max_bytes: int) -> torch.Tensor:
         """Call the candidate; anything but a plain dense tensor on the right device is a fault."""
         try:
-            out = self.fn(tuple(data))
+            out = self.fn(self.problem.call_data(data))
         except BaseException as exc:
             raise call_fault(exc) from None
         if _type(out) is not _Tensor:

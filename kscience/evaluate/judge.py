@@ -19,14 +19,14 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import compile_facts, crosscheck, drive, peek
+from kscience.evaluate import compile_cache, crosscheck, drive, peek
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import flush_bytes
-from kscience.evaluate.sandbox import cache_root, default_rss_limit, start_worker
+from kscience.evaluate.sandbox import default_rss_limit, start_worker, weak_confinement_allowed, weak_points
 from kscience.evaluate.timing import COVER_CYCLES
 from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
-from kscience.problems import Problem, geomean, load_problem
+from kscience.problems import Problem, ProblemError, geomean, load_problem
 from kscience.redact import redact
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
@@ -96,6 +96,12 @@ class _Session:
         `whole`: every byte, not a sample."""
         sizes = [t.numel() * t.element_size() for t in like]
         self.ranges = [([[0, n]] if n else []) if whole else sample_ranges(n) for n in sizes]
+        # Everything the candidate started except the process that answers stays stopped while
+        # the held tensors are read, so no process it left running can change them meanwhile.
+        with self.worker.frozen(keep_serving=True):
+            return self._sampled(phase, shape, like)
+
+    def _sampled(self, phase: str, shape: dict, like: list[torch.Tensor]) -> list[torch.Tensor | None]:
         self.ask({"cmd": "sample", "ranges": self.ranges}, phase, shape)
         looks = []
         for t, ranges in zip(like, self.ranges):
@@ -127,7 +133,7 @@ class _Session:
 
     def _death(self) -> str:
         self.worker.kill()
-        return self.worker.killed_for or self.worker.exit_description()
+        return self.worker.memory_cap_hit() or self.worker.exit_description()
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""
@@ -140,7 +146,7 @@ class _Session:
 
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
-        return self.problem.ref_kernel(tuple(data))
+        return self.problem.ref_kernel(self.problem.call_data(data))
 
     def _expect(self, expected: torch.Tensor) -> int:
         return max(_OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
@@ -263,8 +269,8 @@ class _Session:
         if not ok:
             raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
 
-    def close(self) -> None:
-        self.worker.close()
+    def close(self, keep_cache: bool = False) -> None:
+        self.worker.close(keep_cache)
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -288,14 +294,23 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
     `keep_spare` starts the next evaluation's worker now (see `sandbox.start_worker`)."""
     problem = problem or load_problem(request.problem, request.overrides)
-    t_start, started = time.monotonic(), time.time()
+    t_start = time.monotonic()
+    weak, allowed = weak_points(), request.allow_weak_confinement or weak_confinement_allowed()
     device_ctx = torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext()
     with device_ctx:
         device = detect()
+        if weak and not allowed:  # before any worker exists, so no candidate code runs
+            return R.EvalResult(status=R.REJECTED, device=device.describe(),
+                                confinement={"weak": weak, "allowed_weak": False},
+                                message=f"refusing to run unconfined: no {'; no '.join(weak)} on this machine "
+                                        "(allow_weak_confinement=True, --unconfined or "
+                                        "KSCIENCE_ALLOW_WEAK_CONFINEMENT=1 to run anyway)")
         session = _Session(problem, device, gpu, request.timeout_s, keep_spare)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
-                              timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events")
+                              timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events",
+                              confinement=dict(session.worker.confinement(), weak=weak, allowed_weak=allowed))
         try:
+            session.worker.use_cache(compile_cache.key(request.source, str(sorted(result.device.items()))))
             _run(session, problem, request, result)
         except Verdict as v:
             result.status, result.message, result.failing_shape = v.status, v.args[0], v.shape
@@ -303,15 +318,16 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         except torch.cuda.OutOfMemoryError:  # the worker shares the GPU and may have taken it all
             result.status, result.geomean_us = R.REJECTED, None
             result.message = "GPU memory exhausted in the judge: the candidate's worker left too little free memory"
+        except ProblemError:
+            raise
+        except Exception as exc:  # a judge bug met by this candidate: a verdict, never an executor's traceback
+            result.status, result.geomean_us = R.REJECTED, None
+            result.message = redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}")[:400]
         finally:
-            session.close()
+            session.close(keep_cache=result.status == R.OK)
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.device.update(session.worker_info)
-            if not device.interpreted:  # the worker is gone: what it compiled, from the artefacts
-                with session.phase("compile_facts"):
-                    result.compile_facts = [f.to_dict() for f in compile_facts.collect(
-                        cache_root() / "triton", cache_root() / "torch_extensions",
-                        keys=session.worker.triton_keys, since=started)]
+            result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed
             result.wall_s = time.monotonic() - t_start
             result.phases_s = {k: round(v, 3) for k, v in session.phases_s.items()}
     return result
@@ -327,10 +343,13 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
         ready = session.reply("import", expect="ready")
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": _float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0}
+    result.confinement["landlock"] = session.worker_info["sandbox"]
     if not math.isfinite(session.worker_info["idle_gap_us"]):
         raise Verdict(R.REJECTED, "malformed ready message")
+    if not session.worker_info["sandbox"].startswith("landlock v") and not result.confinement["allowed_weak"]:
+        raise Verdict(R.REJECTED, f"the worker could not confine itself ({session.worker_info['sandbox'][:200]})")
     if session.device.interpreted:  # outputs live in host memory, where the judge can read them itself
-        pid = peek.serving_pid(session.worker.proc.pid)
+        pid = session.worker.serving_pid()
         session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
     session.worker_info["judge_reads"] = session.peek_pid is not None
     interpreted = session.device.interpreted
@@ -346,6 +365,9 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
         session.time(res, in_bytes, cap)
     with session.phase("finish"):
         session.finish()
+    cap = session.worker.memory_cap_hit()  # a process killed for memory may not have been the worker
+    if cap:
+        raise Verdict(R.CRASHED, cap)
     times = [s.time_us for s in result.shapes if s.time_us]
     result.geomean_us = geomean(times) if times else None
     n_ok = len(result.shapes)

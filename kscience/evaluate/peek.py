@@ -14,13 +14,10 @@ caller falls back to the worker's own copy.
 from __future__ import annotations
 
 import ctypes
-import os
 
 import torch
 
 from kscience.evaluate.wire import _DTYPES
-
-_WORKER_MODULE = b"kscience.evaluate.worker"
 
 
 class _IoVec(ctypes.Structure):
@@ -33,46 +30,6 @@ if _readv is not None:
     _readv.restype = ctypes.c_ssize_t
     _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.POINTER(_IoVec),
                        ctypes.c_ulong, ctypes.c_ulong]
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[1]), int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _is_worker(pid: int) -> bool:
-    """Whether `pid` is a Python running the worker module (not `unshare` about to start one)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")[1:3] == [b"-m", _WORKER_MODULE]
-    except OSError:
-        return False
-
-
-def serving_pid(root: int) -> int | None:
-    """The process among `root`'s descendants that runs the harness: the first-started worker
-    process whose parent is a worker process too (the child the namespace's first process forks
-    before any candidate code), else `root` itself when it runs the harness directly."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(int(entry))
-            if st:
-                parents[int(entry)] = st
-    tree, frontier = set(), [root]
-    while frontier:
-        p = frontier.pop()
-        tree.add(p)
-        frontier += [c for c, (pp, _) in parents.items() if pp == p and c not in tree]
-    forked = [p for p in tree if p != root and _is_worker(p) and _is_worker(parents[p][0])]
-    if forked:
-        return min(forked, key=lambda p: parents[p][1])
-    return root if _is_worker(root) else None
 
 
 def read_tensor(pid: int, where: dict, max_bytes: int) -> torch.Tensor | None:

@@ -45,6 +45,9 @@ class EvalResult:
     phases_s: dict = field(default_factory=dict)  # where wall_s went: import, check, time, recheck, finish
     failing_shape: dict | None = None
     compile_facts: list = field(default_factory=list)  # compile_facts.KernelFacts dicts, read after the worker
+    # The isolation layers in force (sandbox.Worker.confinement, Landlock as the worker applied it),
+    # "weak": required layers this machine lacked, "allowed_weak": whether the run accepted that.
+    confinement: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -60,6 +63,16 @@ class EvalResult:
         return cls(**d)
 
 
+def confinement_line(confinement: dict) -> str:
+    """One line naming the isolation layers an evaluation ran under, and any that were missing."""
+    names = ("landlock", "namespaces", "cgroup", "reaper", "memory_cap", "env_filter", "compile_cache")
+    parts = [f"{name.replace('_', ' ')}: {confinement[name]}" for name in names if name in confinement]
+    if confinement.get("weak"):
+        parts.append("MISSING " + "; ".join(confinement["weak"]) +
+                     (" (allowed for this run)" if confinement.get("allowed_weak") else ""))
+    return "confinement: " + (" | ".join(parts) if parts else "unknown")
+
+
 @dataclass
 class EvalRequest:
     """Everything a worker needs, as data: the problem is reloaded from its locator."""
@@ -70,3 +83,5 @@ class EvalRequest:
     shapes: str = "all"  # "tests", "benchmarks" or "all"
     timeout_s: float | None = None  # overall cap; phase limits scale from it
     candidate_id: str | None = None  # for bookkeeping by callers only
+    allow_weak_confinement: bool = False  # run even where Landlock or namespaces are missing (the
+                                          # verdict then lists them); also KSCIENCE_ALLOW_WEAK_CONFINEMENT=1

@@ -1,14 +1,17 @@
-"""Starting, watching and killing an untrusted worker process (the trusted side).
+"""Starting, watching, freezing and killing an untrusted worker process (the trusted side).
 
-Layers, each cheap and needing no service: a new session and process group (one kill
-ends everything the candidate started); a scrubbed environment with HOME, TMPDIR and the
-working directory in a throw-away folder; no inherited descriptors except the channel,
-which the worker moves to unpredictable numbers; an RSS watchdog (RLIMIT_AS would break
-CUDA contexts, which reserve huge address ranges); a random token in the environment that
-finds processes which left the group; and, where the kernel allows unprivileged user
-namespaces, new network, PID and mount namespaces (no network, the trusted process is
-invisible in the worker's /proc, and every process of the namespace dies with the worker).
-Writes outside the sandbox are blocked inside the worker with Landlock (see confine.py).
+Layers, each cheap and needing no service: a new session and process group; a reaper above
+the worker that adopts every orphan (`setsid` and double forks included) and kills them when
+the worker ends; where this machine allows, a cgroup per worker (cgroup.py: kernel-enforced
+memory and process caps on the whole tree, a freezer, an exact member list), else an RSS
+watchdog over the whole tree (RLIMIT_AS would break CUDA contexts, which reserve huge address
+ranges); a scrubbed environment with HOME, TMPDIR, the working directory and the compile caches
+in a throw-away folder (compile_cache.py); no inherited descriptors except the channel, which
+the worker moves to unpredictable numbers; a random token in the environment; and, where the
+kernel allows unprivileged user namespaces, new network, PID and mount namespaces (no network,
+the trusted process is invisible in the worker's /proc, and every process of the namespace dies
+with the worker). Writes outside the sandbox are blocked inside the worker with Landlock
+(see confine.py). `Worker.confinement()` says which of these were in force.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from kscience.evaluate import compile_facts
+from kscience.evaluate import compile_cache, compile_facts, confine, proctree
+from kscience.evaluate.cgroup import Cgroup
 from kscience.evaluate.wire import Channel
 from kscience.redact import SECRET_NAME, redact
 
@@ -37,13 +41,7 @@ _KEEP = re.compile(r"^(PATH|LANG|LC_[A-Z]+|TZ|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PAT
                    r"TRITON_[A-Z_]*ARCH[A-Z_]*|NCCL_[A-Z_]+|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS|"
                    r"KSCIENCE_DEVICE|PYTHONPATH)$")
 TAIL_BYTES = 4096
-
-
-def cache_root() -> Path:
-    """Persistent caches shared by workers (Triton kernels, load_inline builds) so warm runs are fast."""
-    root = Path(os.environ.get("KSCIENCE_CACHE", Path.home() / ".cache" / "kscience"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+MAX_PIDS = int(os.environ.get("KSCIENCE_WORKER_MAX_PIDS", 4096))  # processes and threads, where a cgroup caps them
 
 
 def worker_env(workdir: Path, gpu: int | None, interpreted: bool, token: str) -> dict:
@@ -51,11 +49,7 @@ def worker_env(workdir: Path, gpu: int | None, interpreted: bool, token: str) ->
     package_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1", KSCIENCE_EVAL_TOKEN=token,
-               TRITON_CACHE_DIR=str(cache_root() / "triton"),
-               TORCH_EXTENSIONS_DIR=str(cache_root() / "torch_extensions"))
-    if not interpreted:  # the worker records the Triton cache entries it uses: its compile facts
-        env.update(compile_facts.recording_env(workdir))
+               PYTHONUNBUFFERED="1", KSCIENCE_EVAL_TOKEN=token, **compile_cache.private_dirs(workdir))
     if interpreted:
         env["TRITON_INTERPRET"] = "1"
         env["KSCIENCE_DEVICE"] = "cpu"
@@ -86,6 +80,21 @@ def _unshare_prefix() -> list[str]:
             "--kill-child"]
 
 
+def weak_points() -> list[str]:
+    """The confinement layers an evaluation needs that this machine cannot give a worker."""
+    missing = []
+    if confine.landlock_abi() < 1:
+        missing.append("Landlock (the candidate could write anywhere the user can)")
+    if not namespaces_available():
+        missing.append("user/PID/network namespaces (the judge's process and environment visible, network open)")
+    return missing
+
+
+def weak_confinement_allowed() -> bool:
+    """Whoever runs the evaluator said it may run with layers missing (`--unconfined`)."""
+    return os.environ.get("KSCIENCE_ALLOW_WEAK_CONFINEMENT", "0") == "1"
+
+
 class _Tail(threading.Thread):
     """Drains a pipe forever (a flood cannot block the worker) and keeps only the last bytes."""
 
@@ -111,12 +120,18 @@ class Worker:
         self.workdir = Path(tempfile.mkdtemp(prefix="kscience-eval-"))
         self.token = secrets.token_hex(16)
         self.killed_for: str | None = None
-        self.triton_keys: list[str] = []  # the Triton cache entries it used, read when it is closed
+        self.cache_entry: str | None = None
+        self.interpreted = interpreted
+        self.compile_facts: list = []  # what its compilers built, read from its private cache on close
         ours, theirs = os.pipe(), os.pipe()  # trusted->worker, worker->trusted
         cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1])]
         self.namespaced = namespaces_available()
         if self.namespaced:
             cmd = _unshare_prefix() + cmd
+        self.cgroup = Cgroup.create(f"kscience-{self.token[:16]}", rss_limit_bytes, MAX_PIDS)
+        if self.cgroup:  # join before anything else runs, so no child is ever outside it
+            cmd = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; '
+                   'exec "$@"', "sh", *self.cgroup.procs_files, "--", *cmd]
         self.proc = subprocess.Popen(
             cmd, cwd=self.workdir, env=worker_env(self.workdir, gpu, interpreted, self.token),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -130,32 +145,93 @@ class Worker:
         self._stop = threading.Event()
         self._rss_limit = rss_limit_bytes
         self._watchdog: threading.Thread | None = None
+        self._stopped: set[int] = set()
+
+    def confinement(self) -> dict:
+        """The layers the trusted side put in place itself (Landlock is reported by the worker)."""
+        return {"namespaces": "user, net, pid, mount" if self.namespaced else "off",
+                "cgroup": self.cgroup.describe() if self.cgroup else "off",
+                "reaper": "pid 1 of the namespace" if self.namespaced else "subreaper",
+                "memory_cap": "cgroup" if self.cgroup else "watchdog over the process tree",
+                "env_filter": "allow-list", "compile_cache": "private per evaluation"}
 
     def watch(self) -> None:
-        """Start the RSS watchdog. A spare waiting for its job runs only kscience's own code, so
-        it is watched from when it is taken: each scan reads every process's /proc entry."""
-        if self._watchdog is None:
+        """Start the RSS watchdog where no cgroup caps memory. A spare waiting for its job runs
+        only kscience's own code, so it is watched from when it is taken."""
+        if self._watchdog is None and self.cgroup is None:
             self._watchdog = threading.Thread(target=self._watch_memory, daemon=True)
             self._watchdog.start()
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def _group_pids(self) -> list[int]:
-        pids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
-                    continue
-                if int(fields[2]) == self.proc.pid:  # process group id == the worker session leader
-                    pids.append(int(entry))
-        return pids
+    # --- the process tree --------------------------------------------------------------------
+    def pids(self, thorough: bool = False) -> set[int]:
+        """Every process of the worker. With a cgroup, its members: the candidate cannot leave
+        it. Without, everything below the first process: the reaper adopts orphans, so `setsid`
+        and double forks stay below it. `thorough` (when killing) takes both, the process group,
+        and whatever carries the evaluation token, with what is below those; it reads every
+        process's environment, tens of milliseconds on a busy host."""
+        if not thorough and (self.cgroup or proctree.children_lists()):
+            members = self.cgroup.pids() if self.cgroup else proctree.below(self.proc.pid)
+            return {p for p, st in proctree.table(members).items() if st[0] != "Z"}  # zombies hold nothing
+        procs = proctree.table()
+        roots = {self.proc.pid} | (self.cgroup.pids() if self.cgroup else set())
+        roots |= {pid for pid, (_, _, pgid, _) in procs.items() if pgid == self.proc.pid}
+        if thorough:
+            marker = f"KSCIENCE_EVAL_TOKEN={self.token}".encode()
+            for pid in procs.keys() - roots - {os.getpid()}:
+                with contextlib.suppress(OSError):
+                    if marker in Path(f"/proc/{pid}/environ").read_bytes():
+                        roots.add(pid)
+        return {p for p in proctree.descendants(roots, procs) if procs[p][0] != "Z"}  # zombies hold nothing
 
+    def serving_pid(self) -> int | None:
+        """The process that runs the harness and answers the channel: the reaper's first child
+        (anything else below the reaper was started later, by the candidate)."""
+        procs = proctree.table(self.pids() | {self.proc.pid})
+        reaper = proctree.eldest_child(self.proc.pid, procs) if self.namespaced else self.proc.pid
+        return proctree.eldest_child(reaper, procs) if reaper else None
+
+    def freeze(self, keep_serving: bool = False, thorough: bool = False) -> bool:
+        """Stop every process of the worker, `setsid` children included; True when all are stopped.
+        With `keep_serving` the process answering the channel runs on (its threads too), so it can
+        send what the judge asks for while nothing else the candidate started can touch memory."""
+        if self.cgroup and self.cgroup.can_freeze and not keep_serving:
+            if self.cgroup.freeze(True):
+                self._stopped = {-1}
+                return True
+        spare = self.serving_pid() if keep_serving else None
+        # SIGSTOP lands asynchronously: a process may still fork until it is seen stopped. Once
+        # all found are stopped, a child forked before that is in the tree, so one more scan
+        # that finds nothing new means everything is stopped.
+        for _ in range(20):
+            todo = self.pids(thorough) - self._stopped - {spare}
+            if not todo:
+                return True
+            proctree.signal_all(todo, signal.SIGSTOP)
+            self._stopped |= todo
+            proctree.wait_stopped(todo)
+        return False
+
+    def thaw(self) -> None:
+        if self._stopped == {-1}:
+            self.cgroup.freeze(False)
+        else:
+            proctree.signal_all(self._stopped, signal.SIGCONT)
+        self._stopped = set()
+
+    @contextlib.contextmanager
+    def frozen(self, keep_serving: bool = False):
+        try:
+            yield self.freeze(keep_serving)
+        finally:
+            self.thaw()
+
+    # --- memory ------------------------------------------------------------------------------
     def _rss_bytes(self) -> int:
         total = 0
-        for pid in self._group_pids():
+        for pid in self.pids():  # every 0.1 s: the token scan is left to the kill
             try:
                 total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
             except (OSError, IndexError):
@@ -169,31 +245,36 @@ class Worker:
                 self.kill(f"host memory cap exceeded ({rss / 2**30:.1f} GiB > {self._rss_limit / 2**30:.1f} GiB)")
                 return
 
+    def memory_cap_hit(self) -> str | None:
+        """Why the worker broke its memory cap, if it did: the watchdog's kill, or the kernel's
+        OOM kill of any of its processes inside the cgroup."""
+        if self.killed_for:
+            return self.killed_for
+        if self.cgroup and self.cgroup.oom_kills():
+            return (f"host memory cap exceeded (the kernel killed a process of the worker at "
+                    f"{self._rss_limit / 2**30:.1f} GiB)")
+        return None
+
     def kill(self, reason: str | None = None) -> None:
+        """SIGKILL everything. All of it is stopped first: a process killed before its children
+        were found would hand them to init, out of the tree, and a running one could fork."""
         if reason and not self.killed_for:
             self.killed_for = reason
+        if self.cgroup:
+            self.cgroup.kill()
+        self.freeze(thorough=True)
+        proctree.signal_all(self.pids(thorough=True) | (self._stopped - {-1}), signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
             os.killpg(self.proc.pid, signal.SIGKILL)
-        self._kill_escapees()
-
-    def _kill_escapees(self) -> None:
-        """Processes that left the group (setsid, double fork) still carry the evaluation token."""
-        marker = f"KSCIENCE_EVAL_TOKEN={self.token}".encode()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                try:
-                    if marker in Path(f"/proc/{entry}/environ").read_bytes():
-                        os.kill(int(entry), signal.SIGKILL)
-                except OSError:
-                    continue
+        self.thaw()  # a task in a frozen cgroup dies only once thawed
 
     def exit_description(self) -> str:
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return "worker stopped answering"
-        if self.namespaced and 128 < code < 128 + signal.NSIG:
-            code = 128 - code  # the namespace's first process reports a signal as 128 + its number
+        if 128 < code < 128 + signal.NSIG:
+            code = 128 - code  # the reaper reports a signal as 128 + its number
         if code < 0:
             try:
                 return f"worker killed by {signal.Signals(-code).name}"
@@ -201,7 +282,13 @@ class Worker:
                 return f"worker killed by signal {-code}"
         return f"worker exited with code {code}"
 
-    def close(self) -> None:
+    def use_cache(self, entry: str) -> bool:
+        """Start this worker's private compile caches from the store's copy for this source."""
+        self.cache_entry = entry
+        return compile_cache.seed(self.workdir, entry)
+
+    def close(self, keep_cache: bool = False) -> None:
+        """Kill everything; with `keep_cache`, the private compile caches go to the store first."""
         self._stop.set()
         self.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL was sent; do not hang on a zombie
@@ -209,11 +296,29 @@ class Worker:
         self.channel.close()
         self.stdout.join(timeout=2)
         self.stderr.join(timeout=2)
-        self.triton_keys = compile_facts.recorded_keys(self.workdir / compile_facts.RECORD_FILE) or []
+        self.compile_facts = self._compile_facts()
+        if self.cgroup:
+            self.cgroup.remove()
+        if keep_cache and self.cache_entry:
+            compile_cache.keep(self.workdir, self.cache_entry)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _compile_facts(self) -> list[dict]:
+        """On a GPU, what this evaluation's compilers built (registers, spills, tensor-core use), read
+        from its private caches once its processes are gone: advice for the scientist, never a verdict."""
+        if self.interpreted:
+            return []
+        dirs = compile_cache.private_dirs(self.workdir)
+        return [f.to_dict() for f in compile_facts.collect(dirs["TRITON_CACHE_DIR"], dirs["TORCH_EXTENSIONS_DIR"])]
 
     def tails(self) -> tuple[str, str]:
         return redact(self.stdout.text()), redact(self.stderr.text())
+
+
+def _env_fingerprint(gpu: int | None, interpreted: bool) -> str:
+    """What a worker started now would inherit, less the parts unique to each worker."""
+    env = worker_env(Path("/"), gpu, interpreted, "")
+    return repr(sorted((k, v) for k, v in env.items() if k not in compile_cache.private_dirs(Path("/"))))
 
 
 def default_rss_limit() -> int:
@@ -225,17 +330,18 @@ def default_rss_limit() -> int:
 # seconds of every evaluation, then overlap the evaluation before it. It touches no GPU until its
 # job arrives. On an H100 its start still made the evaluation beside it 1.6-2.7 s slower, for a
 # reason not yet found (benchmarks/results/README.md), so the saving is real but partial.
-_spares: dict[tuple, Worker] = {}
+_spares: dict[tuple, tuple[str, Worker]] = {}  # slot -> (environment fingerprint, worker)
 _spares_lock = threading.Lock()
 
 
 def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_spare: bool = False) -> Worker:
-    """A fresh worker for one evaluation: the spare started for this slot if it is still alive,
-    else a new one. With `keep_spare`, the next evaluation's spare starts now."""
-    key = (gpu, interpreted, rss_limit_bytes)
+    """A fresh worker for one evaluation: the spare started for this slot if it is still alive
+    and was started with the environment a new worker would get now, else a new one. With
+    `keep_spare`, the next evaluation's spare starts now."""
+    slot, fingerprint = (gpu, interpreted, rss_limit_bytes), _env_fingerprint(gpu, interpreted)
     with _spares_lock:
-        worker = _spares.pop(key, None)
-    if worker is None or not worker.alive():
+        started_with, worker = _spares.pop(slot, (None, None))
+    if worker is None or started_with != fingerprint or not worker.alive():
         if worker is not None:
             worker.close()
         worker = Worker(gpu, interpreted, rss_limit_bytes)
@@ -243,8 +349,8 @@ def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_
     if keep_spare:
         spare = Worker(gpu, interpreted, rss_limit_bytes)
         with _spares_lock:
-            old = _spares.pop(key, None)
-            _spares[key] = spare
+            _, old = _spares.pop(slot, (None, None))
+            _spares[slot] = (fingerprint, spare)
         if old is not None:
             old.close()
     return worker
@@ -253,7 +359,7 @@ def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_
 @atexit.register
 def close_spares() -> None:
     with _spares_lock:
-        spares = list(_spares.values())
+        spares = [worker for _, worker in _spares.values()]
         _spares.clear()
     for worker in spares:
         worker.close()

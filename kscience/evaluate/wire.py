@@ -7,7 +7,9 @@ for dtypes on an allow-list and only at the size the header promised.
 
 The judge reads with a deadline and a size cap on every frame, so a worker that announces a
 frame and then stalls, or announces an enormous one, can neither hang nor bloat the trusted
-process. The worker side uses plain blocking descriptors.
+process; and it measures a JSON frame's nesting before parsing it, so 200,000 nested brackets
+are a protocol violation rather than a RecursionError in the judge. The worker side uses plain
+blocking descriptors.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import contextlib
 import json
 import math
 import os
+import re
 import select
 import struct
 import time
 from typing import Callable
 
+import numpy
 import torch
 
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -30,6 +34,8 @@ _DTYPES = {str(d).removeprefix("torch."): d for d in (
 
 _LENGTH = struct.Struct("<Q")
 MAX_JSON_BYTES = 8 * 2**20  # a timing reply with thousands of floats is well under this
+MAX_JSON_DEPTH = 16  # kscience's messages nest at most three deep
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # brackets inside strings are not nesting
 _CHUNK = 1 << 20
 _POLL_SLICE_S = 0.25  # how often a blocked read looks at whether the worker is still alive
 
@@ -122,12 +128,26 @@ def send_json(ch: Channel, obj: dict, deadline: float = math.inf) -> None:
     ch.send(json.dumps(obj).encode(), deadline)
 
 
+def json_depth(raw: bytes) -> int:
+    """How deep a JSON text's brackets nest, counted without a parser (which would recurse).
+    Exact for anything nested beyond MAX_JSON_DEPTH; within it, possibly an overestimate."""
+    openers = raw.count(b"[") + raw.count(b"{")
+    if openers <= MAX_JSON_DEPTH:  # kscience's own messages: no need to look closer
+        return openers
+    chars = numpy.frombuffer(_JSON_STRING.sub(b'""', bytes(raw)), dtype=numpy.uint8)
+    opens = (chars == ord("[")) | (chars == ord("{"))
+    closes = (chars == ord("]")) | (chars == ord("}"))
+    return int(numpy.cumsum(opens.astype(numpy.int64) - closes).max(initial=0))
+
+
 def recv_json(ch: Channel, deadline: float = math.inf, alive=None) -> dict:
     raw = ch.recv(MAX_JSON_BYTES, deadline, alive)
+    if (depth := json_depth(raw)) > MAX_JSON_DEPTH:
+        raise ProtocolError(f"malformed message: nested {depth} deep (at most {MAX_JSON_DEPTH})")
     try:
         obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"malformed message: {str(exc)[:120]}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ProtocolError(f"malformed message: {type(exc).__name__}: {str(exc)[:120]}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("malformed message: not a JSON object")
     return obj

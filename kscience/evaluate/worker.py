@@ -2,8 +2,10 @@
 
 Started by `sandbox.Worker`. Inside its own PID namespace the process is PID 1, which the
 kernel shields from most signals (even an `abort()` would not end it as expected) and which
-inherits every orphan; so it forks first and stays behind only to reap and to report how the
-real worker ended, as an exit code of 128 + signal number. The worker then moves the channel
+inherits every orphan; elsewhere it makes itself a child subreaper, which also inherits every
+orphan below it. Either way it forks first and stays behind only to reap, to kill what the
+worker left behind once the worker has ended, and to report how the real worker ended, as an
+exit code of 128 + signal number. The worker then moves the channel
 to unpredictable descriptor numbers, confines itself, and answers the judge's commands:
 
   check {shape, seed}   -> the whole output of one call on fresh inputs; that output and the
@@ -25,7 +27,8 @@ import sys
 
 
 def _reap_until(child: int) -> None:
-    """PID 1's whole job: collect every exit in the namespace until the worker's own."""
+    """The reaper's whole job: collect every exit below it until the worker's own, then kill
+    whatever the worker left behind (orphans re-parent here, `setsid` or not) and exit."""
     while True:
         try:
             pid, status = os.wait()
@@ -33,7 +36,17 @@ def _reap_until(child: int) -> None:
             os._exit(1)
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
+            from kscience.evaluate.proctree import kill_children_until_none
+
+            kill_children_until_none()
             os._exit(128 - code if code < 0 else code)
+
+
+def _become_subreaper() -> None:
+    """PR_SET_CHILD_SUBREAPER (Linux 3.4+): orphans below this process re-parent to it, not to init."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
 
 def _hide(fd: int) -> int:
@@ -113,12 +126,15 @@ def serve(in_fd: int, out_fd: int) -> None:
 
 if __name__ == "__main__":
     in_fd, out_fd = int(sys.argv[1]), int(sys.argv[2])
-    if os.getpid() == 1:
-        child = os.fork()
-        if child:
-            os.close(in_fd)
-            os.close(out_fd)
-            _reap_until(child)
+    # PID 1 of a namespace adopts orphans anyway; elsewhere the reaper asks the kernel to. The
+    # fork happens either way: the judge takes the reaper's first child for the serving process.
+    if os.getpid() != 1:
+        _become_subreaper()
+    child = os.fork()
+    if child:
+        os.close(in_fd)
+        os.close(out_fd)
+        _reap_until(child)
     serve(in_fd, out_fd)
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and threads get no say

@@ -216,7 +216,15 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
             first_line = (str(exc).strip().splitlines() or [""])[0]
             raise ProblemError(f"{reference_file}: generate_input({shape_label(shape)}) failed on "
                                f"{device}: {type(exc).__name__}: {first_line}") from None
+        if isinstance(data, torch.Tensor):  # a bare tensor is one input, not a sequence of rows
+            bare.append(True)
+            return (data.to(device),)
         return _map_tensors(data, lambda t: t.to(device))
+
+    bare: list[bool] = []  # set once generate_input has returned a bare tensor in this process
+
+    def call_data(data: list):
+        return data[0] if bare else tuple(data)
 
     def ref_kernel(data):
         # GPU MODE references may write their answer into a preallocated output in `data`;
@@ -249,6 +257,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         cpu_tests=cpu_tests,
         cpu_benchmarks=cpu_benchmarks,
         output_args=tuple(output_args),
+        call_data=call_data,
         seed_source=submission.read_text() if submission.is_file() else None,
         check=check if own_check else None,
     )

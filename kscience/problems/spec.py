@@ -46,6 +46,9 @@ class Problem:
     # (data, output) -> None when right, else a one-line reason: the judge calls it, in the trusted
     # process, instead of comparing with ref_kernel's output (answers that are right but not unique).
     check: Callable[[Any, Any], str | None] | None = None
+    # How the list of inputs is handed to the candidate and the reference: a tuple, except for
+    # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
+    call_data: Callable[[list], Any] = tuple
 
     def shapes(self, which: str, interpreted: bool) -> list[Shape]:
         """Shapes for "tests", "benchmarks" or "all", the small CPU lists under the interpreter."""

@@ -8,8 +8,8 @@ no other process's environment can be read.
 
 import pytest
 
-from kscience.evaluate.result import OK, RUNTIME_ERROR
-from kscience.evaluate.sandbox import namespaces_available
+from kscience.evaluate.result import OK, REJECTED, RUNTIME_ERROR
+from kscience.evaluate.sandbox import _spares, close_spares, default_rss_limit, start_worker
 
 SECRETS = {"OPENAI_API_KEY": "sk-test-4f9a1c2e7b3d5f60a1b2c3d4",
            "GEMINI_API_KEY": "gem-test-0123456789abcdef",
@@ -40,6 +40,8 @@ def report(where, text):
 
 
 def test_the_environment_holds_no_credentials(judge, secret_env):
+    # A spare worker started before the secrets were set would prove nothing: start afresh.
+    close_spares()
     result = judge(_SEARCH, """
         report("environ", "\\n".join(f"{k}={v}" for k, v in os.environ.items()))
 
@@ -51,7 +53,22 @@ def test_the_environment_holds_no_credentials(judge, secret_env):
     assert "FOUND" not in result.stdout_tail
 
 
-@pytest.mark.skipif(not namespaces_available(), reason="needs the worker's PID namespace")
+def test_a_spare_started_under_another_environment_is_not_used(monkeypatch):
+    close_spares()
+    first = start_worker(None, True, default_rss_limit(), keep_spare=True)
+    first.close()
+    spare = next(iter(_spares.values()))[1]
+    monkeypatch.setenv("OPENAI_API_KEY", SECRETS["OPENAI_API_KEY"])  # filtered: the spare still fits
+    same = start_worker(None, True, default_rss_limit(), keep_spare=True)
+    assert same is spare
+    same.close()
+    spare = next(iter(_spares.values()))[1]
+    monkeypatch.setenv("LC_MEASUREMENT", "C")  # inherited: the spare no longer fits
+    other = start_worker(None, True, default_rss_limit())
+    assert other is not spare and not spare.alive()
+    other.close()
+
+
 def test_no_other_process_environment_is_readable(judge, secret_env):
     result = judge(_SEARCH, """
         def custom_kernel(data):
@@ -62,7 +79,11 @@ def test_no_other_process_environment_is_readable(judge, secret_env):
                     continue
             return honest(data[0])
         """)
+    if result.status == REJECTED and "refusing to run unconfined" in result.message:
+        assert any("namespaces" in weak for weak in result.confinement["weak"])
+        return
     assert result.status == OK, result.message
+    assert result.confinement["namespaces"] != "off"
     assert "scanned pid" in result.stdout_tail
     assert "FOUND" not in result.stdout_tail
 
