@@ -19,7 +19,7 @@ import statistics
 CLOCK_SLACK_S = 0.05
 # Host time minus event time beyond the idle gap, per call, that honest launches stay under:
 # the larger of an absolute allowance and a share of the kernel time.
-GAP_SLACK_US, GAP_SHARE = 30.0, 0.15
+GAP_SLACK_US, GAP_SHARE = 50.0, 0.15  # 30 us was crossed (30.4) by an honest joined side stream on an H100
 IDLE_GAP_CAP_US = 200.0  # an idle gap reported above this is not believed (it would hide side work)
 # Calls on fresh inputs may be this much slower than calls on regenerated inputs before the
 # difference counts as caching: (ratio, absolute slack in us) on (GPU, CPU interpreter). The CPU
@@ -32,11 +32,14 @@ CACHE_WINDOW_SLACK_US = (150.0, 300_000.0)  # the same, on the judge's brackets 
 # read CLOCK_MONOTONIC, and the bracket strictly contains the call.
 WINDOW_SLACK_US = 1.0
 # The judge's own estimate of a call may exceed the reported time by (ratio, slack us) on (GPU, CPU)
-# before the report is called forged. On the GPU the estimate includes launch latency the spin did
-# not cover and the pipe's jitter; on an overloaded CPU machine (CI) both processes wait tens of
-# milliseconds for a core, and that lands in the brackets.
-JUDGE_RATIO = (1.5, 2.0)
-JUDGE_SLACK_US = (50.0, 50_000.0)
+# before the report is called forged. On the GPU the estimate includes the harness's host work
+# around a call that a null call skips (the candidate's launch path, the output's description) and
+# the pipe's jitter: on an H100 (2026-11-23) honest seeds showed 100-200 us of it, and single
+# estimates swung by as much again, so the GPU check catches only gross forgeries (a kernel of a
+# millisecond reported as tens of microseconds); CUDA events stay the figure. On an overloaded CPU
+# machine (CI) both processes wait tens of milliseconds for a core, and that lands in the brackets.
+JUDGE_RATIO = (2.0, 2.0)
+JUDGE_SLACK_US = (500.0, 50_000.0)
 
 
 def clock_problem(calls, setup_s: float, prepare_wall_s: float) -> str | None:
