@@ -324,7 +324,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.status, result.geomean_us = R.REJECTED, None
             result.message = redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}")[:400]
         finally:
-            session.close(keep_cache=result.status == R.OK)
+            with session.phase("close"):  # killing the worker, then reading its compile facts
+                session.close(keep_cache=result.status == R.OK)
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.device.update(session.worker_info)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed

@@ -87,4 +87,4 @@ def test_the_judge_reports_compile_facts_of_every_seed():
         assert result.ok, result.message
         print(name, json.dumps(result.compile_facts), result.phases_s)
         assert result.compile_facts and all(f["registers"] and f["num_warps"] for f in result.compile_facts)
-        assert result.phases_s["compile_facts"] < 2.0  # read after the worker, never inside a timing
+        assert result.phases_s["close"] < 2.0  # read as the worker closes, never inside a timing
