@@ -41,6 +41,40 @@ def reached_sol(problem: Problem, best_result: dict, target: float | None) -> bo
     return stop_at_sol(result_sol(problem, best_result), target)
 
 
+def stop_message(problem: Problem, best: dict | None, target: float | None) -> str | None:
+    """The line a run ends with when its best candidate (a stored row) reached --stop-at-sol; else None."""
+    if target is None or best is None or not best.get("result"):
+        return None
+    sols = result_sol(problem, best["result"])
+    if not stop_at_sol(sols, target):
+        return None
+    s = summary(sols)
+    return (f"best kernel {best['id']} reaches {s['worst']:.0%} of speed of light or more on every shape "
+            f"(median {s['median']:.0%}), within the --stop-at-sol {target:g} target: the run ends here")
+
+
+def candidate_to_profile(cand: dict, base: dict | None) -> bool:
+    """Whether --profile looks at this stored candidate, given the kernel its plan built on (None for the
+    seed). A repaired seed is the seed; a repaired child is compared with its plan's base, as the child is."""
+    kind = "seed" if cand["iteration"] == 0 and cand["kind"] in ("seed", "repair") else cand["kind"]
+    if kind not in ("seed", "child", "repair"):  # the baselines are timed, not profiled
+        return False
+    return worth_profiling(kind, cand["result"] or {}, (base or {}).get("result"))
+
+
+def profiled_line(cand_id: str, record: dict) -> str:
+    """One line for the progress display: what Nsight Compute cost and what it saw."""
+    prof = record["ncu"]
+    names = {k["name"] for k in prof.get("kernels", [])}
+    text = (f"{cand_id} profiled with Nsight Compute in {record['profile_s']:.1f} s (outside its timing): "
+            f"{len(prof.get('kernels', []))} launch(es) of {len(names)} kernel(s)")
+    if prof.get("occupancy_pct") is not None:
+        text += f", occupancy {prof['occupancy_pct']:.0f}%"
+    if prof.get("dram_pct") is not None:
+        text += f", DRAM {prof['dram_pct']:.0f}% of peak"
+    return text + (f"; WARNING {record['flag']}" if record.get("flag") else "")
+
+
 def profile_shape(problem: Problem, result: dict) -> dict | None:
     """The benchmark shape to profile: where the kernel is furthest from its bound, else the first."""
     s = summary(result_sol(problem, result))

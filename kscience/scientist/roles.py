@@ -22,6 +22,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kscience.profile_report import render_headroom, render_profile
+from kscience.problems.spec import shape_label
+from kscience.roofline import ShapeSol
+from kscience.roofline import summary as sol_summary
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
                                          render_header)
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
@@ -49,11 +53,31 @@ class Draft:
     error: str | None = None  # one line when source is None
 
 
+def profile_block(profile: dict | None) -> str:
+    """What a profiler saw of a kernel (compile facts, Nsight Compute counters, speed of light per shape,
+    the 'not doing the work' flag); empty when nothing was seen (the CPU interpreter compiles nothing)."""
+    if not profile or not (profile.get("compile_facts") or profile.get("ncu") or profile.get("sol")
+                           or profile.get("flag")):
+        return ""
+    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"))
+    sols = profile.get("sol") or []
+    if sols:
+        text += "\nSpeed of light per shape: " + "; ".join(
+            f"{shape_label(s['shape'])}: {s['fraction']:.0%} of the {s['bound']} bound" for s in sols) + "."
+    return text
+
+
+def headroom(view: CandidateView | None) -> str:
+    """The designer's headroom line for a kernel: how far its slowest shape is from the roofline bound."""
+    return render_headroom((view.profile or {}).get("sol") or [] if view is not None else [])
+
+
 def _summary(view: CandidateView) -> str:
     time = f"geomean {view.geomean_us:.2f} us" if view.geomean_us else "no time"
+    block = profile_block(view.profile)
     return (f"Status {view.status}, {time}, from experiment \"{view.hypothesis}\" (depth {view.depth}).\n"
             f"Per-shape median times: {format_times(view.shape_times)}.\n"
-            f"Shapes covered: {view.coverage or 'not recorded'}.")
+            f"Shapes covered: {view.coverage or 'not recorded'}." + (f"\n{block}" if block else ""))
 
 
 def has_kernel(source: str) -> bool:
@@ -79,10 +103,27 @@ def _kernels(base: CandidateView, reference: CandidateView | None) -> str:
 
 
 def _member(view: CandidateView) -> dict:
-    return {"id": view.id, "parent": view.parent_id, "depth": view.depth, "children": view.n_children,
-            "status": view.status, "geomean_us": round(view.geomean_us, 3) if view.geomean_us else None,
-            "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
-            "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
+    member = {"id": view.id, "parent": view.parent_id, "depth": view.depth, "children": view.n_children,
+              "status": view.status, "geomean_us": round(view.geomean_us, 3) if view.geomean_us else None,
+              "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
+              "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
+    profile = view.profile or {}
+    sol = sol_summary([_sol(s) for s in profile.get("sol") or []])
+    if sol is not None:
+        member["speed_of_light"] = {"worst": round(sol["worst"], 3), "median": round(sol["median"], 3),
+                                    "worst_shape": shape_label(sol["worst_shape"]), "bound": sol["worst_bound"]}
+    facts = profile.get("compile_facts") or []
+    if facts:
+        member["compiled"] = {"registers": max((f.get("registers") or 0) for f in facts),
+                              "spills": max((f.get("spills") or 0) for f in facts),
+                              "tensor_cores": any(f.get("tensor_core") for f in facts)}
+    if profile.get("flag"):
+        member["warning"] = profile["flag"]
+    return member
+
+
+def _sol(s: dict) -> ShapeSol:
+    return ShapeSol(**{k: v for k, v in s.items() if k != "fraction"})
 
 
 def _selector_members(population: list[CandidateView]) -> list[CandidateView]:
@@ -274,9 +315,10 @@ class Scientist:
                      + "; ".join(done) + "\n") if done else ""
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(),
                         knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
-                        first_task=self._first_task(base), findings=fit_findings(findings), done=done_text)
+                        first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
+                        headroom=headroom(base))
         brief = Brief("designer", self.bench, self._shapes(), base=base, reference=reference,
-                      findings=list(findings), done=done)
+                      findings=list(findings), done=done, profile=base.profile)
         text = await self._ask(prompt, brief, load_schema("designer.json"))
         return mark_chosen(parse_plans(text), done)
 
@@ -307,17 +349,20 @@ class Scientist:
                         predicted=predicted_range(plan), kernels=_kernels(base, reference),
                         first_task=self._first_task(base), entry=self.problem.entry,
                         edit_format=render("edit_format.md"))
-        brief = Brief("writer", self.bench, self._shapes(), base=base, reference=reference, plan=plan)
+        brief = Brief("writer", self.bench, self._shapes(), base=base, reference=reference, plan=plan,
+                      profile=base.profile)
         return await self._draft(prompt, brief, base.source)
 
     async def repair(self, source: str, status: str, message: str, failing_shape: dict | None,
-                     attempt: int, coverage: str = "") -> Draft:
+                     attempt: int, coverage: str = "", profile: dict | None = None) -> Draft:
         prompt = render("repair.md", header=self.header(), task=self.task(), problem=self.problem_code(),
                         knowledge=self.code_knowledge.strip() or "(none)", attempt=attempt, status=status,
                         message=message, coverage=coverage or "not recorded",
                         failing_shape=json.dumps(failing_shape) if failing_shape else "(not recorded)",
-                        source=source.rstrip("\n"), edit_format=render("edit_format.md"))
-        brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message)
+                        source=source.rstrip("\n"), edit_format=render("edit_format.md"),
+                        profile=(profile_block(profile) + "\n") if profile_block(profile) else "")
+        brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message,
+                      profile=profile)
         return await self._draft(prompt, brief, source)
 
     # --- findings ------------------------------------------------------------------------------
