@@ -108,7 +108,7 @@ def _member(view: CandidateView) -> dict:
               "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
               "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
     profile = view.profile or {}
-    sol = sol_summary([_sol(s) for s in profile.get("sol") or []])
+    sol = sol_summary([ShapeSol.from_dict(s) for s in profile.get("sol") or []])
     if sol is not None:
         member["speed_of_light"] = {"worst": round(sol["worst"], 3), "median": round(sol["median"], 3),
                                     "worst_shape": shape_label(sol["worst_shape"]), "bound": sol["worst_bound"]}
@@ -120,10 +120,6 @@ def _member(view: CandidateView) -> dict:
     if profile.get("flag"):
         member["warning"] = profile["flag"]
     return member
-
-
-def _sol(s: dict) -> ShapeSol:
-    return ShapeSol(**{k: v for k, v in s.items() if k != "fraction"})
 
 
 def _selector_members(population: list[CandidateView]) -> list[CandidateView]:
