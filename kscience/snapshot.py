@@ -232,8 +232,9 @@ class Snapshot:
             p = self.profile_of.get(c["id"]) or {}
             facts, counters, sol = p.get("compile_facts") or [], p.get("ncu") or {}, self.sol_summary(c)
             out.append({"id": c["id"], "status": c["status"], "geomean_us": c["geomean_us"],
-                        "registers": max((f.get("registers") or 0 for f in facts), default=None),
-                        "spills": max((f.get("spills") or 0 for f in facts), default=None),
+                        "registers": max((f["registers"] for f in facts if f.get("registers") is not None),
+                                         default=None),
+                        "spills": max((f["spills"] for f in facts if f.get("spills") is not None), default=None),
                         "occupancy_pct": counters.get("occupancy_pct"), "dram_pct": counters.get("dram_pct"),
                         "sol_worst": sol["worst"] if sol else None, "flag": p.get("flag"),
                         "profile_s": p.get("profile_s")})
@@ -352,7 +353,8 @@ class Snapshot:
             "sol_best": [{"shape": shape_label(x["shape"]), "fraction": x["fraction"], "bound": x["bound"]}
                          for x in self.sol(best)],
             "n_profiled": sum(p.get("ncu") is not None for p in self.profiles),
-            "profile_s_total": sum(p.get("profile_s") or 0.0 for p in self.profiles) or None,
+            "profile_s_total": (sum(p.get("profile_s") or 0.0 for p in self.profiles)
+                                if any(p.get("ncu") for p in self.profiles) else None),
             "n_flagged": sum(bool(p.get("flag")) for p in self.profiles),
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
         }

@@ -114,12 +114,16 @@ def _member(view: CandidateView) -> dict:
                                     "worst_shape": shape_label(sol["worst_shape"]), "bound": sol["worst_bound"]}
     facts = profile.get("compile_facts") or []
     if facts:
-        member["compiled"] = {"registers": max((f.get("registers") or 0) for f in facts),
-                              "spills": max((f.get("spills") or 0) for f in facts),
+        member["compiled"] = {"registers": _most(facts, "registers"), "spills": _most(facts, "spills"),
                               "tensor_cores": any(f.get("tensor_core") for f in facts)}
     if profile.get("flag"):
         member["warning"] = profile["flag"]
     return member
+
+
+def _most(facts: list[dict], key: str) -> int | None:
+    """The largest known value of a compile fact over a candidate's kernels; None where none is known."""
+    return max((f[key] for f in facts if f.get(key) is not None), default=None)
 
 
 def _selector_members(population: list[CandidateView]) -> list[CandidateView]:
