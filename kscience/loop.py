@@ -23,7 +23,6 @@ from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience import profiling
 from kscience.baselines import compiled_baseline_wanted
-from kscience.evaluate import ncu
 from kscience.events import (CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, Event,
                              EventBus, FindingRecorded, HypothesesProposed, StageChanged)
 from kscience.problems import Problem, shape_label
@@ -82,11 +81,11 @@ class Controller:
             kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
                                             if c["kind"] in ("child", "repair") and c["status"] == R.OK]
             await self.scientist.preflight(kernels)
-        if self.profile == "ncu" and ncu.ncu_path() is None:  # said once; the run goes on unprofiled
+        missing = profiling.missing_profiler(self.profile)
+        if missing:  # said once; the run goes on unprofiled
+            self._emit(CandidateProfiled(candidate_id=None, iteration=self.iterations_done(), profiler=self.profile,
+                                         profile_s=None, message=missing))
             self.profile = None
-            self._emit(CandidateProfiled(candidate_id=None, iteration=self.iterations_done(), profiler="ncu",
-                                         profile_s=None, message="profile ncu: Nsight Compute (ncu) is not on "
-                                         "PATH; the run goes on without hardware counters"))
         await self._roots()
         self._observe()
         open_plans = [p for p in self.store.plans(self.run_id) if p["chosen"] and p["id"] not in self._found()]
@@ -312,18 +311,15 @@ class Controller:
                                       status=cand["status"],
                                       geomean_us=cand["geomean_us"], message=cand["message"],
                                       best_us=best, seed_us=seed))
-        if self.profile == "ncu" and twin is None and profiling.candidate_to_profile(cand, self._base_of(cand)):
-            await self._profile(cand)
+        if self.profile == "ncu" and twin is None:
+            plan = next((p for p in self.store.plans(self.run_id) if p["id"] == cand["plan_id"]), None)
+            if profiling.candidate_to_profile(cand, self.store.candidate(plan["base_id"]) if plan else None):
+                await self._profile(cand)
         return cand
 
-    def _base_of(self, cand: dict) -> dict | None:
-        """The kernel the candidate's plan built on (a repair is measured against it too); None for the seed."""
-        row = next((p for p in self.store.plans(self.run_id) if p["id"] == cand["plan_id"]), None)
-        return self.store.candidate(row["base_id"]) if row else None
-
     async def _profile(self, cand: dict) -> None:
-        """Nsight Compute on one shape of the candidate, with every evaluation slot held, so nothing is
-        timed while it runs; on a thread, so the run's events keep flowing. Its cost is shown, never timed."""
+        """Nsight Compute on one shape of the candidate, on a thread so events keep flowing, with every
+        evaluation slot held so nothing is timed meanwhile. Its cost is shown, and never timed."""
         said: list[str] = []
         async with self._profiling:
             held = 0
@@ -339,9 +335,9 @@ class Controller:
                     self._slots.release()
         if record is not None:
             self.store.record_profile(cand["id"], **record)
-        message = profiling.profiled_line(cand["id"], record) if record else "; ".join(said) or "not profiled"
         self._emit(CandidateProfiled(candidate_id=cand["id"], iteration=cand["iteration"], profiler="ncu",
-                                     profile_s=record["profile_s"] if record else None, message=message))
+                                     profile_s=record and record["profile_s"],
+                                     message=profiling.profiled_line(cand["id"], record, said)))
 
     async def _outcome(self, cand: dict, future) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it

@@ -26,6 +26,13 @@ def after_evaluation(problem: Problem, result: dict) -> dict:
             "sol": [s.to_dict() for s in result_sol(problem, result)]}
 
 
+def missing_profiler(profiler: str | None) -> str | None:
+    """The one line a run says when the profiler it was asked for is not on this machine; else None."""
+    if profiler == "ncu" and ncu.ncu_path() is None:
+        return "profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
+    return None
+
+
 def worth_profiling(kind: str, result: dict, base_result: dict | None) -> bool:
     """--profile ncu looks at the seed and at each correct candidate that beats its base."""
     if result.get("status") != "ok" or not result.get("geomean_us"):
@@ -62,8 +69,11 @@ def candidate_to_profile(cand: dict, base: dict | None) -> bool:
     return worth_profiling(kind, cand["result"] or {}, (base or {}).get("result"))
 
 
-def profiled_line(cand_id: str, record: dict) -> str:
-    """One line for the progress display: what Nsight Compute cost and what it saw."""
+def profiled_line(cand_id: str, record: dict | None, said: list[str] = ()) -> str:
+    """One line for the progress display: what Nsight Compute cost and what it saw, or what it `said`
+    when it gave no profile."""
+    if record is None:
+        return "; ".join(said) or f"profile ncu: {cand_id} was not profiled (no benchmark shape)"
     prof = record["ncu"]
     names = {k["name"] for k in prof.get("kernels", [])}
     text = (f"{cand_id} profiled with Nsight Compute in {record['profile_s']:.1f} s (outside its timing): "
@@ -94,7 +104,7 @@ def profile_with_ncu(problem: Problem, source: str, result: dict, *, gpu: int | 
     try:
         prof = ncu.profile(problem.locator, source, shape, overrides=problem.overrides, gpu=gpu,
                            timeout_s=timeout_s, say=say)
-    except ncu.NcuError as exc:
+    except (ncu.NcuError, OSError) as exc:  # OSError: ncu or its log could not be run or read
         say(f"profile ncu: {exc}")
         return None
     if prof is None:
