@@ -76,6 +76,14 @@ def fmt_pct(pct: float) -> str:
     return f"{pct:+.1f}%"
 
 
+def fmt_sol(summary: dict | None) -> str:
+    """A speed-of-light summary (Snapshot.sol_summary) as one short phrase."""
+    if summary is None:
+        return "no roofline bound"
+    return (f"worst {summary['worst']:.0%} ({shape_label(summary['worst_shape'])}, {summary['worst_bound']} bound), "
+            f"median {summary['median']:.0%}")
+
+
 def fmt_duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 60:

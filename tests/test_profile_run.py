@@ -22,6 +22,8 @@ from kscience.config import RunConfig
 from kscience.evaluate import compile_facts, ncu
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.events import CandidateProfiled, StageChanged
+from kscience.jupyter.panels import header_facts
+from kscience.jupyter.report import write_figures
 from kscience.problems import load_problem
 from kscience.progress import Progress
 from kscience.run import Run
@@ -195,3 +197,13 @@ def test_each_role_sees_compile_facts_counters_headroom_and_the_lazy_flag():
     assert members["c-2"]["warning"] == lazy and "Weigh the headroom" in prompts["selector"]
     # The repairer sees the failing kernel's profile, flag included.
     assert f"- WARNING: {lazy}" in prompts["repair"] and contexts["repair"].profile is child_profile
+
+
+def test_the_dashboard_and_the_report_show_speed_of_light(tmp_path):
+    run = h100_run(tmp_path, ScriptedScientist(factors=(0.5, 0.9, 1.1, 1.2, 1.3)), iterations=1)
+    run.start(background=False)
+    snap = Snapshot.load(run.store, run.id)
+    assert dict(header_facts(snap))["speed of light"] == "worst 50% (m=4096,n=4096, memory bound), median 50%"
+    written = write_figures(tmp_path / "k.db", tmp_path / "figures", run.id)
+    assert (tmp_path / "figures" / "softmax-sol.png") in written
+    assert (tmp_path / "figures" / "softmax-sol.png").read_bytes()[:4] == b"\x89PNG"

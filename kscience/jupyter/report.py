@@ -28,6 +28,7 @@ FIGURES = {  # file suffix -> (what it shows, drawing, figure size in inches)
     "shapes": ("per-shape speedup of the best kernel", plots.draw_shape_speedups, (7.0, 4.0)),
     "lineage": ("lineage tree of the candidates", plots.draw_lineage, (8.0, 5.0)),
     "uplift": ("predicted vs measured uplift of the experiments", plots.draw_uplift, (6.0, 5.0)),
+    "sol": ("fraction of speed of light per shape", plots.draw_speed_of_light, (7.0, 4.0)),
 }
 
 
