@@ -68,8 +68,10 @@ def profile_block(profile: dict | None) -> str:
 
 
 def headroom(view: CandidateView | None) -> str:
-    """The designer's headroom line for a kernel: how far its slowest shape is from the roofline bound."""
-    return render_headroom((view.profile or {}).get("sol") or [] if view is not None else [])
+    """The designer's headroom for a kernel: how far its slowest shape is from the roofline bound, and
+    how to use that; one line saying it is unknown where there is no bound (the CPU interpreter)."""
+    sols = (view.profile or {}).get("sol") or [] if view is not None else []
+    return render("headroom.md", line=render_headroom(sols)) if sols else render_headroom(sols)
 
 
 def _summary(view: CandidateView) -> str:
