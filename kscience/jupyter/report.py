@@ -77,6 +77,8 @@ def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = 
                          f"--figures-dir {shlex.quote(str(figures_dir))} --run {snap.run['id']}"
     written = []
     for suffix, (what, draw, size) in FIGURES.items():
+        if suffix == "sol" and snap.sol_summary(snap.best) is None:  # no roofline bound (CPU): nothing to plot
+            continue
         fig = Figure(figsize=size, dpi=120, layout="constrained")
         draw(fig.add_subplot(), snap)
         fig.suptitle(f"{snap.run['problem']}: {what}\nrun {snap.run['id']}, {device}, {snap.run['llm']}", fontsize=9)
