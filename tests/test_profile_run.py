@@ -176,6 +176,7 @@ def test_each_role_sees_compile_facts_counters_headroom_and_the_lazy_flag():
         await sci.design(base, None, [])
         await sci.write(PLAN, base, None)
         await sci.repair(base.source, "wrong_answer", "mismatch", {"m": 64}, 1, profile=child_profile)
+        await sci.finding(PLAN, base, "ok", 900.0, child=child)
 
     asyncio.run(go())
     prompts = llm.prompts
@@ -197,6 +198,8 @@ def test_each_role_sees_compile_facts_counters_headroom_and_the_lazy_flag():
     assert members["c-2"]["warning"] == lazy and "Weigh the headroom" in prompts["selector"]
     # The repairer sees the failing kernel's profile, flag included.
     assert f"- WARNING: {lazy}" in prompts["repair"] and contexts["repair"].profile is child_profile
+    # The note-taker sees the new kernel's profile beside its times.
+    assert "Per-shape times of the new kernel: " in prompts["finding"] and f"- WARNING: {lazy}" in prompts["finding"]
 
 
 def test_the_dashboard_and_the_report_show_speed_of_light(tmp_path):

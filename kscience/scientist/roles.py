@@ -67,6 +67,12 @@ def profile_block(profile: dict | None) -> str:
     return text
 
 
+def _line_block(profile: dict | None) -> str:
+    """The profile block as lines of their own inside a template, or nothing."""
+    block = profile_block(profile)
+    return block + "\n" if block else ""
+
+
 def headroom(view: CandidateView | None) -> str:
     """The designer's headroom for a kernel: how far its slowest shape is from the roofline bound, and
     how to use that; one line saying it is unknown where there is no bound (the CPU interpreter)."""
@@ -362,7 +368,7 @@ class Scientist:
                         message=message, coverage=coverage or "not recorded",
                         failing_shape=json.dumps(failing_shape) if failing_shape else "(not recorded)",
                         source=source.rstrip("\n"), edit_format=render("edit_format.md"),
-                        profile=(profile_block(profile) + "\n") if profile_block(profile) else "")
+                        profile=_line_block(profile))
         brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message,
                       profile=profile)
         return await self._draft(prompt, brief, source)
@@ -380,7 +386,7 @@ class Scientist:
                         coverage=(child.coverage if child is not None else "") or "not recorded",
                         child_shapes=format_times(child.shape_times) if child is not None else "not recorded",
                         result=clause, measured=f"{pct:+.1f}%" if pct is not None else f"none ({child_status})",
-                        predicted=predicted_range(plan))
+                        predicted=predicted_range(plan), profile=_line_block(child.profile if child else None))
         brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
-                      measured_pct=pct)
+                      measured_pct=pct, profile=child.profile if child else None)
         return f"{plan.title}: {clause}. {lesson(await self._ask(prompt, brief))}".rstrip()
