@@ -81,10 +81,8 @@ class Controller:
             kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
                                             if c["kind"] in ("child", "repair") and c["status"] == R.OK]
             await self.scientist.preflight(kernels)
-        missing = profiling.missing_profiler(self.profile)
-        if missing:  # said once; the run goes on unprofiled
-            self._emit(CandidateProfiled(candidate_id=None, iteration=self.iterations_done(), profiler=self.profile,
-                                         profile_s=None, message=missing))
+        if missing := profiling.missing_profiler(self.profile):  # said once; the run goes on unprofiled
+            self._emit(CandidateProfiled(None, self.iterations_done(), self.profile, None, missing))
             self.profile = None
         await self._roots()
         self._observe()
@@ -311,10 +309,9 @@ class Controller:
                                       status=cand["status"],
                                       geomean_us=cand["geomean_us"], message=cand["message"],
                                       best_us=best, seed_us=seed))
-        if self.profile == "ncu" and twin is None:
-            plan = next((p for p in self.store.plans(self.run_id) if p["id"] == cand["plan_id"]), None)
-            if profiling.candidate_to_profile(cand, self.store.candidate(plan["base_id"]) if plan else None):
-                await self._profile(cand)
+        if self.profile == "ncu" and twin is None and profiling.candidate_to_profile(
+                cand, self.store.plans(self.run_id), self.store.candidate):
+            await self._profile(cand)
         return cand
 
     async def _profile(self, cand: dict) -> None:

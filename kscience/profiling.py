@@ -60,12 +60,15 @@ def stop_message(problem: Problem, best: dict | None, target: float | None) -> s
             f"(median {s['median']:.0%}), within the --stop-at-sol {target:g} target: the run ends here")
 
 
-def candidate_to_profile(cand: dict, base: dict | None) -> bool:
-    """Whether --profile looks at this stored candidate, given the kernel its plan built on (None for the
-    seed). A repaired seed is the seed; a repaired child is compared with its plan's base, as the child is."""
+def candidate_to_profile(cand: dict, plans: list[dict], candidate) -> bool:
+    """Whether --profile looks at this stored candidate, given the run's plans and `candidate(id)` to read
+    the kernel its plan built on. A repaired seed is the seed; a repaired child is compared with its
+    plan's base, as the child is."""
     kind = "seed" if cand["iteration"] == 0 and cand["kind"] in ("seed", "repair") else cand["kind"]
     if kind not in ("seed", "child", "repair"):  # the baselines are timed, not profiled
         return False
+    plan = next((p for p in plans if p["id"] == cand["plan_id"]), None)
+    base = candidate(plan["base_id"]) if plan else None
     return worth_profiling(kind, cand["result"] or {}, (base or {}).get("result"))
 
 

@@ -210,3 +210,19 @@ def test_the_dashboard_and_the_report_show_speed_of_light(tmp_path):
     written = write_figures(tmp_path / "k.db", tmp_path / "figures", run.id)
     assert (tmp_path / "figures" / "softmax-sol.png") in written
     assert (tmp_path / "figures" / "softmax-sol.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_which_stored_candidates_profile_ncu_looks_at():
+    ok = lambda us: {"status": "ok", "geomean_us": us}  # noqa: E731
+    rows = {"c-base": {"id": "c-base", "result": ok(100.0)}}
+    plans = [{"id": "p-1", "base_id": "c-base"}]
+
+    def cand(kind, iteration, us, plan_id=None):
+        return {"kind": kind, "iteration": iteration, "plan_id": plan_id, "result": ok(us)}
+
+    look = lambda c: profiling.candidate_to_profile(c, plans, rows.__getitem__)  # noqa: E731
+    assert look(cand("seed", 0, 100.0)) and look(cand("repair", 0, 100.0))  # a repaired seed is the seed
+    assert not look(cand("reference", 0, 10.0)) and not look(cand("compiled", 0, 10.0))  # baselines: timed only
+    assert look(cand("child", 1, 90.0, "p-1")) and not look(cand("child", 1, 110.0, "p-1"))
+    assert look(cand("repair", 1, 90.0, "p-1"))  # a repaired child against its plan's base, as the child is
+    assert not look({**cand("child", 1, 90.0, "p-1"), "result": {"status": "wrong_answer", "geomean_us": None}})
