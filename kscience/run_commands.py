@@ -116,7 +116,8 @@ def cmd_show(args) -> int:
     if row["error"]:
         print(f"error: {row['error']}")
     # SOL: the worst shape's fraction of the roofline bound, "-" without one (CPU interpreter, failures).
-    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<9} {'status':<13} {'geomean us':>14} {'SOL':>5}  hypothesis")
+    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<9} {'status':<13} {'geomean us':>14} {'SOL':>5}"
+          "  hypothesis")
     for c in snap.candidates:
         sol = snap.sol_summary(c)
         sol_text = f"{sol['worst']:.0%}" if sol else "-"
