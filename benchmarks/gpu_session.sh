@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The single-GPU checks the issues ask for, runnable as one command or step by step (a device
 # command may run 10 minutes at most, so a step that overruns is cut off and the next one starts):
-#   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs] [profile]
+#   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs] [profile] [profile-run]
 #   (none named: tests, evaluator, runs, model-runs)
 # model-runs: two iterations on every built-in (offline) and on a KernelBench level-1 and level-2 file
 # (the offline scientist must refuse them before any timing; then a scripted model writes the kernels).
 # profile: compile facts and Nsight Compute metrics of every built-in seed.
+# profile-run: an offline softmax run (1 iteration) with --profile ncu; its DB, `kscience show` and the
+# cost per profiled candidate and per round (benchmarks/profile_cost.py) land in OUTDIR.
 # Issue 13 (evaluations anywhere), about 7 minutes on one H100, each step its own time limit:
 #   bash benchmarks/gpu_session.sh OUTDIR spare ray queue cpuslots
 #     spare     benchmarks/spare_cost.py: what slows an evaluation while a spare starts (fp8, 5 modes)
@@ -36,6 +38,16 @@ for step in $steps; do
             "$out/offline-runs.db" ;;
     profile) timeout "${PROFILE_S:-540}" python3 benchmarks/profile_seeds.py --out "$out" 2>&1 \
                | tee "$out/profile-seeds.log" ;;
+    profile-run) rm -f "$out/profile-run.db"*
+                 timeout "${PROFILE_RUN_S:-540}" python3 -m kscience.cli run softmax --llm offline --iterations 1 \
+                   --profile ncu --db "$out/profile-run.db" 2>&1 | tee "$out/profile-run.log"
+                 python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+                   "$out/profile-run.db"
+                 python3 -m kscience.cli show "$(python3 -m kscience.cli runs --db "$out/profile-run.db" --json \
+                   | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" --db "$out/profile-run.db" \
+                   2>&1 | tee -a "$out/profile-run.log"
+                 python3 benchmarks/profile_cost.py --db "$out/profile-run.db" --out "$out/profile-run-cost.json" \
+                   2>&1 | tee -a "$out/profile-run.log" ;;
     model-runs) timeout "${MODEL_RUNS_S:-570}" python3 benchmarks/model_runs.py --iterations "${ITERATIONS:-2}" \
                   ${ONLY:+--only "$ONLY"} --db "$out/model-runs.db" --out "$out" 2>&1 | tee -a "$out/model-runs.log"
                 python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
@@ -60,6 +72,7 @@ for step in $steps; do
              "$out/queue-run.db" ;;
     cpuslots) timeout "${CPUSLOTS_S:-240}" python3 benchmarks/scaleout.py --executors local --cpu-workers 1,2,4,8 \
                 --candidates "${CANDIDATES_CPU:-16}" --out "$out/scaleout-cpu-slots.json" 2>&1 | tee "$out/scaleout-cpu-slots.log" ;;
-    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, spare, ray, queue, cpuslots)" >&2; exit 2 ;;
+    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots)" >&2
+       exit 2 ;;
   esac
 done

@@ -16,6 +16,7 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kscience.evaluate.queue_executor import queue_directory
+from kscience.profiling import PROFILERS
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
 from kscience.scientist.llm.factory import default_llm_spec
 from kscience.store import DEFAULT_DB
@@ -87,6 +88,13 @@ class RunConfig:
                                              "eager PyTorch baseline (timed by default on a GPU)", kind="off")
     target: str | None = setting(None, "--target", "hardware the kernels are for, e.g. h100 or mi300x "
                                  "(default: the device the run evaluates on)", metavar="GPU")
+    # Nsight Compute on the seed and on each candidate that beats its base, outside the timed evaluation.
+    profile: str | None = setting(None, "--profile", "hardware counters of the seed and of each candidate that "
+                                  "beats its base (Nsight Compute; its cost is shown, never timed)",
+                                  choices=PROFILERS, on_resume=True)
+    stop_at_sol: float | None = setting(None, "--stop-at-sol", "end the run once its best kernel reaches this "
+                                        "fraction of the roofline bound on every shape, e.g. 0.8", metavar="F",
+                                        on_resume=True)
 
     def __post_init__(self):
         if not self.problem:
@@ -101,6 +109,11 @@ class RunConfig:
             self.executor = "queue:" + queue_directory(self.executor)
         if self.iterations < 0 or self.repairs < 0:
             raise ConfigError("iterations and repairs must be >= 0")
+        if self.profile is not None and self.profile not in PROFILERS:
+            raise ConfigError(f"unknown profiler {self.profile!r}: use {', '.join(PROFILERS)}")
+        if self.stop_at_sol is not None and not 0 < self.stop_at_sol <= 1:
+            raise ConfigError(f"--stop-at-sol is a fraction of speed of light in (0, 1], e.g. 0.8; "
+                              f"not {self.stop_at_sol:g}")
 
     def to_dict(self) -> dict:
         return asdict(self)

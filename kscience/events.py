@@ -87,6 +87,19 @@ class EvaluationWaiting(Event):
 
 
 @dataclass
+class CandidateProfiled(Event):
+    """A profiler looked at a candidate outside its timed evaluation (--profile), or could not:
+    `profile_s` is what it cost (None when it did not run) and `message` one line of what it saw or why not."""
+
+    type: ClassVar[str] = "candidate_profiled"
+    candidate_id: str | None  # None: a notice about the profiler itself (e.g. ncu is not installed)
+    iteration: int
+    profiler: str
+    profile_s: float | None
+    message: str
+
+
+@dataclass
 class FindingRecorded(Event):
     type: ClassVar[str] = "finding_recorded"
     plan_id: str
@@ -118,8 +131,8 @@ class RunFailed(Event):
 
 
 EVENT_TYPES = {cls.type: cls for cls in (StageChanged, HypothesesProposed, CandidateWritten,
-                                         CandidateEvaluated, EvaluationWaiting, FindingRecorded, RunFinished,
-                                         RunFailed)}
+                                         CandidateEvaluated, EvaluationWaiting, CandidateProfiled, FindingRecorded,
+                                         RunFinished, RunFailed)}
 
 
 def event_from_dict(d: dict) -> Event:

@@ -21,9 +21,10 @@ from dataclasses import asdict
 
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
+from kscience import profiling
 from kscience.baselines import compiled_baseline_wanted
-from kscience.events import (CandidateEvaluated, CandidateWritten, EvaluationWaiting, Event, EventBus,
-                             FindingRecorded, HypothesesProposed, StageChanged)
+from kscience.events import (CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, Event,
+                             EventBus, FindingRecorded, HypothesesProposed, StageChanged)
 from kscience.problems import Problem, shape_label
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
 from kscience.scientist.hardware import describe, run_target
@@ -58,7 +59,8 @@ def _diff(before: str, after: str) -> str:
 class Controller:
     def __init__(self, *, store: Store, run_id: str, problem: Problem, scientist, executor: Executor,
                  bus: EventBus, repairs: int, seed_source: str, reference_source: str, compiled_source: str,
-                 compiled_baseline: bool | None, stop: threading.Event):
+                 compiled_baseline: bool | None, stop: threading.Event, profile: str | None = None,
+                 stop_at_sol: float | None = None):
         self.store, self.run_id, self.problem = store, run_id, problem
         self.scientist, self.executor, self.bus = scientist, executor, bus
         self.repairs = repairs
@@ -67,6 +69,8 @@ class Controller:
         self._stop = stop  # set by the user (Run.stop)
         self._halted = False  # set when one experiment failed, so its siblings stop too
         self._slots = asyncio.Semaphore(max(1, executor.capacity))
+        self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile ncu, --stop-at-sol F
+        self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
 
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
@@ -77,12 +81,20 @@ class Controller:
             kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
                                             if c["kind"] in ("child", "repair") and c["status"] == R.OK]
             await self.scientist.preflight(kernels)
+        if missing := profiling.missing_profiler(self.profile):  # said once; the run goes on unprofiled
+            self._emit(CandidateProfiled(None, self.iterations_done(), self.profile, None, missing))
+            self.profile = None
         await self._roots()
         self._observe()
         open_plans = [p for p in self.store.plans(self.run_id) if p["chosen"] and p["id"] not in self._found()]
         await self._experiments(open_plans)
         while self.iterations_done() < target:
             self._check_stop()
+            reached = profiling.stop_message(self.problem, best_candidate(self.store.candidates(self.run_id)),
+                                             self.stop_at_sol)
+            if reached is not None:
+                self._stage("done", self.iterations_done(), reached)
+                return
             try:
                 await self._iteration(self.iterations_done() + 1)
             except NothingLeft as exc:
@@ -236,7 +248,8 @@ class Controller:
             self._stage("repair", iteration, f"{broken['id']} attempt {attempts}")
             failing = (broken["result"] or {}).get("failing_shape")
             draft = await self.scientist.repair(broken["source"], broken["status"], broken["message"], failing,
-                                                attempts, coverage=coverage(broken["result"], self.problem))
+                                                attempts, coverage=coverage(broken["result"], self.problem),
+                                                profile=self.store.profile(broken["id"]))
             last = self._add_draft(draft, kind="repair", parent_id=broken["id"], parent_source=broken["source"],
                                    iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
                                    repair_attempt=attempts)
@@ -289,13 +302,39 @@ class Controller:
                             self.store.record_result(cand["id"], future.result().to_dict())
                     raise
         cand = self.store.record_result(cand["id"], result)
+        self.store.record_profile(cand["id"], **profiling.after_evaluation(self.problem, result))
         best, seed = self._best_and_seed()
         self._emit(CandidateEvaluated(candidate_id=cand["id"], parent_id=cand["parent_id"], kind=cand["kind"],
                                       iteration=cand["iteration"], hypothesis=cand["hypothesis"],
                                       status=cand["status"],
                                       geomean_us=cand["geomean_us"], message=cand["message"],
                                       best_us=best, seed_us=seed))
+        if self.profile == "ncu" and twin is None and profiling.candidate_to_profile(
+                cand, self.store.plans(self.run_id), self.store.candidate):
+            await self._profile(cand)
         return cand
+
+    async def _profile(self, cand: dict) -> None:
+        """Nsight Compute on one shape of the candidate, on a thread so events keep flowing, with every
+        evaluation slot held so nothing is timed meanwhile. Its cost is shown, and never timed."""
+        said: list[str] = []
+        async with self._profiling:
+            held = 0
+            try:
+                for _ in range(max(1, self.executor.capacity)):
+                    await self._slots.acquire()
+                    held += 1
+                self._stage("profile", cand["iteration"], cand["id"])
+                record = await asyncio.to_thread(profiling.profile_with_ncu, self.problem, cand["source"],
+                                                 cand["result"], say=said.append)
+            finally:
+                for _ in range(held):
+                    self._slots.release()
+        if record is not None:
+            self.store.record_profile(cand["id"], **record)
+        self._emit(CandidateProfiled(candidate_id=cand["id"], iteration=cand["iteration"], profiler="ncu",
+                                     profile_s=record and record["profile_s"],
+                                     message=profiling.profiled_line(cand["id"], record, said)))
 
     async def _outcome(self, cand: dict, future) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it
@@ -328,6 +367,7 @@ class Controller:
         cands = [c for c in self.store.candidates(self.run_id)
                  if c["kind"] not in BASELINE_KINDS and c["result"] is not None]
         by_id = {c["id"]: c for c in cands}
+        profiles = {p["candidate_id"]: p for p in self.store.profiles(self.run_id)}
         children: dict[str, int] = {}
         for c in cands:
             children[c["parent_id"]] = children.get(c["parent_id"], 0) + 1
@@ -338,15 +378,16 @@ class Controller:
                 c, d = by_id[c["parent_id"]], d + 1
             return d
 
-        return {c["id"]: self._view(c, depth(c), children.get(c["id"], 0)) for c in cands}
+        return {c["id"]: self._view(c, depth(c), children.get(c["id"], 0), profiles.get(c["id"])) for c in cands}
 
-    def _view(self, c: dict, depth: int = 0, n_children: int = 0) -> CandidateView:
+    def _view(self, c: dict, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
         result = c["result"] or {}
+        profile = profile or self.store.profile(c["id"])
         return CandidateView(
             id=c["id"], parent_id=c["parent_id"], hypothesis=c["hypothesis"], status=c["status"],
             geomean_us=c["geomean_us"], source=c["source"], message=c["message"],
             shape_times={shape_label(s["shape"]): s["time_us"] for s in result.get("shapes", []) if s.get("time_us")},
-            depth=depth, n_children=n_children, coverage=coverage(result, self.problem))
+            depth=depth, n_children=n_children, coverage=coverage(result, self.problem), profile=profile)
 
     def _observe(self) -> None:
         """Tell the scientist how the numbers were measured: the device and timing of the (repaired) seed,

@@ -26,6 +26,13 @@ def after_evaluation(problem: Problem, result: dict) -> dict:
             "sol": [s.to_dict() for s in result_sol(problem, result)]}
 
 
+def missing_profiler(profiler: str | None) -> str | None:
+    """The one line a run says when the profiler it was asked for is not on this machine; else None."""
+    if profiler == "ncu" and ncu.ncu_path() is None:
+        return "profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
+    return None
+
+
 def worth_profiling(kind: str, result: dict, base_result: dict | None) -> bool:
     """--profile ncu looks at the seed and at each correct candidate that beats its base."""
     if result.get("status") != "ok" or not result.get("geomean_us"):
@@ -39,6 +46,46 @@ def worth_profiling(kind: str, result: dict, base_result: dict | None) -> bool:
 def reached_sol(problem: Problem, best_result: dict, target: float | None) -> bool:
     """--stop-at-sol: the run's best is within `target` of the roofline bound on every shape."""
     return stop_at_sol(result_sol(problem, best_result), target)
+
+
+def stop_message(problem: Problem, best: dict | None, target: float | None) -> str | None:
+    """The line a run ends with when its best candidate (a stored row) reached --stop-at-sol; else None."""
+    if target is None or best is None or not best.get("result"):
+        return None
+    sols = result_sol(problem, best["result"])
+    if not stop_at_sol(sols, target):
+        return None
+    s = summary(sols)
+    return (f"best kernel {best['id']} reaches {s['worst']:.0%} of speed of light or more on every shape "
+            f"(median {s['median']:.0%}), within the --stop-at-sol {target:g} target: the run ends here")
+
+
+def candidate_to_profile(cand: dict, plans: list[dict], candidate) -> bool:
+    """Whether --profile looks at this stored candidate, given the run's plans and `candidate(id)` to read
+    the kernel its plan built on. A repaired seed is the seed; a repaired child is compared with its
+    plan's base, as the child is."""
+    kind = "seed" if cand["iteration"] == 0 and cand["kind"] in ("seed", "repair") else cand["kind"]
+    if kind not in ("seed", "child", "repair"):  # the baselines are timed, not profiled
+        return False
+    plan = next((p for p in plans if p["id"] == cand["plan_id"]), None)
+    base = candidate(plan["base_id"]) if plan else None
+    return worth_profiling(kind, cand["result"] or {}, (base or {}).get("result"))
+
+
+def profiled_line(cand_id: str, record: dict | None, said: list[str] = ()) -> str:
+    """One line for the progress display: what Nsight Compute cost and what it saw, or what it `said`
+    when it gave no profile."""
+    if record is None:
+        return "; ".join(said) or f"profile ncu: {cand_id} was not profiled (no benchmark shape)"
+    prof = record["ncu"]
+    names = {k["name"] for k in prof.get("kernels", [])}
+    text = (f"{cand_id} profiled with Nsight Compute in {record['profile_s']:.1f} s (outside its timing): "
+            f"{len(prof.get('kernels', []))} launch(es) of {len(names)} kernel(s)")
+    if prof.get("occupancy_pct") is not None:
+        text += f", occupancy {prof['occupancy_pct']:.0f}%"
+    if prof.get("dram_pct") is not None:
+        text += f", DRAM {prof['dram_pct']:.0f}% of peak"
+    return text + (f"; WARNING {record['flag']}" if record.get("flag") else "")
 
 
 def profile_shape(problem: Problem, result: dict) -> dict | None:
@@ -60,7 +107,7 @@ def profile_with_ncu(problem: Problem, source: str, result: dict, *, gpu: int | 
     try:
         prof = ncu.profile(problem.locator, source, shape, overrides=problem.overrides, gpu=gpu,
                            timeout_s=timeout_s, say=say)
-    except ncu.NcuError as exc:
+    except (ncu.NcuError, OSError) as exc:  # OSError: ncu or its log could not be run or read
         say(f"profile ncu: {exc}")
         return None
     if prof is None:

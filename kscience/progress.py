@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from kscience.events import CandidateEvaluated, EvaluationWaiting, HypothesesProposed, RunFinished, StageChanged
+from kscience.events import (CandidateEvaluated, CandidateProfiled, EvaluationWaiting, HypothesesProposed, RunFinished,
+                             StageChanged)
 from kscience.snapshot import fmt_us, fmt_x, speedup
 
 _PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
@@ -52,6 +53,8 @@ class Progress:
             self._line(f"  {event.candidate_id} {event.kind:<9} {event.status:<13} {us}  {what[:70]}")
             if self.bar is not None and event.best_us:
                 self.bar.set_description_str(f"best {fmt_us(event.best_us, ' us')}")
+        elif isinstance(event, CandidateProfiled):  # what the profile cost, or why there is none (said once)
+            self._line(f"  {event.message}")
         elif isinstance(event, EvaluationWaiting):
             self._line(f"  {event.candidate_id} waiting {event.waited_s:.0f} s: {event.state}")
             if self.bar is not None:

@@ -42,6 +42,11 @@ class ShapeSol:
     def to_dict(self) -> dict:
         return dict(asdict(self), fraction=self.fraction)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "ShapeSol":
+        """From `to_dict()` (as stored), the derived `fraction` dropped."""
+        return cls(**{k: v for k, v in d.items() if k != "fraction"})
+
 
 def shape_sol(shape: dict, time_us: float, flops: float, nbytes: float, peaks: Peaks,
               precision: str) -> ShapeSol | None:

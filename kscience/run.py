@@ -167,7 +167,8 @@ class Run:
                                     repairs=self.config.repairs, seed_source=self._seed_source,
                                     reference_source=reference_source(self.problem),
                                     compiled_source=compiled_source(self.problem),
-                                    compiled_baseline=self.config.compiled_baseline, stop=self._stop)
+                                    compiled_baseline=self.config.compiled_baseline, stop=self._stop,
+                                    profile=self.config.profile, stop_at_sol=self.config.stop_at_sol)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"

@@ -115,10 +115,14 @@ def cmd_show(args) -> int:
     print("\n".join(summary_lines(row, metrics)))
     if row["error"]:
         print(f"error: {row['error']}")
-    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<9} {'status':<13} {'geomean us':>14}  hypothesis")
+    # SOL: the worst shape's fraction of the roofline bound, "-" without one (CPU interpreter, failures).
+    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<9} {'status':<13} {'geomean us':>14} {'SOL':>5}"
+          "  hypothesis")
     for c in snap.candidates:
+        sol = snap.sol_summary(c)
+        sol_text = f"{sol['worst']:.0%}" if sol else "-"
         print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {c['kind']:<9} {c['status']:<13} "
-              f"{fmt_us(c['geomean_us']):>14}  {c['hypothesis'][:60]}")
+              f"{fmt_us(c['geomean_us']):>14} {sol_text:>5}  {c['hypothesis'][:60]}")
     return 0
 
 

@@ -9,11 +9,12 @@ process says the same everywhere: the database is the only source of truth.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from kscience.problems import geomean, shape_label
 from kscience.evaluate import result as R
+from kscience.roofline import ShapeSol, summary
 from kscience.store import BASELINE_KINDS, PENDING, Store
 
 BENCHMARK = "benchmark"
@@ -73,6 +74,14 @@ def fmt_x(ratio: float | None) -> str:
 
 def fmt_pct(pct: float) -> str:
     return f"{pct:+.1f}%"
+
+
+def fmt_sol(summary: dict | None) -> str:
+    """A speed-of-light summary (Snapshot.sol_summary) as one short phrase."""
+    if summary is None:
+        return "no roofline bound"
+    return (f"worst {summary['worst']:.0%} ({shape_label(summary['worst_shape'])}, {summary['worst_bound']} bound), "
+            f"median {summary['median']:.0%}")
 
 
 def fmt_duration(seconds: float) -> str:
@@ -136,11 +145,13 @@ class Snapshot:
     findings: list[dict]
     usage: dict  # store.llm_usage
     taken_at: float
+    profiles: list[dict] = field(default_factory=list)  # what a profiler saw, per candidate (store.profiles)
 
     @classmethod
     def load(cls, store: Store, run_id: str) -> "Snapshot":
         return cls(run=store.run(run_id), candidates=store.candidates(run_id), plans=store.plans(run_id),
-                   findings=store.findings(run_id), usage=store.llm_usage(run_id), taken_at=time.time())
+                   findings=store.findings(run_id), usage=store.llm_usage(run_id), taken_at=time.time(),
+                   profiles=store.profiles(run_id))
 
     # --- the population ----------------------------------------------------------------------
     @cached_property
@@ -206,6 +217,36 @@ class Snapshot:
             parent = c["parent_id"] if c["parent_id"] in self.by_id else None
             tree.setdefault(parent, []).append(c)
         return tree
+
+    # --- what a profiler saw ------------------------------------------------------------------
+    @cached_property
+    def profile_of(self) -> dict[str, dict]:
+        """candidate id -> its stored profile (compile facts, ncu counters, speed of light, flag)."""
+        return {p["candidate_id"]: p for p in self.profiles}
+
+    def sol(self, candidate: dict | None) -> list[dict]:
+        """Speed of light per timed shape of a candidate (stored dicts with `fraction`); [] without a bound."""
+        return list((self.profile_of.get(candidate["id"]) or {}).get("sol") or []) if candidate else []
+
+    def sol_summary(self, candidate: dict | None) -> dict | None:
+        """Worst and median fraction of speed of light over shapes, and the worst shape and its bound."""
+        return summary([ShapeSol.from_dict(s) for s in self.sol(candidate)])
+
+    def profile_points(self) -> list[dict]:
+        """Per evaluated population member, the numbers a paper plots: speed against occupancy, spills
+        against failures. None where a profiler did not see it."""
+        out = []
+        for c in self.evaluated:
+            p = self.profile_of.get(c["id"]) or {}
+            facts, counters, sol = p.get("compile_facts") or [], p.get("ncu") or {}, self.sol_summary(c)
+            out.append({"id": c["id"], "status": c["status"], "geomean_us": c["geomean_us"],
+                        "registers": max((f["registers"] for f in facts if f.get("registers") is not None),
+                                         default=None),
+                        "spills": max((f["spills"] for f in facts if f.get("spills") is not None), default=None),
+                        "occupancy_pct": counters.get("occupancy_pct"), "dram_pct": counters.get("dram_pct"),
+                        "sol_worst": sol["worst"] if sol else None, "flag": p.get("flag"),
+                        "profile_s": p.get("profile_s")})
+        return out
 
     # --- the run -----------------------------------------------------------------------------
     @property
@@ -315,6 +356,14 @@ class Snapshot:
             "uplift_in_range": sum(bool(p["inside"]) for p in measured),
             "uplift_mean_abs_error_pct": sum(errors) / len(errors) if errors else None,
             "llm": self.usage,
+            "sol_worst": (self.sol_summary(best) or {}).get("worst"),
+            "sol_median": (self.sol_summary(best) or {}).get("median"),
+            "sol_best": [{"shape": shape_label(x["shape"]), "fraction": x["fraction"], "bound": x["bound"]}
+                         for x in self.sol(best)],
+            "n_profiled": sum(p.get("ncu") is not None for p in self.profiles),
+            "profile_s_total": (sum(p.get("profile_s") or 0.0 for p in self.profiles)
+                                if any(p.get("ncu") for p in self.profiles) else None),
+            "n_flagged": sum(bool(p.get("flag")) for p in self.profiles),
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
         }
 

@@ -42,4 +42,19 @@ def summary_lines(row: dict, m: dict) -> list[str]:
                                              if uplift else "no plan measured"),
               f"  LLM                    {llm['calls']} calls, {llm['tokens']:,} tokens, ${llm['cost_usd']:.4f}"
               + (f" ({llm['unpriced']} unpriced)" if llm["unpriced"] else "")]
+    return lines + sol_lines(m)
+
+
+def sol_lines(m: dict) -> list[str]:
+    """Speed of light of the best kernel per shape, and what profiling cost; nothing without a bound."""
+    lines = []
+    if m.get("sol_best"):
+        lines.append(f"  speed of light (best)  worst {m['sol_worst']:.0%}, median {m['sol_median']:.0%} of the "
+                     f"roofline bound over {len(m['sol_best'])} shape(s)")
+        lines += [f"    {s['shape']:<30}{s['fraction']:>6.0%} of the {s['bound']} bound" for s in m["sol_best"]]
+    if m.get("n_profiled"):
+        lines.append(f"  profiled (ncu)         {m['n_profiled']} candidate(s), {m['profile_s_total']:.1f} s in all, "
+                     f"{m['profile_s_total'] / m['n_profiled']:.1f} s each, outside any timing")
+    if m.get("n_flagged"):
+        lines.append(f"  NOT DOING THE WORK     {m['n_flagged']} candidate(s) flagged by their counters")
     return lines

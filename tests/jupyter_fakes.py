@@ -85,7 +85,7 @@ class FakeScientist:
         source = fake_kernel(round(us * 0.8, 3)) if plan.title == "faster" else fake_kernel(us, "wrong_answer")
         return Draft(source=source, mode="edits", edits_total=1, edits_applied=1)
 
-    async def repair(self, source, status, message, failing_shape, attempt, coverage=""):
+    async def repair(self, source, status, message, failing_shape, attempt, coverage="", profile=None):
         return Draft(source=None, mode="edits", edits_total=1, edits_applied=0, error="no fix found")
 
     async def finding(self, plan, base, child_status, child_geomean_us, child=None):

@@ -13,7 +13,8 @@ from kscience.jupyter.magics import KscienceMagics
 
 # Values that must be valid, and what they become; any other setting gets one from its type.
 SAMPLES = {"llm": ("offline", "offline"), "strategy": ("tree", "tree"), "executor": ("ray", "ray"),
-           "overrides": ("N=5", {"N": "5"}), "llm_timeout_s": ("30", 30.0)}
+           "overrides": ("N=5", {"N": "5"}), "llm_timeout_s": ("30", 30.0),
+           "profile": ("ncu", "ncu"), "stop_at_sol": ("0.8", 0.8)}
 CLI_ONLY = {"--seed-kernel", "--json", "--help", "-h"}  # a cell body is the kernel; JSON is for the terminal
 MAGIC_ONLY = {"--output", "-o", "--resume", "--force", "--view", "--help", "-h"}
 FLAGGED = [f for f in fields(RunConfig) if f.metadata["flag"]]
@@ -117,6 +118,11 @@ def test_bad_settings_are_one_line_errors():
         RunConfig(problem="softmax", executor="slurm")
     with pytest.raises(ConfigError, match="--set expects NAME=VALUE"):
         options_from_args(build_parser().parse_args(["run", "softmax", "--set", "N5"]))
+    for bad in (0.0, 1.5, -0.2):
+        with pytest.raises(ConfigError, match="stop-at-sol is a fraction of speed of light"):
+            RunConfig(problem="softmax", stop_at_sol=bad)
+    with pytest.raises(ConfigError, match="unknown profiler 'nsys'"):
+        RunConfig(problem="softmax", profile="nsys")
 
 
 def test_without_llm_the_model_is_chosen_from_the_keys_and_said(monkeypatch, capsys):

@@ -137,7 +137,7 @@ class ScriptedScientist:
         return Draft(source=fake_kernel(round(kernel_time(base.source) * factor, 3), status), mode="edit",
                      edits_total=2, edits_applied=2 if status == "ok" else 1)
 
-    async def repair(self, source, status, message, failing_shape, attempt, coverage=""):
+    async def repair(self, source, status, message, failing_shape, attempt, coverage="", profile=None):
         self._enter("repair", status, message, failing_shape, attempt)
         fixed = source if self.repairs_fail else source.replace("'wrong_answer'", "'ok'")
         return Draft(source=fixed + f"# attempt {attempt}\n", mode="edit", edits_total=1, edits_applied=1)

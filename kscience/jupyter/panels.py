@@ -12,7 +12,7 @@ import difflib
 import html
 
 from kscience.liveness import display_status
-from kscience.snapshot import Snapshot, error_text, fmt_duration, fmt_pct, fmt_us, fmt_x, inside_range
+from kscience.snapshot import Snapshot, error_text, fmt_duration, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
 TABLE = "border-collapse: collapse; font-size: 12px;"
@@ -59,8 +59,12 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     vs_seed, vs_ref = snap.speedups(best) if best else (None, None)
     best_text = (f"{best['id']}: {fmt_us(best['geomean_us'], ' us')}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs reference"
                  if best else "none yet")
-    return [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
-            ("LLM", llm), ("best", best_text)]
+    facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
+             ("LLM", llm), ("best", best_text)]
+    sol = snap.sol_summary(best)
+    if sol is not None:  # only with a roofline bound: GPU timings on a known device
+        facts.append(("speed of light", fmt_sol(sol)))
+    return facts
 
 
 def header_html(snap: Snapshot, session_s: float | None = None) -> str:

@@ -14,7 +14,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from kscience.snapshot import Snapshot, fmt_us, fmt_x, shape_times, speedup
+from kscience.problems import shape_label
+from kscience.snapshot import Snapshot, fmt_sol, fmt_us, fmt_x, shape_times, speedup
 
 STATUS_COLOURS = {
     "ok": "#2e7d32", "wrong_answer": "#ef6c00", "compile_error": "#c62828", "runtime_error": "#8e24aa",
@@ -141,6 +142,36 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     ax.set_ylabel("speedup of the best kernel")
     ax.set_title(f"best kernel {best['id']}: {fmt_us(best['geomean_us'], ' us')} geomean", fontsize=9)
     ax.legend(fontsize=8, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def draw_speed_of_light(ax, snap: Snapshot) -> None:
+    """Per benchmark shape: the fraction of the roofline bound the best kernel and the seed reach
+    (1.0 is the bound: bytes at peak bandwidth or FLOPs at peak rate, whichever is larger)."""
+    best = snap.best
+    rows = snap.sol(best)
+    if not rows:
+        ax.text(0.5, 0.5, "no roofline bound (CPU interpreter, unknown device or no correct kernel)",
+                ha="center", va="center", transform=ax.transAxes, color="#757575", fontsize=8)
+        return
+    labels = [shape_label(r["shape"]) for r in rows]
+    seed = {shape_label(r["shape"]): r["fraction"] for r in snap.sol(snap.seed)}
+    series = [(f"best {best['id']}", [r["fraction"] for r in rows], "#2e7d32")]
+    if seed and snap.seed["id"] != best["id"]:
+        series.append(("seed", [seed.get(label, 0.0) for label in labels], "#9e9e9e"))
+    width = 0.8 / len(series)
+    for k, (name, values, colour) in enumerate(series):
+        positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
+        bars = ax.bar(positions, values, width=width, label=name, color=colour)
+        ax.bar_label(bars, labels=[f"{v:.0%}" for v in values], fontsize=7, padding=2)
+    ax.axhline(1.0, color="#000000", linewidth=1, linestyle="-.", label="roofline bound")
+    ax.set_ylim(0, max(1.1, max(v for _, values, _ in series for v in values) * 1.1))
+    bounds = [r["bound"] for r in rows]
+    ax.set_xticks(range(len(labels)), [f"{label}\n({b})" for label, b in zip(labels, bounds)],
+                  rotation=20, ha="right", fontsize=7)
+    ax.set_ylabel("fraction of speed of light")
+    ax.set_title(f"best kernel {best['id']}: {fmt_sol(snap.sol_summary(best))}", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
     ax.grid(axis="y", alpha=0.3)
 
 

@@ -28,6 +28,7 @@ FIGURES = {  # file suffix -> (what it shows, drawing, figure size in inches)
     "shapes": ("per-shape speedup of the best kernel", plots.draw_shape_speedups, (7.0, 4.0)),
     "lineage": ("lineage tree of the candidates", plots.draw_lineage, (8.0, 5.0)),
     "uplift": ("predicted vs measured uplift of the experiments", plots.draw_uplift, (6.0, 5.0)),
+    "sol": ("fraction of speed of light per shape", plots.draw_speed_of_light, (7.0, 4.0)),
 }
 
 
@@ -76,6 +77,8 @@ def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = 
                          f"--figures-dir {shlex.quote(str(figures_dir))} --run {snap.run['id']}"
     written = []
     for suffix, (what, draw, size) in FIGURES.items():
+        if suffix == "sol" and snap.sol_summary(snap.best) is None:  # no roofline bound (CPU): nothing to plot
+            continue
         fig = Figure(figsize=size, dpi=120, layout="constrained")
         draw(fig.add_subplot(), snap)
         fig.suptitle(f"{snap.run['problem']}: {what}\nrun {snap.run['id']}, {device}, {snap.run['llm']}", fontsize=9)

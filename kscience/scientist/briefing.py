@@ -231,3 +231,6 @@ class Brief:
     message: str = ""
     child: object = None  # CandidateView of the experiment's result, for the finding
     measured_pct: float | None = None
+    # What a profiler saw of the kernel the role works on (the base, or the kernel to repair): the stored
+    # profile (compile_facts, ncu, sol per shape, flag); each CandidateView carries its own as well.
+    profile: dict | None = None

@@ -22,6 +22,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kscience.profile_report import render_headroom, render_profile
+from kscience.problems.spec import shape_label
+from kscience.roofline import ShapeSol
+from kscience.roofline import summary as sol_summary
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
                                          render_header)
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
@@ -49,11 +53,39 @@ class Draft:
     error: str | None = None  # one line when source is None
 
 
+def profile_block(profile: dict | None) -> str:
+    """What a profiler saw of a kernel (compile facts, Nsight Compute counters, speed of light per shape,
+    the 'not doing the work' flag); empty when nothing was seen (the CPU interpreter compiles nothing)."""
+    if not profile or not (profile.get("compile_facts") or profile.get("ncu") or profile.get("sol")
+                           or profile.get("flag")):
+        return ""
+    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"))
+    sols = profile.get("sol") or []
+    if sols:
+        text += "\nSpeed of light per shape: " + "; ".join(
+            f"{shape_label(s['shape'])}: {s['fraction']:.0%} of the {s['bound']} bound" for s in sols) + "."
+    return text
+
+
+def _line_block(profile: dict | None) -> str:
+    """The profile block as lines of their own inside a template, or nothing."""
+    block = profile_block(profile)
+    return block + "\n" if block else ""
+
+
+def headroom(view: CandidateView | None) -> str:
+    """The designer's headroom for a kernel: how far its slowest shape is from the roofline bound, and
+    how to use that; one line saying it is unknown where there is no bound (the CPU interpreter)."""
+    sols = (view.profile or {}).get("sol") or [] if view is not None else []
+    return render("headroom.md", line=render_headroom(sols)) if sols else render_headroom(sols)
+
+
 def _summary(view: CandidateView) -> str:
     time = f"geomean {view.geomean_us:.2f} us" if view.geomean_us else "no time"
+    block = profile_block(view.profile)
     return (f"Status {view.status}, {time}, from experiment \"{view.hypothesis}\" (depth {view.depth}).\n"
             f"Per-shape median times: {format_times(view.shape_times)}.\n"
-            f"Shapes covered: {view.coverage or 'not recorded'}.")
+            f"Shapes covered: {view.coverage or 'not recorded'}." + (f"\n{block}" if block else ""))
 
 
 def has_kernel(source: str) -> bool:
@@ -79,10 +111,27 @@ def _kernels(base: CandidateView, reference: CandidateView | None) -> str:
 
 
 def _member(view: CandidateView) -> dict:
-    return {"id": view.id, "parent": view.parent_id, "depth": view.depth, "children": view.n_children,
-            "status": view.status, "geomean_us": round(view.geomean_us, 3) if view.geomean_us else None,
-            "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
-            "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
+    member = {"id": view.id, "parent": view.parent_id, "depth": view.depth, "children": view.n_children,
+              "status": view.status, "geomean_us": round(view.geomean_us, 3) if view.geomean_us else None,
+              "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
+              "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
+    profile = view.profile or {}
+    sol = sol_summary([ShapeSol.from_dict(s) for s in profile.get("sol") or []])
+    if sol is not None:
+        member["speed_of_light"] = {"worst": round(sol["worst"], 3), "median": round(sol["median"], 3),
+                                    "worst_shape": shape_label(sol["worst_shape"]), "bound": sol["worst_bound"]}
+    facts = profile.get("compile_facts") or []
+    if facts:
+        member["compiled"] = {"registers": _most(facts, "registers"), "spills": _most(facts, "spills"),
+                              "tensor_cores": any(f.get("tensor_core") for f in facts)}
+    if profile.get("flag"):
+        member["warning"] = profile["flag"]
+    return member
+
+
+def _most(facts: list[dict], key: str) -> int | None:
+    """The largest known value of a compile fact over a candidate's kernels; None where none is known."""
+    return max((f[key] for f in facts if f.get(key) is not None), default=None)
 
 
 def _selector_members(population: list[CandidateView]) -> list[CandidateView]:
@@ -274,9 +323,10 @@ class Scientist:
                      + "; ".join(done) + "\n") if done else ""
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(),
                         knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
-                        first_task=self._first_task(base), findings=fit_findings(findings), done=done_text)
+                        first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
+                        headroom=headroom(base))
         brief = Brief("designer", self.bench, self._shapes(), base=base, reference=reference,
-                      findings=list(findings), done=done)
+                      findings=list(findings), done=done, profile=base.profile)
         text = await self._ask(prompt, brief, load_schema("designer.json"))
         return mark_chosen(parse_plans(text), done)
 
@@ -307,17 +357,20 @@ class Scientist:
                         predicted=predicted_range(plan), kernels=_kernels(base, reference),
                         first_task=self._first_task(base), entry=self.problem.entry,
                         edit_format=render("edit_format.md"))
-        brief = Brief("writer", self.bench, self._shapes(), base=base, reference=reference, plan=plan)
+        brief = Brief("writer", self.bench, self._shapes(), base=base, reference=reference, plan=plan,
+                      profile=base.profile)
         return await self._draft(prompt, brief, base.source)
 
     async def repair(self, source: str, status: str, message: str, failing_shape: dict | None,
-                     attempt: int, coverage: str = "") -> Draft:
+                     attempt: int, coverage: str = "", profile: dict | None = None) -> Draft:
         prompt = render("repair.md", header=self.header(), task=self.task(), problem=self.problem_code(),
                         knowledge=self.code_knowledge.strip() or "(none)", attempt=attempt, status=status,
                         message=message, coverage=coverage or "not recorded",
                         failing_shape=json.dumps(failing_shape) if failing_shape else "(not recorded)",
-                        source=source.rstrip("\n"), edit_format=render("edit_format.md"))
-        brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message)
+                        source=source.rstrip("\n"), edit_format=render("edit_format.md"),
+                        profile=_line_block(profile))
+        brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message,
+                      profile=profile)
         return await self._draft(prompt, brief, source)
 
     # --- findings ------------------------------------------------------------------------------
@@ -333,7 +386,7 @@ class Scientist:
                         coverage=(child.coverage if child is not None else "") or "not recorded",
                         child_shapes=format_times(child.shape_times) if child is not None else "not recorded",
                         result=clause, measured=f"{pct:+.1f}%" if pct is not None else f"none ({child_status})",
-                        predicted=predicted_range(plan))
+                        predicted=predicted_range(plan), profile=_line_block(child.profile if child else None))
         brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
-                      measured_pct=pct)
+                      measured_pct=pct, profile=child.profile if child else None)
         return f"{plan.title}: {clause}. {lesson(await self._ask(prompt, brief))}".rstrip()

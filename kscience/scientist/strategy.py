@@ -39,6 +39,8 @@ class CandidateView:
     depth: int = 0  # distance from the seed in the attempt tree
     n_children: int = 0
     coverage: str = ""  # which shapes its verdict covered (briefing.coverage)
+    # What a profiler saw (a stored profile: compile_facts, ncu, sol per shape, flag); None: nothing yet.
+    profile: dict | None = None
 
 
 @dataclass

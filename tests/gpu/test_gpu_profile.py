@@ -88,3 +88,26 @@ def test_the_judge_reports_compile_facts_of_every_seed():
         print(name, json.dumps(result.compile_facts), result.phases_s)
         assert result.compile_facts and all(f["registers"] and f["num_warps"] for f in result.compile_facts)
         assert result.phases_s["close"] < 2.0  # read as the worker closes, never inside a timing
+
+
+def test_a_run_stores_what_a_profiler_saw_of_its_seed(tmp_path):
+    """Issue 17 wired into a run: compile facts and speed of light of every evaluation, and with
+    --profile ncu (where ncu is installed) the seed's counters, their cost kept beside them."""
+    from kscience.config import RunConfig
+    from kscience.run import Run
+    from kscience.snapshot import Snapshot
+    from kscience.store import Store
+
+    store = Store(tmp_path / "k.db")
+    run = Run.create(RunConfig(problem="softmax", iterations=0, llm="offline", profile="ncu"), store=store)
+    assert run.start(background=False).status == "finished"
+    snap = Snapshot.load(store, run.id)
+    seed = snap.profile_of[snap.seed["id"]]
+    assert seed["compile_facts"] and all(f["registers"] for f in seed["compile_facts"])
+    sol = snap.sol_summary(snap.seed)
+    print(json.dumps({"sol": sol, "metrics": {k: v for k, v in snap.metrics().items() if "sol" in k or "profile" in k}},
+                     indent=1, default=str))
+    assert sol is not None and 0 < sol["worst"] <= 1.0
+    if ncu.ncu_path() is not None:
+        assert seed["ncu"]["kernels"] and seed["profile_s"] > 0
+        assert snap.metrics()["n_profiled"] == 1  # the seed only: the baselines are timed, not profiled
