@@ -17,7 +17,6 @@ import re
 from llm_servers import FakeOpenAI, Reply
 
 
-
 def plans(n: int) -> dict:
     """The designer's answer: n plans, so n experiments per design round (at most three are chosen)."""
     return {"avenues": ["tile", "fuse", "vectorise"], "plans": [
@@ -45,6 +44,8 @@ class ScriptedKernelModel(FakeOpenAI):
     def answer(self, body: dict) -> str:
         schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
         prompt = body["messages"][-1]["content"]
+        if "Reply with the single word" in prompt:  # the run's first, one-word request
+            return "ready"
         if schema == "designer":
             return json.dumps(plans(self.n_plans))
         if schema == "selector":
@@ -52,12 +53,13 @@ class ScriptedKernelModel(FakeOpenAI):
             ok = [m for m in members if m.get("status") == "ok" and m.get("geomean_us")]
             best = min(ok, key=lambda m: m["geomean_us"]) if ok else members[0]
             return json.dumps({"base_id": best["id"], "reference_id": "", "justification": "fastest"})
-        if prompt.startswith("# Experiment"):
+        if "# Experiment" in prompt:  # the finding role (every prompt opens with the measurement header)
             return "The scripted change kept the kernel correct."
-        name = re.search(r"Problem `([^`]+)`", prompt).group(1)
-        if name in self.solutions:
-            return f"```python\n{self.solutions[name]}\n```"
-        base = re.search(r"```python\n(.*?)```", prompt, re.S).group(1)
+        named = re.search(r"Problem `([^`]+)`", prompt)
+        if named and named.group(1) in self.solutions:
+            return f"```python\n{self.solutions[named.group(1)]}\n```"
+        # The kernel to vary is the last code block: the reference's source comes earlier in the prompt.
+        base = re.findall(r"```python\n(.*?)```", prompt, re.S)[-1]
         return f"```python\n{base}# scripted variant {prompt.count('variant')}\n```"
 
     def reply_body(self, reply: Reply, params: dict, request) -> dict:
