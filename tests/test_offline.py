@@ -11,7 +11,7 @@ from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem
 from kscience.scientist.briefing import Brief
 from kscience.scientist.llm.base import LLMError
-from kscience.scientist.moves import catalogue
+from kscience.scientist.offline.moves import catalogue
 from kscience.scientist.offline import OfflineLLM
 from kscience.scientist.roles import CandidateView, Plan, Scientist
 
