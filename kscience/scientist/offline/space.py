@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
+from functools import cached_property
 
 from kscience.scientist.offline.kernel_source import Source
 from kscience.scientist.offline.moves import Knob, caps, find_knobs, legal, set_knob
@@ -24,7 +25,7 @@ POW2_RANGE = {  # kind -> (smallest, largest) power of two the search tries
 }
 STAGES = range(1, 6)
 NON_DOT_TILE_SPAN = 8  # without tl.dot a block may be large (a whole row); search within x/÷8 of the seed's
-ENUMERATE_UP_TO = 20000  # spaces up to this many raw combinations are listed exactly
+ENUMERATE_UP_TO = 1000  # spaces up to this many raw combinations are listed exactly (larger ones are sampled)
 
 
 def _pow2s(low: int, high: int) -> list[int]:
@@ -48,9 +49,12 @@ class KnobSpace:
             return None
         return {name: found[name] for name in self.names}
 
+    @cached_property
+    def _declared(self) -> dict[str, int]:
+        return {k.name.upper(): k.value for k in find_knobs(self.src)}
+
     def is_legal(self, config: dict[str, int]) -> bool:
-        values = {**{k.name.upper(): k.value for k in find_knobs(self.src)},
-                  **{name.upper(): v for name, v in config.items()}}
+        values = {**self._declared, **{name.upper(): v for name, v in config.items()}}
         return all(config[k.name] in self.values[k.name] and legal(self.src, k, config[k.name], values)
                    for k in self.knobs)
 
