@@ -77,7 +77,7 @@ def test_same_seed_same_answers_and_seeds_vary_the_plans():
 
 
 def test_structural_moves_already_reported_are_not_offered_again():
-    problem = load_problem("matmul")
+    problem = load_problem("softmax")
     first = run(offline_scientist(problem).design(seed_view(problem), None, []))
     findings = [f"{p.title}: -3.0% measured (1.00 -> 1.03 us) vs -5..+10% predicted. Slower." for p in first]
     second = run(offline_scientist(problem).design(seed_view(problem), None, findings))
