@@ -54,7 +54,7 @@ def table(rows: list[dict]) -> list[str]:
     if rows and "s_per_eval" in rows[0]:
         header, keys = header + ["iterations", "s/eval"], keys + ["iterations", "s_per_eval"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
+    return lines + ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows]
 
 
 def write(stem: Path, title: str, device: str, stamp: str, iterations, rows: list[dict]) -> None:
@@ -76,8 +76,9 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"offline-runs-{device.name.replace(' ', '_').replace('(', '').replace(')', '')}-{stamp}"
-    title = (f"Offline baseline (knob search: {search_name()}), budgets {', '.join(f'{b * 3} evaluations' for b in budgets)}, "
-             f"{device.name}, {stamp}")
+    title = f"Offline baseline (knob search: {search_name()}), 3 evaluations per iteration, {device.name}, {stamp}"
+    # Earlier sweeps of the same day and device (another problem list or budget) stay in the files.
+    old = json.loads(stem.with_suffix(".json").read_text()).get("rows", []) if stem.with_suffix(".json").exists() else []
     rows = []
     for iterations in budgets:
         for problem in args.problems.split(","):
@@ -92,7 +93,9 @@ def main() -> int:
                 row = row_for(store, run["id"], problem)
             rows.append(dict(row, iterations=iterations, exit_code=code, wall_s=round(wall, 1),
                              s_per_eval=round(wall / max(1, row["n_candidates"] or 1), 1)))
-            write(stem, title, device.name, stamp, budgets, rows)  # after each run: a cut-off sweep keeps it
+            kept = [r for r in old if (r["problem"], r.get("iterations")) not in {(x["problem"], x["iterations"]) for x in rows}]
+            write(stem, title, device.name, stamp, sorted({r.get("iterations") for r in kept + rows} - {None}),
+                  kept + rows)  # after each run: a cut-off sweep keeps it
     print(f"\n{title}\n" + "\n".join(table(rows)))
     print(f"wrote {stem}.json and .md")
     return 0
