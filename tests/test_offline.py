@@ -11,8 +11,11 @@ from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem
 from kscience.scientist.briefing import Brief
 from kscience.scientist.llm.base import LLMError
-from kscience.scientist.moves import catalogue
+from kscience.scientist.offline.moves import catalogue
 from kscience.scientist.offline import OfflineLLM
+from kscience.scientist.offline.backend import SEARCH_TITLE
+from kscience.scientist.offline.kernel_source import Source
+from kscience.scientist.offline.structural import STRUCTURAL_MOVES
 from kscience.scientist.roles import CandidateView, Plan, Scientist
 
 BUILTINS = builtin_names()
@@ -37,18 +40,19 @@ def all_shapes(problem):
 
 
 @pytest.mark.parametrize("name", BUILTINS)
-def test_designer_gives_five_valid_plans_and_three_are_chosen_by_the_rules(name):
+def test_designer_gives_three_distinct_plans_all_chosen_search_configs_and_a_structural_move(name):
     problem = load_problem(name)
     plans = run(offline_scientist(problem).design(seed_view(problem), None, []))
-    assert len(plans) == 5 and len({p.title for p in plans}) == 5
+    assert 1 <= len(plans) <= 3 and len({p.title for p in plans}) == len(plans)
+    assert all(p.chosen for p in plans)
     for p in plans:
         assert p.rationale and p.changes and p.predicted_min_pct <= p.predicted_max_pct and 1 <= p.innovation <= 10
-    chosen = [p for p in plans if p.chosen]
-    assert {p.why_chosen for p in chosen} == RULES
-    by_rule = {p.why_chosen: p for p in chosen}
-    assert by_rule["most innovative"].innovation == max(p.innovation for p in plans)
-    rest = [p for p in plans if p is not by_rule["most innovative"]]
-    assert by_rule["highest max"].predicted_max_pct == max(p.predicted_max_pct for p in rest)
+    searched = [p for p in plans if p.title.startswith(SEARCH_TITLE)]
+    assert searched, "the knob search proposes configurations on every built-in seed"
+    assert all(("optuna-tpe" in p.rationale or "random+local" in p.rationale or "exhaustive" in p.rationale)
+               for p in searched)
+    structural = {m.title for build in STRUCTURAL_MOVES for m in build(Source(problem.seed_source), all_shapes(problem))}
+    assert len(plans) - len(searched) == (1 if structural else 0)
 
 
 @pytest.mark.parametrize("name", BUILTINS)
@@ -72,15 +76,13 @@ def test_same_seed_same_answers_and_seeds_vary_the_plans():
     assert len({tuple(d) for d in designs}) > 1
 
 
-def test_designer_puts_moves_already_in_the_findings_last():
-    problem = load_problem("matmul")
+def test_structural_moves_already_reported_are_not_offered_again():
+    problem = load_problem("softmax")
     first = run(offline_scientist(problem).design(seed_view(problem), None, []))
     findings = [f"{p.title}: -3.0% measured (1.00 -> 1.03 us) vs -5..+10% predicted. Slower." for p in first]
     second = run(offline_scientist(problem).design(seed_view(problem), None, findings))
-    untried = len(catalogue(problem.seed_source, all_shapes(problem))) - len(first)
-    assert 0 < untried < 5  # so the second round must reuse one, and it must come after the new ones
-    assert not {p.title for p in first} & {p.title for p in second[:untried]}
-    assert {p.title for p in second[untried:]} <= {p.title for p in first}
+    tried = {p.title for p in first if not p.title.startswith(SEARCH_TITLE)}
+    assert tried and not tried & {p.title for p in second}
 
 
 def test_designer_takes_knob_values_from_a_reference():
@@ -200,7 +202,7 @@ def test_repair_restores_the_parents_knobs_for_a_kernel_it_wrote():
     problem = load_problem("matmul")
     sci = offline_scientist(problem)
     base = seed_view(problem)
-    plan = next(p for p in run(sci.design(base, None, [])) if "->" in p.title)
+    plan = next(p for p in run(sci.design(base, None, [])) if p.title.startswith(SEARCH_TITLE))
     child = run(sci.write(plan, base, None)).source
     draft = run(sci.repair(child, "wrong_answer", "m=129,n=257,k=320: max abs err 3.1", {"m": 129}, 1))
     assert draft.error is None and draft.source.strip() == problem.seed_source.strip()
@@ -213,7 +215,7 @@ def test_repair_fails_honestly_when_it_has_nothing_to_offer():
     draft = run(sci.repair(stranger, "wrong_answer", "max abs err 0.5", None, 1))
     assert draft.source is None and draft.error.startswith("after one retry")
     base = seed_view(problem)
-    plan = next(p for p in run(sci.design(base, None, [])) if p.title == "Four rows per program")
+    plan = Plan("Four rows per program", "a structural move of the catalogue", ["rows"], 0, 5, 5)
     child = run(sci.write(plan, base, None)).source
     draft = run(sci.repair(child, "wrong_answer", "max abs err 0.5", None, 1))
     assert draft.source is None  # a structural change is beyond a knob edit
@@ -295,5 +297,5 @@ def test_designer_answer_follows_the_schema_it_is_given():
     answer = json.loads(text)
     assert set(seen["schema"]["required"]) <= set(answer)
     item = seen["schema"]["properties"]["plans"]["items"]
-    assert len(answer["plans"]) == 5 and all(set(item["required"]) <= set(p) for p in answer["plans"])
-    assert 5 <= len(answer["avenues"]) <= 10 and all(isinstance(a, str) for a in answer["avenues"])
+    assert len(answer["plans"]) == 3 and all(set(item["required"]) <= set(p) for p in answer["plans"])
+    assert len(answer["avenues"]) == 3 and all(isinstance(a, str) for a in answer["avenues"])

@@ -6,8 +6,11 @@ numbers), never the prompt's text, so rewording a prompt cannot break it; and it
 format a model is asked for, JSON for the selector and designer, SEARCH/REPLACE blocks for the
 writer and repairer, a sentence for findings, so the roles run the same code with or without a model.
 
-Its ideas come from a fixed catalogue (`moves.py`): knob retuning within the rules of the knowledge
-notes and a few structural rewrites where the source has a pattern it recognises. It is honest
+Its ideas come from a search over the knobs the kernel declares (`space.py`, `search.py`): each
+round the designer proposes the search's next configurations, told what every kernel it has seen
+in a brief measured (the base, the reference, each finding's child), and the writer sets them on
+the best kernel so far; one slot a round goes to an untried structural rewrite from the catalogue
+(`moves.py`, `structural.py`) where the source has a pattern it recognises. It is honest
 about its limits: a plan outside the catalogue is declined, and a repair it cannot justify fails.
 It is deterministic: every answer draws from a generator seeded with (seed, role, prompt).
 """
@@ -23,15 +26,20 @@ from typing import Any
 
 from kscience.scientist import strategy
 from kscience.scientist.edits import edits_between, render_edits
-from kscience.scientist.kernel_source import Source
+from kscience.scientist.offline.kernel_source import Source
 from kscience.scientist.llm.base import LLM, LLMCall, LLMError, full_prompt
-from kscience.scientist.moves import allowed, catalogue, find_knobs, set_knob
+from kscience.scientist.offline.moves import allowed, catalogue, find_knobs, set_knob
+from kscience.scientist.offline.search import Observation, best_of, propose, search_name
+from kscience.scientist.offline.space import describe, knob_space
+from kscience.scientist.offline.structural import STRUCTURAL_MOVES
 
-NOTICE = "offline scientist (no LLM configured): ideas come from a fixed catalogue of knob and structural moves"
+NOTICE = ("offline scientist (no LLM configured): plain autotuning of the seed's declared knobs plus a fixed "
+          "catalogue of structural moves")
 RESOURCE_ERROR = re.compile(r"out of resource|shared memory|too many resources|OutOfResources|registers|\bLDS\b",
                             re.IGNORECASE)
-PLANS = 5
-AVENUES = 10
+EXPERIMENTS = 3  # plans per round, all of them chosen (plans.mark_chosen keeps three)
+STRUCTURAL_PER_ROUND = 1  # slots a round gives an untried structural move; the rest go to the knob search
+SEARCH_TITLE = "knob search: "
 
 
 def _key(source: str) -> str:
@@ -51,6 +59,11 @@ class OfflineLLM(LLM):
         self.seed = seed
         # kernels this scientist wrote -> the kernel each was derived from, so a repair can revert knobs
         self._parents: dict[str, str] = {}
+        # knob values (sorted (name, value) pairs) -> best geomean us seen in a brief (None: only failures):
+        # what the knob search is told
+        self._measured: dict[tuple, float | None] = {}
+        self.search_ran: set[str] = set()  # which searches proposed configurations ("optuna-tpe", ...)
+        self.notice = f"{NOTICE}; knob search: {search_name()}"
 
     async def preflight(self, problem: Any, kernels: list[str]) -> None:
         """It cannot write a kernel from scratch: without a catalogue move on any of `kernels` (the seed, and
@@ -101,38 +114,89 @@ class OfflineLLM(LLM):
         return json.dumps({"base_id": chosen.base_id, "reference_id": chosen.reference_id or "",
                            "justification": f"{NOTICE}; tournament rule: {chosen.justification}"})
 
-    # --- designer: catalogue moves, untried first --------------------------------------------------
+    # --- designer: the knob search's next configurations, plus structural moves --------------------
     def _moves(self, brief):
         if brief.base is None:
             raise LLMError("offline scientist: the brief has no base kernel")
         ref = brief.reference
         return catalogue(brief.base.source, brief.shapes, ref.source if ref else None, ref.id if ref else "the reference")
 
+    def _observe(self, source: str | None, geomean_us: float | None) -> None:
+        """Tell the search what a kernel it has seen in a brief measured (None: it failed)."""
+        try:
+            knobs = tuple(sorted((k.name, k.value) for k in find_knobs(Source(source or ""))))
+        except SyntaxError:
+            return
+        if knobs:
+            old = self._measured.get(knobs)
+            self._measured[knobs] = geomean_us if old is None else min(old, geomean_us or old)
+
+    def _observations(self, space) -> list[Observation]:
+        out = []
+        for knobs, us in self._measured.items():
+            values = dict(knobs)
+            if all(name in values for name in space.names):
+                out.append(Observation(tuple((name, values[name]) for name in space.names), us))
+        return out
+
     def _design(self, brief, rng: random.Random) -> str:
         moves = self._moves(brief)
-        if not moves:
-            raise LLMError(f"offline scientist: no catalogue move applies to {brief.base.id} "
+        base = brief.base
+        self._observe(base.source, base.geomean_us if strategy.is_ok(base) else None)
+        if brief.reference is not None:
+            self._observe(brief.reference.source, brief.reference.geomean_us)
+        reported = {f.split(":", 1)[0] for f in brief.findings} | set(brief.done)
+        structural = [m for m in moves if m.title in self._structural_titles(brief) and m.title not in reported]
+        space = knob_space(base.source)
+        observations = self._observations(space)
+        slots = EXPERIMENTS - min(len(structural), STRUCTURAL_PER_ROUND)
+        configs, method = propose(space, observations, slots, self.seed)
+        self.search_ran.add(method)
+        best = best_of(observations)
+        said = (f"{method} search over {len(space.names)} knobs ({', '.join(space.names)}; {space.size()} raw "
+                f"combinations), seed {self.seed}, after {len(observations)} measured configurations"
+                + (f"; best so far {best.geomean_us:.2f} us at {describe(dict(best.config))}" if best else ""))
+        plans = [{"title": f"{SEARCH_TITLE}{describe(c)}",
+                  "rationale": f"{said}. The search proposes this configuration; it is written onto the best "
+                               "kernel so far, so the best configuration is never lost.",
+                  "changes": [f"set {describe(c)} (the other knobs keep the base's values)"],
+                  "predicted_min_pct": -10, "predicted_max_pct": 10, "innovation": 1} for c in configs]
+        plans += [{"title": m.title, "rationale": m.rationale, "changes": m.changes,
+                   "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
+                   "innovation": m.innovation} for m in structural[:EXPERIMENTS - len(plans)]]
+        if not plans:  # knob space exhausted and every structural move tried: the old one-step moves
+            plans = [{"title": m.title, "rationale": m.rationale, "changes": m.changes,
+                      "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
+                      "innovation": m.innovation} for m in moves[:EXPERIMENTS]]
+        if not plans:
+            raise LLMError(f"offline scientist: no catalogue move applies to {base.id} "
                            "(no tunable literal and no pattern it knows how to rewrite)")
-        reported = {f.split(":", 1)[0] for f in brief.findings}
-        # Weighted random order (keys u ** (1 / weight)): bolder moves tend to come first; moves the
-        # findings already report come last.
-        order = sorted(moves, key=lambda m: (m.title in reported, -rng.random() ** (1 / m.innovation)))
-        plans = [{"title": m.title, "rationale": m.rationale, "changes": m.changes,
-                  "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
-                  "innovation": m.innovation} for m in order[:PLANS]]
-        avenues = [f"{m.title}: {_first_sentence(m.rationale)}" for m in order[:AVENUES]]
+        avenues = [f"{p['title']}: {_first_sentence(p['rationale'])}" for p in plans]
         return json.dumps({"avenues": avenues, "plans": plans}, indent=1)
 
-    # --- writer: the named move as SEARCH/REPLACE blocks ----------------------------------------------
+    @staticmethod
+    def _structural_titles(brief) -> set[str]:
+        try:
+            src = Source(brief.base.source)
+        except SyntaxError:
+            return set()
+        return {m.title for build in STRUCTURAL_MOVES for m in build(src, brief.shapes)}
+
+    # --- writer: the configuration or the named move as SEARCH/REPLACE blocks -------------------------
     def _write(self, brief, rng: random.Random) -> str:
         title, base = brief.plan.title, brief.base.source
-        move = next((m for m in self._moves(brief) if m.title == title), None)
-        if move is None:
-            return (f"The offline scientist cannot carry out \"{title}\": it is not one of its catalogue moves "
-                    "for this kernel, and it writes no code beyond those.")
+        if title.startswith(SEARCH_TITLE):
+            config = {name: int(v) for name, v in re.findall(r"(\w+)=(\d+)", title[len(SEARCH_TITLE):])}
+            new_source = knob_space(base).apply(base, config)
+        else:
+            move = next((m for m in self._moves(brief) if m.title == title), None)
+            if move is None:
+                return (f"The offline scientist cannot carry out \"{title}\": it is not one of its catalogue moves "
+                        "for this kernel, and it writes no code beyond those.")
+            new_source = move.new_source
         start = brief.source or base  # a retry starts from what the first answer left
-        edits = edits_between(start, move.new_source)
-        self._parents[_key(move.new_source)] = base
+        edits = edits_between(start, new_source)
+        self._parents[_key(new_source)] = base
         return f"Carrying out \"{title}\" in {len(edits)} edit block(s).\n\n{render_edits(edits)}"
 
     # --- repair: smaller resources, or the parent's knob values --------------------------------------
@@ -191,6 +255,11 @@ class OfflineLLM(LLM):
     # --- findings: the lesson the numbers support ------------------------------------------------------
     def _finding(self, brief, rng: random.Random) -> str:
         status = brief.status
+        if brief.child is not None:
+            self._observe(brief.child.source, brief.child.geomean_us if status == strategy.OK else None)
+        elif brief.plan.title.startswith(SEARCH_TITLE) and brief.base is not None:  # it never became a kernel
+            config = {name: int(v) for name, v in re.findall(r"(\w+)=(\d+)", brief.plan.title[len(SEARCH_TITLE):])}
+            self._observe(knob_space(brief.base.source).apply(brief.base.source, config), None)
         if status != strategy.OK:
             return (f"The change broke the kernel ({status}), so its constraints need checking before the idea "
                     "is tried again.")

@@ -20,8 +20,8 @@ import ast
 import re
 from dataclasses import dataclass
 
-from kscience.scientist.kernel_source import Move, Source
-from kscience.scientist.structural import STRUCTURAL_MOVES
+from kscience.scientist.offline.kernel_source import Move, Source
+from kscience.scientist.offline.structural import STRUCTURAL_MOVES
 
 KNOB_NAME = re.compile(r"^(?:\w*BLOCK\w*|GROUP\w*|NUM_WARPS|NUM_STAGES|ROWS_PER_PROGRAM|ELEMENTS_PER_THREAD"
                        r"|SPLIT_K)$", re.IGNORECASE)
@@ -89,7 +89,7 @@ def set_knob(src: Source, knob: Knob, value: int) -> str:
     return "\n".join(lines)
 
 
-def _caps(src: Source) -> dict[str, int]:
+def caps(src: Source) -> dict[str, int]:
     """Upper bounds the kernel asserts itself: `tl.static_assert(BLOCK_N <= BLOCK_K)` and the like."""
     caps = {}
     for name, bound in re.findall(r"tl\.static_assert\(\s*(\w+)\s*<=\s*(\w+)", src.text):
@@ -100,15 +100,21 @@ def _caps(src: Source) -> dict[str, int]:
 
 
 def allowed(src: Source, knob: Knob, value: int, values: dict[str, int]) -> bool:
-    """Whether `knob` may take `value` given the other knobs' `values` (by upper-case name)."""
-    if knob.fixed or value == knob.value:
-        return False
+    """Whether `knob` may move to `value` (a different one) given the other knobs' `values` (by upper-case name)."""
+    return value != knob.value and legal(src, knob, value, values)
+
+
+def legal(src: Source, knob: Knob, value: int, values: dict[str, int]) -> bool:
+    """Whether `knob` may hold `value` given the other knobs' `values` (by upper-case name): the rules of
+    the knowledge notes and the kernel's own static asserts."""
+    if knob.fixed:
+        return value == knob.value
     if knob.kind == "stages":
         return 1 <= value <= 5 and src.has_loop()
     if not _is_pow2(value):
         return False
     upper = knob.name.upper()
-    if value > _caps(src).get(upper, value):
+    if value > caps(src).get(upper, value):
         return False
     if knob.kind == "warps":
         if not 1 <= value <= 16:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from kscience.scientist.kernel_source import Move, Source
+from kscience.scientist.offline.kernel_source import Move, Source
 
 HINT = 16  # contiguity/alignment promised by tl.multiple_of hints: 16 elements, a 16-byte fp8 vector
 
