@@ -138,7 +138,7 @@ def cmd_campaign(args) -> int:
 
 
 def cmd_campaigns(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         for c in store.list_campaigns():
             rows = store.campaign_problems(c["id"])
             done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
@@ -148,7 +148,7 @@ def cmd_campaigns(args) -> int:
 
 def cmd_report(args) -> int:
 
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         report = _setup(lambda: campaign_report(store, args.campaign_id))
     print(report_json(report) if args.json else "\n".join(report_lines(report)))
     if args.figure:

@@ -284,10 +284,16 @@ class Controller:
                 except asyncio.CancelledError:
                     # Ctrl-C: a started evaluation runs to its end in its own process anyway (the
                     # executor waits for it on shutdown), so keep its verdict rather than redo it.
+                    # Its verdict is stored and announced like any other, so the event log and
+                    # every view show the candidate a user saw being judged.
                     if not future.cancel():
                         with contextlib.suppress(Exception):
-                            self.store.record_result(cand["id"], future.result().to_dict())
+                            self._settle(cand, future.result().to_dict())
                     raise
+        return self._settle(cand, result)
+
+    def _settle(self, cand: dict, result: dict) -> dict:
+        """Store an evaluation's verdict, then announce it (committed before anyone is told)."""
         cand = self.store.record_result(cand["id"], result)
         best, seed = self._best_and_seed()
         self._emit(CandidateEvaluated(candidate_id=cand["id"], parent_id=cand["parent_id"], kind=cand["kind"],

@@ -22,9 +22,9 @@ from kscience.summary import summary_lines
 from kscience.usage import UsageError
 
 
-def open_store_or_explain(path: str | None, *, create: bool):
+def open_store_or_explain(path: str | None, *, create: bool, readonly: bool = False):
     try:
-        return open_store(path, create=create)
+        return open_store(path, create=create, readonly=readonly)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
 
@@ -79,7 +79,7 @@ def _run_json(row: dict) -> dict:
 
 
 def cmd_runs(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         rows = [_run_json(r) for r in run_listing(store)]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -105,7 +105,7 @@ def _snapshot(store, run_id: str) -> Snapshot:
 
 
 def cmd_show(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         snap = _snapshot(store, args.run_id)
     row, metrics = snap.run, snap.metrics()
     if args.json:
@@ -123,7 +123,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_best(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         best = _snapshot(store, args.run_id).best
     if best is None:
         print(f"kscience: error: run {args.run_id} has no correct candidate", file=sys.stderr)
