@@ -18,7 +18,7 @@ from kscience.progress import Progress
 from kscience.run import Run
 from kscience.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, run_listing, speedup
 from kscience.store import StoreError, open_store
-from kscience.summary import summary_lines
+from kscience.summary import CPU_NOTE, EAGER, summary_lines
 from kscience.usage import UsageError
 
 
@@ -59,19 +59,25 @@ def _drive(run: Run, args) -> int:
         run.start(background=False)
     except KeyboardInterrupt:
         progress.close()
+        _print_outcome(run, args)  # what was judged before the stop, the verdict in flight included
         print(f"kscience: interrupted; continue with: kscience resume {run.id} --db {run.store.path}", file=sys.stderr)
         return 130
     progress.close()
-    row, metrics = run.store.run(run.id), Snapshot.load(run.store, run.id).metrics()
-    if args.json:
-        print(json.dumps({"run": _run_json(row), "metrics": metrics}, indent=2))
-    elif metrics["n_candidates"]:
-        print("\n".join(summary_lines(row, metrics)))
+    row = _print_outcome(run, args)
     if row["error"]:
         print(f"kscience: error: {row['error']} (run {run.id} is stored; continue with: "
               f"kscience resume {run.id} --db {run.store.path})", file=sys.stderr)
         return 1
     return 0 if row["status"] == "finished" else 1
+
+
+def _print_outcome(run: Run, args) -> dict:
+    row, metrics = run.store.run(run.id), Snapshot.load(run.store, run.id).metrics()
+    if args.json:
+        print(json.dumps({"run": _run_json(row), "metrics": metrics}, indent=2))
+    elif metrics["n_candidates"]:
+        print("\n".join(summary_lines(row, metrics)))
+    return row
 
 
 def _run_json(row: dict) -> dict:
@@ -88,12 +94,15 @@ def cmd_runs(args) -> int:
         print("no runs yet")
         return 0
     print(f"{'id':<11} {'problem':<20} {'status':<11} {'iter':>4} {'cands':>5} {'seed us':>14} {'best us':>14} "
-          f"{'speedup':>8}  {'llm':<22} created")
+          f"{'speedup':>8}  {'timed on':<16} {'llm':<22} created")
     for r in rows:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
+        timed_on = "CPU interpreter" if r["interpreted"] else (r["device_name"] or "-")
         print(f"{r['id']:<11} {Path(r['problem']).name[:20]:<20} {r['status']:<11} {r['iterations_done']:>4} "
               f"{r['n_candidates']:>5} {fmt_us(r['seed_us']):>14} {fmt_us(r['best_us']):>14} "
-              f"{fmt_x(speedup(r['seed_us'], r['best_us'])):>8}  {r['llm'][:22]:<22} {created}")
+              f"{fmt_x(speedup(r['seed_us'], r['best_us'])):>8}  {timed_on[:16]:<16} {r['llm'][:22]:<22} {created}")
+    if any(r["interpreted"] for r in rows):
+        print(f"(CPU interpreter: {CPU_NOTE})")
     return 0
 
 
@@ -115,9 +124,10 @@ def cmd_show(args) -> int:
     print("\n".join(summary_lines(row, metrics)))
     if row["error"]:
         print(f"error: {row['error']}")
-    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<9} {'status':<13} {'geomean us':>14}  hypothesis")
+    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<13} {'status':<13} {'geomean us':>14}  hypothesis")
     for c in snap.candidates:
-        print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {c['kind']:<9} {c['status']:<13} "
+        kind = EAGER if c["kind"] == "reference" else c["kind"]
+        print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind:<13} {c['status']:<13} "
               f"{fmt_us(c['geomean_us']):>14}  {c['hypothesis'][:60]}")
     return 0
 

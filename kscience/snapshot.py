@@ -353,7 +353,8 @@ class Snapshot:
     def listing(self) -> dict:
         """The run's row with the few numbers `kscience runs` lists."""
         return {**self.run, "iterations_done": self.iterations_done, "n_candidates": len(self.evaluated),
-                "seed_us": _us(self.seed), "best_us": _us(self.best), "reference_us": _us(self.reference)}
+                "seed_us": _us(self.seed), "best_us": _us(self.best), "reference_us": _us(self.reference),
+                "interpreted": bool(self.device.get("interpreted")), "device_name": self.device.get("name")}
 
 
 def _us(candidate: dict | None) -> float | None:

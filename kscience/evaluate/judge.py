@@ -378,7 +378,7 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
     result.geomean_us = geomean(times) if times else None
     n_ok = len(result.shapes)
     result.message = (_plural(n_ok, "shape") + " correct" + (
-        f"; geomean {result.geomean_us:.2f} us over {_plural(len(times), 'benchmark shape')}, "
+        f"; geomean {result.geomean_us:,.2f} us over {_plural(len(times), 'benchmark shape')}, "
         f"timed by {result.timing_label}" if times else ""))
 
 
