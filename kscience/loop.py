@@ -288,11 +288,11 @@ class Controller:
                     # every view show the candidate a user saw being judged.
                     if not future.cancel():
                         with contextlib.suppress(Exception):
-                            self._settle(cand, future.result().to_dict())
+                            self._record_verdict(cand, future.result().to_dict())
                     raise
-        return self._settle(cand, result)
+        return self._record_verdict(cand, result)
 
-    def _settle(self, cand: dict, result: dict) -> dict:
+    def _record_verdict(self, cand: dict, result: dict) -> dict:
         """Store an evaluation's verdict, then announce it (committed before anyone is told)."""
         cand = self.store.record_result(cand["id"], result)
         best, seed = self._best_and_seed()

@@ -163,8 +163,8 @@ class Store:
             self._close_quietly()
             raise
 
-    def _connect(self, readonly: bool) -> sqlite3.Connection:
-        target, uri = (f"{self.path.resolve().as_uri()}?mode=ro", True) if readonly else (str(self.path), False)
+    def _connect(self, readonly: bool, query: str = "mode=ro") -> sqlite3.Connection:
+        target, uri = (f"{self.path.resolve().as_uri()}?{query}", True) if readonly else (str(self.path), False)
         db = sqlite3.connect(target, uri=uri, check_same_thread=False, isolation_level=None, timeout=30)
         db.row_factory = sqlite3.Row
         return db
@@ -172,7 +172,10 @@ class Store:
     def _check_schema(self) -> int:
         """The schema version of an existing file, read without changing a byte of it; a file that is
         not a kscience database (or is one of a newer kscience) is refused here."""
-        probe = self._connect(readonly=True)
+        # Without a -wal file beside it the file holds everything: read it as immutable, since even a
+        # read-only connection to a WAL file leaves -wal and -shm files behind.
+        wal = self.path.with_name(self.path.name + "-wal").exists()
+        probe = self._connect(readonly=True, query="mode=ro" if wal else "immutable=1")
         try:
             version = probe.execute("PRAGMA user_version").fetchone()[0]
             tables = probe.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
