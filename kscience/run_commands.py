@@ -16,9 +16,9 @@ from kscience.config import new_config, options_from_args
 from kscience.liveness import display_status
 from kscience.progress import Progress
 from kscience.run import Run
-from kscience.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, run_listing, speedup
+from kscience.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, kind_text, run_listing, speedup
 from kscience.store import StoreError, open_store
-from kscience.summary import CPU_NOTE, EAGER, summary_lines
+from kscience.summary import CPU_NOTE, summary_lines
 from kscience.usage import UsageError
 
 
@@ -126,7 +126,7 @@ def cmd_show(args) -> int:
         print(f"error: {row['error']}")
     print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<13} {'status':<13} {'geomean us':>14}  hypothesis")
     for c in snap.candidates:
-        kind = EAGER if c["kind"] == "reference" else c["kind"]
+        kind = kind_text(c["kind"])
         print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind:<13} {c['status']:<13} "
               f"{fmt_us(c['geomean_us']):>14}  {c['hypothesis'][:60]}")
     return 0

@@ -107,6 +107,16 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else many or noun + 's'}"
 
 
+# One name for one thing in whatever a user reads: the problem's eager PyTorch kernel, timed as a
+# baseline, is stored as kind "reference" and shown as "PyTorch eager".
+EAGER = "PyTorch eager"
+
+
+def kind_text(kind: str) -> str:
+    """A candidate's kind as a reader sees it: seed, child, repair, PyTorch eager, compiled."""
+    return EAGER if kind == "reference" else kind
+
+
 # Why the selector chose a plan, as stored (kscience.scientist.plans), in words a reader follows.
 _WHY_CHOSEN = {"most innovative": "most innovative", "highest max": "highest predicted best case",
                "highest min": "highest predicted worst case"}

@@ -18,7 +18,8 @@ from kscience.events import CandidateEvaluated
 from kscience.problem_commands import eval_lines
 from kscience.scientist.kernel_source import Source
 from kscience.scientist.moves import find_knobs, set_knob
-from kscience.snapshot import fmt_x
+from kscience.scientist.strategy import CandidateView, most_different
+from kscience.snapshot import fmt_x, why_chosen_text
 from kscience.store import Store
 from kscience.summary import budget_parts, llm_text, summary_lines
 from kscience.version import __version__
@@ -260,3 +261,24 @@ def test_a_knob_edit_keeps_its_comment_true():
     block_m, block_n, _ = find_knobs(src)
     assert set_knob(src, block_m, 128).splitlines()[0] == "BLOCK_M = 128  # 128 rows per program"
     assert set_knob(src, block_n, 64).splitlines()[1] == "BLOCK_N = 64"  # derived numbers: dropped
+
+
+def _member(id_: str, times: dict[str, float]) -> CandidateView:
+    us = sum(times.values()) / len(times)
+    return CandidateView(id=id_, parent_id=None, hypothesis="h", status="ok", geomean_us=us, shape_times=times,
+                         source="", message="")
+
+
+def test_the_selectors_reason_needs_no_log_time_jargon():
+    base = _member("c-1", {"m=8": 10.0})
+    _, why = most_different(base, [_member("c-2", {"m=8": 12.0})])
+    assert "one benchmark shape" in why and "log time" not in why and "spread" not in why
+    base = _member("c-1", {"m=8": 10.0, "m=16": 20.0})
+    _, why = most_different(base, [_member("c-2", {"m=8": 20.0, "m=16": 20.0})])
+    assert "differ by 41% on average beyond a uniform speed-up" in why and "log time" not in why
+
+
+def test_why_a_plan_was_chosen_reads_as_words():
+    assert why_chosen_text("highest max") == "highest predicted best case"
+    assert why_chosen_text("highest min") == "highest predicted worst case"
+    assert why_chosen_text("most innovative") == "most innovative"
