@@ -124,10 +124,10 @@ def cmd_show(args) -> int:
     print("\n".join(summary_lines(row, metrics)))
     if row["error"]:
         print(f"error: {row['error']}")
-    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<13} {'status':<13} {'geomean us':>14}  hypothesis")
+    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<14} {'status':<13} {'geomean us':>14}  hypothesis")
     for c in snap.candidates:
         kind = kind_text(c["kind"])
-        print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind:<13} {c['status']:<13} "
+        print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind:<14} {c['status']:<13} "
               f"{fmt_us(c['geomean_us']):>14}  {c['hypothesis'][:60]}")
     return 0
 

@@ -29,7 +29,7 @@ def llm_text(usage: dict) -> str:
     answers are not model calls and spend no tokens."""
     offline = usage.get("offline_calls") or 0
     if not usage["calls"]:
-        return f"none: the offline scientist answered {plural(offline, 'prompt')}" if offline else "no calls yet"
+        return f"none: the offline scientist answered {plural(offline, 'prompt')}" if offline else "no model calls"
     text = (f"{plural(usage['calls'], 'call')}, {usage['tokens']:,} tokens, ${usage['cost_usd']:.4f} "
             f"(all sessions)" + (f", {usage['unpriced']} unpriced" if usage["unpriced"] else ""))
     return text + (f"; and {plural(offline, 'offline answer')}" if offline else "")
