@@ -1,5 +1,7 @@
 """`python -m kscience`: the same command line as the `kscience` script."""
 
+import sys
+
 from kscience.cli import main
 
-main()
+sys.exit(main())

@@ -17,7 +17,7 @@ import sys
 
 from kscience.campaign import Campaign, CampaignConfig
 from kscience.campaign_report import campaign_figure, campaign_report, report_json, report_lines
-from kscience.config import STRATEGIES, add_db_option, parse_sets
+from kscience.config import EXECUTORS, STRATEGIES, add_db_option, parse_sets
 from kscience.events import CandidateEvaluated
 from kscience.retime import comparison, comparison_lines, retime
 from kscience.run_commands import open_store_or_explain
@@ -45,16 +45,17 @@ def add_campaign_commands(sub) -> None:
     rounds.add_argument("--attempts", type=int, metavar="N",
                         help="candidate kernels per problem (whole design rounds of three experiments)")
     s.add_argument("--llm", help="offline, gemini:MODEL or openai:MODEL (default: chosen from the API keys set)")
-    s.add_argument("--base-url", metavar="URL")
-    s.add_argument("--strategy", choices=STRATEGIES)
-    s.add_argument("--repairs", type=int, default=2, metavar="K")
-    s.add_argument("--executor", default="local", metavar="SPEC")
-    s.add_argument("--gpus", type=int, metavar="N")
-    s.add_argument("--seed", type=int, default=0, metavar="N")
+    s.add_argument("--base-url", metavar="URL", help="endpoint of an OpenAI-compatible or Gemini server")
+    s.add_argument("--strategy", choices=STRATEGIES, help="how each run picks its base kernel")
+    s.add_argument("--repairs", type=int, default=2, metavar="K",
+                   help="repair attempts per broken candidate (default 2)")
+    s.add_argument("--executor", default="local", metavar="SPEC", help=f"where candidates are judged: {EXECUTORS}")
+    s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once")
+    s.add_argument("--seed", type=int, default=0, metavar="N", help="random seed of the scientist's choices")
     s.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a module-level constant in every KernelBench file that has it")
     s.add_argument("--max-cost-usd", type=float, metavar="USD", help="LLM budget per problem")
-    s.add_argument("--name", default="")
+    s.add_argument("--name", default="", help="a label for the campaign")
     s.add_argument("--force", action="store_true", help="resume a campaign marked running elsewhere")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     add_db_option(s)
@@ -65,20 +66,20 @@ def add_campaign_commands(sub) -> None:
     s.set_defaults(func=cmd_campaigns)
 
     s = sub.add_parser("report", help="a campaign's table: baselines, best kernels, fast_p, speedups, cost")
-    s.add_argument("campaign_id")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("campaign_id", metavar="CAMPAIGN_ID", help="a campaign's id, as `kscience campaigns` lists it")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--figure", metavar="FILE", help="also draw the report figure (png, svg, pdf)")
     add_db_option(s)
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("retime", help="judge a run's or campaign's kernels again on this device")
-    s.add_argument("target", metavar="RUN_OR_CAMPAIGN_ID")
+    s.add_argument("target", metavar="RUN_OR_CAMPAIGN_ID", help="the run (r-...) or campaign (k-...) to re-time")
     s.add_argument("--top", type=int, default=3, metavar="K", help="best K candidates of each run (default 3)")
-    s.add_argument("--executor", default="local", metavar="SPEC")
-    s.add_argument("--gpus", type=int, metavar="N")
+    s.add_argument("--executor", default="local", metavar="SPEC", help=f"where kernels are judged: {EXECUTORS}")
+    s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once")
     s.add_argument("--show", action="store_true", help="only show the stored comparison")
     s.add_argument("--device", help="compare with the re-timing on this device (default: the latest)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the comparison as JSON")
     add_db_option(s)
     s.set_defaults(func=cmd_retime)
 
@@ -138,7 +139,7 @@ def cmd_campaign(args) -> int:
 
 
 def cmd_campaigns(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         for c in store.list_campaigns():
             rows = store.campaign_problems(c["id"])
             done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
@@ -148,7 +149,7 @@ def cmd_campaigns(args) -> int:
 
 def cmd_report(args) -> int:
 
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         report = _setup(lambda: campaign_report(store, args.campaign_id))
     print(report_json(report) if args.json else "\n".join(report_lines(report)))
     if args.figure:

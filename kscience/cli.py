@@ -16,33 +16,74 @@ from kscience.config import PROBLEM_HELP, add_db_option, add_run_options
 from kscience.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
 from kscience.usage import USER_ERRORS
+from kscience.version import __version__
 from kscience.worker_command import cmd_worker
+
+
+EPILOG = """\
+environment:
+  GEMINI_API_KEY, GOOGLE_API_KEY  credentials for --llm gemini:MODEL (the default --llm when set)
+  OPENAI_API_KEY                  credentials for --llm openai:MODEL (the default when no Gemini key)
+  OPENAI_BASE_URL                 endpoint for --llm openai:MODEL (or --base-url)
+  KSCIENCE_DB                     run database when --db is not given (default ./kscience.db)
+  KSCIENCE_DEVICE=cpu             judge under the Triton interpreter even where a GPU is visible
+  KSCIENCE_CACHE                  folder for compiled kernels and sandboxes (default ~/.cache/kscience)
+  KSCIENCE_WORKER_RSS_BYTES       memory limit of the process that runs a candidate
+
+exit codes:
+  0    success: the candidate is correct, the run finished
+  1    the candidate is not correct, or the run failed or stopped (it can be resumed)
+  2    bad arguments, an unknown problem or an unusable database (one line on stderr)
+  130  interrupted (Ctrl-C); a run can be resumed
+
+examples:
+  kscience problems
+  kscience seed softmax > my_softmax.py          # the problem's starting kernel, to edit
+  kscience eval softmax my_softmax.py            # is it correct, and how fast?
+  kscience run softmax --iterations 3 --llm offline
+  kscience runs                                  # stored runs, newest first
+  kscience show RUN_ID                           # a run's numbers and candidates
+  kscience best RUN_ID > best.py                 # its fastest correct kernel
+  kscience resume RUN_ID --iterations 2          # two more design rounds
+"""
 
 
 def _set_arg(s) -> None:
     s.add_argument("--set", action="append", metavar="NAME=VALUE", default=[],
-                   help="override a module-level constant of a KernelBench file")
+                   help="override a module-level constant of a KernelBench file (repeatable)")
+
+
+def _run_id(s) -> None:
+    s.add_argument("run_id", metavar="RUN_ID", help="a run's id, as `kscience runs` lists it (r-...)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kscience", description="Evolve GPU kernels with an LLM scientist.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="kscience", description="Evolve GPU kernels with an LLM scientist.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("problems", help="list built-in problems")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the problems as JSON")
     s.set_defaults(func=cmd_problems)
 
-    s = sub.add_parser("seed", help="print a problem's seed kernel")
-    s.add_argument("problem")
+    s = sub.add_parser("seed", help="print a problem's starting kernel (the seed a run evolves from)",
+                       description="Print a problem's starting kernel, to read, edit and `kscience eval`. "
+                                   "Not to be confused with `run --seed N` (the scientist's random seed) or "
+                                   "`run --seed-kernel FILE` (start a run from your own kernel).")
+    s.add_argument("problem", help=PROBLEM_HELP)
     _set_arg(s)
     s.set_defaults(func=cmd_seed)
 
-    s = sub.add_parser("eval", help="evaluate one candidate kernel")
+    s = sub.add_parser("eval", help="judge one candidate kernel: correct, and how fast")
     s.add_argument("problem", help=PROBLEM_HELP)
     s.add_argument("candidate", help="Python file defining custom_kernel(data) (or ModelNew)")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="overall time limit")
-    s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all")
+    s.add_argument("--json", action="store_true", help="print the full verdict as JSON")
+    s.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="limit for the whole evaluation (default: per-phase limits only)")
+    s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all",
+                   help="check the test shapes only, check and time the benchmark shapes only, or both "
+                        "(default all)")
     _set_arg(s)
     s.add_argument("--unconfined", action="store_true",
                    help="run even where Landlock or namespaces are missing (the verdict says which)")
@@ -50,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("run", help="evolve a problem's kernel with the scientist")
     s.add_argument("problem", help=PROBLEM_HELP)
-    s.add_argument("--seed-kernel", metavar="FILE", help="starting kernel (default: the problem's seed)")
+    s.add_argument("--seed-kernel", metavar="FILE",
+                   help="starting kernel file (default: the problem's own, as `kscience seed` prints it)")
     add_run_options(s)
     add_db_option(s)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -69,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("resume", help="continue a stopped, failed or interrupted run")
-    s.add_argument("run_id")
+    _run_id(s)
     add_run_options(s, resume=True)
     s.add_argument("--force", action="store_true",
                    help="resume a run marked running by a process this host cannot see (another machine)")
@@ -79,17 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("runs", help="list stored runs, newest first")
     add_db_option(s)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the runs as JSON")
     s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("show", help="a run, its candidates and its numbers")
-    s.add_argument("run_id")
+    _run_id(s)
     add_db_option(s)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the run, its candidates, plans and findings as JSON")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("best", help="print the source of a run's fastest correct kernel")
-    s.add_argument("run_id")
+    _run_id(s)
     add_db_option(s)
     s.set_defaults(func=cmd_best)
 

@@ -59,8 +59,9 @@ class RunConfig:
     name: str = setting("", "--name", "a label for the run")
     llm: str = setting("offline", "--llm", "offline, gemini:MODEL or openai:MODEL (default: chosen from the "
                        "API keys set)", metavar="ID", on_resume=True)
-    base_url: str | None = setting(None, "--base-url", "endpoint of an OpenAI-compatible or Gemini server",
-                                   metavar="URL", on_resume=True)
+    base_url: str | None = setting(None, "--base-url", "endpoint of an OpenAI-compatible or Gemini server "
+                                   "(default: the provider's own, or $OPENAI_BASE_URL)", metavar="URL",
+                                   on_resume=True)
     strategy: str | None = setting(None, "--strategy", "how the base kernel is picked (default: tournament "
                                    "offline, llm otherwise)", choices=STRATEGIES, on_resume=True)
     repairs: int = setting(2, "--repairs", "repair attempts per broken candidate", metavar="K", on_resume=True)
@@ -69,7 +70,8 @@ class RunConfig:
     gpus: int | None = setting(None, "--gpus", "evaluate on at most N GPUs at once", metavar="N", on_resume=True)
     knowledge: list[str] = setting([], "--knowledge", "folder of *.md notes for the designer (repeatable)",
                                    metavar="DIR", kind="append")
-    seed: int = setting(0, "--seed", "the scientist's random seed", metavar="N")
+    seed: int = setting(0, "--seed", "random seed of the scientist's choices (the starting kernel is "
+                        "--seed-kernel)", metavar="N")
     overrides: dict = setting({}, "--set", "override a module-level constant of a KernelBench file",
                               metavar="NAME=VALUE", kind="pairs")
     max_cost_usd: float | None = setting(None, "--max-cost-usd", "stop once the LLM calls cost this much",

@@ -297,10 +297,20 @@ class Controller:
                 except asyncio.CancelledError:
                     # Ctrl-C: a started evaluation runs to its end in its own process anyway (the
                     # executor waits for it on shutdown), so keep its verdict rather than redo it.
+                    # Its verdict is stored and announced like any other, so the event log and
+                    # every view show the candidate a user saw being judged.
                     if not future.cancel():
                         with contextlib.suppress(Exception):
-                            self.store.record_result(cand["id"], future.result().to_dict())
+                            self._record_verdict(cand, future.result().to_dict())
                     raise
+        cand = self._record_verdict(cand, result)
+        if self.profile == "ncu" and twin is None and profiling.candidate_to_profile(
+                cand, self.store.plans(self.run_id), self.store.candidate):
+            await self._profile(cand)
+        return cand
+
+    def _record_verdict(self, cand: dict, result: dict) -> dict:
+        """Store an evaluation's verdict, then announce it (committed before anyone is told)."""
         cand = self.store.record_result(cand["id"], result)
         self.store.record_profile(cand["id"], **profiling.after_evaluation(self.problem, result))
         best, seed = self._best_and_seed()
@@ -309,9 +319,6 @@ class Controller:
                                       status=cand["status"],
                                       geomean_us=cand["geomean_us"], message=cand["message"],
                                       best_us=best, seed_us=seed))
-        if self.profile == "ncu" and twin is None and profiling.candidate_to_profile(
-                cand, self.store.plans(self.run_id), self.store.candidate):
-            await self._profile(cand)
         return cand
 
     async def _profile(self, cand: dict) -> None:

@@ -7,7 +7,7 @@ import sys
 
 from kscience.events import (CandidateEvaluated, CandidateProfiled, EvaluationWaiting, HypothesesProposed, RunFinished,
                              StageChanged)
-from kscience.snapshot import fmt_us, fmt_x, speedup
+from kscience.snapshot import fmt_us, fmt_x, kind_text, speedup
 
 _PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
                  "compiled": "timing torch.compile of PyTorch eager"}
@@ -47,10 +47,10 @@ class Progress:
         elif isinstance(event, CandidateEvaluated):
             if event.status == "ok":
                 vs_seed = fmt_x(speedup(event.seed_us, event.geomean_us))
-                us, what = f"{fmt_us(event.geomean_us):>15} us {vs_seed:>7} vs seed", event.hypothesis
+                us, what = f"{fmt_us(event.geomean_us):>15} us {vs_seed:>9} vs seed", event.hypothesis
             else:
-                us, what = " " * 34, event.message
-            self._line(f"  {event.candidate_id} {event.kind:<9} {event.status:<13} {us}  {what[:70]}")
+                us, what = " " * 36, event.message
+            self._line(f"  {event.candidate_id} {kind_text(event.kind):<14} {event.status:<13} {us}  {what[:70]}")
             if self.bar is not None and event.best_us:
                 self.bar.set_description_str(f"best {fmt_us(event.best_us, ' us')}")
         elif isinstance(event, CandidateProfiled):  # what the profile cost, or why there is none (said once)

@@ -16,15 +16,15 @@ from kscience.config import new_config, options_from_args
 from kscience.liveness import display_status
 from kscience.progress import Progress
 from kscience.run import Run
-from kscience.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, run_listing, speedup
+from kscience.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, kind_text, run_listing, speedup
 from kscience.store import StoreError, open_store
-from kscience.summary import summary_lines
+from kscience.summary import CPU_NOTE, summary_lines
 from kscience.usage import UsageError
 
 
-def open_store_or_explain(path: str | None, *, create: bool):
+def open_store_or_explain(path: str | None, *, create: bool, readonly: bool = False):
     try:
-        return open_store(path, create=create)
+        return open_store(path, create=create, readonly=readonly)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
 
@@ -59,14 +59,11 @@ def _drive(run: Run, args) -> int:
         run.start(background=False)
     except KeyboardInterrupt:
         progress.close()
+        _print_outcome(run, args)  # what was judged before the stop, the verdict in flight included
         print(f"kscience: interrupted; continue with: kscience resume {run.id} --db {run.store.path}", file=sys.stderr)
         return 130
     progress.close()
-    row, metrics = run.store.run(run.id), Snapshot.load(run.store, run.id).metrics()
-    if args.json:
-        print(json.dumps({"run": _run_json(row), "metrics": metrics}, indent=2))
-    elif metrics["n_candidates"]:
-        print("\n".join(summary_lines(row, metrics)))
+    row = _print_outcome(run, args)
     if row["error"]:
         print(f"kscience: error: {row['error']} (run {run.id} is stored; continue with: "
               f"kscience resume {run.id} --db {run.store.path})", file=sys.stderr)
@@ -74,12 +71,21 @@ def _drive(run: Run, args) -> int:
     return 0 if row["status"] == "finished" else 1
 
 
+def _print_outcome(run: Run, args) -> dict:
+    row, metrics = run.store.run(run.id), Snapshot.load(run.store, run.id).metrics()
+    if args.json:
+        print(json.dumps({"run": _run_json(row), "metrics": metrics}, indent=2))
+    elif metrics["n_candidates"]:
+        print("\n".join(summary_lines(row, metrics)))
+    return row
+
+
 def _run_json(row: dict) -> dict:
     return {**row, "status": display_status(row)}
 
 
 def cmd_runs(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         rows = [_run_json(r) for r in run_listing(store)]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -88,12 +94,15 @@ def cmd_runs(args) -> int:
         print("no runs yet")
         return 0
     print(f"{'id':<11} {'problem':<20} {'status':<11} {'iter':>4} {'cands':>5} {'seed us':>14} {'best us':>14} "
-          f"{'speedup':>8}  {'llm':<22} created")
+          f"{'speedup':>8}  {'timed on':<16} {'llm':<22} created")
     for r in rows:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
+        timed_on = "CPU interpreter" if r["interpreted"] else (r["device_name"] or "-")
         print(f"{r['id']:<11} {Path(r['problem']).name[:20]:<20} {r['status']:<11} {r['iterations_done']:>4} "
               f"{r['n_candidates']:>5} {fmt_us(r['seed_us']):>14} {fmt_us(r['best_us']):>14} "
-              f"{fmt_x(speedup(r['seed_us'], r['best_us'])):>8}  {r['llm'][:22]:<22} {created}")
+              f"{fmt_x(speedup(r['seed_us'], r['best_us'])):>8}  {timed_on[:16]:<16} {r['llm'][:22]:<22} {created}")
+    if any(r["interpreted"] for r in rows):
+        print(f"(CPU interpreter: {CPU_NOTE})")
     return 0
 
 
@@ -105,7 +114,7 @@ def _snapshot(store, run_id: str) -> Snapshot:
 
 
 def cmd_show(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         snap = _snapshot(store, args.run_id)
     row, metrics = snap.run, snap.metrics()
     if args.json:
@@ -116,18 +125,18 @@ def cmd_show(args) -> int:
     if row["error"]:
         print(f"error: {row['error']}")
     # SOL: the worst shape's fraction of the roofline bound, "-" without one (CPU interpreter, failures).
-    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<9} {'status':<13} {'geomean us':>14} {'SOL':>5}"
+    print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<14} {'status':<13} {'geomean us':>14} {'SOL':>5}"
           "  hypothesis")
     for c in snap.candidates:
         sol = snap.sol_summary(c)
         sol_text = f"{sol['worst']:.0%}" if sol else "-"
-        print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {c['kind']:<9} {c['status']:<13} "
+        print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind_text(c['kind']):<14} {c['status']:<13} "
               f"{fmt_us(c['geomean_us']):>14} {sol_text:>5}  {c['hypothesis'][:60]}")
     return 0
 
 
 def cmd_best(args) -> int:
-    with open_store_or_explain(args.db, create=False) as store:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
         best = _snapshot(store, args.run_id).best
     if best is None:
         print(f"kscience: error: run {args.run_id} has no correct candidate", file=sys.stderr)

@@ -8,6 +8,7 @@ process says the same everywhere: the database is the only source of truth.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -68,8 +69,19 @@ def fmt_us(us: float | None, unit: str = "", digits: int = 2) -> str:
 
 
 def fmt_x(ratio: float | None) -> str:
-    """A speedup: 1.23x, or "-"."""
-    return f"{ratio:.3g}x" if ratio else "-"
+    """A speedup in plain digits, never scientific notation, at most 8 characters for any ratio a
+    run can show: 1.23x, 12.3x, 1,690x, 0.0123x; "-" for none."""
+    if not ratio:
+        return "-"
+    if ratio >= 99.95:
+        return f"{ratio:,.0f}x"
+    if ratio >= 9.995:
+        return f"{ratio:.1f}x"
+    if ratio >= 0.9995:
+        return f"{ratio:.2f}x"
+    # Slower than the baseline: three significant digits after the leading zeros, down to 1e-6.
+    decimals = min(6, 2 - math.floor(math.log10(ratio)))
+    return f"{ratio:.{decimals}f}x" if ratio >= 1e-6 else "<0.000001x"
 
 
 def fmt_pct(pct: float) -> str:
@@ -85,12 +97,42 @@ def fmt_sol(summary: dict | None) -> str:
 
 
 def fmt_duration(seconds: float) -> str:
+    """Whole seconds, minutes or hours: 45s, 3m09s, 1h05m."""
     seconds = int(seconds)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A short wall time to a tenth of a second (4.0s), a longer one as `fmt_duration` says it."""
+    return f"{seconds:.1f}s" if seconds < 60 else fmt_duration(seconds)
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """1 shape, 3 shapes, 1,024 shapes."""
+    return f"{n:,} {noun if n == 1 else many or noun + 's'}"
+
+
+# One name for one thing in whatever a user reads: the problem's eager PyTorch kernel, timed as a
+# baseline, is stored as kind "reference" and shown as "PyTorch eager".
+EAGER = "PyTorch eager"
+
+
+def kind_text(kind: str) -> str:
+    """A candidate's kind as a reader sees it: seed, child, repair, PyTorch eager, compiled."""
+    return EAGER if kind == "reference" else kind
+
+
+# Why the selector chose a plan, as stored (kscience.scientist.plans), in words a reader follows.
+_WHY_CHOSEN = {"most innovative": "most innovative", "highest max": "highest predicted best case",
+               "highest min": "highest predicted worst case"}
+
+
+def why_chosen_text(why: str) -> str:
+    return _WHY_CHOSEN.get(why, why)
 
 
 @dataclass(frozen=True)
@@ -370,7 +412,8 @@ class Snapshot:
     def listing(self) -> dict:
         """The run's row with the few numbers `kscience runs` lists."""
         return {**self.run, "iterations_done": self.iterations_done, "n_candidates": len(self.evaluated),
-                "seed_us": _us(self.seed), "best_us": _us(self.best), "reference_us": _us(self.reference)}
+                "seed_us": _us(self.seed), "best_us": _us(self.best), "reference_us": _us(self.reference),
+                "interpreted": bool(self.device.get("interpreted")), "device_name": self.device.get("name")}
 
 
 def _us(candidate: dict | None) -> float | None:

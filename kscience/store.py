@@ -38,6 +38,7 @@ WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did n
 # Kinds timed as baselines (PyTorch eager, and it under torch.compile): never members of
 # the evolving population, so never selected, ranked or reported as a run's best.
 BASELINE_KINDS = ("reference", "compiled")
+OFFLINE_MODEL = "offline"  # the model name the offline scientist records its scripted answers under
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -109,12 +110,13 @@ def default_db() -> str:
     return os.environ.get("KSCIENCE_DB", DEFAULT_DB)
 
 
-def open_store(path: str | Path | None, *, create: bool) -> "Store":
-    """The run database `path` (default: `default_db()`). Reading requires it to exist already."""
+def open_store(path: str | Path | None, *, create: bool, readonly: bool = False) -> "Store":
+    """The run database `path` (default: `default_db()`). Reading requires it to exist already;
+    `readonly` for a command that only reads (see `Store`)."""
     path = Path(path or default_db()).expanduser()
     if not create and not path.is_file():
         raise StoreError(f"no database at {path} (name one with --db / db=, or set KSCIENCE_DB)")
-    return Store(path)
+    return Store(path, readonly=readonly)
 
 
 def new_id(prefix: str) -> str:
@@ -133,29 +135,67 @@ def _row(row: sqlite3.Row | None) -> dict | None:
 
 
 class Store:
-    def __init__(self, path: str | Path):
+    """`readonly`: for commands that only read (`runs`, `show`, a report). A file of the current
+    schema is then opened read-only, and nothing is ever written to a file that is then refused:
+    the schema is checked before the journal mode is set, since setting it rewrites the header."""
+
+    def __init__(self, path: str | Path, *, readonly: bool = False):
         self.path = Path(path).expanduser()
         if not self.path.parent.is_dir():
             raise StoreError(f"cannot open database {self.path}: folder {self.path.parent} does not exist")
         self._lock = threading.RLock()
         self._secrets = secret_values()
+        self._db: sqlite3.Connection | None = None
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            version = self._check_schema() if self.path.is_file() else 0
+            # Read-only where nothing needs migrating; an older kscience file is migrated in place.
+            self.readonly = readonly and version == SCHEMA_VERSION
+            self._db = self._connect(self.readonly)
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            if not self.readonly:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._migrate()
         except sqlite3.DatabaseError as exc:
+            self._close_quietly()
             raise StoreError(f"cannot use {self.path} as a kscience database: {exc}") from None
+        except StoreError:
+            self._close_quietly()
+            raise
+
+    def _connect(self, readonly: bool, query: str = "mode=ro") -> sqlite3.Connection:
+        target, uri = (f"{self.path.resolve().as_uri()}?{query}", True) if readonly else (str(self.path), False)
+        db = sqlite3.connect(target, uri=uri, check_same_thread=False, isolation_level=None, timeout=30)
+        db.row_factory = sqlite3.Row
+        return db
+
+    def _check_schema(self) -> int:
+        """The schema version of an existing file, read without changing a byte of it; a file that is
+        not a kscience database (or is one of a newer kscience) is refused here."""
+        # Without a -wal file beside it the file holds everything: read it as immutable, since even a
+        # read-only connection to a WAL file leaves -wal and -shm files behind.
+        wal = self.path.with_name(self.path.name + "-wal").exists()
+        probe = self._connect(readonly=True, query="mode=ro" if wal else "immutable=1")
+        try:
+            version = probe.execute("PRAGMA user_version").fetchone()[0]
+            tables = probe.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+        finally:
+            probe.close()
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer kscience "
+                             f"(schema {version}, this one reads {SCHEMA_VERSION})")
+        if version == 0 and tables:
+            raise StoreError(f"{self.path} is an SQLite database but not a kscience one")
+        return version
+
+    def _close_quietly(self) -> None:
+        if self._db is not None:
+            self._db.close()
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{self.path} was written by a newer kscience "
-                             f"(schema {version}, this one reads {SCHEMA_VERSION})")
         with self._tx():  # two processes opening a new file at once: the second waits, then sees the schema
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version == SCHEMA_VERSION:
@@ -339,9 +379,15 @@ class Store:
         return self._query("SELECT * FROM llm_calls WHERE run_id=? ORDER BY id", (run_id,))
 
     def llm_usage(self, run_id: str) -> dict:
-        row = self._query("SELECT count(*) AS calls, coalesce(sum(input_tokens + output_tokens), 0) AS tokens,"
-                          " coalesce(sum(cost_usd), 0.0) AS cost_usd, coalesce(sum(error IS NOT NULL), 0) AS errors,"
-                          " coalesce(sum(priced = 0), 0) AS unpriced FROM llm_calls WHERE run_id=?", (run_id,))
+        """Calls to a model, their tokens and cost, over every session of the run. The offline
+        scientist's answers are counted apart (`offline_calls`): no model read or wrote a token."""
+        row = self._query("SELECT coalesce(sum(model != ?), 0) AS calls,"
+                          " coalesce(sum(CASE WHEN model = ? THEN 0 ELSE input_tokens + output_tokens END), 0)"
+                          " AS tokens, coalesce(sum(cost_usd), 0.0) AS cost_usd,"
+                          " coalesce(sum(error IS NOT NULL), 0) AS errors,"
+                          " coalesce(sum(priced = 0 AND model != ?), 0) AS unpriced,"
+                          " coalesce(sum(model = ?), 0) AS offline_calls FROM llm_calls WHERE run_id=?",
+                          (OFFLINE_MODEL,) * 4 + (run_id,))
         return row[0]
 
     def add_event(self, run_id: str, type_: str, payload: dict) -> int:

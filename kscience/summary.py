@@ -1,47 +1,86 @@
 """The end-of-run table, as plain text lines: what `kscience run`, `kscience show` and a notebook's
-text view all print, so a terminal and a notebook report the same numbers the same way."""
+text view all print, so a terminal and a notebook report the same numbers the same way.
+
+One name per thing: "PyTorch eager" (`snapshot.EAGER`) is the problem's eager PyTorch kernel the
+run times as a baseline (stored as the candidate of kind "reference")."""
 
 from __future__ import annotations
 
 from kscience.liveness import display_status
-from kscience.snapshot import fmt_us, fmt_x, speedup
+from kscience.snapshot import EAGER, fmt_duration, fmt_us, fmt_x, plural, speedup
+
+CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
 
 
 def _rate(part: int, whole: int, noun: str) -> str:
     return f"{part} of {whole} {noun} ({100 * part / whole:.0f}%)" if whole else f"no {noun}"
 
 
+def timing_text(device: dict | None, label: str | None) -> str:
+    """Where and how a run's times were taken: "CPU (cpu interpreter (judge's clock))" would nest,
+    so the label follows a comma."""
+    device = device or {}
+    text = f"{device.get('name', 'unknown device')}, timed by {label or 'an unknown clock'}"
+    return text + (f"; {CPU_NOTE}" if device.get("interpreted") else "")
+
+
+def llm_text(usage: dict) -> str:
+    """Model calls, tokens and cost over every session of the run; the offline scientist's scripted
+    answers are not model calls and spend no tokens."""
+    offline = usage.get("offline_calls") or 0
+    if not usage["calls"]:
+        return f"none: the offline scientist answered {plural(offline, 'prompt')}" if offline else "no model calls"
+    text = (f"{plural(usage['calls'], 'call')}, {usage['tokens']:,} tokens, ${usage['cost_usd']:.4f} "
+            f"(all sessions)" + (f", {usage['unpriced']} unpriced" if usage["unpriced"] else ""))
+    return text + (f"; and {plural(offline, 'offline answer')}" if offline else "")
+
+
+def budget_parts(config: dict, usage: dict, elapsed_s: float, session_s: float | None = None) -> list[str]:
+    """Tokens, cost and time used, each against its limit where the run has one, each saying what it
+    covers: tokens and cost add up over every session; the time limit is per session."""
+    tokens = f"{usage['tokens']:,} tokens" + (f" of {config['max_tokens']:,}" if config.get("max_tokens") else "")
+    cost = f"${usage['cost_usd']:.4f}" + (f" of ${config['max_cost_usd']:.2f}" if config.get("max_cost_usd") else "")
+    if usage.get("unpriced"):
+        cost += f" ({plural(usage['unpriced'], 'call')} unpriced)"
+    if session_s is None:
+        clock = f"{fmt_duration(elapsed_s)} since the run began"
+    else:
+        clock = f"{fmt_duration(session_s)} this session"
+    if config.get("time_limit_s"):
+        clock += f" (limit {fmt_duration(config['time_limit_s'])} per session)"
+    return [f"{tokens}, all sessions", f"{cost}, all sessions", clock]
+
+
 def summary_lines(row: dict, m: dict) -> list[str]:
     """Best vs seed vs the baselines, and the numbers a paper reports (`m`: Snapshot.metrics())."""
-    device = (m.get("device") or {}).get("name", "unknown device")
-    label = m.get("timing_label") or "unknown timing"
-    cpu_note = ("; CPU-interpreter timings check the machinery, not GPU performance"
-                if (m.get("device") or {}).get("interpreted") else "")
-    seed, ref, compiled, best = m["seed_us"], m["reference_us"], m["compiled_us"], m["best_us"]
+    seed, eager, compiled, best = m["seed_us"], m["reference_us"], m["compiled_us"], m["best_us"]
+    iterations = plural(m["iterations_done"], "iteration")
+    vs_eager = f"vs {EAGER}"
     lines = [f"run {row['id']} ({row['problem']}, {row['llm']}, {row['strategy']}): {display_status(row)} "
-             f"after {m['iterations_done']} iteration(s)",
-             f"device: {device}, {label}{cpu_note}", "",
-             f"  {'':<20}{'geomean us':>16}{'vs seed':>10}{'vs reference':>14}"
+             f"after {iterations}",
+             f"device: {timing_text(m.get('device'), m.get('timing_label'))}", "",
+             f"  {'':<20}{'geomean us':>16}{'vs seed':>10}{vs_eager:>18}"
              + (f"{'vs torch.compile':>18}" if compiled else "")]
-    rows = [("reference", ref)] + ([("torch.compile", compiled)] if m["compiled_status"] else [])
+    rows = [(EAGER, eager)] + ([("torch.compile", compiled)] if m["compiled_status"] else [])
     for name, us in (*rows, ("seed", seed), (f"best {m['best_id'] or ''}", best)):
-        line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(ref, us)):>14}"
+        line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(eager, us)):>18}"
         if compiled:
             line += f"{fmt_x(speedup(compiled, us)):>18}"
         elif name == "torch.compile":  # timed but not ok: say why there is no number
             line += f"  {m['compiled_status']}"
         lines.append(line)
-    llm, uplift = m["llm"], m["uplift"]
+    uplift = m["uplift"]
+    reached = (f"; the best was the {_ordinal(m['evaluated_to_best'])} evaluated"
+               if m["evaluated_to_best"] else "")
     lines += ["",
-              f"  candidates evaluated   {m['n_candidates']} ({m['n_ok']} correct)"
-              + (f"; best reached after {m['evaluated_to_best']}" if m["evaluated_to_best"] else ""),
+              f"  candidates evaluated   {m['n_candidates']} ({m['n_ok']} correct){reached}",
               f"  repair success         {_rate(m['repairs_succeeded'], m['repairs_tried'], 'broken kernels fixed')}",
               f"  edit-apply rate        {_rate(m['edits_applied'], m['edits_total'], 'edits applied')}",
-              "  predicted vs measured  " + (f"{len(uplift)} plan(s) measured, {m['uplift_in_range']} inside the "
-                                             f"predicted range, mean error {m['uplift_mean_abs_error_pct']:.1f} points"
+              "  predicted vs measured  " + (f"{plural(len(uplift), 'plan')} measured, {m['uplift_in_range']} inside "
+                                             f"the predicted uplift range; mean error "
+                                             f"{m['uplift_mean_abs_error_pct']:.1f} percentage points"
                                              if uplift else "no plan measured"),
-              f"  LLM                    {llm['calls']} calls, {llm['tokens']:,} tokens, ${llm['cost_usd']:.4f}"
-              + (f" ({llm['unpriced']} unpriced)" if llm["unpriced"] else "")]
+              f"  LLM                    {llm_text(m['llm'])}"]
     return lines + sol_lines(m)
 
 
@@ -58,3 +97,8 @@ def sol_lines(m: dict) -> list[str]:
     if m.get("n_flagged"):
         lines.append(f"  NOT DOING THE WORK     {m['n_flagged']} candidate(s) flagged by their counters")
     return lines
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -134,7 +134,7 @@ def test_the_text_summary_follows_the_run_and_ends_with_the_command_line_table(t
     summary.block()
     out = capsys.readouterr().out
     assert f"kscience run {run.id} (softmax)" in out and "now:    " in out
-    assert out.rstrip().endswith("LLM                    0 calls, 0 tokens, $0.0000")
+    assert out.rstrip().endswith("LLM                    no model calls")
     assert f"best {run.best.id}" in summary.text() and "repair success" in summary.text()
 
 

@@ -40,7 +40,7 @@ def test_offline_run_end_to_end_then_runs_show_and_best(tmp_path, capsys):
     done = kscience("run", "softmax", "--iterations", "1", "--llm", "offline", "--db", db, "--name", "smoke")
     assert done.returncode == 0, done.stderr
     assert error_lines(done.stderr) == []
-    for word in ("reference", "seed", "best c-", "CPU-interpreter", "repair success", "edit-apply rate",
+    for word in ("PyTorch eager", "seed", "best c-", "CPU-interpreter", "repair success", "edit-apply rate",
                  "predicted vs measured", "candidates evaluated"):
         assert word in done.stdout
 

@@ -77,7 +77,10 @@ def test_plans_findings_events_and_calls(tmp_path):
         store.add_llm_call(run_id, call)
         store.add_llm_call(run_id, {**call, "error": "down", "cost_usd": 0.0, "priced": False})
         usage = store.llm_usage(run_id)
-        assert usage == {"calls": 2, "tokens": 30, "cost_usd": 0.5, "errors": 1, "unpriced": 1}
+        assert usage == {"calls": 2, "tokens": 30, "cost_usd": 0.5, "errors": 1, "unpriced": 1, "offline_calls": 0}
+        store.add_llm_call(run_id, {**call, "model": "offline", "cost_usd": 0.0, "priced": False})
+        usage = store.llm_usage(run_id)  # the offline scientist's answers spend no model's tokens
+        assert usage == {"calls": 2, "tokens": 30, "cost_usd": 0.5, "errors": 1, "unpriced": 1, "offline_calls": 1}
 
 
 def test_a_failing_plan_round_stores_nothing(tmp_path):

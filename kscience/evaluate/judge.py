@@ -63,14 +63,17 @@ class _Session:
         self.worker_info: dict = {}
         self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
         self.seq = 0
-        self.phase_limit, self.phase_end = 0.0, math.inf
+        self.timeout_s = timeout_s
+        self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
 
     # --- the channel -------------------------------------------------------------------------
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
         """Send a command; its replies must arrive before the phase's limit runs out."""
         self.seq += 1
         limit_s = LIMITS[phase][self.cpu] if limit_s is None else limit_s
-        self.phase_limit = max(min(limit_s, self.deadline - time.monotonic()), 0.0)
+        left = self.deadline - time.monotonic()
+        self.by_deadline = left < limit_s  # the evaluation's own limit, not the phase's, runs out first
+        self.phase_limit = max(min(limit_s, left), 0.0)
         self.phase_end = time.monotonic() + self.phase_limit
         with self._channel_errors(phase, shape):
             send_json(self.worker.channel, dict(cmd, seq=self.seq), self.phase_end)
@@ -124,12 +127,20 @@ class _Session:
             yield
         except ChannelTimeout:
             self.worker.kill()
-            raise Verdict(R.TIMEOUT, f"timed out after {self.phase_limit:.0f}s in {phase}", shape) from None
+            raise Verdict(R.TIMEOUT, self._timeout_text(phase), shape) from None
         except ProtocolError as exc:
             self.worker.kill()
             raise Verdict(R.REJECTED, f"broken protocol on the result channel during {phase}: {exc}", shape) from None
         except (EOFError, OSError):
             raise Verdict(R.CRASHED, f"{self._death()} during {phase}", shape) from None
+
+    def _timeout_text(self, phase: str) -> str:
+        """Which limit ran out, as it was set, and in which phase: "the evaluation's 3 s limit ran out
+        while timing", never the seconds that happened to be left of it."""
+        doing = _DOING.get(phase, phase)
+        if self.by_deadline:
+            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {doing}"
+        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {doing} ran out"
 
     def _death(self) -> str:
         self.worker.kill()
@@ -282,6 +293,19 @@ class _Session:
             self.phases_s[name] = self.phases_s.get(name, 0.0) + time.monotonic() - t0
 
 
+_DOING = {"import": "importing the candidate", "check": "checking correctness", "time": "timing",
+          "recheck": "rechecking timed outputs", "closing": "closing"}
+
+
+def _seconds(s: float) -> str:
+    """0.5 s, 3 s, 120 s: a limit as it was given, never rounded to 0."""
+    return f"{s:.3g} s"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _float(x) -> float:
     try:
         return float(x)
@@ -363,7 +387,11 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
         with session.phase("check"):
             res, in_bytes, cap = session.check(shape, "benchmark")
         result.shapes.append(res)
-        session.time(res, in_bytes, cap)
+        try:
+            session.time(res, in_bytes, cap)
+        except Verdict:
+            res.ok = False  # correct, but its timing failed: the shape is not an ok one
+            raise
     with session.phase("finish"):
         session.finish()
     cap = session.worker.memory_cap_hit()  # a process killed for memory may not have been the worker
@@ -372,8 +400,9 @@ def _run(session: _Session, problem: Problem, request: R.EvalRequest, result: R.
     times = [s.time_us for s in result.shapes if s.time_us]
     result.geomean_us = geomean(times) if times else None
     n_ok = len(result.shapes)
-    result.message = (f"{n_ok} shapes correct" + (f"; geomean {result.geomean_us:.2f} us over {len(times)} "
-                      f"benchmark shapes ({result.timing_label})" if times else ""))
+    result.message = (_plural(n_ok, "shape") + " correct" + (
+        f"; geomean {result.geomean_us:,.2f} us over {_plural(len(times), 'benchmark shape')}, "
+        f"timed by {result.timing_label}" if times else ""))
 
 
 def _with_reference_weights(problem: Problem, seed: int, device: Device) -> Problem:

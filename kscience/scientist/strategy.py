@@ -96,8 +96,14 @@ def most_different(base: CandidateView, pool: list[CandidateView]) -> tuple[Cand
             best, best_key, best_faster = c, key, faster
     if best is None:
         return None, ""
+    if sum(s in best.shape_times for s in base.shape_times) < 2:  # one shape: no profile to differ
+        return best, (f"reference {best.id} ({best.geomean_us:.2f} us) is the fastest other member "
+                      "(one benchmark shape, so no per-shape profile to compare)")
+    # The distance is a standard deviation of log time ratios: as a percentage, the typical
+    # deviation of one shape from a uniform speed-up.
     why = (f"reference {best.id} ({best.geomean_us:.2f} us) has the most different per-shape profile "
-           f"(spread {best_key[0]:.3f} in log time): {_faster_phrase(base, best, best_faster)}")
+           f"(shapes differ by {(math.exp(best_key[0]) - 1) * 100:.0f}% on average beyond a uniform "
+           f"speed-up): {_faster_phrase(base, best, best_faster)}")
     return best, why
 
 

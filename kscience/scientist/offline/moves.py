@@ -81,11 +81,19 @@ def find_knobs(src: Source) -> list[Knob]:
 
 
 def set_knob(src: Source, knob: Knob, value: int) -> str:
-    """The source with one knob's literal changed on its own line."""
-    line = src.lines[knob.line]
+    """The source with one knob's literal changed on its own line. A comment on that line that
+    names the old value follows it; one with other numbers too (derived from it, perhaps) is
+    dropped rather than left wrong."""
+    code, sep, comment = src.lines[knob.line].partition("#")
     pattern = re.compile(rf"\b({re.escape(knob.name)}\s*=\s*){knob.value}\b")
+    code = pattern.sub(lambda m: f"{m.group(1)}{value}", code, count=1)
+    numbers = set(re.findall(r"\b\d+\b", comment))
+    if numbers == {str(knob.value)}:
+        comment = re.sub(rf"\b{knob.value}\b", str(value), comment)
+    elif str(knob.value) in numbers:
+        code, sep, comment = code.rstrip(), "", ""
     lines = list(src.lines)
-    lines[knob.line] = pattern.sub(lambda m: f"{m.group(1)}{value}", line, count=1)
+    lines[knob.line] = code + sep + comment
     return "\n".join(lines)
 
 
