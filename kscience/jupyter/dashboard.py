@@ -30,8 +30,10 @@ def _panel(title: str, *children, width: str = "50%") -> W.VBox:
     heading = W.HTML(f'<div style="font-weight: 600; font-size: 13px; margin: 4px 0;">{title}</div>')
     # min_width 0: a flex item may shrink below its content's width, so wide content scrolls
     # inside its own box instead of pushing the panel past its share of the row.
-    return W.VBox([heading, *children], layout=W.Layout(width=width, min_width="0", padding="0 8px 0 0",
-                                                        overflow="hidden"))
+    panel = W.VBox([heading, *children], layout=W.Layout(width=width, min_width="0", padding="0 8px 0 0",
+                                                         overflow="hidden"))
+    panel.add_class("kscience-panel")
+    return panel
 
 
 class Dashboard:

@@ -94,8 +94,13 @@ def most_different(base: CandidateView, pool: list[CandidateView]) -> tuple[Cand
             best, best_key, best_faster = c, key, faster
     if best is None:
         return None, ""
-    why = (f"reference {best.id} ({best.geomean_us:.2f} us) has the most different per-shape profile "
-           f"(spread {best_key[0]:.3f} in log time): {_faster_phrase(base, best, best_faster)}")
+    shared = sum(1 for s in base.shape_times if s in best.shape_times)
+    if shared < 2:  # one shape: every profile is the same, so there is no difference to cite
+        return best, (f"reference {best.id} ({best.geomean_us:,.2f} µs) "
+                      f"(one benchmark shape, so no per-shape profile to compare)")
+    why = (f"reference {best.id} ({best.geomean_us:,.2f} µs) has the most different per-shape profile "
+           f"(its time ratios to the base vary by {best_key[0] * 100:.1f}% across {shared} shapes): "
+           f"{_faster_phrase(base, best, best_faster)}")
     return best, why
 
 
