@@ -5,6 +5,8 @@ throttle redraws from a fresh store snapshot at most a few times a second, on a 
 neither the run nor the kernel waits for matplotlib. Widget updates leave the kernel at any time,
 from any thread; a click comes back as a message the kernel handles only when no cell is running.
 The cell that started the run has returned by then, so Stop reaches `Run.stop` at once.
+When the run ends, its output is replaced by the static view of kscience.jupyter.static, which a
+saved notebook shows without a kernel (a widget would show "model not found" there).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Dashboard:
         self.stop_button.on_click(self._stop_clicked)
         if not result.driven_here:
             self.stop_button.layout.display = "none"
-        self.plot = W.Image(format="png", layout=W.Layout(width="100%"))
+        self.plot = W.Image(format="png", layout=W.Layout(width="98%"))  # 100% plus its margin would overflow
         self.plot.add_class("kscience-plot")
         self.leaderboard = W.HTML(layout=W.Layout(max_height="360px", overflow="auto"))
         self.leaderboard.add_class("kscience-leaderboard-panel")
@@ -71,6 +73,7 @@ class Dashboard:
         self.diff = W.HTML(layout=W.Layout(max_height="460px", overflow="auto"))
         self.display_id = f"kscience-dashboard-{result.id}-{uuid.uuid4().hex[:8]}"
         self._displayed = False  # `shown` was called: the display exists and can be replaced
+        self._finish_lock = threading.Lock()
         self._final_html: str | None = None  # the static view that replaces the widget once the run is over
         self.diff.add_class("kscience-diffs")
 
@@ -131,11 +134,12 @@ class Dashboard:
     def _finish(self) -> None:
         """Replace the widget by the static view of the final state (the kernel may be gone when
         the notebook is next opened)."""
-        if not self._displayed or self._final_html is not None:
-            return
-        html = run_html(self.result.snapshot())
-        self._final_html = f'<div class="kscience-dashboard kscience-ended" style="border: 1px solid #e0e0e0; ' \
-                           f'padding: 8px;">{html}</div>'
+        with self._finish_lock:  # `shown` and the run's end can race to it
+            if not self._displayed or self._final_html is not None:
+                return
+            html = run_html(self.result.snapshot())
+            self._final_html = (f'<div class="kscience-dashboard kscience-ended" style="border: 1px solid #e0e0e0; '
+                                f'padding: 8px;">{html}</div>')
         update_display(self, display_id=self.display_id)
 
     def _stop_clicked(self, _button) -> None:

@@ -257,8 +257,9 @@ def leaderboard_rows(snap: Snapshot) -> list[dict]:
 
 # Fixed column widths, so the table fits its panel at any width: the hypothesis takes what is left
 # and ends in an ellipsis, its full text in the tooltip.
-LEADERBOARD_COLUMNS = (("#", "2.2em", NUM), ("id", "5.5em", CELL), ("time", "7.5em", NUM),
-                       ("vs seed", "4.6em", NUM), ("vs eager", "4.6em", NUM), ("hypothesis", "auto", CELL))
+TIGHT = "padding: 2px 4px;"  # narrower cells than elsewhere: the leaderboard shares its row with the plot
+LEADERBOARD_COLUMNS = (("#", "2em", NUM), ("id", "7.4em", CELL), ("time", "7.8em", NUM),
+                       ("vs seed", "5em", NUM), ("vs eager", "5.4em", NUM), ("hypothesis", "auto", CELL))
 CLIP = "overflow: hidden; text-overflow: ellipsis; white-space: nowrap;"
 
 
@@ -268,26 +269,27 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
         return f'<div style="{BOX} color: #757575;">No candidate evaluated yet.</div>'
     shown = rows if limit is None else rows[:limit]
     cols = "".join(f'<col style="width: {w};">' for _, w, _ in LEADERBOARD_COLUMNS)
-    head = "".join(f'<th style="{style} {CLIP}" title="{esc(tip)}">{esc(h)}</th>' for (h, _, style), tip in zip(
+    head = "".join(f'<th style="{style} {TIGHT} {CLIP}" title="{esc(tip)}">{esc(h)}</th>' for (h, _, style), tip in zip(
         LEADERBOARD_COLUMNS, ("rank among correct kernels", "candidate", f"geomean over the benchmark shapes (µs), "
                               "or why the kernel failed", "speedup over the seed", f"speedup over {EAGER}",
                               "the hypothesis the kernel tested"), strict=True))
     body = []
     for r in shown:
-        time = (fmt_us(r["geomean_us"], US) if r["status"] == "ok"
+        time = (fmt_us(r["geomean_us"], US, 1) if r["status"] == "ok"
                 else _status(r["status"].replace("_", " ")))
-        body.append(f'<tr><td style="{NUM}">{r["rank"] or ""}</td>'
-                    f'<td style="{CELL} {CLIP}" title="{esc(r["id"])} ({esc(r["kind"])}, iteration {r["iteration"]})">'
-                    f'<code>{esc(r["id"])}</code></td>'
-                    f'<td style="{NUM} {CLIP}" title="{esc(r["status"])}">{time}</td>'
-                    f'<td style="{NUM}">{fmt_x(r["vs_seed"])}</td><td style="{NUM}">{fmt_x(r["vs_reference"])}</td>'
-                    f'<td style="{CELL} {CLIP}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
+        num, cell = f"{NUM} {TIGHT} {CLIP}", f"{CELL} {TIGHT} {CLIP}"
+        body.append(f'<tr><td style="{num}">{r["rank"] or ""}</td>'
+                    f'<td style="{cell}" title="{esc(r["id"])} ({esc(r["kind"])}, iteration {r["iteration"]})">'
+                    f'<code style="font-size: 11px;">{esc(r["id"])}</code></td>'
+                    f'<td style="{num}" title="{esc(r["status"])}">{time}</td>'
+                    f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_reference"])}</td>'
+                    f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], US)}</div>'
                        for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled))
                        if base and base["status"] == "ok")
     return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
-            f'width: 100%;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
+            f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>{more}{ref_line}</div>')
 
 

@@ -138,6 +138,7 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
         ax.set_yscale("log")
     elif values:
         ax.set_ylim(0, max(values) * 1.12)  # a linear time axis starts at zero, so gaps read true
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if max(values) >= 100 else f"{v:g}"))
     ax.set_xlabel("evaluation (order of verdicts)" if by == "evaluation" else "iteration (design round)")
     ax.set_ylabel("geomean time over shapes (µs)")
     ax.grid(alpha=0.3)

@@ -61,7 +61,9 @@ def jupyterlab(tmp_path):
     port, token = free_port(), "kscience-browser-test"
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MPLBACKEND": "Agg"}
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MPLBACKEND": "Agg",
+           # the kernel imports kscience from this checkout, not from wherever it is installed
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     log = open(tmp_path / "jupyterlab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
@@ -160,8 +162,8 @@ def test_the_dashboard_renders_in_jupyterlab_and_stop_ends_the_run(jupyterlab):
 OVERFLOWING = """() => [...document.querySelectorAll(
     '.kscience-dashboard .kscience-panel, .kscience-dashboard .kscience-leaderboard-panel, .kscience-summary')]
   .filter(el => el.scrollWidth > el.clientWidth + 1)
-  .map(el => `${el.className.split(' ').filter(c => c.startsWith('kscience')).join('.')}: `
-             + `${el.scrollWidth} > ${el.clientWidth}`)"""
+  .map(el => `${el.className.split(' ').filter(c => c.startsWith('kscience')).join('.')} `
+             + `"${el.innerText.slice(0, 24)}": ${el.scrollWidth} > ${el.clientWidth}`)"""
 
 
 def overflowing(page) -> list[str]:
