@@ -280,7 +280,7 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
         num, cell = f"{NUM} {TIGHT} {CLIP}", f"{CELL} {TIGHT} {CLIP}"
         body.append(f'<tr><td style="{num}">{r["rank"] or ""}</td>'
                     f'<td style="{cell}" title="{esc(r["id"])} ({esc(r["kind"])}, iteration {r["iteration"]})">'
-                    f'<code style="font-size: 11px; white-space: nowrap;">{esc(r["id"])}</code></td>'
+                    f'<span style="font-family: var(--jp-code-font-family, monospace);">{esc(r["id"])}</span></td>'
                     f'<td style="{num}" title="{esc(r["status"])}">{time}</td>'
                     f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_reference"])}</td>'
                     f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
