@@ -9,6 +9,7 @@ a baseline the run did not measure appears in the legend as missing instead of a
 from __future__ import annotations
 
 import io
+import math
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -175,13 +176,14 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
         # Bars grow from 1x (as fast), up for faster and down for slower, so none is invisible.
         bars = ax.bar(positions, [(r - 1.0) if r else 0.0 for r in ratios], bottom=1.0, width=width,
                       label=name, color=("#2e7d32", "#1565c0", "#6a1b9a")[k])
+        # Standing labels: side by side bars of near 1x would otherwise print over each other.
         ax.bar_label(bars, labels=[fmt_x(r) if r else "n/a" for r in ratios], fontsize=7 if crowded else 8,
-                     rotation=90 if crowded else 0, padding=2)
+                     rotation=90, padding=2)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}x" if str(f"{v:g}")[0] in "25" else ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(_two_and_five))
     if ratios_seen:
-        ax.set_ylim(min(0.8, min(ratios_seen) / 1.6), max(1.25, max(ratios_seen) * 2.0))
+        ax.set_ylim(min(0.8, min(ratios_seen) / 1.8), max(1.25, max(ratios_seen) * 2.2))
     ax.axhline(1.0, color="#424242", linewidth=1, label="1x: as fast")
     ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 20, ha="right", fontsize=8 if crowded else 9)
     ax.set_xlabel("benchmark shape")
@@ -192,6 +194,14 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=LEGEND_FONT, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3, which="both")
+
+
+def _two_and_five(v: float, _pos) -> str:
+    """Minor log-axis labels at 2x and 5x of each decade (0.2x, 0.5x, 2x, 5x, 20x...)."""
+    if v <= 0:
+        return ""
+    lead = v / 10 ** math.floor(math.log10(v) + 1e-9)
+    return f"{v:g}x" if round(lead, 6) in (2.0, 5.0) else ""
 
 
 def lineage_layout(snap: Snapshot) -> dict[str, tuple[float, float]]:
