@@ -127,8 +127,8 @@ def kind_text(kind: str) -> str:
 
 
 # Why the selector chose a plan, as stored (kscience.scientist.plans), in words a reader follows.
-_WHY_CHOSEN = {"most innovative": "most innovative", "highest max": "highest predicted best case",
-               "highest min": "highest predicted worst case"}
+_WHY_CHOSEN = {"most innovative": "the most novel idea", "highest max": "the largest predicted gain",
+               "highest min": "the safest predicted gain"}  # kscience.scientist.plans's rules, in plain words
 
 
 def why_chosen_text(why: str) -> str:

@@ -279,6 +279,6 @@ def test_the_selectors_reason_needs_no_log_time_jargon():
 
 
 def test_why_a_plan_was_chosen_reads_as_words():
-    assert why_chosen_text("highest max") == "highest predicted best case"
-    assert why_chosen_text("highest min") == "highest predicted worst case"
-    assert why_chosen_text("most innovative") == "most innovative"
+    assert why_chosen_text("highest max") == "the largest predicted gain"
+    assert why_chosen_text("highest min") == "the safest predicted gain"
+    assert why_chosen_text("most innovative") == "the most novel idea"

@@ -20,6 +20,7 @@ LAZY_ALLOWED = {
     ("kscience", "kscience.jupyter.results"): "kscience.open_run: the notebook side, loaded when asked",
     ("kscience.jupyter.views", "kscience.jupyter.dashboard"): "ipywidgets, only where widgets render",
     ("kscience.jupyter.results", "kscience.jupyter.plots"): "matplotlib, only when a run is drawn",
+    ("kscience.jupyter.results", "kscience.jupyter.static"): "matplotlib, only when a run is drawn",
     ("kscience.evaluate.slot", "kscience.evaluate.judge"): "the judge (and torch), loaded in the slot's own process",
     ("kscience.evaluate.ray_executor", "kscience.evaluate.judge"): "runs inside the Ray actor",
     ("kscience.evaluate.ray_executor", "kscience.evaluate.sandbox"): "runs inside the Ray actor",

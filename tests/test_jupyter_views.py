@@ -54,14 +54,14 @@ def test_the_dashboard_shows_every_panel_of_a_finished_run(tmp_path, capsys):
     assert board.progress.value == board.progress.max == 2 and board.progress.bar_style == "success"
     assert png_size(board.plot.value)[0] > 400
     hypotheses = board.hypotheses.value
-    for text in ("Iteration 2", "Iteration 1", "faster because the profile says so", "chosen: scripted",
+    for text in ("Iteration 2", "Iteration 1", "faster because the profile says so", "chosen as scripted",
                  "not chosen", "+25.0%</b></span> measured (inside the prediction)", "predicted +5% to +30%",
                  "write_failed", "finding: faster: ok", "finding: broken: write_failed"):
         assert text in hypotheses
     leaderboard = board.leaderboard.value
     assert leaderboard.index(run.best.id) < leaderboard.index(run.seed.id)  # ranked fastest first
     assert "1.56x" in leaderboard and "0.625x" in leaderboard  # 100/64 vs seed, 40/64 vs reference
-    assert run.best.id + " 64.0 us ★" in board.lineage.value
+    assert run.best.id + " 64.0 µs ★" in board.lineage.value
     # The diff viewer follows the newest candidate; picking another shows its diff or error.
     ids = [value for _, value in board.picker.options]
     assert board.picker.value == ids[0] and len(ids) == len(snap.candidates) - 1  # all but the reference
@@ -159,9 +159,9 @@ def test_missing_baselines_are_named_in_the_legend_and_floors_drawn_on_a_gpu(tmp
     snap = run.snapshot()
     fig = timeline_figure(snap)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert f"PyTorch eager {REFERENCE_US:,.1f} us" in labels
+    assert f"PyTorch eager {REFERENCE_US:,.1f} µs" in labels
     assert "torch.compile: not timed (CPU run)" in labels and "physical floor: GPU only" in labels
-    assert "correct" in labels and "best so far" in labels and "wrong answer" in labels
+    assert "correct kernel" in labels and "best so far" in labels and "wrong answer (no time)" in labels
 
     on_gpu = copy.deepcopy(snap)
     for c in on_gpu.candidates:
@@ -170,7 +170,7 @@ def test_missing_baselines_are_named_in_the_legend_and_floors_drawn_on_a_gpu(tmp
     fig = timeline_figure(Snapshot(**{k: getattr(on_gpu, k) for k in
                                       ("run", "candidates", "plans", "findings", "usage", "taken_at")}))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert "physical floor 1.0 us" in labels and not any(label.startswith("physical floor:") for label in labels)
+    assert "physical floor 1.0 µs (off scale)" in labels and not any(label.startswith("physical floor:") for label in labels)
     assert "torch.compile: not timed by this run" in labels
 
 
@@ -184,7 +184,97 @@ def test_points_and_lineage_cover_every_settled_candidate(tmp_path, capsys):
     assert set(layout) == {c["id"] for c in snap.candidates if c["kind"] != "reference"}
     assert layout[run.seed.id][0] == 0 and layout[run.best.id][0] == 2
     lines = panels.lineage_lines(snap)
-    assert lines[0].startswith(f"{run.seed.id} 100.0 us") and len(lines) == len(layout)
+    assert lines[0].startswith(f"{run.seed.id} 100.0 µs") and len(lines) == len(layout)
+
+
+def test_a_baseline_far_from_every_candidate_is_an_arrow_and_a_resume_is_marked(tmp_path):
+    """On the CPU, PyTorch eager can be 10^4 times the candidates: drawn as a line it would squeeze
+    them into one band of a log axis. It is named off scale at the edge instead."""
+    run = finished_run(tmp_path, iterations=1)
+    snap = run.snapshot()
+    snap.candidates = [dict(c, geomean_us=c["geomean_us"] * 1e4) if c["kind"] == "reference" else c
+                       for c in snap.candidates]
+    ax = timeline_figure(snap, session_starts=[2.5]).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    eager = f"PyTorch eager {REFERENCE_US * 1e4:,.1f} µs"
+    assert f"{eager} (off scale)" in labels and "resumed session starts" in labels
+    assert any(t.get_text().startswith(f"{eager} ↑") for t in ax.texts)
+    assert "resumed" in [t.get_text() for t in ax.texts]
+    times = [c["geomean_us"] for c in snap.correct]
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[1] < 2 * max(times)
+    assert ax.get_ylabel() == "geomean time over shapes (µs)"
+    # The best-so-far line ends at the last candidate, not at the axes' edge.
+    step = next(line for line in ax.get_lines() if line.get_label() == "best so far")
+    assert max(step.get_xdata()) == len(snap.settled)
+
+
+def test_the_leaderboard_fits_its_panel_and_keeps_full_text_in_tooltips(tmp_path):
+    run = finished_run(tmp_path)
+    board = panels.leaderboard_html(run.snapshot())
+    assert "table-layout: fixed" in board and "width: 100%" in board and "text-overflow: ellipsis" in board
+    assert f'title="{panels.esc(run.best.hypothesis)}"' in board
+    headers = [h.split(">")[1] for h in board.split("<th ")[1:]]
+    assert headers == ["#</th", "id</th", "time</th", "vs seed</th", "vs eager</th", "hypothesis</th"]
+    assert "wrong answer" in board and " µs" in board  # a failed kernel's verdict sits where its time would
+
+
+def test_a_measured_experiment_is_shown_measured_even_without_its_finding(tmp_path):
+    """A stop between a verdict and its finding: the plan shows the verdict, never "pending"."""
+    run = finished_run(tmp_path)
+    snap = run.snapshot()
+    measured = next(f for f in snap.findings if f["measured_pct"] is not None)
+    snap.findings = [f for f in snap.findings if f is not measured]
+    snap.run = dict(snap.run, status="stopped")
+    html = panels.hypotheses_html(snap)
+    assert f'{measured["measured_pct"]:+.1f}%</b></span> measured' in html and "pending" not in html
+    snap.candidates = [c for c in snap.candidates if c["id"] != measured["candidate_id"]]
+    snap.__dict__.pop("settled")
+    assert "pending (resume the run to evaluate it)" in panels.hypotheses_html(snap)
+
+
+def test_a_diff_keeps_python_colours_on_changed_lines_and_wraps_at_spaces():
+    diff = panels.unified_diff("x = 1\n", "x = compute(2)  # a comment\n", "a", "b")
+    html = panels.highlight(diff, "diff")
+    added = next(row for row in html.split("<div ") if "compute" in row)
+    assert "#e6ffec" in added and added.count("<span style=") >= 3  # name, number and comment coloured
+    assert "white-space: pre-wrap" in html and "word-break: normal" in html
+
+
+def test_an_ended_dashboard_is_replaced_by_a_static_view_a_saved_notebook_can_show(tmp_path, monkeypatch):
+    from kscience.jupyter import dashboard
+
+    updates = []
+    monkeypatch.setattr(dashboard, "update_display", lambda obj, display_id: updates.append(
+        (display_id, obj._repr_mimebundle_())))
+    run = launch.new_run("softmax", fake_kernel(100.0), iterations=1, llm="offline", db=tmp_path / "k.db")
+    board = Dashboard(run, refresh_s=0.05)
+    live = board._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in live and "running" in live["text/html"]
+    board.shown()
+    run.start()
+    assert run.wait(timeout=30) == "finished"
+    deadline = time.monotonic() + 10
+    while not updates and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ((display_id, bundle),) = updates
+    assert display_id == board.display_id and set(bundle) == {"text/plain", "text/html"}
+    assert "finished with 1 of 1 iteration(s) complete" in bundle["text/html"]
+    assert "kscience-leaderboard" in bundle["text/html"] and "data:image/png;base64," in bundle["text/html"]
+
+
+def test_a_run_shown_live_in_a_cell_is_not_repeated_as_that_cells_result(tmp_path, monkeypatch):
+    import IPython
+
+    run = finished_run(tmp_path, iterations=1)
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"execution_count": 7})())
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: shown.append(a[0]))
+    run.shown_live_in = 7
+    run._ipython_display_()
+    assert shown == []
+    run.shown_live_in = 6  # shown live by an earlier cell: this one shows the run
+    run._ipython_display_()
+    assert "finished with 1 of 1" in shown[0]["text/html"]
 
 
 def test_an_empty_run_draws_without_error(tmp_path):

@@ -5,18 +5,23 @@ throttle redraws from a fresh store snapshot at most a few times a second, on a 
 neither the run nor the kernel waits for matplotlib. Widget updates leave the kernel at any time,
 from any thread; a click comes back as a message the kernel handles only when no cell is running.
 The cell that started the run has returned by then, so Stop reaches `Run.stop` at once.
+When the run ends, its output is replaced by the static view of kscience.jupyter.static, which a
+saved notebook shows without a kernel (a widget would show "model not found" there).
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 
 import ipywidgets as W
+from IPython.display import update_display
 
 from kscience.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
 from kscience.jupyter.live import Throttle
 from kscience.jupyter.plots import png_bytes, timeline_figure
+from kscience.jupyter.static import run_html
 from kscience.liveness import display_status
 from kscience.store import BASELINE_KINDS
 
@@ -25,7 +30,12 @@ BAR_STYLES = {"finished": "success", "stopped": "warning", "failed": "danger", "
 
 def _panel(title: str, *children, width: str = "50%") -> W.VBox:
     heading = W.HTML(f'<div style="font-weight: 600; font-size: 13px; margin: 4px 0;">{title}</div>')
-    return W.VBox([heading, *children], layout=W.Layout(width=width, padding="0 8px 0 0"))
+    # min_width 0: a flex item may shrink below its content's width, so wide content scrolls
+    # inside its own box instead of pushing the panel past its share of the row.
+    panel = W.VBox([heading, *children], layout=W.Layout(width=width, min_width="0", padding="0 8px 0 0",
+                                                         overflow="hidden"))
+    panel.add_class("kscience-panel")
+    return panel
 
 
 class Dashboard:
@@ -51,15 +61,20 @@ class Dashboard:
         self.stop_button.on_click(self._stop_clicked)
         if not result.driven_here:
             self.stop_button.layout.display = "none"
-        self.plot = W.Image(format="png", layout=W.Layout(width="100%"))
+        self.plot = W.Image(format="png", layout=W.Layout(width="98%"))  # 100% plus its margin would overflow
         self.plot.add_class("kscience-plot")
-        self.leaderboard = W.HTML(layout=W.Layout(max_height="300px", overflow="auto"))
-        self.lineage = W.HTML()
+        self.leaderboard = W.HTML(layout=W.Layout(max_height="360px", overflow="auto"))
+        self.leaderboard.add_class("kscience-leaderboard-panel")
+        self.lineage = W.HTML(layout=W.Layout(overflow="auto"))
         self.hypotheses = W.HTML(layout=W.Layout(max_height="460px", overflow="auto"))
         self.hypotheses.add_class("kscience-hypotheses")
         self.picker = W.Dropdown(options=[], layout=W.Layout(width="98%"))
         self.picker.observe(self._picked, names="value")
         self.diff = W.HTML(layout=W.Layout(max_height="460px", overflow="auto"))
+        self.display_id = f"kscience-dashboard-{result.id}-{uuid.uuid4().hex[:8]}"
+        self._displayed = False  # `shown` was called: the display exists and can be replaced
+        self._finish_lock = threading.Lock()
+        self._final_html: str | None = None  # the static view that replaces the widget once the run is over
         self.diff.add_class("kscience-diffs")
 
         controls = W.HBox([self.stop_button, self.progress, self.stage], layout=W.Layout(align_items="center"))
@@ -92,11 +107,40 @@ class Dashboard:
             if unfollow is not None:
                 unfollow()
             self._throttle.flush()
+            self._finish()
             return
         if isinstance(event, (StageChanged, EvaluationWaiting)):
             self._stage = panels.stage_of(event)
             self._show_stage()  # cheap, so it is not throttled
         self._throttle.poke()
+
+    # --- display -----------------------------------------------------------------------------
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        """The live widget while the run goes on (with a static copy for frontends without widgets);
+        once it is over, the static view alone, which a saved notebook shows without its kernel."""
+        if self._final_html is not None:
+            return {"text/plain": f"kscience run {self.result.id}", "text/html": self._final_html}
+        return {**self.widget._repr_mimebundle_(**kwargs), "text/html": run_html(self.result.snapshot())}
+
+    def shown(self) -> None:
+        """Called once the dashboard is displayed under `display_id`; a run already over is
+        replaced by its static view at once."""
+        with self._follow_lock:
+            self._displayed = True
+            over = self._over
+        if over:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Replace the widget by the static view of the final state (the kernel may be gone when
+        the notebook is next opened)."""
+        with self._finish_lock:  # `shown` and the run's end can race to it
+            if not self._displayed or self._final_html is not None:
+                return
+            html = run_html(self.result.snapshot())
+            self._final_html = (f'<div class="kscience-dashboard kscience-ended" style="border: 1px solid #e0e0e0; '
+                                f'padding: 8px;">{html}</div>')
+        update_display(self, display_id=self.display_id)
 
     def _stop_clicked(self, _button) -> None:
         self._stopping = True
@@ -128,11 +172,17 @@ class Dashboard:
         return max(0.0, end - started)
 
     def render(self) -> None:
-        """Redraw every panel from one snapshot, so they never disagree with each other."""
+        """Redraw every panel from one snapshot, so they never disagree with each other: every
+        value is computed first (the plot takes longest) and then assigned together."""
         with self._render_lock:
             snap = self.result.snapshot()
             status = display_status(snap.run)
-            self.header.value = panels.header_html(snap, self._session_s(snap))
+            plot = png_bytes(timeline_figure(snap, session_starts=self._session_starts(snap)))
+            header = panels.header_html(snap, self._session_s(snap))
+            board, lineage = panels.leaderboard_html(snap), panels.lineage_html(snap)
+            hypotheses = panels.hypotheses_html(snap)
+            self.header.value, self.plot.value, self.leaderboard.value = header, plot, board
+            self.lineage.value, self.hypotheses.value = lineage, hypotheses
             self._show_stage(snap)
             self.progress.max = max(1, snap.target)
             self.progress.value = min(snap.iterations_complete, self.progress.max)
@@ -140,11 +190,16 @@ class Dashboard:
                 self.progress.bar_style = BAR_STYLES.get(status, "info")
                 self.stop_button.disabled = True
                 self.stop_button.description = status.capitalize()
-            self.plot.value = png_bytes(timeline_figure(snap))
-            self.leaderboard.value = panels.leaderboard_html(snap)
-            self.lineage.value = panels.lineage_html(snap)
-            self.hypotheses.value = panels.hypotheses_html(snap)
             self._refresh_picker(snap)
+
+    def _session_starts(self, snap) -> list[float]:
+        """Where this session's candidates begin on the timing plot's x axis, when earlier sessions
+        of the run (before a resume) already settled some."""
+        started = self.result.started_at
+        if started is None:
+            return []
+        before = sum(1 for c in snap.settled if (c["evaluated"] or c["created"]) < started)
+        return [before + 0.5] if before else []
 
     def _refresh_picker(self, snap) -> None:
         written = [c for c in snap.candidates if c["kind"] not in BASELINE_KINDS][::-1]  # newest first

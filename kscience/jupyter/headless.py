@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 
+from kscience.summary import budget_parts
 from kscience.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
 from kscience.liveness import display_status
@@ -29,12 +30,12 @@ def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | N
              f"  now:    {panels.stage_text(snap, stage, stopping)}",
              f"  tried:  {len(snap.settled)} candidate(s), {len(snap.correct)} correct",
              f"  best:   {facts['best']}",
-             f"  budget: {', '.join(panels.budget_parts(snap, session_s))}"]
+             f"  budget: {', '.join(budget_parts(snap.run['config'], snap.usage, snap.elapsed_s(), session_s))}"]
     latest = snap.settled[-LATEST_SHOWN:]
     if latest:
         lines.append("  latest verdicts:")
         for c in reversed(latest):
-            us = fmt_us(c["geomean_us"], " us").rjust(15) if c["status"] == "ok" and c["geomean_us"] else " " * 15
+            us = fmt_us(c["geomean_us"], panels.US).rjust(15) if c["status"] == "ok" and c["geomean_us"] else " " * 15
             lines.append(f"    {c['id']:<11} {c['kind']:<7} {c['status']:<13} {us}  {c['hypothesis'][:50]}")
     return "\n".join(lines)
 

@@ -12,7 +12,9 @@ import difflib
 import html
 
 from kscience.liveness import display_status
-from kscience.snapshot import Snapshot, error_text, fmt_duration, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range
+from kscience.snapshot import (Snapshot, error_text, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
+                               uplift_pct, why_chosen_text)
+from kscience.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
 TABLE = "border-collapse: collapse; font-size: 12px;"
@@ -21,7 +23,8 @@ NUM = ("padding: 2px 8px; border-bottom: 1px solid #e0e0e0; text-align: right; w
        "font-variant-numeric: tabular-nums;")
 STATUS_STYLE = {"ok": "color: #2e7d32;", "pending": "color: #757575;"}
 FAILED_STYLE = "color: #c62828;"
-
+US = " µs"  # the unit every time on the dashboard carries
+EAGER = "PyTorch eager"  # the one name of the reference kernel, on every panel
 
 def esc(value) -> str:
     return html.escape(str(value), quote=True)
@@ -32,24 +35,6 @@ def _status(status: str) -> str:
 
 
 # --- header -----------------------------------------------------------------------------------
-def budget_parts(snap: Snapshot, session_s: float | None = None) -> list[str]:
-    """Tokens, cost and time used, each against its limit when the run has one."""
-    config, usage = snap.run["config"], snap.usage
-    tokens = f"{usage['tokens']:,} tokens"
-    if config.get("max_tokens"):
-        tokens += f" of {config['max_tokens']:,}"
-    cost = f"${usage['cost_usd']:.4f}"
-    if config.get("max_cost_usd"):
-        cost += f" of ${config['max_cost_usd']:.2f}"
-    if usage.get("unpriced"):
-        cost += f" ({usage['unpriced']} call(s) unpriced)"
-    spent = snap.elapsed_s() if session_s is None else session_s
-    clock = fmt_duration(spent)
-    if config.get("time_limit_s"):
-        clock += f" of {fmt_duration(config['time_limit_s'])} per session"
-    return [tokens, cost, clock]
-
-
 def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     run, env = snap.run, snap.run["environment"]
     device = snap.device.get("name") or "unknown device"
@@ -57,7 +42,7 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     llm = run["llm"] + (f" ({model})" if model else "") + f", {run['strategy']}"
     best = snap.best
     vs_seed, vs_ref = snap.speedups(best) if best else (None, None)
-    best_text = (f"{best['id']}: {fmt_us(best['geomean_us'], ' us')}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs reference"
+    best_text = (f"{best['id']}: {fmt_us(best['geomean_us'], US)}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs {EAGER}"
                  if best else "none yet")
     facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
              ("LLM", llm), ("best", best_text)]
@@ -68,7 +53,7 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
 
 
 def header_html(snap: Snapshot, session_s: float | None = None) -> str:
-    facts = [*header_facts(snap), ("budget used", " &middot; ".join(esc(p) for p in budget_parts(snap, session_s)))]
+    facts = [*header_facts(snap), ("budget used", " &middot; ".join(esc(p) for p in budget_parts(snap.run["config"], snap.usage, snap.elapsed_s(), session_s)))]
     cells = "".join(f'<span style="margin-right: 18px;"><b>{esc(k)}</b> {v if k == "budget used" else esc(v)}</span>'
                     for k, v in facts)
     title = f"kscience run {esc(snap.run['id'])}" + (f" &ldquo;{esc(snap.run['name'])}&rdquo;"
@@ -106,19 +91,37 @@ def _predicted(plan: dict) -> str:
     return f"{low:+.0f}% to {high:+.0f}%" if high is not None and high != low else f"{low:+.0f}%"
 
 
+def _plan_candidate(snap: Snapshot, plan: dict) -> dict | None:
+    """The newest settled kernel written for a plan (its child or last repair), if any."""
+    written = [c for c in snap.settled if c.get("plan_id") == plan["id"]]
+    return written[-1] if written else None
+
+
+def _measured(snap: Snapshot, plan: dict, pct: float | None, cand: dict) -> str:
+    inside = inside_range(plan.get("predicted_min_pct"), plan.get("predicted_max_pct"), pct)
+    colour = STATUS_STYLE["ok"] if pct >= 0 else "color: #ef6c00;"
+    return (f'<span style="{colour}"><b>{fmt_pct(pct)}</b></span> measured '
+            f'({"inside" if inside else "outside"} the prediction) by {esc(cand.get("id", "?"))}')
+
+
 def _outcome(snap: Snapshot, plan: dict, finding: dict | None) -> str:
     if not plan["chosen"]:
         return '<span style="color: #757575;">not run</span>'
     if finding is None:
-        unfinished = "in progress" if display_status(snap.run) == "running" else "unfinished (resume the run)"
-        return f'<span style="color: #757575;">{unfinished}</span>'
+        # A stop can land between the verdict and the finding: the verdict is the outcome then.
+        cand = _plan_candidate(snap, plan)
+        base = snap.by_id.get(plan["base_id"]) or {}
+        if cand is not None and cand["status"] == "ok":
+            pct = uplift_pct(base.get("geomean_us"), cand["geomean_us"])
+            if pct is not None:
+                return _measured(snap, plan, pct, cand)
+        if cand is not None:
+            return f"{_status(cand['status'])} ({esc(cand['id'])})"
+        state = "in progress" if display_status(snap.run) == "running" else "pending (resume the run to evaluate it)"
+        return f'<span style="color: #757575;">{state}</span>'
     cand = snap.by_id.get(finding["candidate_id"]) or {}
     if finding["measured_pct"] is not None:
-        inside = inside_range(plan.get("predicted_min_pct"), plan.get("predicted_max_pct"), finding["measured_pct"])
-        verdict = "inside" if inside else "outside"
-        colour = STATUS_STYLE["ok"] if finding["measured_pct"] >= 0 else "color: #ef6c00;"
-        return (f'<span style="{colour}"><b>{fmt_pct(finding["measured_pct"])}</b></span> measured '
-                f'({verdict} the prediction) by {esc(cand.get("id", "?"))}')
+        return _measured(snap, plan, finding["measured_pct"], cand)
     return f"{_status(cand.get('status', 'no kernel'))} ({esc(cand.get('id', 'no candidate'))})"
 
 
@@ -139,7 +142,8 @@ def hypotheses_html(snap: Snapshot) -> str:
                      f'<code>{esc(first["base_id"])}</code>: <i>{esc(first["justification"])}</i></div>')
         for p in plans:
             body = p["plan"]
-            chosen = (f'<span style="background: #e8f5e9; padding: 0 4px;">chosen: {esc(p["why_chosen"])}</span>'
+            why = why_chosen_text(p["why_chosen"])
+            chosen = (f'<span style="background: #e8f5e9; padding: 0 4px;">chosen as {esc(why)}</span>'
                       if p["chosen"] else '<span style="color: #9e9e9e;">not chosen</span>')
             finding = outcomes.get(p["id"])
             note = (f'<div style="color: #424242; margin-left: 12px;">finding: {esc(finding["text"])}</div>'
@@ -159,19 +163,38 @@ def unified_diff(before: str, after: str, before_name: str, after_name: str) -> 
                                         before_name, after_name))
 
 
-def highlight(code: str, language: str) -> str:
-    """Syntax-highlighted HTML with inline styles (no stylesheet needed)."""
+CODE = ("margin: 0; font-size: 11px; line-height: 1.35; font-family: var(--jp-code-font-family, monospace); "
+        "white-space: pre-wrap; word-break: normal; overflow-wrap: normal;")  # long lines wrap at spaces
+DIFF_LINE = {"+": "background: #e6ffec;", "-": "background: #ffebe9;", "@": "color: #6f42c1; background: #f6f8fa;"}
+
+
+def _python_spans(code: str) -> str:
     from pygments import highlight as render
     from pygments.formatters import HtmlFormatter
-    from pygments.lexers import DiffLexer, PythonLexer
+    from pygments.lexers import PythonLexer
 
-    lexer = DiffLexer() if language == "diff" else PythonLexer()
-    return render(code, lexer, HtmlFormatter(noclasses=True, style="default", nobackground=True,
-                                             cssstyles="margin: 0; font-size: 11px;"))
+    return render(code, PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True, style="default")).rstrip("\n")
+
+
+def highlight(code: str, language: str) -> str:
+    """Syntax-highlighted HTML with inline styles (no stylesheet needed). A diff keeps Python
+    colours on every line, added and removed lines on a green or red ground."""
+    if language != "diff":
+        return f'<pre style="{CODE}">{_python_spans(code)}</pre>'
+    rows = []
+    for line in code.splitlines():
+        mark = line[:1]
+        if line.startswith(("+++", "---")) or mark == "@":
+            rows.append(f'<div style="{DIFF_LINE["@"]}">{esc(line)}</div>')
+            continue
+        body = line[1:] if mark in "+- " else line
+        sign = esc(mark) if mark in "+-" else " "
+        rows.append(f'<div style="{DIFF_LINE.get(mark, "")}">{sign}{_python_spans(body) or " "}</div>')
+    return f'<pre style="{CODE}">{"".join(rows)}</pre>'
 
 
 def candidate_label(c: dict) -> str:
-    us = f", {fmt_us(c['geomean_us'], ' us', 1)}" if c.get("geomean_us") else ""
+    us = f", {fmt_us(c['geomean_us'], US, 1)}" if c.get("geomean_us") else ""
     return f"{c['id']} {c['kind']} ({c['status']}{us}): {c['hypothesis'][:60]}"
 
 
@@ -212,26 +235,41 @@ def leaderboard_rows(snap: Snapshot) -> list[dict]:
     return rows
 
 
+# Fixed column widths, so the table fits its panel at any width: the hypothesis takes what is left
+# and ends in an ellipsis, its full text in the tooltip.
+TIGHT = "padding: 2px 4px;"  # narrower cells than elsewhere: the leaderboard shares its row with the plot
+LEADERBOARD_COLUMNS = (("#", "2em", NUM), ("id", "7.6em", CELL), ("time", "9.4em", NUM),  # CPU: 1,804,694.4 µs
+                       ("vs seed", "5em", NUM), ("vs eager", "6em", NUM), ("hypothesis", "auto", CELL))
+CLIP = "overflow: hidden; text-overflow: ellipsis; white-space: nowrap;"
+
+
 def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
     rows = leaderboard_rows(snap)
-    shown = rows if limit is None else rows[:limit]
-    head = "".join(f'<th style="{CELL if h in ("id", "status", "hypothesis") else NUM}">{h}</th>'
-                   for h in ("rank", "id", "iter", "geomean", "vs seed", "vs ref", "status", "hypothesis"))
-    body = []
-    for r in shown:
-        body.append(f'<tr><td style="{NUM}">{r["rank"] or ""}</td>'
-                    f'<td style="{CELL} white-space: nowrap;"><code>{esc(r["id"])}</code></td>'
-                    f'<td style="{NUM}">{r["iteration"]}</td><td style="{NUM}">{fmt_us(r["geomean_us"], " us")}</td>'
-                    f'<td style="{NUM}">{fmt_x(r["vs_seed"])}</td><td style="{NUM}">{fmt_x(r["vs_reference"])}</td>'
-                    f'<td style="{CELL}">{_status(r["status"])}</td>'
-                    f'<td style="{CELL}">{esc(r["hypothesis"][:70])}</td></tr>')
-    more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
-    ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], " us")}</div>'
-                       for name, base in (("PyTorch eager", snap.reference), ("torch.compile", snap.compiled))
-                       if base and base["status"] == "ok")
     if not rows:
         return f'<div style="{BOX} color: #757575;">No candidate evaluated yet.</div>'
-    return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE}"><thead><tr>{head}</tr></thead>'
+    shown = rows if limit is None else rows[:limit]
+    cols = "".join(f'<col style="width: {w};">' for _, w, _ in LEADERBOARD_COLUMNS)
+    head = "".join(f'<th style="{style} {TIGHT} {CLIP}" title="{esc(tip)}">{esc(h)}</th>' for (h, _, style), tip in zip(
+        LEADERBOARD_COLUMNS, ("rank among correct kernels", "candidate", "geomean over the benchmark shapes (µs), "
+                              "or why the kernel failed", "speedup over the seed", f"speedup over {EAGER}",
+                              "the hypothesis the kernel tested"), strict=True))
+    body = []
+    for r in shown:
+        time = (fmt_us(r["geomean_us"], US, 1) if r["status"] == "ok"
+                else _status(r["status"].replace("_", " ")))
+        num, cell = f"{NUM} {TIGHT} {CLIP}", f"{CELL} {TIGHT} {CLIP}"
+        body.append(f'<tr><td style="{num}">{r["rank"] or ""}</td>'
+                    f'<td style="{cell}" title="{esc(r["id"])} ({esc(r["kind"])}, iteration {r["iteration"]})">'
+                    f'<span style="font-family: var(--jp-code-font-family, monospace);">{esc(r["id"])}</span></td>'
+                    f'<td style="{num}" title="{esc(r["status"])}">{time}</td>'
+                    f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_reference"])}</td>'
+                    f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
+    more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
+    ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], US)}</div>'
+                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled))
+                       if base and base["status"] == "ok")
+    return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
+            f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>{more}{ref_line}</div>')
 
 
@@ -242,7 +280,7 @@ def lineage_lines(snap: Snapshot) -> list[str]:
 
     def walk(c: dict, prefix: str, last: bool, root: bool) -> None:
         mark = "" if root else ("└─ " if last else "├─ ")
-        time_text = fmt_us(c["geomean_us"], " us", 1) if c["status"] == "ok" and c["geomean_us"] else c["status"]
+        time_text = fmt_us(c["geomean_us"], US, 1) if c["status"] == "ok" and c["geomean_us"] else c["status"]
         star = " ★" if best is not None and c["id"] == best["id"] else ""
         lines.append(f"{prefix}{mark}{c['id']} {time_text}{star}  {c['hypothesis'][:50]}")
         kids = tree.get(c["id"], [])
@@ -258,5 +296,6 @@ def lineage_html(snap: Snapshot) -> str:
     lines = lineage_lines(snap)
     if not lines:
         return f'<div style="{BOX} color: #757575;">No lineage yet.</div>'
-    return (f'<pre class="kscience-lineage" style="font-size: 11px; margin: 0; max-height: 260px; overflow: auto;">'
+    return (f'<pre class="kscience-lineage" style="font-size: 11px; margin: 0; max-height: 260px; overflow: auto; '
+            f'white-space: pre;">'
             f'{esc(chr(10).join(lines))}</pre>')

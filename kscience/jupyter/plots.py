@@ -9,10 +9,11 @@ a baseline the run did not measure appears in the legend as missing instead of a
 from __future__ import annotations
 
 import io
+import math
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kscience.problems import shape_label
 from kscience.snapshot import Snapshot, fmt_sol, fmt_us, fmt_x, shape_times, speedup
@@ -26,6 +27,7 @@ BASELINE_STYLES = {  # label -> (colour, line style)
     "torch.compile": ("#6a1b9a", ":"),
     "physical floor": ("#000000", "-."),
 }
+BEST_RING = "#ffb300"
 FAILED_BAND = 0.96  # failed candidates have no time: they sit on a strip at the top of the axes
 
 
@@ -50,10 +52,11 @@ def _x_positions(snap: Snapshot, by: str) -> list[float]:
 
 
 def _best_steps(snap: Snapshot, by: str) -> tuple[list[float], list[float]]:
+    """The best-so-far staircase, ending at the last settled candidate (never past the data)."""
     if by == "evaluation":
         steps = snap.best_so_far()
         xs, ys = [i + 1 for i, _ in steps], [us for _, us in steps]
-        end = len(snap.settled)
+        end = float(len(snap.settled))
     else:
         xs, ys, best = [], [], None
         for iteration in sorted({c["iteration"] for c in snap.correct}):
@@ -62,60 +65,97 @@ def _best_steps(snap: Snapshot, by: str) -> tuple[list[float], list[float]]:
                 best = us
                 xs.append(iteration)
                 ys.append(us)
-        # to the right edge of the last iteration's spread of points
-        end = max([snap.iterations_done, *xs]) + 0.4 if xs else 0
-    if xs and end > xs[-1]:  # carry the last best to the right edge
+        end = max(_x_positions(snap, by), default=0.0)  # the rightmost point of the last iteration
+    if xs and end > xs[-1]:  # hold the last best up to the last candidate
         xs.append(end)
         ys.append(ys[-1])
     return xs, ys
 
 
-def draw_timeline(ax, snap: Snapshot, by: str = "evaluation") -> None:
+LEGEND_FONT = 9
+SPAN_FOR_LOG = 20  # candidates spanning more than this factor in time get a log axis
+
+
+OFF_SCALE = 10  # a baseline more than this factor beyond the candidates' times is drawn as an arrow
+
+
+def _on_scale(us: float, low: float | None, high: float | None) -> bool:
+    return low is None or low / OFF_SCALE <= us <= high * OFF_SCALE
+
+
+def _baseline(ax, label: str, us: float, low: float | None, high: float | None) -> None:
+    """A baseline as a horizontal line where it falls within the candidates' range (padded), else
+    as an arrow at the edge, labelled with its time, so it does not squeeze the candidates."""
+    colour, style = BASELINE_STYLES[label]
+    text = f"{label} {fmt_us(us, ' µs', 1)}"
+    if _on_scale(us, low, high):
+        ax.axhline(us, color=colour, linestyle=style, linewidth=1.4, label=text)
+        return
+    above = us > high
+    y = 0.97 if above else 0.03
+    ax.annotate(f"{text} {'↑' if above else '↓'} (off scale)", xy=(0.99, y), xycoords="axes fraction",
+                ha="right", va="top" if above else "bottom", fontsize=LEGEND_FONT - 1, color=colour)
+    ax.plot([], [], color=colour, linestyle=style, linewidth=1.4, label=f"{text} (off scale)")
+
+
+def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: list[float] = ()) -> None:
     """Every candidate as a point coloured by status, the best-so-far line and the baselines.
-    `by` is "evaluation" (x = the order verdicts arrived) or "iteration" (x = design round)."""
+    `by` is "evaluation" (x = the order verdicts arrived) or "iteration" (x = design round).
+    `session_starts`: x positions where a resumed session began, each marked by a labelled line.
+    The y axis fits the candidates; a baseline far outside them is an arrow at the edge."""
     xs = _x_positions(snap, by)
     statuses = sorted({c["status"] for c in snap.settled}, key=lambda s: (s != "ok", s))
     for status in statuses:
         points = [(x, c) for x, c in zip(xs, snap.settled, strict=True) if c["status"] == status]
         if status == "ok":
-            ax.scatter([x for x, _ in points], [c["geomean_us"] for _, c in points], s=28, color=_colour(status),
-                       label="correct", zorder=3)
+            ax.scatter([x for x, _ in points], [c["geomean_us"] for _, c in points], s=30, color=_colour(status),
+                       label="correct kernel", zorder=3)
         else:
             ax.scatter([x for x, _ in points], [FAILED_BAND] * len(points), s=30, marker="x",
-                       color=_colour(status), label=status.replace("_", " "), transform=ax.get_xaxis_transform(),
-                       zorder=3, clip_on=False)
+                       color=_colour(status), label=f"{status.replace('_', ' ')} (no time)",
+                       transform=ax.get_xaxis_transform(), zorder=3, clip_on=False)
     bx, by_ = _best_steps(snap, by)
     if bx:
         ax.step(bx, by_, where="post", color="#2e7d32", linewidth=1.6, alpha=0.8, label="best so far", zorder=2)
 
     base = snap.baselines()
     values = [c["geomean_us"] for c in snap.correct]
+    low, high = (min(values), max(values)) if values else (None, None)
     for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
                       ("physical floor", base.floor_us)):
         if us:
-            colour, style = BASELINE_STYLES[label]
-            ax.axhline(us, color=colour, linestyle=style, linewidth=1.2, label=f"{label} {fmt_us(us, ' us', 1)}")
-            values.append(us)
+            _baseline(ax, label, us, low, high)
+            if _on_scale(us, low, high):
+                values.append(us)
+    for k, x in enumerate(session_starts):
+        ax.axvline(x, color="#616161", linestyle=(0, (4, 3)), linewidth=1.0, zorder=1,
+                   label="resumed session starts" if k == 0 else None)
+        ax.annotate("resumed", xy=(x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -3),
+                    textcoords="offset points", ha="left", va="top", fontsize=LEGEND_FONT - 1, color="#616161")
     handles, labels = ax.get_legend_handles_labels()
     for note in base.missing():  # say which lines are missing rather than leave the reader guessing
         handles.append(Line2D([], [], linestyle="none"))
         labels.append(note)
-    if values and max(values) / min(values) > 20:
+    if values and max(values) / min(values) > SPAN_FOR_LOG:
         ax.set_yscale("log")
-    ax.set_xlabel("evaluation" if by == "evaluation" else "iteration")
-    ax.set_ylabel("geomean time (us)")
+    elif values:
+        ax.set_ylim(0, max(values) * 1.12)  # a linear time axis starts at zero, so gaps read true
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if max(values) >= 100 else f"{v:g}"))
+    ax.set_xlabel("evaluation (order of verdicts)" if by == "evaluation" else "iteration (design round)")
+    ax.set_ylabel("geomean time over shapes (µs)")
     ax.grid(alpha=0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     if xs:
-        ax.set_xlim(min(0.5, min(xs) - 0.5), max(xs) + 0.5)
+        ax.set_xlim(min(0.5, min(xs) - 0.5), max([*xs, *session_starts]) + 0.5)
     if not snap.settled:
         ax.text(0.5, 0.5, "no candidate evaluated yet", ha="center", va="center", transform=ax.transAxes,
                 color="#757575")
-    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(handles, labels, fontsize=LEGEND_FONT, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
 def draw_shape_speedups(ax, snap: Snapshot) -> None:
-    """Per benchmark shape: the best kernel's speedup over the seed, PyTorch eager and torch.compile."""
+    """Per benchmark shape: the best kernel's speedup over the seed, PyTorch eager and torch.compile,
+    on a log axis (speedups of 1.02x and 1000x side by side), 1x marked as "as fast"."""
     best = snap.best
     if best is None:
         ax.text(0.5, 0.5, "no correct kernel", ha="center", va="center", transform=ax.transAxes)
@@ -129,20 +169,40 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     if crowded:
         w, h = ax.figure.get_size_inches()
         ax.figure.set_size_inches(max(w, 0.7 * len(labels)), h * 1.2)
+    ratios_seen = []
     for k, (name, base_times) in enumerate(series):
-        ratios = [speedup(base_times.get(s), times[s]) or 0.0 for s in labels]
+        ratios = [speedup(base_times.get(s), times[s]) for s in labels]
+        ratios_seen += [r for r in ratios if r]
         positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
-        bars = ax.bar(positions, ratios, width=width, label=name,
-                      color=("#2e7d32", "#1565c0", "#6a1b9a")[k])
-        ax.bar_label(bars, labels=[fmt_x(r) if r else "n/a" for r in ratios], fontsize=6 if crowded else 7,
-                     rotation=90 if crowded else 0, padding=2)
-    ax.axhline(1.0, color="#757575", linewidth=1)
-    ax.margins(y=0.15)
-    ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 20, ha="right", fontsize=7 if crowded else 8)
-    ax.set_ylabel("speedup of the best kernel")
-    ax.set_title(f"best kernel {best['id']}: {fmt_us(best['geomean_us'], ' us')} geomean", fontsize=9)
-    ax.legend(fontsize=8, frameon=False)
-    ax.grid(axis="y", alpha=0.3)
+        # Bars grow from 1x (as fast), up for faster and down for slower, so none is invisible.
+        bars = ax.bar(positions, [(r - 1.0) if r else 0.0 for r in ratios], bottom=1.0, width=width,
+                      label=name, color=("#2e7d32", "#1565c0", "#6a1b9a")[k])
+        # Standing labels: side by side bars of near 1x would otherwise print over each other.
+        ax.bar_label(bars, labels=[fmt_x(r) if r else "n/a" for r in ratios], fontsize=7 if crowded else 8,
+                     rotation=90, padding=2)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(_two_and_five))
+    if ratios_seen:
+        ax.set_ylim(min(0.8, min(ratios_seen) / 1.8), max(1.25, max(ratios_seen) * 2.2))
+    ax.axhline(1.0, color="#424242", linewidth=1, label="1x: as fast")
+    ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 20, ha="right", fontsize=8 if crowded else 9)
+    ax.set_xlabel("benchmark shape")
+    ax.set_ylabel("speedup of the best kernel (×, log)")
+    title = f"best kernel {best['id']}: {fmt_us(best['geomean_us'], ' µs')} geomean"
+    if snap.seed is not None and best["id"] == snap.seed["id"]:
+        title += "; no candidate beat the seed, so the best kernel is the seed (1x vs seed)"
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=LEGEND_FONT, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="y", alpha=0.3, which="both")
+
+
+def _two_and_five(v: float, _pos) -> str:
+    """Minor log-axis labels at 2x and 5x of each decade (0.2x, 0.5x, 2x, 5x, 20x...)."""
+    if v <= 0:
+        return ""
+    lead = v / 10 ** math.floor(math.log10(v) + 1e-9)
+    return f"{v:g}x" if round(lead, 6) in (2.0, 5.0) else ""
 
 
 def draw_speed_of_light(ax, snap: Snapshot) -> None:
@@ -195,7 +255,8 @@ def lineage_layout(snap: Snapshot) -> dict[str, tuple[float, float]]:
 
 
 def draw_lineage(ax, snap: Snapshot) -> None:
-    """The lineage tree: an edge per parent -> child, nodes coloured by status, the best ringed."""
+    """The lineage tree: an edge per parent -> child, nodes coloured by status and labelled with
+    their id, time and hypothesis, the best ringed (and the ring in the legend)."""
     pos = lineage_layout(snap)
     best = snap.best
     for c in snap.candidates:
@@ -206,52 +267,79 @@ def draw_lineage(ax, snap: Snapshot) -> None:
     for cid, (x, y) in pos.items():
         c = snap.by_id[cid]
         is_best = best is not None and cid == best["id"]
-        ax.scatter([x], [y], s=120 if is_best else 40, color=_colour(c["status"]), zorder=3,
-                   edgecolors="#ffb300" if is_best else "white", linewidths=2.5 if is_best else 0.5)
+        ax.scatter([x], [y], s=150 if is_best else 60, color=_colour(c["status"]), zorder=3,
+                   edgecolors=BEST_RING if is_best else "white", linewidths=2.5 if is_best else 0.5)
         if label_all or is_best:
-            text = cid if not c["geomean_us"] else f"{cid}\n{fmt_us(c['geomean_us'], ' us', 1)}"
-            ax.annotate(text, (x, y), xytext=(6, 0), textcoords="offset points", fontsize=6, va="center")
+            time_text = fmt_us(c["geomean_us"], " µs", 1) if c["status"] == "ok" and c["geomean_us"] \
+                else c["status"].replace("_", " ")
+            hypothesis = _short(c["hypothesis"] or c["kind"], 34)
+            ax.annotate(f"{cid}  {time_text}\n{hypothesis}", (x, y), xytext=(8, 0), textcoords="offset points",
+                        fontsize=8, va="center", linespacing=1.1)
     ax.set_xlabel("generation (edits from the seed)")
     ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
     if pos:  # room for the labels right of the newest generation
         depth = max(x for x, _ in pos.values())
         rows = max(y for _, y in pos.values())
-        ax.set_xlim(-0.3, depth + 0.3 + 0.1 * max(1.0, depth))
+        ax.set_xlim(-0.3, depth + 1.2)
         ax.set_ylim(-0.7, rows + 0.7)
     ax.invert_yaxis()
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     handles = [Line2D([], [], marker="o", linestyle="none", color=_colour(s), label=s.replace("_", " "))
                for s in sorted({snap.by_id[cid]["status"] for cid in pos})]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if best is not None:
+        handles.append(Line2D([], [], marker="o", linestyle="none", color="white", markeredgecolor=BEST_RING,
+                              markeredgewidth=2.5, markersize=10, label=f"best kernel ({best['id']})"))
+    ax.legend(handles=handles, fontsize=LEGEND_FONT, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def draw_uplift(ax, snap: Snapshot) -> None:
-    """Predicted uplift range (horizontal bar) against the measured uplift, with the y = x diagonal."""
+    """Predicted uplift range (horizontal bar) against the measured uplift, with the y = x diagonal.
+    Uplift is the child's speedup over its base in percent: +25% = 1.25x as fast, negative = slower."""
     points = snap.predictions()
     measured = [p for p in points if p["measured"] is not None]
-    for p in measured:
+    span = max([abs(p["measured"]) for p in measured] + [1.0])
+    previous, left_used = None, False
+    for p in sorted(measured, key=lambda p: p["measured"]):
         mid = (p["low"] + p["high"]) / 2
         ax.errorbar([mid], [p["measured"]], xerr=[[mid - p["low"]], [p["high"] - mid]], fmt="o", capsize=3,
-                    color="#2e7d32" if p["inside"] else "#ef6c00")
+                    color="#2e7d32" if p["inside"] else "#ef6c00", zorder=3)
+        # Each point is named by its kernel, beyond an end of its range bar: the right end, or the
+        # left one where the point below is close enough for the two names to collide.
+        left = previous is not None and p["measured"] - previous < 0.08 * span and not left_used
+        left_used = left
+        ax.annotate(p["candidate_id"] or _short(p["title"], 20), (p["low"] if left else p["high"], p["measured"]),
+                    xytext=(-5 if left else 5, 0), textcoords="offset points", ha="right" if left else "left",
+                    va="center", fontsize=8, color="#424242")
+        previous = p["measured"]
     lows = [v for p in measured for v in (p["low"], p["high"], p["measured"])]
     if lows:
         lo, hi = min(lows + [0.0]), max(lows + [0.0])
-        ax.plot([lo, hi], [lo, hi], color="#757575", linewidth=1, linestyle="--")
+        ax.plot([lo, hi], [lo, hi], color="#757575", linewidth=1, linestyle="--", label="measured = predicted")
     ax.axhline(0, color="#bdbdbd", linewidth=0.8)
-    ax.set_xlabel("predicted uplift (%), range and midpoint")
-    ax.set_ylabel("measured uplift (%)")
+    ax.axvline(0, color="#bdbdbd", linewidth=0.8)
+    ax.set_xlabel("predicted uplift (%): range and its midpoint")
+    ax.set_ylabel("measured uplift (%)\n(+25 = 1.25x as fast as its base; < 0 slower)")
     failed = len(points) - len(measured)
     ax.set_title(f"{len(measured)} experiment(s) measured"
                  + (f", {failed} without a correct kernel (not shown)" if failed else ""), fontsize=9)
+    handles, _ = ax.get_legend_handles_labels()
     ax.legend(handles=[Line2D([], [], marker="o", linestyle="none", color="#2e7d32", label="inside prediction"),
-                       Line2D([], [], marker="o", linestyle="none", color="#ef6c00", label="outside prediction")],
-              fontsize=7, frameon=False)
+                       Line2D([], [], marker="o", linestyle="none", color="#ef6c00", label="outside prediction"),
+                       *handles], fontsize=LEGEND_FONT, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
 
 
-def timeline_figure(snap: Snapshot, by: str = "evaluation", size=(7.5, 3.4), dpi: int = 100) -> Figure:
+def timeline_figure(snap: Snapshot, by: str = "evaluation", size=(7.5, 3.4), dpi: int = 100,
+                    session_starts: list[float] = ()) -> Figure:
     fig = Figure(figsize=size, dpi=dpi, layout="constrained")
-    draw_timeline(fig.add_subplot(), snap, by=by)
+    draw_timeline(fig.add_subplot(), snap, by=by, session_starts=session_starts)
     return fig
 
 

@@ -11,7 +11,6 @@ or in another process writing the same database) shows its latest state each tim
 
 from __future__ import annotations
 
-import base64
 import threading
 import time
 from dataclasses import dataclass
@@ -54,11 +53,11 @@ class Candidate:
                    result=EvalResult.from_dict(row["result"]) if row["result"] else None)
 
     def __repr__(self) -> str:
-        us = f" {fmt_us(self.geomean_us, ' us')}" if self.geomean_us else ""
+        us = f" {fmt_us(self.geomean_us, panels.US)}" if self.geomean_us else ""
         return f"<Candidate {self.id} {self.kind} {self.status}{us}: {self.hypothesis[:60]}>"
 
     def _repr_html_(self) -> str:
-        us = f", {fmt_us(self.geomean_us, ' us')}" if self.geomean_us else ""
+        us = f", {fmt_us(self.geomean_us, panels.US)}" if self.geomean_us else ""
         return (f"<div><b>{panels.esc(self.id)}</b> {panels.esc(self.kind)} ({panels.esc(self.status)}{us}): "
                 f"{panels.esc(self.hypothesis)}</div>" + panels.highlight(self.source, "python"))
 
@@ -70,6 +69,7 @@ class RunResult:
         self.store, self.id = store, run_id
         self._run = run  # when this kernel drives the run
         self.started_at: float | None = None
+        self.shown_live_in: int | None = None  # the cell (execution count) whose live dashboard shows this run
         store.run(run_id)  # an unknown id fails here, in one line
 
     # --- driving -----------------------------------------------------------------------------
@@ -251,9 +251,20 @@ class RunResult:
         text = f"<kscience run {self.id} ({snap.run['problem']}): {display_status(snap.run)}"
         if best:
             vs_seed, _ = snap.speedups(best)
-            text += f", best {best['id']} {fmt_us(best['geomean_us'], ' us')}"
+            text += f", best {best['id']} {fmt_us(best['geomean_us'], panels.US)}"
             text += f" ({fmt_x(vs_seed)} vs seed)" if vs_seed else ""
         return text + ">"
+
+    def _ipython_display_(self) -> None:
+        """Shown as a cell's result: nothing in the cell whose live dashboard already stands for the
+        run (a line there would be a frozen copy of what the dashboard keeps current), else the run."""
+        from IPython import get_ipython
+        from IPython.display import display
+
+        shell = get_ipython()
+        if self.shown_live_in is not None and shell is not None and shell.execution_count == self.shown_live_in:
+            return
+        display({"text/plain": repr(self), "text/html": self._repr_html_()}, raw=True)
 
     def _repr_html_(self) -> str:
         """A running run: one line (its live view is where it was started). An ended one: header,
@@ -264,20 +275,9 @@ class RunResult:
             return (f'<div style="{panels.BOX}">kscience run <b>{panels.esc(self.id)}</b> '
                     f'({panels.esc(snap.run["problem"])}): {status}; {len(snap.settled)} candidate(s) settled so far. '
                     "Call <code>.wait()</code> for the final result.</div>")
-        parts = [panels.header_html(snap), f'<div style="{panels.BOX}"><b>status</b> {status}</div>']
-        if snap.settled:
-            parts.append(f'<img alt="timing plot" src="data:image/png;base64,{_timeline_png(snap)}"/>')
-        parts += [panels.leaderboard_html(snap, limit=10)]
-        if snap.best:
-            parts.append(f'<details><summary style="{panels.BOX}">best kernel {panels.esc(snap.best["id"])} source'
-                         f'</summary>{panels.highlight(snap.best["source"], "python")}</details>')
-        return "".join(parts)
+        from kscience.jupyter.static import run_html  # needs matplotlib
 
-
-def _timeline_png(snap: Snapshot) -> str:
-    from kscience.jupyter.plots import png_bytes, timeline_figure  # needs matplotlib
-
-    return base64.b64encode(png_bytes(timeline_figure(snap))).decode("ascii")
+        return run_html(snap)
 
 
 def open_run(run_id: str, db: str | Path | None = None) -> RunResult:

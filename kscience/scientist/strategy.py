@@ -97,11 +97,11 @@ def most_different(base: CandidateView, pool: list[CandidateView]) -> tuple[Cand
     if best is None:
         return None, ""
     if sum(s in best.shape_times for s in base.shape_times) < 2:  # one shape: no profile to differ
-        return best, (f"reference {best.id} ({best.geomean_us:.2f} us) is the fastest other member "
+        return best, (f"reference {best.id} ({best.geomean_us:,.2f} µs) is the fastest other member "
                       "(one benchmark shape, so no per-shape profile to compare)")
     # The distance is a standard deviation of log time ratios: as a percentage, the typical
     # deviation of one shape from a uniform speed-up.
-    why = (f"reference {best.id} ({best.geomean_us:.2f} us) has the most different per-shape profile "
+    why = (f"reference {best.id} ({best.geomean_us:,.2f} µs) has the most different per-shape profile "
            f"(shapes differ by {(math.exp(best_key[0]) - 1) * 100:.0f}% on average beyond a uniform "
            f"speed-up): {_faster_phrase(base, best, best_faster)}")
     return best, why

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from kscience.snapshot import Snapshot
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("KSCIENCE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -59,7 +61,9 @@ def jupyterlab(tmp_path):
     port, token = free_port(), "kscience-browser-test"
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MPLBACKEND": "Agg"}
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MPLBACKEND": "Agg",
+           # the kernel imports kscience from this checkout, not from wherever it is installed
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     log = open(tmp_path / "jupyterlab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
@@ -116,11 +120,31 @@ def test_the_dashboard_renders_in_jupyterlab_and_stop_ends_the_run(jupyterlab):
             diff.first.wait_for(timeout=240_000)
             assert "@@" in diff.first.inner_text()  # a unified diff, parent -> child
             assert diff.first.locator("span[style]").count() > 0  # syntax-highlighted
+            dashboard.locator(".kscience-leaderboard").wait_for(timeout=240_000)
             dashboard.screenshot(path=str(ARTIFACTS / "quickstart-dashboard.png"))
+            assert overflowing(page) == [], "a dashboard panel is wider than its box"
 
             dashboard.get_by_role("button", name="Stop").click()
-            dashboard.get_by_text(re.compile("stopped with [0-9]+ of [0-9]+ iteration")).wait_for(timeout=240_000)
+            # The ended run replaces its widget by a static view, with the final status line.
+            ended = page.locator(".kscience-dashboard.kscience-ended")
+            ended.wait_for(timeout=240_000)
+            status = ended.locator(".kscience-status").inner_text()
             page.screenshot(path=str(ARTIFACTS / "quickstart-stopped.png"), full_page=True)
+            assert overflowing(page) == [], "a panel of the ended view is wider than its box"
+            assert "settled so far" not in page.locator(".jp-Notebook").inner_text()  # no frozen copy
+
+            # Save, end the kernel and reopen: the static view is what the saved notebook shows.
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 60
+            while "kscience-ended" not in (work / "quickstart.ipynb").read_text() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            shut_down_kernels(url)
+            page.reload()
+            reopened = page.locator(".kscience-dashboard.kscience-ended")
+            reopened.wait_for(timeout=120_000)
+            assert reopened.locator(".kscience-status").inner_text() == status
+            assert "Error displaying widget" not in page.locator(".jp-Notebook").inner_text()
+            reopened.screenshot(path=str(ARTIFACTS / "quickstart-reopened.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "quickstart-failure.png"), full_page=True)
             raise
@@ -131,3 +155,28 @@ def test_the_dashboard_renders_in_jupyterlab_and_stop_ends_the_run(jupyterlab):
     with Store(work / "quickstart.db") as store:
         (run,) = store.list_runs()
         assert run["status"] == "stopped" and run["error"] is None
+        snap = Snapshot.load(store, run["id"])
+    assert status == f"status stopped with {snap.iterations_complete} of {snap.target} iteration(s) complete"
+
+
+OVERFLOWING = """() => [...document.querySelectorAll(
+    '.kscience-dashboard .kscience-panel, .kscience-dashboard .kscience-leaderboard-panel, .kscience-summary')]
+  .filter(el => el.scrollWidth > el.clientWidth + 1)
+  .map(el => `${el.className.split(' ').filter(c => c.startsWith('kscience')).join('.')} `
+             + `"${el.innerText.slice(0, 24)}": ${el.scrollWidth} > ${el.clientWidth}`)"""
+
+
+def overflowing(page) -> list[str]:
+    """The dashboard panels whose content is wider than the panel (cut off or pushed out)."""
+    return page.evaluate(OVERFLOWING)
+
+
+def shut_down_kernels(lab_url: str) -> None:
+    """End every kernel of the server, as closing JupyterLab does: its widget models are gone then."""
+    base, token = lab_url.split("/lab/")[0], lab_url.split("token=")[1]
+    headers = {"Authorization": f"token {token}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels", headers=headers)) as reply:
+        kernels = json.load(reply)
+    for kernel in kernels:
+        urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels/{kernel['id']}", method="DELETE",
+                                                      headers=headers)).close()
