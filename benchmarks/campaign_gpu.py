@@ -10,7 +10,7 @@ Step `retime`: a copy of the H100 offline-run database kept in benchmarks/result
 is left as it was), every run's seed, baselines and best `--top` kernels judged again on this GPU,
 and the comparison (carry-over, ratios, rank lists, Kendall tau).
 
-    python3 benchmarks/campaign_gpu.py [campaign] [retime] [--out benchmarks/results] [--top 1]
+    python3 benchmarks/campaign_gpu.py [campaign] [retime] [--out benchmarks/results] [--top 1] [--iterations 2]
 
 The KernelBench half needs the `openai` SDK (kscience[openai]), which the GPU image lacks; without
 it that half is skipped with a message. Its wheels for Python 3.12 (5.6 MB), fetched into the
@@ -126,13 +126,13 @@ def checkpoint(db: Path) -> None:
     sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def step_campaign(out: Path, stem: str, n_size: int) -> None:
+def step_campaign(out: Path, stem: str, n_size: int, iterations: int) -> None:
     db = out / f"{stem}.db"
     level1 = out / f"{stem}-level1"
     level1.mkdir(parents=True, exist_ok=True)
     for name in LEVEL1:
         (level1 / f"{name}.py").write_text(level1_file(name))
-    kscience("campaign", BUILTINS, "--iterations", "1", "--llm", "offline", "--name", "built-ins offline",
+    kscience("campaign", BUILTINS, "--iterations", str(iterations), "--llm", "offline", "--name", "built-ins offline",
              "--db", str(db))
     try:
         import openai  # noqa: F401  the scripted model is reached through the real SDK
@@ -176,6 +176,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--top", type=int, default=1, help="best K candidates of each run to re-time (default 1)")
     ap.add_argument("--n", type=int, default=1024, help="N of the square matmul file (--set N=...)")
+    ap.add_argument("--iterations", type=int, default=2, help="design rounds of the built-ins' offline runs")
     ap.add_argument("--source-db", default=str(H100_DB), help="the database to re-time")
     args = ap.parse_args()
     args.steps = args.steps or ["campaign", "retime"]
@@ -189,7 +190,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if "campaign" in args.steps:
-        step_campaign(out, f"campaign-{device}-{stamp}", args.n)
+        step_campaign(out, f"campaign-{device}-{stamp}", args.n, args.iterations)
     if "retime" in args.steps:
         step_retime(out, f"retime-{device}-{stamp}", args.top, Path(args.source_db))
     return 0
