@@ -16,8 +16,8 @@ from kscience.cli import build_parser, main
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.events import CandidateEvaluated
 from kscience.problem_commands import eval_lines
-from kscience.scientist.kernel_source import Source
-from kscience.scientist.moves import find_knobs, set_knob
+from kscience.scientist.offline.kernel_source import Source
+from kscience.scientist.offline.moves import find_knobs, set_knob
 from kscience.scientist.strategy import CandidateView, most_different
 from kscience.snapshot import fmt_x, why_chosen_text
 from kscience.store import Store

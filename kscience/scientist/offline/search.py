@@ -7,7 +7,10 @@ Ask/tell without state of its own: every call is given all the configurations me
 - "optuna-tpe": Optuna's TPE sampler (Bergstra et al., 2011; Akiba et al., 2019), multivariate,
   seeded from the run's seed and the number of observations, with the measured configurations
   added as finished trials. A configuration that failed counts as twice the slowest correct time,
-  so the sampler learns to avoid its region; its first STARTUP configurations are random.
+  so the sampler learns to avoid its region. Until STARTUP configurations are measured TPE has
+  nothing to model, and its random start wasted a short run on an H200 (2026-11-23: six random
+  matmul and SwiGLU configurations, all 1.3-28x slower than the seed), so those first proposals
+  are the random+local ones below: the seed's neighbours first.
 - "exhaustive" (a space of at most `n` unmeasured legal configurations left) or "random+local"
   (Optuna not installed): half of each batch are the best configuration's untried neighbours (one
   knob one step away), the rest uniform draws from the legal space.
@@ -65,11 +68,13 @@ def propose(space: KnobSpace, observations: list[Observation], n: int, seed: int
             return left, "exhaustive"
     method = method or search_name()
     rng = random.Random(f"{seed}:{len(observations)}")
-    if method == "optuna-tpe":
+    if method == "optuna-tpe" and len(observations) >= STARTUP:
         chosen = _tpe(space, observations, n, seed, seen)
         if len(chosen) < n:  # TPE kept drawing measured configurations: top up at random
             chosen += _random_local(space, observations, n - len(chosen), rng, seen | {_key(c) for c in chosen})
         return chosen, method
+    if method == "optuna-tpe":  # too few measurements for TPE to model yet: start near the best
+        return _random_local(space, observations, n, rng, seen), method
     return _random_local(space, observations, n, rng, seen), "random+local"
 
 
