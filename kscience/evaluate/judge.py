@@ -200,7 +200,7 @@ class _Session:
         if out.is_floating_point() and bool(torch.isnan(out.float()).any()):
             return False, "output contains NaN (unwritten or computed)", float("inf")
         try:
-            why = self.problem.check(tuple(data), out)
+            why = self.problem.check(self.problem.call_data(data), out)
         except Exception as exc:  # the problem's checker failing on this output is a wrong answer
             why = f"the problem's check raised {type(exc).__name__}: {str(exc)[:200]}"
         return (False, f"problem check: {why}", float("nan")) if why else (True, "", float("nan"))
