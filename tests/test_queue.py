@@ -217,3 +217,16 @@ def test_progress_shows_a_waiting_evaluation(capsys):
 
     Progress(1)(EvaluationWaiting(candidate_id="c-1", iteration=0, state="queued for a kscience worker", waited_s=12))
     assert "c-1 waiting 12 s: queued for a kscience worker" in capsys.readouterr().err
+
+
+def test_the_result_checker_knows_every_field_of_a_verdict():
+    """A field added to EvalResult or ShapeResult must be added to the queue's checker too, or every
+    result coming back through a queue is refused as malformed."""
+    import dataclasses
+
+    from kscience.evaluate import queue_files
+    from kscience.evaluate.result import EvalResult, ShapeResult
+
+    assert set(queue_files._RESULT_TYPES) == {f.name for f in dataclasses.fields(EvalResult)}
+    assert set(queue_files._SHAPE_TYPES) == {f.name for f in dataclasses.fields(ShapeResult)}
+

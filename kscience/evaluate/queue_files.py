@@ -158,10 +158,12 @@ def parse_result(data: dict, path: Path | None = None) -> tuple[str, str, str, E
 
 _NUMBER = (int, float, type(None))
 _SHAPE_TYPES = {"shape": dict, "ok": bool, "phase": str, "time_us": _NUMBER, "mean_us": _NUMBER,
-                "std_us": _NUMBER, "n": int, "floor_us": _NUMBER, "max_abs_err": _NUMBER, "message": str}
+                "std_us": _NUMBER, "n": int, "floor_us": _NUMBER, "max_abs_err": _NUMBER, "message": str,
+                "judge_us": _NUMBER}
 _RESULT_TYPES = {"status": str, "message": str, "geomean_us": _NUMBER, "shapes": list, "device": dict,
                  "timing_label": str, "stdout_tail": str, "stderr_tail": str, "wall_s": (int, float),
-                 "phases_s": dict, "failing_shape": (dict, type(None))}
+                 "phases_s": dict, "failing_shape": (dict, type(None)), "compile_facts": list,
+                 "confinement": dict}
 
 
 def _typed(d: dict, types: dict, what: str) -> None:
