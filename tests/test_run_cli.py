@@ -55,7 +55,7 @@ def test_offline_run_end_to_end_then_runs_show_and_best(tmp_path, capsys):
     assert kinds[:2] == ["seed", "reference"] and kinds.count("child") == 3
     for c in shown["candidates"]:
         assert {"id", "parent_id", "hypothesis", "status", "geomean_us", "source"} <= set(c)
-    assert shown["metrics"]["best_us"] == row["best_us"] and len(shown["plans"]) == 5
+    assert shown["metrics"]["best_us"] == row["best_us"] and len(shown["plans"]) == 3  # the offline designer plans three, all carried out
     assert len(shown["findings"]) == 3 and shown["run"]["environment"]["model"] == "offline"
 
     code, out, _ = run_main(capsys, "best", row["id"], "--db", db)
