@@ -38,7 +38,7 @@ from scaleout import host_cpus, mean_phases  # noqa: E402
 
 from kscience.device import detect  # noqa: E402
 from kscience.evaluate import sandbox  # noqa: E402
-from kscience.evaluate.judge import evaluate  # noqa: E402
+from kscience.evaluate.judge import evaluate, judging_process  # noqa: E402
 from kscience.evaluate.result import EvalRequest  # noqa: E402
 from kscience.problems import load_problem  # noqa: E402
 
@@ -63,7 +63,7 @@ def group_cpu_s(pgid: int) -> float:
 def ready_spare(gpu: int, interpreted: bool) -> sandbox.Worker:
     """Leave a spare that has finished importing (its CPU time has stopped growing) for the next evaluation."""
     sandbox.start_worker(gpu, interpreted, sandbox.default_rss_limit(), keep_spare=True).close()
-    spare = next(iter(sandbox._spares.values()))
+    _, spare = next(iter(sandbox._spares.values()))
     return settle(spare.proc.pid)
 
 
@@ -104,6 +104,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
+    judging_process()  # as in a local slot
     device = detect()
     if device.interpreted:
         print("spare_cost.py needs a GPU", file=sys.stderr)
@@ -122,7 +123,7 @@ def main() -> int:
             other = disturbance(mode, gpu)
             result = evaluate(request, gpu=gpu, keep_spare=mode == "spare")
             if mode == "spare":
-                cpu[mode].append(settle(next(iter(sandbox._spares.values())).proc.pid))
+                cpu[mode].append(settle(next(iter(sandbox._spares.values()))[1].proc.pid))
             elif other is not None:
                 cpu[mode].append(cpu_of(other))
             runs[mode].append(result)

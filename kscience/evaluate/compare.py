@@ -1,11 +1,13 @@
 """Is a candidate's output right? Decided in the trusted process only.
 
-Big tensors are not always read back whole. The output of the checked call is, always; a
-second look at it, the inputs the candidate must not write and the outputs of timed calls
-are compared on byte ranges the judge draws after the call has returned: every block of a
-tensor up to FULL_COMPARE_BYTES, else a random eighth of its 64 KiB blocks (64 at least).
-Work skipped, left unfinished or cached on any timed call is wrong almost everywhere and
-cannot predict which blocks are read; a change confined to a few blocks can slip through,
+Big tensors are not always read back whole. The output of the checked call is, always. A
+second look at it and at the inputs the candidate must not write, and the outputs of timed
+calls, are compared on byte ranges the judge draws after the call has returned: the whole
+tensor when it is small, else a fixed number of random 64 KiB blocks (CHECK_BLOCKS for a
+checked call's second look, TIMED_CALL_BLOCKS for each of the dozen or so timed calls read
+per shape). A call that skipped, left unfinished, cached or overwrote a share f of a tensor
+escapes one read of k blocks with probability (1 - f)^k: under 20% for f = 5% and k = 32,
+and a shape's dozen reads almost never. A change confined to a few blocks can slip through,
 which is why the checked call's output is always compared in full.
 """
 
@@ -15,18 +17,20 @@ import secrets
 
 import torch
 
-FULL_COMPARE_BYTES = 8 * 2**20
 BLOCK_BYTES = 64 * 2**10
-SAMPLED_SHARE, MIN_BLOCKS = 8, 64
+CHECK_BLOCKS = 64  # 4 MiB per tensor for a checked call's second look
+TIMED_CALL_BLOCKS = 32  # 2 MiB per timed-call read: the channel carries about 1 GB/s
 _random = secrets.SystemRandom()
 
 
-def sample_ranges(nbytes: int) -> list[list[int]]:
-    """[offset, length] byte ranges to compare, drawn from the OS's randomness."""
-    if nbytes <= FULL_COMPARE_BYTES:
+def sample_ranges(nbytes: int, blocks: int | None = None) -> list[list[int]]:
+    """[offset, length] byte ranges to compare, drawn from the OS's randomness: every byte of a
+    tensor of at most `blocks` blocks (CHECK_BLOCKS unless given), else `blocks` distinct blocks."""
+    blocks = blocks or CHECK_BLOCKS
+    if nbytes <= blocks * BLOCK_BYTES:
         return [[0, nbytes]] if nbytes else []
     n_blocks = -(-nbytes // BLOCK_BYTES)
-    picked = sorted(_random.sample(range(n_blocks), max(MIN_BLOCKS, n_blocks // SAMPLED_SHARE)))
+    picked = sorted(_random.sample(range(n_blocks), blocks))
     return [[b * BLOCK_BYTES, min(BLOCK_BYTES, nbytes - b * BLOCK_BYTES)] for b in picked]
 
 

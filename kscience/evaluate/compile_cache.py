@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
 
 ENTRY_BYTES = 512 * 2**20  # a larger private cache is not kept
+_GROUP_BYTES = 1 << 20  # a Triton group file lists a handful of paths
 STORE_BYTES = int(os.environ.get("KSCIENCE_CACHE_BYTES", 4 * 2**30))  # the whole store, trimmed oldest first
 
 
@@ -74,7 +76,30 @@ def seed(workdir: Path, entry: str) -> bool:
         return False
     with contextlib.suppress(OSError):
         os.utime(kept)  # recently used: trimmed last
-    return _copy_tree(kept, workdir / ".compile-cache", ENTRY_BYTES)
+    if not _copy_tree(kept, workdir / ".compile-cache", ENTRY_BYTES):
+        return False
+    _rebase_groups(Path(private_dirs(workdir)["TRITON_CACHE_DIR"]))
+    return True
+
+
+def _rebase_groups(triton_dir: Path) -> None:
+    """Point Triton's group files at this copy. A group (`__grp__NAME.json`) lists its compiled
+    files by absolute path, which named the folder of the evaluation that compiled them; Triton
+    treats a group whose files are missing as a miss, so without this every warm start recompiled
+    (three specialisations of the fp8 seed, 2 s of each evaluation on an H100). A file is only
+    ever looked for beside its group, so nothing outside this copy can be named."""
+    for group in triton_dir.glob("*/__grp__*.json"):
+        try:
+            if group.stat().st_size > _GROUP_BYTES:
+                raise ValueError("oversized group file")
+            data = json.loads(group.read_text())
+            children = {name: str(group.parent / Path(str(path)).name)
+                        for name, path in data["child_paths"].items()}
+            if any(Path(c).name in ("", ".", "..") for c in children.values()):
+                raise ValueError("a child outside its group's folder")
+            group.write_text(json.dumps(dict(data, child_paths=children)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            group.unlink(missing_ok=True)  # unreadable: Triton compiles this kernel afresh
 
 
 def keep(workdir: Path, entry: str) -> None:

@@ -16,9 +16,11 @@ import math
 import secrets
 import time
 
+import numpy
 import torch
 
 from kscience.evaluate import peek
+from kscience.evaluate.compare import TIMED_CALL_BLOCKS
 from kscience.evaluate.wire import _DTYPES
 
 _random = secrets.SystemRandom()
@@ -70,6 +72,7 @@ def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> t
     (`session.peek_pid`, host tensors), else sent by the worker at byte ranges drawn now.
     """
     n_sets = len(seeds)
+    rotated_us: list[float] = []  # event times of the rotated calls: the figure is their median
     specials = ["fresh"] * plan.fresh + ["again"] * plan.again + ["null"] * plan.nulls
     _random.shuffle(specials)
     seen = {w % n_sets for w in range(plan.warmup)}
@@ -77,11 +80,10 @@ def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> t
     kept: dict = {}  # rotated set index, or ("special", n) -> Look
     per_set = [0] * n_sets
     rotation, repeated = 0, False
-    total = total_sq = special_s = 0.0
+    special_s = 0.0
     n_rot, t_loop = 0, time.monotonic()
     while True:
-        mean = total / n_rot if n_rot else 0.0
-        rse = math.sqrt(max(total_sq / n_rot - mean * mean, 0.0) / n_rot) / mean if n_rot > 1 and mean > 0 else 1.0
+        rse = median_rse(rotated_us) if n_rot >= plan.min_n else 1.0
         spent = time.monotonic() - t_loop - special_s  # making fresh inputs and reading outputs is not timing
         settled = n_rot >= plan.min_n and (n_rot >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
         if settled and not specials and rotation >= n_sets and repeated:
@@ -121,7 +123,7 @@ def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> t
         else:
             n_rot += 1
             repeated = repeated or kind == "repeat"
-            total, total_sq = total + call.event_us, total_sq + call.event_us ** 2
+            rotated_us.append(call.event_us)
             per_set[j] += 1
             if _random.randrange(per_set[j]) == 0:
                 slot = j
@@ -132,6 +134,21 @@ def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> t
     session.ask({"cmd": "finish"}, "time", shape)
     session.reply("time", shape)
     return calls, list(kept.values())
+
+
+def median_rse(times: list[float]) -> float:
+    """The relative standard error of the median of `times`: 1.2533 sigma / sqrt(n) / median, with
+    sigma from the median absolute deviation. The figure reported is the median, so its precision
+    decides when to stop; a mean's standard error, swollen by the rare call an interrupt or a clock
+    change slowed, kept an H100 timing some shapes 900 calls for no change in their median."""
+    if len(times) < 2:
+        return 1.0
+    x = numpy.asarray(times, dtype=numpy.float64)
+    median = float(numpy.median(x))
+    if not median > 0:
+        return 1.0
+    sigma = 1.4826 * float(numpy.median(numpy.abs(x - median)))
+    return 1.2533 * sigma / math.sqrt(len(x)) / median
 
 
 def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
@@ -148,7 +165,7 @@ def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
         return Look(seed, whole=whole)
     # A problem's own check needs the whole output; closeness to the reference can be sampled.
     (raw,) = session.sample("time", shape, [torch.empty(out_shape, dtype=dtype, device="meta")],
-                            whole=session.problem.check is not None)
+                            whole=session.problem.check is not None, blocks=TIMED_CALL_BLOCKS)
     if raw is None:
         raise Unreadable(f"the worker sent the output of a timed {kind} call in the wrong shape or size")
     return Look(seed, raw=raw, ranges=session.ranges[0], shape=out_shape, dtype=str(where["dtype"]))

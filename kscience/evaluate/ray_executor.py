@@ -52,6 +52,7 @@ class JudgeActor:
     def __init__(self, on_gpu: bool):
         from kscience.evaluate import judge  # torch and the judge, imported once per slot
 
+        judge.judging_process()
         self._evaluate, self._gpu = judge.evaluate, 0 if on_gpu else None
 
     def evaluate(self, request: dict) -> dict:

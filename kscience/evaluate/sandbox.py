@@ -32,7 +32,7 @@ from pathlib import Path
 
 from kscience.evaluate import compile_cache, compile_facts, confine, proctree
 from kscience.evaluate.cgroup import Cgroup
-from kscience.evaluate.wire import Channel
+from kscience.evaluate.wire import Channel, widen_pipe
 from kscience.redact import SECRET_NAME, redact
 
 # Variables a worker may inherit: what Python, compilers and GPU runtimes need, nothing else.
@@ -124,6 +124,8 @@ class Worker:
         self.interpreted = interpreted
         self.compile_facts: list = []  # what its compilers built, read from its private cache on close
         ours, theirs = os.pipe(), os.pipe()  # trusted->worker, worker->trusted
+        for fd in (ours[1], theirs[0]):
+            widen_pipe(fd)
         cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1])]
         self.namespaced = namespaces_available()
         if self.namespaced:
@@ -146,6 +148,7 @@ class Worker:
         self._rss_limit = rss_limit_bytes
         self._watchdog: threading.Thread | None = None
         self._stopped: set[int] = set()
+        self._serving: int | None = None  # see serving_pid
 
     def confinement(self) -> dict:
         """The layers the trusted side put in place itself (Landlock is reported by the worker)."""
@@ -188,10 +191,13 @@ class Worker:
 
     def serving_pid(self) -> int | None:
         """The process that runs the harness and answers the channel: the reaper's first child
-        (anything else below the reaper was started later, by the candidate)."""
-        procs = proctree.table(self.pids() | {self.proc.pid})
-        reaper = proctree.eldest_child(self.proc.pid, procs) if self.namespaced else self.proc.pid
-        return proctree.eldest_child(reaper, procs) if reaper else None
+        (anything else below the reaper was started later, by the candidate). Found once: it
+        answers until the evaluation ends, and the judge asks before every read."""
+        if self._serving is None:
+            procs = proctree.table(self.pids() | {self.proc.pid})
+            reaper = proctree.eldest_child(self.proc.pid, procs) if self.namespaced else self.proc.pid
+            self._serving = proctree.eldest_child(reaper, procs) if reaper else None
+        return self._serving
 
     def freeze(self, keep_serving: bool = False, thorough: bool = False) -> bool:
         """Stop every process of the worker, `setsid` children included; True when all are stopped.

@@ -116,8 +116,9 @@ class JudgeProcess:
 
 
 def serve(conn_in: Connection, conn_out: Connection, gpu: int | None) -> None:
-    from kscience.evaluate.judge import evaluate
+    from kscience.evaluate.judge import evaluate, judging_process
 
+    judging_process()
     while True:
         try:
             request = EvalRequest(**json.loads(conn_in.recv_bytes()))

@@ -84,6 +84,7 @@ def serve(in_fd: int, out_fd: int) -> None:
     confine.set_limits()
     ch = Channel(_hide(in_fd), _hide(out_fd), nonblocking=False)
     sandbox = confine.restrict(_writable_paths())
+    harness.warm_compiler()  # a spare does this before its job exists
     job = recv_json(ch)
     seq = job.get("seq")
     try:

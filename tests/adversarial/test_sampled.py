@@ -8,27 +8,37 @@ import pytest
 import torch
 
 import kscience.evaluate.compare as compare
+from kscience.evaluate import drive
 from kscience.evaluate.result import OK, WRONG_ANSWER
 
 
 @pytest.fixture
 def sampled(monkeypatch):
-    monkeypatch.setattr(compare, "FULL_COMPARE_BYTES", 256)
     monkeypatch.setattr(compare, "BLOCK_BYTES", 64)
-    monkeypatch.setattr(compare, "MIN_BLOCKS", 2)
+    monkeypatch.setattr(compare, "CHECK_BLOCKS", 2)
 
 
 def test_ranges_cover_small_tensors_whole_and_sample_big_ones_in_aligned_blocks(sampled):
     assert compare.sample_ranges(0) == []
-    assert compare.sample_ranges(200) == [[0, 200]]
+    assert compare.sample_ranges(100) == [[0, 100]]
     big = 10 * compare.BLOCK_BYTES + 6  # 11 blocks, the last one partial
     ranges = compare.sample_ranges(big)
-    assert len(ranges) == compare.MIN_BLOCKS
+    assert len(ranges) == 2
     assert all(o % compare.BLOCK_BYTES == 0 and 0 < n <= compare.BLOCK_BYTES and o + n <= big for o, n in ranges)
     assert ranges == sorted(ranges) and len({o for o, _ in ranges}) == len(ranges)
     huge = 10_000 * compare.BLOCK_BYTES
-    assert len(compare.sample_ranges(huge)) == 10_000 // compare.SAMPLED_SHARE
-    assert compare.sample_ranges(huge) != compare.sample_ranges(huge)  # drawn afresh every time
+    assert len(compare.sample_ranges(huge, blocks=3)) == 3
+    assert compare.sample_ranges(huge, blocks=3) != compare.sample_ranges(huge, blocks=3)  # drawn afresh every time
+
+
+def test_the_stopping_rule_follows_the_median_not_rare_slow_calls():
+    steady = [100.0 + (i % 5) * 0.1 for i in range(40)]
+    assert drive.median_rse(steady) < 0.001
+    # Two calls slowed tenfold (an interrupt, a clock change) leave the median's precision alone,
+    # where a mean's standard error would call for hundreds more calls.
+    assert drive.median_rse(steady + [1000.0, 1000.0]) < 0.001
+    assert drive.median_rse([100.0, 120.0, 80.0, 110.0, 90.0]) > 0.05
+    assert drive.median_rse([5.0]) == 1.0
 
 
 def test_gather_reads_exactly_the_ranges():
