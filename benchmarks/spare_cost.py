@@ -63,7 +63,7 @@ def group_cpu_s(pgid: int) -> float:
 def ready_spare(gpu: int, interpreted: bool) -> sandbox.Worker:
     """Leave a spare that has finished importing (its CPU time has stopped growing) for the next evaluation."""
     sandbox.start_worker(gpu, interpreted, sandbox.default_rss_limit(), keep_spare=True).close()
-    _, spare = next(iter(sandbox._spares.values()))
+    _, spare = next(iter(sandbox._spares.values()))[-1]  # the newest spare
     return settle(spare.proc.pid)
 
 
@@ -123,7 +123,7 @@ def main() -> int:
             other = disturbance(mode, gpu)
             result = evaluate(request, gpu=gpu, keep_spare=mode == "spare")
             if mode == "spare":
-                cpu[mode].append(settle(next(iter(sandbox._spares.values()))[1].proc.pid))
+                cpu[mode].append(settle(next(iter(sandbox._spares.values()))[-1][1].proc.pid))
             elif other is not None:
                 cpu[mode].append(cpu_of(other))
             runs[mode].append(result)

@@ -332,40 +332,45 @@ def default_rss_limit() -> int:
     return int(os.environ.get("KSCIENCE_WORKER_RSS_BYTES", min(32 * 2**30, total // 2)))
 
 
-# One worker started in advance per evaluation slot: its Python and torch imports, about three
-# seconds of every evaluation, then overlap the evaluation before it. It touches no GPU until its
-# job arrives. On an H100 its start still made the evaluation beside it 1.6-2.7 s slower, for a
-# reason not yet found (benchmarks/results/README.md), so the saving is real but partial.
-_spares: dict[tuple, tuple[str, Worker]] = {}  # slot -> (environment fingerprint, worker)
+# Workers started in advance for each evaluation slot: their Python and torch imports, 4-5 s on an
+# H100 host, then overlap the evaluations before them. They touch no GPU until their job arrives.
+# One spare was not enough once an fp8_blockscale_gemm evaluation took 3.3 s: the next one waited
+# 2 s for its spare to finish importing. Two spares, each started two evaluations ahead, have had
+# twice as long.
+SPARES_PER_SLOT = 2
+_spares: dict[tuple, list[tuple[str, Worker]]] = {}  # slot -> [(environment fingerprint, worker)], oldest first
 _spares_lock = threading.Lock()
 
 
 def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_spare: bool = False) -> Worker:
-    """A fresh worker for one evaluation: the spare started for this slot if it is still alive
-    and was started with the environment a new worker would get now, else a new one. With
-    `keep_spare`, the next evaluation's spare starts now."""
+    """A fresh worker for one evaluation: the oldest spare started for this slot if it is still
+    alive and was started with the environment a new worker would get now, else a new one. With
+    `keep_spare`, the slot's spares are topped up now for the evaluations to come."""
     slot, fingerprint = (gpu, interpreted, rss_limit_bytes), _env_fingerprint(gpu, interpreted)
     with _spares_lock:
-        started_with, worker = _spares.pop(slot, (None, None))
-    if worker is None or started_with != fingerprint or not worker.alive():
-        if worker is not None:
-            worker.close()
+        queue = _spares.setdefault(slot, [])
+        stale = [w for f, w in queue if f != fingerprint or not w.alive()]
+        queue[:] = [(f, w) for f, w in queue if f == fingerprint and w.alive()]
+        worker = queue.pop(0)[1] if queue else None
+    for old in stale:
+        old.close()
+    if worker is None:
         worker = Worker(gpu, interpreted, rss_limit_bytes)
     worker.watch()
-    if keep_spare:
+    while keep_spare:
+        with _spares_lock:
+            if len(_spares[slot]) >= SPARES_PER_SLOT:
+                break
         spare = Worker(gpu, interpreted, rss_limit_bytes)
         with _spares_lock:
-            _, old = _spares.pop(slot, (None, None))
-            _spares[slot] = (fingerprint, spare)
-        if old is not None:
-            old.close()
+            _spares[slot].append((fingerprint, spare))
     return worker
 
 
 @atexit.register
 def close_spares() -> None:
     with _spares_lock:
-        spares = [worker for _, worker in _spares.values()]
+        spares = [worker for queue in _spares.values() for _, worker in queue]
         _spares.clear()
     for worker in spares:
         worker.close()

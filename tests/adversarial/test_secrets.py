@@ -9,7 +9,7 @@ no other process's environment can be read.
 import pytest
 
 from kscience.evaluate.result import OK, REJECTED, RUNTIME_ERROR
-from kscience.evaluate.sandbox import _spares, close_spares, default_rss_limit, start_worker
+from kscience.evaluate.sandbox import SPARES_PER_SLOT, _spares, close_spares, default_rss_limit, start_worker
 
 SECRETS = {"OPENAI_API_KEY": "sk-test-4f9a1c2e7b3d5f60a1b2c3d4",
            "GEMINI_API_KEY": "gem-test-0123456789abcdef",
@@ -57,16 +57,29 @@ def test_a_spare_started_under_another_environment_is_not_used(monkeypatch):
     close_spares()
     first = start_worker(None, True, default_rss_limit(), keep_spare=True)
     first.close()
-    spare = next(iter(_spares.values()))[1]
+    spare = next(iter(_spares.values()))[0][1]
     monkeypatch.setenv("OPENAI_API_KEY", SECRETS["OPENAI_API_KEY"])  # filtered: the spare still fits
     same = start_worker(None, True, default_rss_limit(), keep_spare=True)
     assert same is spare
     same.close()
-    spare = next(iter(_spares.values()))[1]
+    spare = next(iter(_spares.values()))[0][1]
     monkeypatch.setenv("LC_MEASUREMENT", "C")  # inherited: the spare no longer fits
     other = start_worker(None, True, default_rss_limit())
     assert other is not spare and not spare.alive()
     other.close()
+
+
+def test_each_slot_keeps_two_spares_and_hands_out_the_oldest():
+    close_spares()
+    first = start_worker(None, True, default_rss_limit(), keep_spare=True)
+    first.close()
+    (queue,) = _spares.values()
+    assert len(queue) == SPARES_PER_SLOT and all(w.alive() for _, w in queue)
+    oldest = queue[0][1]
+    taken = start_worker(None, True, default_rss_limit(), keep_spare=True)
+    assert taken is oldest and len(queue) == SPARES_PER_SLOT
+    taken.close()
+    close_spares()
 
 
 def test_no_other_process_environment_is_readable(judge, secret_env):
