@@ -215,8 +215,10 @@ class _Session:
         seeds = [secrets.randbits(31) for _ in range(n_sets)]
         with self.phase("time"):
             t0 = time.monotonic()
+            # Where the judge cannot read the worker's memory, the worker copies each output as
+            # its call returns, and the judge's reads see that copy (timing.py).
             self.ask({"cmd": "prepare", "shape": shape, "seeds": seeds, "warmup": WARMUP[c],
-                      "max_output_bytes": cap}, "time", shape)
+                      "max_output_bytes": cap, "copy_outputs": self.peek_pid is None}, "time", shape)
             setup_s = _float(self.reply("time", shape).get("setup_s"))
             prepare_wall = time.monotonic() - t0
             plan = drive.Plan(WARMUP[c], FRESH[c], FRESH[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE)

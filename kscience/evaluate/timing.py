@@ -9,8 +9,11 @@ novelty of the numbers differs), or the same load and timed region with no call 
 which tells the judge what its own clock sees around a call that does nothing). A call's output
 stays where it is until the next command; if the judge decides, after the call returned, to
 check it, it reads it then (itself in host memory, through `sample` on the GPU), so no call can
-know it will be checked and nothing here keeps copies a candidate could fix up later. Nothing
-here decides anything: the judge brackets every command with its own clock and believes these
+know it will be checked. Where the judge cannot read the worker's memory itself (the GPU), a
+copy of each output is taken the moment the call returns, once the device is synchronised, and
+`sample` reads that copy: a thread that fixes the returned tensor a moment later is too late,
+and one that wants to fix the copy must find it first, inside the same window. Nothing here
+decides anything: the judge brackets every command with its own clock and believes these
 numbers only where that clock agrees.
 """
 
@@ -26,7 +29,7 @@ from kscience.evaluate.wire import wire_dtype
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
-_copy = torch.Tensor.copy_  # through the class (see harness.py)
+_copy, _clone = torch.Tensor.copy_, torch.Tensor.clone  # through the class (see harness.py)
 _data_ptr, _stride = torch.Tensor.data_ptr, torch.Tensor.stride
 _gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
 # After the flush the GPU spins this many cycles more (about 0.15 ms at 2 GHz) before the start
@@ -50,6 +53,8 @@ class Timer:
         self.copied = [i for i in range(len(self.work)) if i not in h.outputs and type(self.work[i]) is torch.Tensor]
         self.setup_s = _perf_counter() - t0
         self.last: torch.Tensor | None = None
+        self.kept: torch.Tensor | None = None  # the copy `sample` reads, when the judge asked for copies
+        self.copy_outputs = bool(cmd.get("copy_outputs"))
         for w in range(cmd["warmup"]):
             self.load(self.pool[w % len(self.pool)])
             out = h.invoke(self.work, self.cap)
@@ -83,7 +88,8 @@ class Timer:
         h.verify()
         reply = {"event_us": event_us, "host_us": host_us}
         if out is not None:
-            self.last, h.held = out, [out]
+            self.kept = _clone(out) if self.copy_outputs else None  # after the clocks stopped
+            self.last, h.held = out, [out if self.kept is None else self.kept]
             # Where the output lies. The judge reads host memory itself; on the GPU it asks for
             # the bytes at ranges it draws (`sample`) before anything else runs here.
             reply["out"] = {"ptr": _data_ptr(out), "shape": list(out.shape), "strides": list(_stride(out)),
@@ -92,9 +98,10 @@ class Timer:
 
     def release(self) -> None:
         """The previous call's output: poisoned (no later call may find it) and no longer held."""
-        if self.last is not None:
-            self.h.poison(self.last)
-            self.last, self.h.held = None, []
+        for t in (self.last, self.kept):  # freed memory holding an answer is poisoned first
+            if t is not None:
+                self.h.poison(t)
+        self.last, self.kept, self.h.held = None, None, []
 
     def timed_call(self, run: bool) -> tuple[float, float, torch.Tensor | None]:
         """(event us, host us, output) of one call, or of an empty region when not `run`.
