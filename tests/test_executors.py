@@ -55,6 +55,17 @@ def test_local_executor_runs_two_evaluations_at_once():
     assert elapsed < sum(r.wall_s for r in results), "the two evaluations did not overlap"
 
 
+def test_interpreter_slots_share_the_cores(monkeypatch):
+    # Four slots on an eight-core host: each worker's torch gets two threads, set before the
+    # candidate is imported (it reports what it found).
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    source = "import torch\nprint('threads', torch.get_num_threads())\n" + SEED
+    with LocalExecutor(cpu_workers=4) as ex:
+        result = ex.submit(softmax_request(source)).result(timeout=300)
+    assert result.status == OK, result.message
+    assert "threads 2" in result.stdout_tail
+
+
 def test_local_capacity_on_cpu():
     assert LocalExecutor().capacity == 1  # host-clock timings must not compete for the CPU by default
     assert LocalExecutor(cpu_workers=3).capacity == 3

@@ -72,7 +72,10 @@ class LocalExecutor(Executor):
             slots = [None] * (cpu_workers or 1)
         # A slot is taken for the whole evaluation, so a GPU never hosts two at once; the pool
         # has exactly one thread per slot, so taking a slot never waits.
-        self._judges = [JudgeProcess(gpu) for gpu in slots]  # each starts on its first evaluation
+        # Interpreter slots share the host's cores: each judge and its worker get an even part, or
+        # every worker's torch would run a thread per core (8 slots on 16 cores: over a hundred).
+        share = None if found else max(1, (os.cpu_count() or 1) // len(slots))
+        self._judges = [JudgeProcess(gpu, share) for gpu in slots]  # each starts on its first evaluation
         self._slots: "queue.Queue[JudgeProcess]" = queue.Queue()
         for judge in self._judges:
             self._slots.put(judge)

@@ -34,6 +34,7 @@ _fill, _is_float = torch.Tensor.fill_, torch.Tensor.is_floating_point
 _numel, _element_size = torch.Tensor.numel, torch.Tensor.element_size
 _storage, _storage_ptr = torch.Tensor.untyped_storage, torch.UntypedStorage.data_ptr
 
+CPU_THREADS_VAR = "KSCIENCE_CPU_THREADS"  # an interpreter slot's share of the cores (executor.py)
 _CUDA_FAULT_WORDS = ("illegal memory access", "device-side assert", "CUDA error", "HIP error",
                      "unspecified launch failure", "misaligned address", "illegal instruction")
 GPU_MEMORY_FRACTION = 0.9  # leave the trusted process room to compute its reference answers
@@ -166,6 +167,8 @@ class Harness:
         self.device = detect()
         self.problem = load_problem(job["problem"], job.get("overrides") or {})
         self.on_gpu = not self.device.interpreted
+        if not self.on_gpu and os.environ.get(CPU_THREADS_VAR, "").isdigit():
+            torch.set_num_threads(max(1, int(os.environ[CPU_THREADS_VAR])))  # before the candidate runs
         self.outputs = set(self.problem.output_args)
         self.l2, self.flush, self.idle_gap_us = None, None, 0.0
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)

@@ -317,14 +317,15 @@ def _float(x) -> float:
         return math.nan
 
 
-def judging_process() -> None:
+def judging_process(cpu_threads: int | None = None) -> None:
     """Set up a process whose one job is judging (a local slot, a Ray actor, a benchmark): few CPU
     threads for torch. The judge's CPU tensor work is small (byte compares and gathers), and with
     torch's default of a thread per core every small operation waits on all of them. On an H100
     host (16 cores) that made the next evaluation's spare, importing torch beside the judge, cost
     2.7-3.7 s of checking fp8_blockscale_gemm; with 4 threads (or 1) the spare cost nothing
-    measurable. Not done for a judge called in a user's own process, whose threads are theirs."""
-    torch.set_num_threads(JUDGE_THREADS)
+    measurable. Not done for a judge called in a user's own process, whose threads are theirs.
+    `cpu_threads`: this slot's share of the cores, when interpreter slots share them."""
+    torch.set_num_threads(min(JUDGE_THREADS, cpu_threads or JUDGE_THREADS))
 
 
 def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | None = None,

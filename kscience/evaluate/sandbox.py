@@ -39,7 +39,7 @@ from kscience.redact import SECRET_NAME, redact
 _KEEP = re.compile(r"^(PATH|LANG|LC_[A-Z]+|TZ|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PATH|ROCM_PATH|HIP_PATH|"
                    r"HIP_PLATFORM|CC|CXX|TORCH_CUDA_ARCH_LIST|PYTORCH_ROCM_ARCH|TRITON_INTERPRET|"
                    r"TRITON_[A-Z_]*ARCH[A-Z_]*|NCCL_[A-Z_]+|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS|"
-                   r"KSCIENCE_DEVICE|PYTHONPATH)$")
+                   r"KSCIENCE_DEVICE|KSCIENCE_CPU_THREADS|PYTHONPATH)$")
 TAIL_BYTES = 4096
 MAX_PIDS = int(os.environ.get("KSCIENCE_WORKER_MAX_PIDS", 4096))  # processes and threads, where a cgroup caps them
 

@@ -23,6 +23,7 @@ import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from kscience.evaluate.harness import CPU_THREADS_VAR
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 from kscience.problems import ProblemError
 
@@ -41,8 +42,9 @@ def _visibility(gpu: int | None) -> dict:
 class JudgeProcess:
     """One slot's trusted process. `evaluate` is called by one thread at a time (the slot's)."""
 
-    def __init__(self, gpu: int | None):
+    def __init__(self, gpu: int | None, cpu_threads: int | None = None):
         self.gpu = gpu
+        self.cpu_threads = cpu_threads  # torch's CPU threads for this slot's judge and workers (CPU slots)
         self._proc: subprocess.Popen | None = None
         self._conn_in: Connection | None = None
         self._conn_out: Connection | None = None
@@ -52,6 +54,8 @@ class JudgeProcess:
         to_child, from_child = os.pipe(), os.pipe()
         package_parent = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, **_visibility(self.gpu))
+        if self.cpu_threads:
+            env[CPU_THREADS_VAR] = str(self.cpu_threads)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "kscience.evaluate.slot", str(to_child[0]), str(from_child[1]),
@@ -118,7 +122,7 @@ class JudgeProcess:
 def serve(conn_in: Connection, conn_out: Connection, gpu: int | None) -> None:
     from kscience.evaluate.judge import evaluate, judging_process
 
-    judging_process()
+    judging_process(int(os.environ.get(CPU_THREADS_VAR, 0)) or None)
     while True:
         try:
             request = EvalRequest(**json.loads(conn_in.recv_bytes()))
