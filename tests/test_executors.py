@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 import kscience.evaluate.executor as executor_module
 from kscience.evaluate.executor import LocalExecutor
@@ -56,14 +57,16 @@ def test_local_executor_runs_two_evaluations_at_once():
 
 
 def test_interpreter_slots_share_the_cores(monkeypatch):
-    # Four slots on an eight-core host: each worker's torch gets two threads, set before the
-    # candidate is imported (it reports what it found).
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    # Four slots on a (pretended) twelve-core host: each worker's torch gets three threads, set
+    # before the candidate is imported (it reports what it found).
+    if torch.get_num_threads() == 3:
+        pytest.skip("torch already runs 3 threads here: the share would be indistinguishable")
+    monkeypatch.setattr("os.cpu_count", lambda: 12)
     source = "import torch\nprint('threads', torch.get_num_threads())\n" + SEED
     with LocalExecutor(cpu_workers=4) as ex:
         result = ex.submit(softmax_request(source)).result(timeout=300)
     assert result.status == OK, result.message
-    assert "threads 2" in result.stdout_tail
+    assert "threads 3" in result.stdout_tail
 
 
 def test_local_capacity_on_cpu():

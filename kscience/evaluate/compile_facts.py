@@ -33,6 +33,7 @@ whose names the profiler saw launch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -77,14 +78,12 @@ class KernelFacts:
 
 def cuobjdump() -> str | None:
     """Triton's bundled cuobjdump (same release as its ptxas), else one on PATH."""
-    try:
+    with contextlib.suppress(ImportError):  # Triton without its NVIDIA backend: the PATH's, if any
         import triton.backends.nvidia as nv
 
         bundled = Path(nv.__file__).parent / "bin" / "cuobjdump"
         if bundled.is_file():
             return str(bundled)
-    except ImportError:
-        pass
     return shutil.which("cuobjdump")
 
 

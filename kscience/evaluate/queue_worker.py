@@ -11,6 +11,7 @@ Without it the worker waits for more until interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -106,10 +107,8 @@ class Worker:
     def _renew(self) -> None:
         while not self._stop.wait(min(self.lease_s / 4, 5.0)):
             for ident in list(self.in_flight):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.utime(self._claim_path(ident))
-                except FileNotFoundError:
-                    pass
 
     # --- results -----------------------------------------------------------------------------
     def _finish(self, ident: str) -> None:
@@ -133,10 +132,8 @@ class Worker:
         for ident, (future, _, _) in list(self.in_flight.items()):
             future.cancel()
             claim = self._claim_path(ident)
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.replace(claim, self.root / "requests" / claim.name)
-            except FileNotFoundError:
-                pass
             claim.with_suffix(".holder").unlink(missing_ok=True)
             self.say(f"request {ident[:8]}: handed back to the queue")
         self.in_flight.clear()

@@ -357,13 +357,12 @@ def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_
     if worker is None:
         worker = Worker(gpu, interpreted, rss_limit_bytes)
     worker.watch()
-    while keep_spare:
+    if keep_spare:  # one thread per slot calls this, so nobody else tops this slot up meanwhile
         with _spares_lock:
-            if len(_spares[slot]) >= SPARES_PER_SLOT:
-                break
-        spare = Worker(gpu, interpreted, rss_limit_bytes)
+            missing = SPARES_PER_SLOT - len(_spares[slot])
+        started = [Worker(gpu, interpreted, rss_limit_bytes) for _ in range(missing)]
         with _spares_lock:
-            _spares[slot].append((fingerprint, spare))
+            _spares[slot].extend((fingerprint, spare) for spare in started)
     return worker
 
 
