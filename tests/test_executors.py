@@ -88,7 +88,8 @@ def test_local_slots_pin_one_evaluation_per_gpu(monkeypatch):
     lock, busy, used, overlaps = threading.Lock(), set(), Counter(), []
 
     class FakeJudge:
-        def __init__(self, gpu):
+        def __init__(self, gpu, cpu_threads):
+            assert cpu_threads is None  # GPU slots keep the default thread count
             self.gpu = gpu
 
         def evaluate(self, request):
