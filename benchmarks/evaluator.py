@@ -44,7 +44,6 @@ def do_bench_times(problem, source: str) -> dict[str, float]:
     for shape in problem.benchmarks:
         data = problem.generate_input(1234, "cuda", **shape)
         times[shape_label(shape)] = triton.testing.do_bench(lambda: module.custom_kernel(data), return_mode="median") * 1e3
-        del data
     return times
 
 

@@ -38,20 +38,25 @@ from kscience.scientist.llm import LLM, LLMCall, Metered  # noqa: E402
 from kscience.scientist.roles import Scientist  # noqa: E402
 from kscience.store import Store  # noqa: E402
 
-KERNELBENCH = [HERE / "kernelbench" / "level1_19_ReLU.py", HERE / "kernelbench" / "level2_12_Gemm_Multiply_LeakyReLU.py"]
+DATA = HERE.parent / "tests" / "data"
+# Each KernelBench file with the sizes it runs at: the level-2 file is the tests' own, set to
+# KernelBench's level-2 problem 12 sizes as a user would (`--set`).
+KERNELBENCH = {
+    HERE / "kernelbench" / "level1_19_ReLU.py": {},
+    DATA / "kernelbench_gemm_multiply_leakyrelu.py": {"batch_size": "128", "in_features": "1024", "out_features": "512"},
+}
 FIRST_PLAN = "Replace the forward with Triton kernels"
 SECOND_PLAN = "BLOCK 1024 -> 2048"
 
-HEAD = '''import torch
+# The scripted model's kernels, by problem: correct Triton ModelNew classes (the GEMM stays in cuBLAS).
+KERNELS = {
+    "level1_19_ReLU": '''import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
 
-BLOCK = {block}
-'''
-# The scripted model's kernels, by problem: correct Triton ModelNew classes (the GEMM stays in cuBLAS).
-KERNELS = {
-    "level1_19_ReLU": HEAD + '''
+BLOCK = 1024
+
 
 @triton.jit
 def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -72,31 +77,7 @@ class ModelNew(nn.Module):
         relu_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, BLOCK=BLOCK)
         return y
 ''',
-    "level2_12_Gemm_Multiply_LeakyReLU": HEAD + '''
-
-@triton.jit
-def scale_leaky_relu_kernel(x_ptr, y_ptr, n, multiplier, slope, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask) * multiplier
-    tl.store(y_ptr + offs, tl.where(x >= 0, x, x * slope), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, in_features, out_features, multiplier, negative_slope):
-        super().__init__()
-        self.gemm = nn.Linear(in_features, out_features)
-        self.multiplier = multiplier
-        self.negative_slope = negative_slope
-
-    def forward(self, x):
-        x = self.gemm(x).contiguous()
-        y = torch.empty_like(x)
-        n = x.numel()
-        scale_leaky_relu_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, self.multiplier, self.negative_slope,
-                                                          BLOCK=BLOCK)
-        return y
-''',
+    "kernelbench_gemm_multiply_leakyrelu": (DATA / "kernelbench_gemm_multiply_leakyrelu_new.py").read_text(),
 }
 
 
@@ -121,7 +102,8 @@ def answer(prompt: str) -> str:
     if "\n# Experiment\n" in prompt:
         return "A scripted lesson: only a GPU measurement says whether this helped."
     block = 2048 if f"# Plan: {SECOND_PLAN}" in prompt else 1024
-    return f"```python\n{kernel.format(block=block)}```"
+    kernel = re.sub(r"^BLOCK = \d+$", f"BLOCK = {block}", kernel, flags=re.M)
+    return f"```python\n{kernel}```"
 
 
 class InProcessModel(LLM):
@@ -138,11 +120,11 @@ class InProcessModel(LLM):
         return None
 
 
-def run_in_process(path: Path, name: str, iterations: int, db: str) -> int:
+def run_in_process(path: Path, sizes: dict, name: str, iterations: int, db: str) -> int:
     """A run of `path` driven by InProcessModel, built as `kscience run` would build it."""
-    config = RunConfig(problem=str(path), llm="openai:scripted", name=name, iterations=iterations)
+    config = RunConfig(problem=str(path), llm="openai:scripted", name=name, iterations=iterations, overrides=sizes)
     store = Store(db)
-    problem = load_problem(config.problem)
+    problem = load_problem(config.problem, config.overrides)
     target = run_target(None, describe_device(detect()))
     designer, writer = knowledge_for([], target.topics, problem.name)
     llm = Metered(InProcessModel())
@@ -189,18 +171,19 @@ def main() -> int:
             name = f"offline-{problem}-{stamp}"
             record(name, problem, run_cli([problem, "--llm", "offline", "--name", name, *common]), "offline")
     if args.only in (None, "kernelbench"):
-        for path in KERNELBENCH:
+        for path, sizes in KERNELBENCH.items():
+            sets = [arg for key, value in sizes.items() for arg in ("--set", f"{key}={value}")]
             name = f"offline-{path.stem}-{stamp}"
-            record(name, path.stem, run_cli([str(path), "--llm", "offline", "--name", name, *common]), "offline")
+            record(name, path.stem, run_cli([str(path), "--llm", "offline", "--name", name, *sets, *common]), "offline")
             name = f"scripted-{path.stem}-{stamp}"
             if importlib.util.find_spec("openai") is not None:
                 with FakeOpenAI([Respond(lambda request: Reply(answer(request.body["messages"][-1]["content"])))]
                                 * 200) as server:
                     code = run_cli([str(path), "--llm", "openai:scripted", "--base-url", server.base_url,
-                                    "--name", name, *common])
+                                    "--name", name, *sets, *common])
                 record(name, path.stem, code, "scripted model (loopback openai)")
             else:  # no openai client here: the same answers in process
-                record(name, path.stem, run_in_process(path, name, args.iterations, args.db),
+                record(name, path.stem, run_in_process(path, sizes, name, args.iterations, args.db),
                        "scripted model (in process: no openai package)")
     print(f"results: {stem}.json and .md")
     return 0

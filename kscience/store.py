@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kscience.redact import redact, secret_values
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 3  # schema/v1.sql creates the tables; v2.sql, v3.sql each migrate the version before
 DEFAULT_DB = "kscience.db"
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
 PENDING = "pending"  # a candidate written but not evaluated yet
@@ -40,63 +40,8 @@ WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did n
 BASELINE_KINDS = ("reference", "compiled")
 OFFLINE_MODEL = "offline"  # the model name the offline scientist records its scripted answers under
 
-_SCHEMA = """
-CREATE TABLE runs (
-    id TEXT PRIMARY KEY, name TEXT NOT NULL, problem TEXT NOT NULL, overrides TEXT NOT NULL,
-    llm TEXT NOT NULL, strategy TEXT NOT NULL, status TEXT NOT NULL, config TEXT NOT NULL,
-    environment TEXT NOT NULL, error TEXT, pid INTEGER, host TEXT,
-    created REAL NOT NULL, updated REAL NOT NULL);
-CREATE TABLE candidates (
-    id TEXT PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL,
-    parent_id TEXT, kind TEXT NOT NULL, iteration INTEGER NOT NULL, plan_id TEXT,
-    hypothesis TEXT NOT NULL, source TEXT NOT NULL, status TEXT NOT NULL, message TEXT NOT NULL,
-    geomean_us REAL, result TEXT, repair_attempt INTEGER NOT NULL, write_mode TEXT,
-    edits_total INTEGER NOT NULL, edits_applied INTEGER NOT NULL,
-    created REAL NOT NULL, evaluated REAL);
-CREATE INDEX candidates_by_run ON candidates(run_id, seq);
-CREATE TABLE plans (
-    id TEXT PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), iteration INTEGER NOT NULL,
-    position INTEGER NOT NULL, base_id TEXT NOT NULL, reference_id TEXT, justification TEXT NOT NULL,
-    title TEXT NOT NULL, plan TEXT NOT NULL, chosen INTEGER NOT NULL, why_chosen TEXT NOT NULL,
-    predicted_min_pct REAL, predicted_max_pct REAL, created REAL NOT NULL);
-CREATE INDEX plans_by_run ON plans(run_id, iteration, position);
-CREATE TABLE findings (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(id),
-    plan_id TEXT NOT NULL, candidate_id TEXT, iteration INTEGER NOT NULL, text TEXT NOT NULL,
-    predicted_min_pct REAL, predicted_max_pct REAL, measured_pct REAL, created REAL NOT NULL);
-CREATE TABLE llm_calls (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(id),
-    role TEXT NOT NULL, model TEXT NOT NULL, prompt TEXT NOT NULL, response TEXT NOT NULL,
-    input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, latency_s REAL NOT NULL,
-    cost_usd REAL NOT NULL, priced INTEGER NOT NULL, error TEXT, created REAL NOT NULL);
-CREATE TABLE events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(id),
-    type TEXT NOT NULL, payload TEXT NOT NULL, ts REAL NOT NULL);
-CREATE INDEX events_by_run ON events(run_id, seq);
-"""
-# Each step migrates a file of the version before it in place, additively; older rows simply lack
-# what a later version adds. 2: a campaign id on runs, the campaign and re-timing tables.
-# 3: profiles (older candidates have none).
-_MIGRATIONS = {2: """
-ALTER TABLE runs ADD COLUMN campaign_id TEXT;
-CREATE TABLE campaigns (
-    id TEXT PRIMARY KEY, name TEXT NOT NULL, suite TEXT NOT NULL, config TEXT NOT NULL,
-    status TEXT NOT NULL, pid INTEGER, host TEXT, created REAL NOT NULL, updated REAL NOT NULL);
-CREATE TABLE campaign_problems (
-    campaign_id TEXT NOT NULL REFERENCES campaigns(id), position INTEGER NOT NULL, locator TEXT NOT NULL,
-    name TEXT NOT NULL, overrides TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, run_id TEXT,
-    PRIMARY KEY (campaign_id, position));
-CREATE TABLE retimes (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(id),
-    candidate_id TEXT NOT NULL REFERENCES candidates(id), device TEXT NOT NULL, status TEXT NOT NULL,
-    message TEXT NOT NULL, geomean_us REAL, result TEXT, created REAL NOT NULL);
-CREATE INDEX retimes_by_run ON retimes(run_id, device);
-""", 3: """
-CREATE TABLE profiles (
-    candidate_id TEXT PRIMARY KEY REFERENCES candidates(id), run_id TEXT NOT NULL REFERENCES runs(id),
-    compile_facts TEXT, ncu TEXT, sol TEXT, flag TEXT, profile_s REAL, updated REAL NOT NULL);
-CREATE INDEX profiles_by_run ON profiles(run_id);
-"""}
+# Migrations are additive: older rows simply lack what a later version adds.
+SCHEMA_DIR = Path(__file__).parent / "schema"
 
 _JSON_COLUMNS = ("overrides", "config", "environment", "result", "plan", "payload", "compile_facts", "ncu", "sol")
 
@@ -203,13 +148,17 @@ class Store:
             if version == 0:
                 if self._db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]:
                     raise StoreError(f"{self.path} is an SQLite database but not a kscience one")
-                self._script(_SCHEMA)
+                self._script(1)
                 version = 1
             for step in range(version + 1, SCHEMA_VERSION + 1):  # in one transaction: all steps or none
-                self._script(_MIGRATIONS[step])
+                self._script(step)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
-    def _script(self, sql: str) -> None:
+    def _script(self, version: int) -> None:
+        """Run schema/v<version>.sql statement by statement, inside the caller's transaction
+        (sqlite3's executescript would commit first)."""
+        sql = (SCHEMA_DIR / f"v{version}.sql").read_text()
+        sql = "\n".join(line for line in sql.splitlines() if not line.startswith("--"))
         for statement in sql.split(";"):
             if statement.strip():
                 self._db.execute(statement)

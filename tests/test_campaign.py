@@ -132,7 +132,7 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
-    db.executescript(store_module._SCHEMA)
+    db.executescript((store_module.SCHEMA_DIR / "v1.sql").read_text())
     db.execute("INSERT INTO runs VALUES ('r-old', 'old', 'softmax', '{}', 'offline', 'tournament', 'finished',"
                " '{}', '{}', NULL, NULL, NULL, 1.0, 1.0)")
     db.execute("PRAGMA user_version=1")

@@ -14,40 +14,10 @@ from kscience.run import Run
 from kscience.scientist.llm.factory import make_llm
 from kscience.store import Store
 
-LEVEL2 = Path(__file__).parent / "data" / "kernelbench_gemm_multiply_leakyrelu.py"
+DATA = Path(__file__).parent / "data"
+LEVEL2 = DATA / "kernelbench_gemm_multiply_leakyrelu.py"
 
-MODEL_NEW = '''```python
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-BLOCK = 128
-
-
-@triton.jit
-def scale_leaky_relu_kernel(x_ptr, y_ptr, n, multiplier, slope, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask) * multiplier
-    tl.store(y_ptr + offs, tl.where(x >= 0, x, x * slope), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, in_features, out_features, multiplier, negative_slope):
-        super().__init__()
-        self.gemm = nn.Linear(in_features, out_features)
-        self.multiplier = multiplier
-        self.negative_slope = negative_slope
-
-    def forward(self, x):
-        x = self.gemm(x).contiguous()
-        y = torch.empty_like(x)
-        n = x.numel()
-        scale_leaky_relu_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, self.multiplier, self.negative_slope,
-                                                          BLOCK=BLOCK)
-        return y
-```'''
+MODEL_NEW = f"```python\n{(DATA / 'kernelbench_gemm_multiply_leakyrelu_new.py').read_text()}```"
 PLAN = {"title": "Fuse the multiply and LeakyReLU into one Triton kernel", "rationale": "one pass over the output",
         "changes": ["a Triton kernel for x * multiplier then LeakyReLU after the Linear"],
         "predicted_min_pct": 0, "predicted_max_pct": 30, "innovation": 4}
