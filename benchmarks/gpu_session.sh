@@ -9,12 +9,13 @@
 # profile-run: an offline softmax run (1 iteration) with --profile ncu; its DB, `kscience show` and the
 # cost per profiled candidate and per round (benchmarks/profile_cost.py) land in OUTDIR.
 # Issue 13 (evaluations anywhere), about 7 minutes on one H100, each step its own time limit:
-#   bash benchmarks/gpu_session.sh OUTDIR spare ray queue cpuslots
+#   bash benchmarks/gpu_session.sh OUTDIR spare ray queue cpuslots sparewait
 #     spare     benchmarks/spare_cost.py: what slows an evaluation while a spare starts (fp8, 5 modes)
 #     ray       scaleout.py --executors local,ray on one GPU: seconds per evaluation, local vs Ray
 #               (Ray from .whl/*.whl when it is not installed; skipped when neither)
 #     queue     an offline run whose evaluations go through queue:DIR to a `kscience worker` here
 #     cpuslots  scaleout.py --cpu-workers 1,2,4,8: interpreter slots, host-side scaling
+#     sparewait spare_wait.py on fp8_blockscale_gemm: the wait for a worker with one and two spares per slot
 # Logs, JSON results and the run database land in OUTDIR. Figures are then made anywhere with
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
@@ -72,7 +73,9 @@ for step in $steps; do
              "$out/queue-run.db" ;;
     cpuslots) timeout "${CPUSLOTS_S:-240}" python3 benchmarks/scaleout.py --executors local --cpu-workers 1,2,4,8 \
                 --candidates "${CANDIDATES_CPU:-16}" --out "$out/scaleout-cpu-slots.json" 2>&1 | tee "$out/scaleout-cpu-slots.log" ;;
-    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots)" >&2
+    sparewait) timeout "${SPAREWAIT_S:-300}" python3 benchmarks/spare_wait.py --problem fp8_blockscale_gemm \
+                 --evaluations "${EVALUATIONS:-6}" --out "$out" 2>&1 | tee "$out/spare-wait.log" ;;
+    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait)" >&2
        exit 2 ;;
   esac
 done
