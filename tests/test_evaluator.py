@@ -12,6 +12,7 @@ import json
 import pytest
 
 import kscience.evaluate.judge as judge_module
+import kscience.evaluate.session as session_module
 from kscience.cli import main as cli_main
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import (COMPILE_ERROR, CRASHED, OK, REJECTED, RUNTIME_ERROR, STATUSES, TIMEOUT,
@@ -70,7 +71,7 @@ def test_each_failure_has_its_status(status, source, words):
 
 
 def test_a_timeout_has_its_status(monkeypatch):
-    monkeypatch.setitem(judge_module.LIMITS, "check", (5.0, 5.0))
+    monkeypatch.setitem(session_module.LIMITS, "check", (5.0, 5.0))
     result = softmax("import time\ndef custom_kernel(data):\n    time.sleep(60)\n")
     assert result.status == TIMEOUT, result.message
     assert "timed out: the judge's 5 s limit for checking correctness ran out" == result.message

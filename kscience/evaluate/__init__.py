@@ -7,7 +7,9 @@ The loop reaches it through an `Executor` (executors.py: `make_executor`; execut
 ray_executor.py: a Ray cluster).
 
 Trusted side (the process that holds the expected answers and decides):
-    judge.py        drives one disposable worker through its phases and decides the verdict
+    judge.py        the entry point: starts a session, runs it through its phases, decides the verdict
+    session.py      one evaluation's conversation with its worker: limits, checks, timed calls
+    drive.py        the timed calls of one shape, and when to stop them
     compare.py      whether an output is right (sampled byte ranges of big tensors)
     crosscheck.py   whether reported times are believable
     sandbox.py      starts, watches and kills the worker process

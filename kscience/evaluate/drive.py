@@ -36,7 +36,7 @@ class Call:
 
 @dataclasses.dataclass
 class Plan:
-    """How many calls of each kind, and when to stop (GPU or CPU values from judge.py)."""
+    """How many calls of each kind, and when to stop (GPU or CPU values from session.py)."""
     warmup: int
     fresh: int
     again: int
@@ -63,7 +63,7 @@ class Look:
 
 
 def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> tuple[list[Call], list[Look]]:
-    """Drive one shape's timed calls through `session` (judge.py's _Session).
+    """Drive one shape's timed calls through `session` (a `session.Session`).
 
     Returns every call in order and what the judge read of the outputs it chose to check: one
     uniformly chosen call per rotated set (reservoir sampling), every fresh and regenerated call.

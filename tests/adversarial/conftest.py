@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-import kscience.evaluate.judge as judge_module
+import kscience.evaluate.session as session_module
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult
 
@@ -37,7 +37,7 @@ def judge():
 @pytest.fixture
 def short_limits(monkeypatch):
     """Phase limits short enough for hang tests, long enough for a worker to start on a busy machine."""
-    monkeypatch.setitem(judge_module.LIMITS, "import", (15.0, 15.0))
-    monkeypatch.setitem(judge_module.LIMITS, "check", (6.0, 6.0))
-    monkeypatch.setitem(judge_module.LIMITS, "time", (20.0, 20.0))
+    monkeypatch.setitem(session_module.LIMITS, "import", (15.0, 15.0))
+    monkeypatch.setitem(session_module.LIMITS, "check", (6.0, 6.0))
+    monkeypatch.setitem(session_module.LIMITS, "time", (20.0, 20.0))
 

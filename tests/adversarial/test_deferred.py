@@ -36,6 +36,12 @@ def scribble_then_finish(y, x):
 """
 
 
+def caught_in_the_background(message: str) -> bool:
+    """The helper scribbles every millisecond: a scribble between the check's two reads shows as a
+    change after the call returned; with none in between, both reads hold noise, a wrong answer."""
+    return "work went on in the background" in message or "elements outside" in message
+
+
 def test_finishing_from_a_python_thread_is_caught(judge):
     result = judge(_BACKGROUND, """
         import threading
@@ -48,7 +54,7 @@ def test_finishing_from_a_python_thread_is_caught(judge):
             return y
         """)
     assert result.status == WRONG_ANSWER, result.message
-    assert "background" in result.message
+    assert caught_in_the_background(result.message)
 
 
 def test_finishing_from_a_forked_process_is_caught(judge):
@@ -69,7 +75,7 @@ def test_finishing_from_a_forked_process_is_caught(judge):
             return y
         """)
     assert result.status == WRONG_ANSWER, result.message
-    assert "background" in result.message
+    assert caught_in_the_background(result.message)
 
 
 def test_a_tensor_subclass_with_lying_comparisons_is_refused(judge):

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.utils.cpp_extension
 
-import kscience.evaluate.judge as judge_module
+import kscience.evaluate.session as session_module
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import builtin_names, load_problem
@@ -97,7 +97,7 @@ torch::Tensor softmax(torch::Tensor x) {
 @pytest.mark.skipif(shutil.which("nvcc") is None and not torch.utils.cpp_extension.CUDA_HOME,
                     reason="needs nvcc for load_inline")
 def test_a_cuda_kernel_built_with_load_inline_is_ok(judge, monkeypatch):
-    monkeypatch.setitem(judge_module.LIMITS, "import", (600.0, 600.0))  # a cold nvcc build takes a while
+    monkeypatch.setitem(session_module.LIMITS, "import", (600.0, 600.0))  # a cold nvcc build takes a while
     result = judge(f"""
         from torch.utils.cpp_extension import load_inline
 

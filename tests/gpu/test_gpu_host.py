@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.utils.cpp_extension
 
-import kscience.evaluate.judge as judge_module
+import kscience.evaluate.session as session_module
 from kscience.evaluate.result import CRASHED, OK
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -39,7 +39,7 @@ for _dir, _, _files in os.walk(_root):
 @pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="needs a C++ compiler")
 def test_a_planted_load_inline_build_does_not_reach_another_candidate(judge, monkeypatch, tmp_path):
     monkeypatch.setenv("KSCIENCE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setitem(judge_module.LIMITS, "import", (600.0, 600.0))  # two cold builds
+    monkeypatch.setitem(session_module.LIMITS, "import", (600.0, 600.0))  # two cold builds
     planter = judge(_EXT.format(body=_PLANTED_BODY), _FUTURE, """
         def custom_kernel(data):
             return honest(data[0])

@@ -1,0 +1,318 @@
+"""One evaluation's conversation with its disposable worker, seen from the trusted side.
+
+A `Session` owns the worker and the channel to it: it sends commands, reads replies within each
+phase's limit, checks a shape's output against the answer it computed itself, times the shape
+(judge-driven calls, stopped by the median's precision) and rechecks what the timed calls
+returned. Every reply must carry the sequence number of the command it answers and arrive
+within the phase's limit; anything else on the channel is a rejection. Anything wrong ends the
+evaluation with a `Verdict`, which `judge.evaluate` turns into the result. Times the worker
+reports are believed only after the checks in `crosscheck`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+import statistics
+import time
+
+import torch
+
+from kscience.device import Device
+from kscience.evaluate import crosscheck, drive
+from kscience.evaluate import result as R
+from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.harness import flush_bytes
+from kscience.evaluate.sandbox import default_rss_limit, start_worker
+from kscience.evaluate.timing import COVER_CYCLES
+from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
+from kscience.problems import Problem
+from kscience.redact import redact
+
+# Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
+LIMITS = {"import": (120.0, 120.0), "check": (60.0, 300.0), "time": (120.0, 300.0)}
+TARGET_RSE = 0.005  # stop timing a shape once the median's relative standard error is below 0.5%
+TIME_CAP_S = (0.5, 2.0)  # most seconds of timed calls per shape (a GPU call's round trip is about 1 ms)
+MIN_N, MAX_N = (10, 3), (2000, 20)
+WARMUP = (3, 1)
+FRESH = (2, 1)  # calls per shape on never-seen inputs (and as many on regenerated ones), to expose caches
+NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
+BYE_WAIT_S = 10.0
+_OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
+
+
+class Verdict(Exception):
+    """Ends an evaluation early with a status; `judge.evaluate` makes it the result."""
+
+    def __init__(self, status: str, message: str, shape: dict | None = None):
+        super().__init__(message)
+        self.status, self.shape = status, shape
+
+
+class Session:
+    """One evaluation: a worker, its channel, its limits and the clock that runs out."""
+
+    def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
+                 keep_spare: bool):
+        self.problem, self.device = problem, device
+        self.cpu = int(device.interpreted)
+        self.deadline = time.monotonic() + timeout_s if timeout_s else math.inf
+        self.worker = start_worker(gpu, device.interpreted, default_rss_limit(), keep_spare)
+        self.phases_s: dict[str, float] = {}
+        self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
+        self.worker_info: dict = {}
+        self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
+        self.seq = 0
+        self.timeout_s = timeout_s
+        self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
+
+    # --- the channel -------------------------------------------------------------------------
+    def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
+        """Send a command; its replies must arrive before the phase's limit runs out."""
+        self.seq += 1
+        limit_s = LIMITS[phase][self.cpu] if limit_s is None else limit_s
+        left = self.deadline - time.monotonic()
+        self.by_deadline = left < limit_s  # the evaluation's own limit, not the phase's, runs out first
+        self.phase_limit = max(min(limit_s, left), 0.0)
+        self.phase_end = time.monotonic() + self.phase_limit
+        with self._channel_errors(phase, shape):
+            send_json(self.worker.channel, dict(cmd, seq=self.seq), self.phase_end)
+
+    def reply(self, phase: str, shape: dict | None = None, expect: str = "ok") -> dict:
+        with self._channel_errors(phase, shape):
+            msg = recv_json(self.worker.channel, self.phase_end, self.worker.alive)
+        self._in_order(msg, phase, shape)
+        if msg.get("status") != expect:
+            status = msg.get("status") if msg.get("status") in R.STATUSES[1:] else R.REJECTED
+            raise Verdict(status, redact(str(msg.get("message", f"unexpected reply {str(msg)[:80]}")))[:400], shape)
+        return msg
+
+    def tensor(self, phase: str, shape: dict, max_bytes: int) -> torch.Tensor:
+        with self._channel_errors(phase, shape):
+            head, t = recv_tensor(self.worker.channel, max_bytes, self.phase_end, self.worker.alive)
+        self._in_order(head, phase, shape)
+        return t
+
+    def sample(self, phase: str, shape: dict, like: list[torch.Tensor], whole: bool = False,
+               blocks: int | None = None) -> list[torch.Tensor | None]:
+        """The worker's held tensors at byte ranges drawn now (kept in `self.ranges`), one per
+        tensor in `like`, which gives the dtype and shape each must have; None where it has not.
+        `whole`: every byte, not a sample; `blocks`: how many blocks (see compare.sample_ranges)."""
+        sizes = [t.numel() * t.element_size() for t in like]
+        self.ranges = [([[0, n]] if n else []) if whole else sample_ranges(n, blocks) for n in sizes]
+        # Everything the candidate started except the process that answers stays stopped while
+        # the held tensors are read, so no process it left running can change them meanwhile.
+        with self.worker.frozen(keep_serving=True):
+            return self._sampled(phase, shape, like)
+
+    def _sampled(self, phase: str, shape: dict, like: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        self.ask({"cmd": "sample", "ranges": self.ranges}, phase, shape)
+        looks = []
+        for t, ranges in zip(like, self.ranges):
+            with self._channel_errors(phase, shape):
+                head, raw = recv_ranges(self.worker.channel, sum(n for _, n in ranges), self.phase_end,
+                                        self.worker.alive)
+            self._in_order(head, phase, shape)
+            right = head.get("dtype") == str(t.dtype).removeprefix("torch.") and head.get("shape") == list(t.shape)
+            looks.append(raw if right and raw.numel() == sum(n for _, n in ranges) else None)
+        return looks
+
+    def _in_order(self, msg: dict, phase: str, shape) -> None:
+        if msg.get("seq") != self.seq:
+            self.worker.kill()
+            raise Verdict(R.REJECTED, f"out-of-order message on the result channel during {phase}", shape)
+
+    @contextlib.contextmanager
+    def _channel_errors(self, phase: str, shape):
+        try:
+            yield
+        except ChannelTimeout:
+            self.worker.kill()
+            raise Verdict(R.TIMEOUT, self._timeout_text(phase), shape) from None
+        except ProtocolError as exc:
+            self.worker.kill()
+            raise Verdict(R.REJECTED, f"broken protocol on the result channel during {phase}: {exc}", shape) from None
+        except (EOFError, OSError):
+            raise Verdict(R.CRASHED, f"{self._death()} during {phase}", shape) from None
+
+    def _timeout_text(self, phase: str) -> str:
+        """Which limit ran out, as it was set, and in which phase: "the evaluation's 3 s limit ran out
+        while timing", never the seconds that happened to be left of it."""
+        doing = _DOING.get(phase, phase)
+        if self.by_deadline:
+            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {doing}"
+        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {doing} ran out"
+
+    def _death(self) -> str:
+        self.worker.kill()
+        return self.worker.memory_cap_hit() or self.worker.exit_description()
+
+    def finish(self) -> None:
+        """The closing handshake: the next message must be the acknowledgement of `bye`."""
+        self.ask({"cmd": "bye"}, "closing", limit_s=BYE_WAIT_S)
+        self.reply("closing", expect="bye")
+
+    # --- answers -----------------------------------------------------------------------------
+    def inputs(self, seed: int, shape: dict) -> list:
+        return list(self.problem.generate_input(seed, self.device.torch_device, **shape))
+
+    def expected(self, data: list) -> torch.Tensor:
+        """The answer, computed here and nowhere else."""
+        return self.problem.ref_kernel(self.problem.call_data(data))
+
+    def _expect(self, expected: torch.Tensor) -> int:
+        return max(_OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
+
+    # --- correctness -------------------------------------------------------------------------
+    def check(self, shape: dict, phase: str) -> tuple[R.ShapeResult, int, int]:
+        """A correct output on fresh inputs, or a Verdict. Also returns (input bytes, output cap) for timing."""
+        seed = secrets.randbits(31)
+        data = self.inputs(seed, shape)
+        guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
+        pristine = {i: data[i].clone() for i in guarded}
+        expected = self.expected(data)
+        cap = self._expect(expected)
+        self.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap}, "check", shape)
+        reply = self.reply("check", shape)
+        if reply.get("inputs") != guarded:
+            self.worker.kill()
+            raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
+        first = self.tensor("check", shape, cap)
+        held = [first] + [pristine[i] for i in guarded]
+        looks = self.sample("check", shape, held)
+        if looks[0] is None or not same_bits(looks[0], gather(first, self.ranges[0])):
+            raise Verdict(R.WRONG_ANSWER, "the output changed after custom_kernel returned: "
+                                          "work went on in the background (thread, process or stream)", shape)
+        ok, why, err = self.judge_output(data, first, expected)
+        if not ok:
+            raise Verdict(R.WRONG_ANSWER, why, shape)
+        for i, look, ranges in zip(guarded, looks[1:], self.ranges[1:]):
+            if look is None or not same_bits(look, gather(pristine[i], ranges)):
+                raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {self.problem.output_args} "
+                                              "may be written)", shape)
+        in_bytes = sum(t.numel() * t.element_size() for t in data if type(t) is torch.Tensor)
+        return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err), in_bytes, cap
+
+    def judge_output(self, data: list, out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, str, float]:
+        """The problem's own check where it has one (answers that are right but not unique, such as
+        eigenvectors), else closeness to the reference. Either way NaN never passes."""
+        if self.problem.check is None:
+            return check_output(out, expected, self.problem.rtol, self.problem.atol)
+        if out.is_floating_point() and bool(torch.isnan(out.float()).any()):
+            return False, "output contains NaN (unwritten or computed)", float("inf")
+        try:
+            why = self.problem.check(self.problem.call_data(data), out)
+        except Exception as exc:  # the problem's checker failing on this output is a wrong answer
+            why = f"the problem's check raised {type(exc).__name__}: {str(exc)[:200]}"
+        return (False, f"problem check: {why}", float("nan")) if why else (True, "", float("nan"))
+
+    # --- timing ------------------------------------------------------------------------------
+    def time(self, res: R.ShapeResult, in_bytes: int, cap: int) -> None:
+        shape, c = res.shape, self.cpu
+        # Enough rotated input sets that together they overflow L2 twice over (2 at least, 8 at most).
+        n_sets = max(2, min(8, math.ceil(2 * self.device.l2_bytes / max(in_bytes, 1))))
+        seeds = [secrets.randbits(31) for _ in range(n_sets)]
+        with self.phase("time"):
+            t0 = time.monotonic()
+            # Where the judge cannot read the worker's memory, the worker copies each output as
+            # its call returns, and the judge's reads see that copy (timing.py).
+            self.ask({"cmd": "prepare", "shape": shape, "seeds": seeds, "warmup": WARMUP[c],
+                      "max_output_bytes": cap, "copy_outputs": self.peek_pid is None}, "time", shape)
+            setup_s = as_float(self.reply("time", shape).get("setup_s"))
+            prepare_wall = time.monotonic() - t0
+            plan = drive.Plan(WARMUP[c], FRESH[c], FRESH[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE)
+            try:
+                calls, looks = drive.run_calls(self, shape, seeds, plan, cap)
+            except drive.Unreadable as exc:
+                raise Verdict(R.WRONG_ANSWER, str(exc), shape) from None
+        rotated = [x for x in calls if x.kind in ("first", "repeat")]
+        events, hosts = [x.event_us for x in rotated], [x.host_us for x in rotated]
+        claimed = statistics.median(events) if events else math.nan
+        judged, judged_each = crosscheck.judge_estimate(calls)
+        problem = crosscheck.clock_problem(calls, setup_s, prepare_wall)
+        if problem is None and not self.device.interpreted:
+            problem = crosscheck.unwaited_problem(calls, self._least_call_us())
+            problem = problem or crosscheck.side_work_problem(events, hosts, self.worker_info.get("idle_gap_us", 0.0))
+        problem = problem or crosscheck.forged_time_problem(claimed, judged, self.device.interpreted)
+        problem = problem or crosscheck.caching_problem(calls, claimed, self.device.interpreted)
+        if problem:
+            raise Verdict(R.REJECTED, problem, shape)
+        with self.phase("recheck"):
+            for look in looks:
+                self.recheck(look, shape)
+        # On the CPU the host clock is the only clock, and the judge's own is as good as the
+        # worker's: the judge's estimate is the figure, so nothing the worker reports can lower it.
+        # On the GPU no host clock resolves a kernel as CUDA events do; the events count, once the
+        # judge's estimate has not contradicted them.
+        figures = judged_each if self.device.interpreted and judged > 0 else events
+        res.time_us = statistics.median(figures)
+        res.mean_us = statistics.fmean(figures)
+        res.std_us = statistics.pstdev(figures)
+        res.judge_us = judged
+        res.n = len(figures)
+        floor = self.device.floor_seconds(self.problem.flops(**shape), self.problem.bytes_moved(**shape),
+                                          self.problem.precision) * 1e6
+        res.floor_us = floor or None
+        problem = crosscheck.floor_problem(res.time_us, floor)
+        if problem:
+            raise Verdict(R.REJECTED, problem, shape)
+
+    def _least_call_us(self) -> float:
+        """Half the least time a GPU call's flush and spin can take (no GPU clocks above 3 GHz, no
+        memory faster than the datasheet): what the judge's bracket around any call must exceed."""
+        spin = COVER_CYCLES / 3e9 if hasattr(torch.cuda, "_sleep") else 0.0
+        peaks = self.device.peaks
+        flush = flush_bytes(self.device.l2_bytes) / peaks.bandwidth if peaks is not None else 0.0
+        return 0.5 * (spin + flush) * 1e6
+
+    def recheck(self, look: drive.Look, shape: dict) -> None:
+        """A timed call's output, as the judge read it right after the call, against the answer."""
+        data = self.inputs(look.seed, shape)
+        want = self.expected(data)
+        if look.whole is None and (look.shape != list(want.shape) or
+                                   look.dtype != str(want.dtype).removeprefix("torch.")):
+            ok, why = False, f"output {look.dtype} {look.shape}, expected {want.dtype} {list(want.shape)}"
+        elif self.problem.check is not None:  # its own check: the output was read whole (see drive._read)
+            out = look.whole if look.whole is not None else look.raw.view(want.dtype).reshape(want.shape)
+            ok, why, _ = self.judge_output(data, out, want)
+        elif look.whole is not None:
+            ok, why, _ = check_output(look.whole, want, self.problem.rtol, self.problem.atol)
+        else:
+            ok, why, _ = check_output(look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype),
+                                      self.problem.rtol, self.problem.atol)
+        if not ok:
+            raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
+
+    def close(self, keep_cache: bool = False) -> None:
+        self.worker.close(keep_cache)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Adds the wall time of the block to `phases_s[name]`: where an evaluation's seconds go."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases_s[name] = self.phases_s.get(name, 0.0) + time.monotonic() - t0
+
+
+_DOING = {"import": "importing the candidate", "check": "checking correctness", "time": "timing",
+          "recheck": "rechecking timed outputs", "closing": "closing"}
+
+
+def _seconds(s: float) -> str:
+    """0.5 s, 3 s, 120 s: a limit as it was given, never rounded to 0."""
+    return f"{s:.3g} s"
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def as_float(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
