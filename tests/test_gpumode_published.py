@@ -5,7 +5,6 @@ They ask for tensors and generators on 'cuda' explicitly, which kscience maps to
 those that define a check_implementation of their own are judged by it.
 """
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,7 @@ from kscience.problems.device_map import TorchProxy, mapped_device
 
 DATA = Path(__file__).parent / "data" / "gpumode"
 PUBLISHED = DATA / "reference-kernels"
-
-
-@pytest.fixture(autouse=True)
-def gpumode_modules():
-    """GPU MODE helpers are registered as `task` and `utils`; put back what was there."""
-    saved = {name: sys.modules.get(name) for name in ("task", "utils")}
-    yield
-    for name, module in saved.items():
-        if module is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = module
+pytestmark = pytest.mark.usefixtures("gpumode_modules")  # tests/conftest.py
 
 
 def judge(problem, source):

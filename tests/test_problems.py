@@ -351,18 +351,6 @@ def test_kernelbench_broken_files(tmp_path, source, message):
 # ---------------------------------------------------------------- GPU MODE directories
 
 
-@pytest.fixture
-def gpumode_modules():
-    """GPU MODE helpers are registered as `task` and `utils`; put back what was there."""
-    saved = {name: sys.modules.get(name) for name in ("task", "utils")}
-    yield
-    for name, module in saved.items():
-        if module is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = module
-
-
 def test_gpumode_dir_loads(gpumode_modules):
     problem = load_problem(str(GPUMODE_DIR))
     assert problem.name == "scaled_add" and problem.entry == "custom_kernel"

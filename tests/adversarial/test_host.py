@@ -9,7 +9,6 @@ kernel caps memory on the whole tree. Each evaluation compiles into its own cach
 
 import contextlib
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -247,18 +246,6 @@ def test_the_parser_measures_nesting_before_it_parses():
 
 # --- a GPU MODE task whose data is one bare tensor ----------------------------------------------
 BARE = Path(__file__).resolve().parents[1] / "data" / "gpumode" / "bare_input"
-
-
-@pytest.fixture
-def gpumode_modules():
-    """GPU MODE helpers register as `task` and `utils`; put back whatever was there."""
-    saved = {name: sys.modules.get(name) for name in ("task", "utils")}
-    yield
-    for name, module in saved.items():
-        if module is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = module
 
 
 @pytest.mark.parametrize("body, status", [("return data * 2 + 1", OK), ("return data * 2", WRONG_ANSWER)])
