@@ -5,7 +5,8 @@
     Campaign.resume(campaign.id, store=store).start()   # after a kill: finished problems are not redone
 
 A suite is a folder of KernelBench files (a level), a folder of GPU MODE problem directories, or a
-comma list of built-in names, KernelBench files and GPU MODE directories. Problems that cannot be
+list (comma-separated; the command line also takes them space-separated) of built-in names,
+KernelBench files, GPU MODE directories and such folders. Problems that cannot be
 loaded, or whose inputs would not fit the device, are recorded as skipped with the reason; they
 are not failures of the scientist. A campaign is resumable as a whole: each problem's run is
 linked to it as soon as it exists (`runs.campaign_id`), so a resumed campaign continues that run
@@ -20,10 +21,9 @@ import math
 import os
 import socket
 import threading
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from kscience.config import RunConfig
+from kscience.config import RunConfig, check_settings
 from kscience.device import detect
 from kscience.liveness import display_status, run_is_alive
 from kscience.problems import ProblemError, builtin_names, load_problem
@@ -40,49 +40,44 @@ MEMORY_FACTOR = 4
 FREE_SHARE = 0.9  # of the memory free when the campaign starts
 
 
-@dataclass
 class CampaignConfig:
-    """The settings every run of the campaign shares; stored as the campaign's config."""
+    """The settings every run of the campaign shares; stored as the campaign's config.
 
-    problems: str = "*"  # glob over problem names within the suite
-    iterations: int = 3
-    attempts: int | None = None  # candidate kernels per problem, as whole design rounds
-    llm: str = "offline"
-    base_url: str | None = None
-    strategy: str | None = None
-    repairs: int = 2
-    executor: str = "local"
-    gpus: int | None = None
-    seed: int = 0
-    overrides: dict = field(default_factory=dict)  # --set NAME=VALUE, given to each file that has NAME
-    compiled_baseline: bool | None = None
-    max_cost_usd: float | None = None  # per run
-    name: str = ""
+    Its own settings are `problems` (a glob over the suite's problem names), `attempts` (candidate
+    kernels per problem, as whole design rounds) and `name` (the campaign's label); every other keyword
+    is a run setting of `RunConfig`, read back as an attribute (`config.llm`, `config.iterations`).
+    `overrides` (`--set NAME=VALUE`) reach each KernelBench file that has a constant NAME."""
 
-    def __post_init__(self):
-        if self.attempts is not None:
-            if self.attempts < 1:
+    OWN = ("problems", "attempts", "name")
+    PER_PROBLEM = ("problem", "name")  # run settings each problem's run gets from the campaign
+
+    def __init__(self, problems: str = "*", attempts: int | None = None, name: str = "", **settings):
+        check_settings(settings)
+        if attempts is not None:
+            if attempts < 1:
                 raise ValueError("attempts must be >= 1")
-            self.iterations = math.ceil(self.attempts / EXPERIMENTS_PER_ROUND)
-        RunConfig(problem="-", **self._run_fields())  # the run settings are checked once, here
+            settings["iterations"] = math.ceil(attempts / EXPERIMENTS_PER_ROUND)
+        self.problems, self.attempts, self.name = problems, attempts, name
+        self.settings = {k: v for k, v in settings.items() if v is not None}
+        self._defaults = RunConfig(problem="-", **self.settings)  # the run settings are checked once, here
 
-    def _run_fields(self) -> dict:
-        keys = ("iterations", "llm", "base_url", "strategy", "repairs", "executor", "gpus", "seed",
-                "compiled_baseline", "max_cost_usd")
-        return {k: getattr(self, k) for k in keys}
+    def __getattr__(self, key: str):
+        if key.startswith("_") or key not in RunConfig.__dataclass_fields__:
+            raise AttributeError(key)
+        return getattr(self._defaults, key)
 
     def run_config(self, locator: str, overrides: dict, name: str) -> RunConfig:
-        return RunConfig(problem=locator, overrides=overrides, name=name, **self._run_fields())
+        return RunConfig(**{**self.settings, "problem": locator, "overrides": overrides, "name": name})
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"problems": self.problems, "name": self.name, **self.settings}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CampaignConfig":
-        known = {f.name for f in fields(cls)}
-        d = {k: v for k, v in d.items() if k in known}
-        d.pop("attempts", None)  # already turned into iterations when first created
-        return cls(**d)
+        """A stored config; settings this version does not know (or no longer has) are dropped."""
+        known = set(RunConfig.__dataclass_fields__) - set(cls.PER_PROBLEM)
+        return cls(problems=d.get("problems", "*"), name=d.get("name", ""),
+                   **{k: v for k, v in d.items() if k in known})
 
 
 # --- suites ----------------------------------------------------------------------------------------

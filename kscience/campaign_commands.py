@@ -1,6 +1,6 @@
 """Subcommands for suites of problems: campaign, campaigns, report, retime.
 
-    kscience campaign SUITE [--problems GLOB] [--attempts N | --iterations N] [--llm ...] [--set NAME=VALUE]...
+    kscience campaign PROBLEM... [--problems GLOB] [--attempts N | --iterations N] [every `kscience run` setting]
     kscience campaign --resume ID
     kscience report ID [--json] [--figure FILE]
     kscience retime RUN_OR_CAMPAIGN_ID [--top K] [--executor SPEC] [--show]
@@ -17,7 +17,7 @@ import sys
 
 from kscience.campaign import Campaign, CampaignConfig
 from kscience.campaign_report import campaign_figure, campaign_report, report_json, report_lines
-from kscience.config import EXECUTORS, STRATEGIES, add_db_option, parse_sets
+from kscience.config import EXECUTORS, add_db_option, add_run_options, options_from_args
 from kscience.events import CandidateEvaluated
 from kscience.retime import comparison, comparison_lines, retime
 from kscience.run_commands import open_store_or_explain
@@ -33,29 +33,28 @@ def _setup(build):
         raise UsageError(str(exc)) from None
 
 
+CAMPAIGN_HELPS = {
+    "name": "a label for the campaign (each run is named after its problem)",
+    "iterations": "design rounds per problem (default 3)",
+    "max_cost_usd": "stop a problem's run once its LLM calls cost this much",
+    "max_tokens": "stop a problem's run once its LLM calls used this many tokens",
+    "time_limit_s": "stop a problem's run after this long",
+    "overrides": "override a module-level constant in every KernelBench file that has it (repeatable)",
+}
+
+
 def add_campaign_commands(sub) -> None:
 
     s = sub.add_parser("campaign", help="evolve every problem of a suite, one run each, under one campaign id")
-    s.add_argument("suite", nargs="?", help="folder of KernelBench files or GPU MODE directories, "
-                                            "or a comma list of built-in names, files and directories")
+    s.add_argument("suite", nargs="*", metavar="PROBLEM",
+                   help="built-in names, KernelBench files, GPU MODE directories, or folders of them "
+                        "(several, or a comma list)")
     s.add_argument("--resume", metavar="ID", help="continue a campaign: finished problems are not redone")
     s.add_argument("--problems", default="*", metavar="GLOB", help="only problems whose name matches")
-    rounds = s.add_mutually_exclusive_group()
-    rounds.add_argument("--iterations", type=int, metavar="N", help="design rounds per problem (default 3)")
-    rounds.add_argument("--attempts", type=int, metavar="N",
-                        help="candidate kernels per problem (whole design rounds of three experiments)")
-    s.add_argument("--llm", help="offline, gemini:MODEL or openai:MODEL (default: chosen from the API keys set)")
-    s.add_argument("--base-url", metavar="URL", help="endpoint of an OpenAI-compatible or Gemini server")
-    s.add_argument("--strategy", choices=STRATEGIES, help="how each run picks its base kernel")
-    s.add_argument("--repairs", type=int, default=2, metavar="K",
-                   help="repair attempts per broken candidate (default 2)")
-    s.add_argument("--executor", default="local", metavar="SPEC", help=f"where candidates are judged: {EXECUTORS}")
-    s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once")
-    s.add_argument("--seed", type=int, default=0, metavar="N", help="random seed of the scientist's choices")
-    s.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a module-level constant in every KernelBench file that has it")
-    s.add_argument("--max-cost-usd", type=float, metavar="USD", help="LLM budget per problem")
-    s.add_argument("--name", default="", help="a label for the campaign")
+    s.add_argument("--attempts", type=int, metavar="N",
+                   help="candidate kernels per problem, as whole design rounds (instead of --iterations)")
+    # Every run setting, generated from RunConfig like `kscience run`'s; --name labels the campaign.
+    add_run_options(s, helps=CAMPAIGN_HELPS)
     s.add_argument("--force", action="store_true", help="resume a campaign marked running elsewhere")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     add_db_option(s)
@@ -103,17 +102,15 @@ def build_campaign(args, store):
         raise UsageError("give a SUITE to start a campaign, or --resume ID to continue one")
     if args.resume:
         return _setup(lambda: Campaign.resume(args.resume, store=store, force=args.force))
-    llm = args.llm
-    if llm is None:
-
-        llm, reason = default_llm_spec()
+    settings = options_from_args(args)
+    if args.attempts is not None and "iterations" in settings:
+        raise UsageError("give --attempts or --iterations, not both")
+    if settings.get("llm") is None:
+        settings["llm"], reason = default_llm_spec()
         print(f"kscience: {reason}", file=sys.stderr)
-    config = _setup(lambda: CampaignConfig(
-        problems=args.problems, iterations=3 if args.iterations is None else args.iterations,
-        attempts=args.attempts, llm=llm, base_url=args.base_url, strategy=args.strategy,
-        repairs=args.repairs, executor=args.executor, gpus=args.gpus, seed=args.seed,
-        overrides=parse_sets(args.set), max_cost_usd=args.max_cost_usd, name=args.name))
-    return _setup(lambda: Campaign.create(args.suite, config, store=store))
+    name = settings.pop("name", "")
+    config = _setup(lambda: CampaignConfig(problems=args.problems, attempts=args.attempts, name=name, **settings))
+    return _setup(lambda: Campaign.create(",".join(args.suite), config, store=store))
 
 
 def cmd_campaign(args) -> int:

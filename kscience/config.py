@@ -176,9 +176,11 @@ def add_db_option(parser) -> None:
                         help=f"SQLite file (default: $KSCIENCE_DB or ./{DEFAULT_DB})")
 
 
-def add_run_options(parser, *, resume: bool = False) -> None:
+def add_run_options(parser, *, resume: bool = False, helps: dict | None = None) -> None:
+    """Every setting's flag on `parser`; `helps` rewords a setting's help where a command means it
+    differently (a campaign's --name labels the campaign, its budgets apply per problem)."""
     for flags, kw in option_specs(resume=resume):
-        parser.add_argument(*flags, **kw)
+        parser.add_argument(*flags, **{**kw, "help": (helps or {}).get(kw["dest"], kw["help"])})
 
 
 def parse_sets(pairs: list[str] | None) -> dict:

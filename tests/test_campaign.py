@@ -160,6 +160,44 @@ def test_campaign_usage_errors_are_one_line(tmp_path, capsys):
         assert store.list_campaigns() == [] and store.list_runs() == []
 
 
+# A value other than the default for every run setting: a setting added to RunConfig without one here
+# fails the test below, which checks that `kscience campaign` offers it and hands it to every run.
+CAMPAIGN_SAMPLES = {
+    "iterations": ("4", 4), "name": ("sweep", None), "llm": ("offline", "offline"),
+    "base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"), "strategy": ("tree", "tree"),
+    "repairs": ("1", 1), "executor": ("ray", "ray"), "gpus": ("2", 2), "knowledge": ("notes", ["notes"]),
+    "seed": ("5", 5), "overrides": ("batch_size=2", {}), "max_cost_usd": ("1.5", 1.5), "max_tokens": ("900", 900),
+    "time_limit_s": ("60", 60.0), "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
+    "compiled_baseline": (None, False), "target": ("h100", "h100"), "profile": ("ncu", "ncu"),
+    "stop_at_sol": ("0.8", 0.8),
+}
+
+
+def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, monkeypatch):
+    from kscience.campaign_commands import build_campaign
+    from kscience.cli import build_parser
+    from kscience.config import SETTINGS, RunConfig
+
+    assert set(CAMPAIGN_SAMPLES) == set(SETTINGS)
+    flags = {f.name: f.metadata["flag"] for f in RunConfig.__dataclass_fields__.values()}
+    argv = ["campaign", "softmax", "rmsnorm", str(write_suite(tmp_path / "s") / "row_sum.py"), "--db", "-"]
+    for name, (text, _) in CAMPAIGN_SAMPLES.items():
+        argv += [flags[name]] if text is None else [flags[name], text]
+    args = build_parser().parse_args(argv)
+    with Store(str(tmp_path / "k.db")) as store:
+        campaign = build_campaign(args, store)
+        row, problems = store.campaign(campaign.id), campaign.problems()
+    assert row["suite"].split(",")[:2] == ["softmax", "rmsnorm"] and len(problems) == 3
+    stored = CampaignConfig.from_dict(row["config"])  # as a resumed campaign reads it
+    assert stored.name == "sweep" and stored.overrides == {"batch_size": "2"}
+    run = stored.run_config("softmax", {}, "softmax (k-1)")
+    for name, (_, value) in CAMPAIGN_SAMPLES.items():
+        if value is not None and name != "overrides":  # --set reaches only the files that define the name
+            assert getattr(run, name) == value, name
+    assert run.name == "softmax (k-1)"
+    assert main(["campaign", "softmax", "--iterations", "1", "--attempts", "3", "--db", str(tmp_path / "k2.db")]) == 2
+
+
 def test_problems_that_cannot_run_here_are_skipped_with_their_reason(tmp_path, capsys, monkeypatch):
     """Nothing is evaluated: one file too big for the machine (sized on PyTorch's meta device), one
     published GPU MODE directory kscience cannot judge. Both are skipped, not failed."""
@@ -167,7 +205,7 @@ def test_problems_that_cannot_run_here_are_skipped_with_their_reason(tmp_path, c
     folder = write_suite(tmp_path / "level1")
     eigh = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "linalg" / "eigh_py"
     db = str(tmp_path / "k.db")
-    code = main(["campaign", f"{folder / 'relu_1d.py'},{eigh}", "--set", "dim=10000000000000", "--llm", "offline",
+    code = main(["campaign", str(folder / "relu_1d.py"), str(eigh), "--set", "dim=10000000000000", "--llm", "offline",
                  "--db", db])
     out, err = capsys.readouterr()
     assert code == 0 and "Traceback" not in err
