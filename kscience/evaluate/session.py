@@ -21,7 +21,7 @@ import torch
 from kscience.device import Device
 from kscience.evaluate import crosscheck, drive, measure
 from kscience.evaluate import result as R
-from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import flush_bytes
 from kscience.evaluate.sandbox import default_rss_limit, start_worker
 from kscience.evaluate.timing import COVER_CYCLES
@@ -98,12 +98,15 @@ class Session:
         return t
 
     def sample(self, phase: str, shape: dict, like: list[torch.Tensor], whole: bool = False,
-               blocks: int | None = None) -> list[torch.Tensor | None]:
+               blocks: int | None = None, edges: bool = False) -> list[torch.Tensor | None]:
         """The worker's held tensors at byte ranges drawn now (kept in `self.ranges`), one per
         tensor in `like`, which gives the dtype and shape each must have; None where it has not.
-        `whole`: every byte, not a sample; `blocks`: how many blocks (see compare.sample_ranges)."""
+        `whole`: every byte, not a sample; `blocks`: how many blocks (see compare.sample_ranges);
+        `edges`: the first tensor's first and last blocks too (where partial tiles go wrong)."""
         sizes = [t.numel() * t.element_size() for t in like]
         self.ranges = [([[0, n]] if n else []) if whole else sample_ranges(n, blocks) for n in sizes]
+        if edges and sizes and self.ranges[0] != [[0, sizes[0]]]:
+            self.ranges[0] = _with_edges(self.ranges[0], sizes[0])
         # Everything the candidate started except the process that answers stays stopped while
         # the held tensors are read, so no process it left running can change them meanwhile.
         with self.worker.frozen(keep_serving=True):
@@ -180,6 +183,8 @@ class Session:
     # --- correctness -------------------------------------------------------------------------
     def check(self, shape: dict, phase: str) -> tuple[R.ShapeResult, int]:
         """A correct output on fresh inputs, or a Verdict. Also returns the output cap for timing."""
+        if phase == "benchmark" and self.problem.check is None:
+            return self.check_sampled(shape)
         seed = drive.new_seed(self.used_seeds)
         data = self.inputs(seed, shape)
         guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
@@ -205,6 +210,37 @@ class Session:
                 raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {self.problem.output_args} "
                                               "may be written)", shape)
         return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err), cap
+
+    def check_sampled(self, shape: dict) -> tuple[R.ShapeResult, int]:
+        """`check` for a benchmark shape: the output is compared at ranges the judge draws once the
+        call returned (compare.CHECK_BLOCKS blocks, the first and last among them), not sent whole;
+        the test shapes were checked whole. Each benchmark shape's timed calls are then read as
+        soon as they return, which is where work landing after the return shows (drive.py)."""
+        seed = drive.new_seed(self.used_seeds)
+        data = self.inputs(seed, shape)
+        guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
+        pristine = {i: data[i].clone() for i in guarded}
+        expected = self.expected(data)
+        cap = self._expect(expected)
+        self.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap, "whole_output": False},
+                 "check", shape)
+        if self.reply("check", shape).get("inputs") != guarded:
+            self.worker.kill()
+            raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
+        looks = self.sample("check", shape, [expected] + [pristine[i] for i in guarded], edges=True)
+        if looks[0] is None:
+            raise Verdict(R.WRONG_ANSWER, f"output is not {str(expected.dtype).removeprefix('torch.')} "
+                                          f"{list(expected.shape)} like the answer", shape)
+        dtype = expected.dtype
+        ok, why, err = check_output(looks[0].view(dtype), gather(expected, self.ranges[0]).view(dtype),
+                                    self.problem.rtol, self.problem.atol)
+        if not ok:
+            raise Verdict(R.WRONG_ANSWER, f"{why.split(';')[0]} (of the output's sampled elements)", shape)
+        for i, look, ranges in zip(guarded, looks[1:], self.ranges[1:]):
+            if look is None or not same_bits(look, gather(pristine[i], ranges)):
+                raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {self.problem.output_args} "
+                                              "may be written)", shape)
+        return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err), cap
 
     def judge_output(self, data: list, out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, str, float]:
         """The problem's own check where it has one (answers that are right but not unique, such as
@@ -278,6 +314,13 @@ class Session:
 
 _DOING = {"import": "importing the candidate", "check": "checking correctness", "time": "timing",
           "recheck": "rechecking timed outputs", "closing": "closing"}
+
+
+def _with_edges(ranges: list[list[int]], nbytes: int) -> list[list[int]]:
+    """`ranges` (whole BLOCK_BYTES blocks) with the first and last block of `nbytes` added."""
+    last = (nbytes - 1) // BLOCK_BYTES * BLOCK_BYTES
+    wanted = {tuple(r) for r in ranges} | {(0, min(BLOCK_BYTES, nbytes)), (last, nbytes - last)}
+    return [list(r) for r in sorted(wanted)]
 
 
 def _seconds(s: float) -> str:
