@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
+from kscience.evaluate.judge import evaluate, judging_process
+from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
 
 HONEST = "import torch\n\ndef honest(x):\n    return torch.softmax(x.float(), -1).to(torch.bfloat16)\n"
@@ -85,9 +87,6 @@ def candidates(on_gpu: bool, quick: bool) -> list[tuple[str, str, str]]:
 
 def _judge_loop(gpu, jobs, results) -> None:
     """One judging process: evaluates jobs (index, label, problem, shape index, source) until None."""
-    from kscience.evaluate.judge import evaluate, judging_process
-    from kscience.evaluate.result import EvalRequest
-
     judging_process()
     if gpu is not None:
         torch.cuda.set_device(gpu)
