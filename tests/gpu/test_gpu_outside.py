@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from kscience.evaluate import crosscheck
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER, EvalRequest
 from kscience.problems import load_problem
@@ -104,9 +105,10 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
         """, shapes="benchmarks")
     _show(result)
     assert result.status in (OK, REJECTED), result.message
-    if result.status == OK:
+    if result.status == OK:  # the judge's clock saw the real work, and the figure is within its tolerance of it
         for s in result.shapes:
-            assert s.judge_us > 500 and s.time_us >= 0.75 * s.judge_us, s  # HEAVY: a millisecond or more
+            assert s.judge_us > 500, s  # HEAVY: a millisecond or more
+            assert s.time_us >= (s.judge_us - crosscheck.JUDGE_SLACK_US[0]) / crosscheck.JUDGE_RATIO[0], s
 
 
 def test_re_recording_the_start_event_after_the_work_is_rejected(judge):
