@@ -104,8 +104,10 @@ def test_one_noisy_round_is_measured_again_not_rejected(judge, monkeypatch):
         """, shapes="benchmarks")
     assert result.status == OK, result.message
     (shape,) = result.shapes
-    assert "measured 2 times" in shape.message and "judge's own clock saw" in shape.message
-    assert shape.time_us < 200_000  # the quiet round's figure, not the noisy one's
+    # The noisy first round is the doubt on record; on a loaded machine a fast honest call's estimate
+    # can also come out unsure in the second round, and a third round (or the upper bound) decides.
+    assert shape.message.startswith("measured ") and "judge's own clock saw" in shape.message.split(";")[0]
+    assert shape.time_us < 200_000  # not the noisy round's figure (300 ms more per call)
 
 
 def test_a_doubt_repeated_in_the_second_round_rejects_and_quotes_both(judge, monkeypatch):
