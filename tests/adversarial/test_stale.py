@@ -7,6 +7,7 @@ so even memory the allocator hands back holds no old answer.
 """
 
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
+from kscience.evaluate.session import Session
 
 MISS_S = 0.1  # what a cache miss costs the memoising candidates below (under the CPU cache check's old 300 ms slack)
 
@@ -157,3 +158,25 @@ def test_returning_a_view_of_an_input_is_a_wrong_answer(judge):
         """)
     assert result.status == WRONG_ANSWER, result.message
     assert "view of input" in result.message
+
+
+def test_no_two_commands_of_an_evaluation_carry_the_same_seed(judge, monkeypatch):
+    # The invariant behind the two tests above, read off the judge's own commands: every check,
+    # warm-up and call has inputs from a seed of its own, so no timed call repeats any content.
+    sent, ask = [], Session.ask
+
+    def record(self, cmd, *a, **k):
+        sent.append(cmd)
+        return ask(self, cmd, *a, **k)
+
+    monkeypatch.setattr(Session, "ask", record)
+    result = judge("""
+        def custom_kernel(data):
+            return honest(data[0])
+        """, shapes="all")
+    assert result.status == OK, result.message
+    calls = [c for c in sent if c.get("cmd") == "call"]
+    assert calls and all(isinstance(c.get("seed"), int) for c in calls)
+    seeds = [c["seed"] for c in sent if c.get("cmd") in ("check", "call")]
+    seeds += [s for c in sent if c.get("cmd") == "prepare" for s in c["seeds"]]
+    assert len(seeds) == len(set(seeds))
