@@ -70,6 +70,8 @@ def bench_problem(name: str, repeats: int) -> dict:
             "spread": (max(geomeans) - min(geomeans)) / statistics.median(geomeans),
             "wall_s": [r.wall_s for r in runs], "first_wall_s": first.wall_s, "shapes": shapes,
             "phases_s": runs[-1].phases_s, "first_phases_s": first.phases_s,
+            "median_phases_s": {k: round(statistics.median(r.phases_s.get(k, 0.0) for r in runs), 3)
+                                for k in runs[-1].phases_s},
             "sandbox": runs[0].device.get("sandbox"), "namespaces": runs[0].device.get("namespaces")}
 
 
@@ -102,7 +104,7 @@ def main() -> int:
             continue
         ratios = [s["ratio"] for s in r["shapes"]]
         print(f"{r['problem']:<22}{'ok':<8}{r['spread']:>8.2%}{min(ratios):>11.3f}{max(ratios):>11.3f}"
-              f"{statistics.median(r['wall_s']):>8.1f}  {r['phases_s']}")
+              f"{statistics.median(r['wall_s']):>8.2f}  median phases {r['median_phases_s']}")
     print(f"wrote {out}")
     return 0
 

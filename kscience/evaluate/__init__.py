@@ -9,7 +9,8 @@ ray_executor.py: a Ray cluster).
 Trusted side (the process that holds the expected answers and decides):
     judge.py        the entry point: starts a session, runs it through its phases, decides the verdict
     session.py      one evaluation's conversation with its worker: limits, checks, timed calls
-    drive.py        the timed calls of one shape, and when to stop them
+    measure.py      timing one shape in rounds: what is doubted is measured again, the CPU figure
+    drive.py        the timed calls of one round, each on new inputs, and when to stop them
     compare.py      whether an output is right (sampled byte ranges of big tensors)
     crosscheck.py   whether reported times are believable
     sandbox.py      starts, watches and kills the worker process

@@ -1,12 +1,13 @@
 """The judge's side of the timed calls (trusted): one command per call, bracketed by its own clock.
 
 Everything that decides what a call is and whether it is checked is drawn here, in the trusted
-process, from the OS's randomness, and reaches the worker only when it is needed: which rotated
-set comes next, when a call gets inputs from a seed drawn that moment (`fresh`) or regenerated
-from a set already used (`again`), when a call does nothing at all (`null`), and, only after a
-call has returned, whether its output is checked; if it is, the judge reads it then. The worker cannot learn a fresh
-seed before the command that uses it, so it cannot have prepared an answer for it; whatever it
-does with the seed once it has it happens inside the judge's window for that command.
+process, from the OS's randomness, and reaches the worker only when it is needed: the seed of
+each call's inputs (a new one for every command, never sent before: no timed call sees content
+that any earlier call saw), when a call does nothing at all (`null`), and, only after a call has
+returned, whether its output is checked; if it is, the judge reads it then. The worker cannot
+learn a seed before the command that uses it, so it cannot have prepared an answer for it;
+whatever it does with the seed once it has it (generating the inputs included) happens inside
+the judge's window for that command.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _random = secrets.SystemRandom()
 
 @dataclasses.dataclass
 class Call:
-    kind: str  # first, repeat, fresh, again or null (see timing.py)
+    kind: str  # timed or null (see timing.py)
     event_us: float  # what the worker reports: CUDA events (GPU) or its host clock (CPU)
     host_us: float  # what the worker reports: its device-synchronised host clock
     window_us: float  # the judge's own clock, from sending the command to reading the reply
@@ -38,13 +39,12 @@ class Call:
 class Plan:
     """How many calls of each kind, and when to stop (GPU or CPU values from session.py)."""
     warmup: int
-    fresh: int
-    again: int
     nulls: int
     min_n: int
     max_n: int
     max_seconds: float
     target_rse: float
+    checks: int  # timed calls read and rechecked: call i is read with probability checks / i
 
 
 class Unreadable(Exception):
@@ -62,78 +62,61 @@ class Look:
     dtype: str = ""
 
 
-def run_calls(session, shape: dict, seeds: list[int], plan: Plan, cap: int) -> tuple[list[Call], list[Look]]:
-    """Drive one shape's timed calls through `session` (a `session.Session`).
+def new_seed(used: set[int]) -> int:
+    """A seed drawn from the OS's randomness in this process, never used before in `used` (and added)."""
+    seed = secrets.randbits(31)
+    while seed in used:
+        seed = secrets.randbits(31)
+    used.add(seed)
+    return seed
 
-    Returns every call in order and what the judge read of the outputs it chose to check: one
-    uniformly chosen call per rotated set (reservoir sampling), every fresh and regenerated call.
-    The choice is drawn once a call has returned, and the output is read at once, before the worker
-    is told anything more: copied out of its memory by the judge itself where that is possible
-    (`session.peek_pid`, host tensors), else sent by the worker at byte ranges drawn now.
+
+def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tuple[list[Call], list[Look]]:
+    """Drive one shape's timed calls through `session` (a `session.Session`), after `prepare`.
+
+    Every command carries a seed new to this evaluation (`used` holds every seed sent so far).
+    Returns every call in order and what the judge read of the outputs it chose to check: the
+    i-th timed call is read with probability min(1, checks / i) (so about checks * (1 + ln(n /
+    checks)) reads for n calls, every call equally likely to be among the last `checks` kept by
+    a reservoir, and all of them are rechecked). The choice is drawn once a call has returned, and
+    the output is read at once, before the worker is told anything more: copied out of its memory
+    by the judge itself where that is possible (`session.peek_pid`, host tensors), else sent by the
+    worker at byte ranges drawn now.
     """
-    n_sets = len(seeds)
-    rotated_us: list[float] = []  # event times of the rotated calls: the figure is their median
-    specials = ["fresh"] * plan.fresh + ["again"] * plan.again + ["null"] * plan.nulls
-    _random.shuffle(specials)
-    seen = {w % n_sets for w in range(plan.warmup)}
+    timed_us: list[float] = []  # event times of the timed calls: the figure is their median
+    nulls = plan.nulls
     calls: list[Call] = []
-    kept: dict = {}  # rotated set index, or ("special", n) -> Look
-    per_set = [0] * n_sets
-    rotation, repeated = 0, False
-    special_s = 0.0
-    n_rot, t_loop = 0, time.monotonic()
+    looks: list[Look] = []
+    aside_s = 0.0
+    t_loop = time.monotonic()
     while True:
-        rse = median_rse(rotated_us) if n_rot >= plan.min_n else 1.0
-        spent = time.monotonic() - t_loop - special_s  # making fresh inputs and reading outputs is not timing
-        settled = n_rot >= plan.min_n and (n_rot >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
-        if settled and not specials and rotation >= n_sets and repeated:
+        n = len(timed_us)
+        rse = median_rse(timed_us) if n >= plan.min_n else 1.0
+        spent = time.monotonic() - t_loop - aside_s  # null calls and reading outputs are not timing
+        settled = n >= plan.min_n and (n >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
+        if settled and not nulls:
             break
-        cmd: dict = {"cmd": "call"}
-        if specials and (settled or (n_rot > 0 and _random.randrange(4) == 0)):
-            kind = specials.pop()
-            if kind == "fresh":
-                seed = secrets.randbits(31)
-                while seed in seeds:
-                    seed = secrets.randbits(31)
-                cmd.update(kind="fresh", seed=seed)
-            elif kind == "again":
-                seed = seeds[_random.choice(sorted(seen))]
-                cmd.update(kind="again", seed=seed)
-            else:
-                cmd.update(kind="null", set=rotation % n_sets)
-        else:
-            j = rotation % n_sets
-            rotation += 1
-            kind = "repeat" if j in seen else "first"
-            seen.add(j)
-            cmd.update(kind=kind, set=j, seed=seeds[j])
+        kind = "null" if nulls and (settled or (n > 0 and _random.randrange(4) == 0)) else "timed"
+        nulls -= kind == "null"
+        cmd = {"cmd": "call", "kind": kind, "seed": new_seed(used)}
         t0 = time.perf_counter()
         session.ask(cmd, "time", shape)
         reply = session.reply("time", shape)
         window = (time.perf_counter() - t0) * 1e6
         call = Call(kind, _float(reply.get("event_us")), _float(reply.get("host_us")), window)
         calls.append(call)
+        if kind == "null":
+            aside_s += window / 1e6
+            continue
+        timed_us.append(call.event_us)
         # Check-or-not is drawn only now, after the call returned, and the output is read at once.
-        slot = None
-        if kind in ("fresh", "again"):
-            special_s += window / 1e6
-            slot = ("special", len(kept))
-        elif kind == "null":
-            special_s += window / 1e6
-        else:
-            n_rot += 1
-            repeated = repeated or kind == "repeat"
-            rotated_us.append(call.event_us)
-            per_set[j] += 1
-            if _random.randrange(per_set[j]) == 0:
-                slot = j
-        if slot is not None:
+        if _random.randrange(len(timed_us)) < plan.checks:
             t_read = time.monotonic()
-            kept[slot] = _read(session, shape, reply.get("out"), cmd["seed"], kind, cap)
-            special_s += time.monotonic() - t_read  # reading is not timing either
+            looks.append(_read(session, shape, reply.get("out"), cmd["seed"], kind, cap))
+            aside_s += time.monotonic() - t_read  # reading is not timing
     session.ask({"cmd": "finish"}, "time", shape)
     session.reply("time", shape)
-    return calls, list(kept.values())
+    return calls, looks
 
 
 def median_rse(times: list[float]) -> float:

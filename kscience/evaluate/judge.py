@@ -88,6 +88,7 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     if problem.entry == "ModelNew":  # KernelBench: both models are built from the same secret weight seed
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
     with session.phase("import"):
+        session.echo()  # before any candidate code exists in the worker
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
                      "weight_seed": weight_seed}, "import")
         ready = session.reply("import", expect="ready")
@@ -110,10 +111,10 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
             result.shapes.append(session.check(shape, "test")[0])
     for shape in benches:
         with session.phase("check"):
-            res, in_bytes, cap = session.check(shape, "benchmark")
+            res, cap = session.check(shape, "benchmark")
         result.shapes.append(res)
         try:
-            session.time(res, in_bytes, cap)
+            session.time(res, cap)
         except Verdict:
             res.ok = False  # correct, but its timing failed: the shape is not an ok one
             raise

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import secrets
 import statistics
 import time
 
 import torch
 
 from kscience.device import Device
-from kscience.evaluate import crosscheck, drive
+from kscience.evaluate import crosscheck, drive, measure
 from kscience.evaluate import result as R
-from kscience.evaluate.compare import check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import flush_bytes
 from kscience.evaluate.sandbox import default_rss_limit, start_worker
 from kscience.evaluate.timing import COVER_CYCLES
@@ -36,8 +35,10 @@ TARGET_RSE = 0.005  # stop timing a shape once the median's relative standard er
 TIME_CAP_S = (0.5, 2.0)  # most seconds of timed calls per shape (a GPU call's round trip is about 1 ms)
 MIN_N, MAX_N = (10, 3), (2000, 20)
 WARMUP = (3, 1)
-FRESH = (2, 1)  # calls per shape on never-seen inputs (and as many on regenerated ones), to expose caches
 NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
+CHECKS = (3, 3)  # timed calls read and rechecked per shape: about CHECKS * (1 + ln(n / CHECKS)) of n
+WARM_SETS = 2  # input sets the warm-up cycles through (never timed)
+ECHOES = 5  # round trips timed before the candidate is imported (measure.py caps null calls with them)
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
 
@@ -64,6 +65,8 @@ class Session:
         self.worker_info: dict = {}
         self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
         self.seq = 0
+        self.used_seeds: set[int] = set()  # every seed sent to the worker: no content is ever sent twice
+        self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
 
@@ -95,12 +98,15 @@ class Session:
         return t
 
     def sample(self, phase: str, shape: dict, like: list[torch.Tensor], whole: bool = False,
-               blocks: int | None = None) -> list[torch.Tensor | None]:
+               blocks: int | None = None, edges: bool = False) -> list[torch.Tensor | None]:
         """The worker's held tensors at byte ranges drawn now (kept in `self.ranges`), one per
         tensor in `like`, which gives the dtype and shape each must have; None where it has not.
-        `whole`: every byte, not a sample; `blocks`: how many blocks (see compare.sample_ranges)."""
+        `whole`: every byte, not a sample; `blocks`: how many blocks (see compare.sample_ranges);
+        `edges`: the first tensor's first and last blocks too (where partial tiles go wrong)."""
         sizes = [t.numel() * t.element_size() for t in like]
         self.ranges = [([[0, n]] if n else []) if whole else sample_ranges(n, blocks) for n in sizes]
+        if edges and sizes and self.ranges[0] != [[0, sizes[0]]]:
+            self.ranges[0] = _with_edges(self.ranges[0], sizes[0])
         # Everything the candidate started except the process that answers stays stopped while
         # the held tensors are read, so no process it left running can change them meanwhile.
         with self.worker.frozen(keep_serving=True):
@@ -148,6 +154,16 @@ class Session:
         self.worker.kill()
         return self.worker.memory_cap_hit() or self.worker.exit_description()
 
+    def echo(self) -> None:
+        """Time round trips of an empty message before the candidate is imported (`echo_us`)."""
+        windows = []
+        for _ in range(ECHOES):
+            t0 = time.perf_counter()
+            self.ask({"cmd": "echo"}, "import")
+            self.reply("import", expect="echo")
+            windows.append((time.perf_counter() - t0) * 1e6)
+        self.echo_us = statistics.median(windows)
+
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""
         self.ask({"cmd": "bye"}, "closing", limit_s=BYE_WAIT_S)
@@ -165,9 +181,11 @@ class Session:
         return max(_OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
 
     # --- correctness -------------------------------------------------------------------------
-    def check(self, shape: dict, phase: str) -> tuple[R.ShapeResult, int, int]:
-        """A correct output on fresh inputs, or a Verdict. Also returns (input bytes, output cap) for timing."""
-        seed = secrets.randbits(31)
+    def check(self, shape: dict, phase: str) -> tuple[R.ShapeResult, int]:
+        """A correct output on fresh inputs, or a Verdict. Also returns the output cap for timing."""
+        if phase == "benchmark" and self.problem.check is None:
+            return self.check_sampled(shape)
+        seed = drive.new_seed(self.used_seeds)
         data = self.inputs(seed, shape)
         guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
         pristine = {i: data[i].clone() for i in guarded}
@@ -191,8 +209,38 @@ class Session:
             if look is None or not same_bits(look, gather(pristine[i], ranges)):
                 raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {self.problem.output_args} "
                                               "may be written)", shape)
-        in_bytes = sum(t.numel() * t.element_size() for t in data if type(t) is torch.Tensor)
-        return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err), in_bytes, cap
+        return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err), cap
+
+    def check_sampled(self, shape: dict) -> tuple[R.ShapeResult, int]:
+        """`check` for a benchmark shape: the output is compared at ranges the judge draws once the
+        call returned (compare.CHECK_BLOCKS blocks, the first and last among them), not sent whole;
+        the test shapes were checked whole. Each benchmark shape's timed calls are then read as
+        soon as they return, which is where work landing after the return shows (drive.py)."""
+        seed = drive.new_seed(self.used_seeds)
+        data = self.inputs(seed, shape)
+        guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
+        pristine = {i: data[i].clone() for i in guarded}
+        expected = self.expected(data)
+        cap = self._expect(expected)
+        self.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap, "whole_output": False},
+                 "check", shape)
+        if self.reply("check", shape).get("inputs") != guarded:
+            self.worker.kill()
+            raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
+        looks = self.sample("check", shape, [expected] + [pristine[i] for i in guarded], edges=True)
+        if looks[0] is None:
+            raise Verdict(R.WRONG_ANSWER, f"output is not {str(expected.dtype).removeprefix('torch.')} "
+                                          f"{list(expected.shape)} like the answer", shape)
+        dtype = expected.dtype
+        ok, why, err = check_output(looks[0].view(dtype), gather(expected, self.ranges[0]).view(dtype),
+                                    self.problem.rtol, self.problem.atol)
+        if not ok:
+            raise Verdict(R.WRONG_ANSWER, f"{why.split(';')[0]} (of the output's sampled elements)", shape)
+        for i, look, ranges in zip(guarded, looks[1:], self.ranges[1:]):
+            if look is None or not same_bits(look, gather(pristine[i], ranges)):
+                raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {self.problem.output_args} "
+                                              "may be written)", shape)
+        return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err), cap
 
     def judge_output(self, data: list, out: torch.Tensor, expected: torch.Tensor) -> tuple[bool, str, float]:
         """The problem's own check where it has one (answers that are right but not unique, such as
@@ -208,57 +256,24 @@ class Session:
         return (False, f"problem check: {why}", float("nan")) if why else (True, "", float("nan"))
 
     # --- timing ------------------------------------------------------------------------------
-    def time(self, res: R.ShapeResult, in_bytes: int, cap: int) -> None:
-        shape, c = res.shape, self.cpu
-        # Enough rotated input sets that together they overflow L2 twice over (2 at least, 8 at most).
-        n_sets = max(2, min(8, math.ceil(2 * self.device.l2_bytes / max(in_bytes, 1))))
-        seeds = [secrets.randbits(31) for _ in range(n_sets)]
-        with self.phase("time"):
-            t0 = time.monotonic()
-            # Where the judge cannot read the worker's memory, the worker copies each output as
-            # its call returns, and the judge's reads see that copy (timing.py).
-            self.ask({"cmd": "prepare", "shape": shape, "seeds": seeds, "warmup": WARMUP[c],
-                      "max_output_bytes": cap, "copy_outputs": self.peek_pid is None}, "time", shape)
-            setup_s = as_float(self.reply("time", shape).get("setup_s"))
-            prepare_wall = time.monotonic() - t0
-            plan = drive.Plan(WARMUP[c], FRESH[c], FRESH[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE)
-            try:
-                calls, looks = drive.run_calls(self, shape, seeds, plan, cap)
-            except drive.Unreadable as exc:
-                raise Verdict(R.WRONG_ANSWER, str(exc), shape) from None
-        rotated = [x for x in calls if x.kind in ("first", "repeat")]
-        events, hosts = [x.event_us for x in rotated], [x.host_us for x in rotated]
-        claimed = statistics.median(events) if events else math.nan
-        judged, judged_each = crosscheck.judge_estimate(calls)
-        problem = crosscheck.clock_problem(calls, setup_s, prepare_wall)
-        if problem is None and not self.device.interpreted:
-            problem = crosscheck.unwaited_problem(calls, self._least_call_us())
-            problem = problem or crosscheck.side_work_problem(events, hosts, self.worker_info.get("idle_gap_us", 0.0))
-        problem = problem or crosscheck.forged_time_problem(claimed, judged, self.device.interpreted)
-        problem = problem or crosscheck.caching_problem(calls, claimed, self.device.interpreted)
+    def time(self, res: R.ShapeResult, cap: int) -> None:
+        """Time a checked benchmark shape into `res` (measure.py), or end with a Verdict."""
+        c = self.cpu
+        plan = drive.Plan(WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE, CHECKS[c])
+        try:
+            problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
+        except drive.Unreadable as exc:
+            raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
         if problem:
-            raise Verdict(R.REJECTED, problem, shape)
-        with self.phase("recheck"):
-            for look in looks:
-                self.recheck(look, shape)
-        # On the CPU the host clock is the only clock, and the judge's own is as good as the
-        # worker's: the judge's estimate is the figure, so nothing the worker reports can lower it.
-        # On the GPU no host clock resolves a kernel as CUDA events do; the events count, once the
-        # judge's estimate has not contradicted them.
-        figures = judged_each if self.device.interpreted and judged > 0 else events
-        res.time_us = statistics.median(figures)
-        res.mean_us = statistics.fmean(figures)
-        res.std_us = statistics.pstdev(figures)
-        res.judge_us = judged
-        res.n = len(figures)
-        floor = self.device.floor_seconds(self.problem.flops(**shape), self.problem.bytes_moved(**shape),
+            raise Verdict(R.REJECTED, problem, res.shape)
+        floor = self.device.floor_seconds(self.problem.flops(**res.shape), self.problem.bytes_moved(**res.shape),
                                           self.problem.precision) * 1e6
         res.floor_us = floor or None
         problem = crosscheck.floor_problem(res.time_us, floor)
         if problem:
-            raise Verdict(R.REJECTED, problem, shape)
+            raise Verdict(R.REJECTED, problem, res.shape)
 
-    def _least_call_us(self) -> float:
+    def least_call_us(self) -> float:
         """Half the least time a GPU call's flush and spin can take (no GPU clocks above 3 GHz, no
         memory faster than the datasheet): what the judge's bracket around any call must exceed."""
         spin = COVER_CYCLES / 3e9 if hasattr(torch.cuda, "_sleep") else 0.0
@@ -299,6 +314,13 @@ class Session:
 
 _DOING = {"import": "importing the candidate", "check": "checking correctness", "time": "timing",
           "recheck": "rechecking timed outputs", "closing": "closing"}
+
+
+def _with_edges(ranges: list[list[int]], nbytes: int) -> list[list[int]]:
+    """`ranges` (whole BLOCK_BYTES blocks) with the first and last block of `nbytes` added."""
+    last = (nbytes - 1) // BLOCK_BYTES * BLOCK_BYTES
+    wanted = {tuple(r) for r in ranges} | {(0, min(BLOCK_BYTES, nbytes)), (last, nbytes - last)}
+    return [list(r) for r in sorted(wanted)]
 
 
 def _seconds(s: float) -> str:

@@ -1,20 +1,23 @@
 """Timed calls inside a worker (the untrusted side). The judge drives them one at a time.
 
-`prepare` builds the rotated input sets the judge seeded and the fixed buffers every call uses,
-then runs the warm-up. Each `call` command then runs exactly one timed call, of a kind the judge
-chose just before sending it: a rotated set copied into the fixed buffers (`first`, `repeat`),
-inputs generated from a seed the judge drew this moment (`fresh`), inputs regenerated from the
-seed of a set already used (`again`, the control for `fresh`: the same code path, so only the
-novelty of the numbers differs), or the same load and timed region with no call at all (`null`,
-which tells the judge what its own clock sees around a call that does nothing). A call's output
-stays where it is until the next command; if the judge decides, after the call returned, to
-check it, it reads it then (itself in host memory, through `sample` on the GPU), so no call can
-know it will be checked. Where the judge cannot read the worker's memory itself (the GPU), a
-copy of each output is taken the moment the call returns, once the device is synchronised, and
-`sample` reads that copy: a thread that fixes the returned tensor a moment later is too late,
-and one that wants to fix the copy must find it first, inside the same window. Nothing here
-decides anything: the judge brackets every command with its own clock and believes these
-numbers only where that clock agrees.
+`prepare` builds the fixed buffers every call uses and runs the warm-up on inputs from seeds
+the judge sent for it (warm-up is never timed, so knowing those inputs gains nothing). Each
+`call` command then runs exactly one timed call, of a kind the judge chose just before sending
+it, on inputs generated from a seed the judge drew that moment from its own OS randomness and
+never used before (`timed`), or the same load and timed region with no call at all (`null`,
+which tells the judge what its own clock sees around a call that does nothing). No two commands
+of an evaluation carry the same seed, so no timed call sees content any earlier call saw: an
+answer remembered by content (whatever part of the inputs it is keyed on) is never right for
+the next call. The inputs are generated inside the command, so inside the judge's clock, and
+copied into the fixed buffers, so every call sees the same pointers, strides and alignment.
+A call's output stays where it is until the next command; if the judge decides, after the call
+returned, to check it, it reads it then (itself in host memory, through `sample` on the GPU),
+so no call can know it will be checked. Where the judge cannot read the worker's memory itself
+(the GPU), a copy of each output is taken the moment the call returns, once the device is
+synchronised, and `sample` reads that copy: a thread that fixes the returned tensor a moment
+later is too late, and one that wants to fix the copy must find it first, inside the same
+window. Nothing here decides anything: the judge brackets every command with its own clock and
+believes these numbers only where that clock agrees.
 """
 
 from __future__ import annotations
@@ -36,27 +39,26 @@ _gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for 
 # event: the flush alone (tens of microseconds on HBM3) is shorter than a Python launch on a
 # busy host, and any launch time not covered lands inside the event time.
 COVER_CYCLES = 300_000
-KINDS = ("first", "repeat", "fresh", "again", "null")
+KINDS = ("timed", "null")
 
 
 class Timer:
-    """One shape's input sets and the fixed buffers every call uses, from `prepare` to `finish`."""
+    """One shape's fixed buffers, from `prepare` to `finish`."""
 
     def __init__(self, h: Harness, cmd: dict):
         self.h, self.shape, self.cap = h, cmd["shape"], cmd["max_output_bytes"]
         t0 = _perf_counter()
-        self.seeds = list(cmd["seeds"])
-        self.pool = [h.inputs(s, self.shape) for s in self.seeds]
-        # Fixed addresses for every kind of call: fresh, regenerated and rotated inputs are all
-        # copied into these, so the candidate sees the same pointers, strides and alignment.
-        self.work = h.inputs(self.seeds[0], self.shape)
+        warm_seeds = list(cmd["seeds"])
+        # Fixed addresses for every call: each call's new inputs are copied into these, so the
+        # candidate sees the same pointers, strides and alignment whatever the numbers.
+        self.work = h.inputs(warm_seeds[0], self.shape)
         self.copied = [i for i in range(len(self.work)) if i not in h.outputs and type(self.work[i]) is torch.Tensor]
         self.setup_s = _perf_counter() - t0
         self.last: torch.Tensor | None = None
         self.kept: torch.Tensor | None = None  # the copy `sample` reads, when the judge asked for copies
         self.copy_outputs = bool(cmd.get("copy_outputs"))
         for w in range(cmd["warmup"]):
-            self.load(self.pool[w % len(self.pool)])
+            self.load(h.inputs(warm_seeds[w % len(warm_seeds)], self.shape))
             out = h.invoke(self.work, self.cap)
             h.sync()
             h.poison(out)
@@ -78,10 +80,7 @@ class Timer:
         kind = cmd.get("kind")
         if kind not in KINDS:
             raise Fault("rejected", "malformed call command")
-        if kind in ("fresh", "again"):
-            source = h.inputs(int(cmd["seed"]), self.shape)
-        else:
-            source = self.pool[int(cmd["set"]) % len(self.pool)]
+        source = h.inputs(int(cmd["seed"]), self.shape)  # new content, null calls included (same path)
         self.load(source)
         del source  # a generated set is released before the call, as nothing else is allocated then
         event_us, host_us, out = self.timed_call(kind != "null")

@@ -8,10 +8,12 @@ worker left behind once the worker has ended, and to report how the real worker 
 exit code of 128 + signal number. The worker then moves the channel
 to unpredictable descriptor numbers, confines itself, and answers the judge's commands:
 
+  echo                  -> (before the job only) an acknowledgement: the judge times the round
+                           trip of a worker that holds no candidate code yet
   check {shape, seed}   -> the whole output of one call on fresh inputs; that output and the
                            inputs the candidate may not write are then held for `sample`
-  prepare {shape, seeds} -> rotated input sets and fixed buffers made, warm-up run
-  call {kind, ...}      -> one timed call (see timing.py); the judge times the command itself;
+  prepare {shape, seeds} -> fixed buffers made, warm-up run on inputs from the seeds
+  call {kind, seed}     -> one call on inputs new to it (see timing.py); the judge times the command;
                            its output is held for `sample` until the next command
   finish                -> the last output poisoned, the device synchronised
   sample {ranges}       -> the held tensors' bytes at the judge's ranges, one frame each
@@ -86,6 +88,9 @@ def serve(in_fd: int, out_fd: int) -> None:
     sandbox = confine.restrict(_writable_paths())
     harness.warm_compiler()  # a spare does this before its job exists
     job = recv_json(ch)
+    while job.get("cmd") == "echo":
+        send_json(ch, {"status": "echo", "seq": job.get("seq")})
+        job = recv_json(ch)
     seq = job.get("seq")
     try:
         h = Harness(job, [harness, integrity, timing, wire, confine, sys.modules[__name__]])

@@ -175,9 +175,10 @@ def test_detouring_the_c_librarys_clock_is_caught_by_the_judges_clock(judge):
     assert "judge's own clock" in result.message
 
 
-def test_a_cache_that_also_forges_its_fresh_calls_is_caught_by_the_judges_brackets(judge):
-    # Answers remembered by input contents: a miss costs 1 s. On a miss the call also rewrites the
-    # timed region's start, so the worker's numbers show no difference; the judge's brackets do.
+def test_a_cache_that_also_forges_its_misses_gains_nothing(judge):
+    # Answers remembered by input contents: a miss costs 0.2 s. On a miss the call also rewrites the
+    # timed region's start, so the worker's numbers show 1 ms. No timed call repeats content, so
+    # every call misses, and the judge's own clock (the CPU figure) sees each miss.
     result = judge("""
         import ctypes
         import sys
@@ -198,19 +199,23 @@ def test_a_cache_that_also_forges_its_fresh_calls_is_caught_by_the_judges_bracke
             (x,) = data
             key = (tuple(x.shape), x.view(torch.int16).sum().item(), x.view(torch.int16)[-1, -16:].sum().item())
             if key not in _by_content:
-                time.sleep(1.0)
+                time.sleep(0.2)
                 _by_content[key] = honest(x)
                 _restart_clock()
             time.sleep(0.001)
             return _by_content[key].clone()
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "reused" in result.message
+    assert result.status in (OK, REJECTED), result.message
+    if result.status == OK:
+        assert result.shapes[0].time_us > 160_000, result.shapes[0]
+    else:
+        assert "judge's own clock" in result.message
 
 
-def test_replacing_the_workers_randomness_does_not_predict_the_fresh_inputs(judge):
-    # The worker's OS randomness now returns zeros. Were fresh seeds drawn in the worker, each would
-    # be 0, and the answers for seed 0 are computed here during the import; they are drawn in the judge.
+def test_replacing_the_workers_randomness_does_not_predict_the_timed_inputs(judge):
+    # The worker's OS randomness now returns zeros. Were timed calls' seeds drawn in the worker, each
+    # would be 0, and the answers for seed 0 are computed here during the import; they are drawn in
+    # the judge, one per call, so every call misses.
     result = judge("""
         import os
         import random
@@ -231,12 +236,12 @@ def test_replacing_the_workers_randomness_does_not_predict_the_fresh_inputs(judg
         def custom_kernel(data):
             (x,) = data
             if _key(x) not in _by_content:
-                time.sleep(1.0)
+                time.sleep(0.2)
                 _by_content[_key(x)] = honest(x)
             return _by_content[_key(x)].clone()
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "reused" in result.message
+    assert result.status == OK, result.message
+    assert result.shapes[0].time_us > 160_000, result.shapes[0]
 
 
 _FIXER = """

@@ -83,3 +83,23 @@ def test_stale_outputs_on_timed_calls_are_caught_by_sampled_rechecks(judge, samp
         """, shapes="benchmarks")
     assert result.status == WRONG_ANSWER, result.message
     assert "timed call" in result.message
+
+
+def test_benchmark_shapes_are_checked_at_sampled_ranges_with_both_edges(judge, monkeypatch):
+    # Benchmark shapes' checked outputs are not sent whole: the judge reads blocks it draws, and
+    # always the first and last. Two drawn blocks of the 16 in the CPU shape's 1 MiB output: a wrong
+    # last row is found by the last block alone.
+    monkeypatch.setattr(compare, "CHECK_BLOCKS", 2)
+    honest = judge("""
+        def custom_kernel(data):
+            return honest(data[0])
+        """, shapes="benchmarks")
+    assert honest.status == OK, honest.message
+    wrong_edge = judge("""
+        def custom_kernel(data):
+            out = honest(data[0])
+            out[-1] = 0
+            return out
+        """, shapes="benchmarks")
+    assert wrong_edge.status == WRONG_ANSWER, wrong_edge.message
+    assert "sampled elements" in wrong_edge.message

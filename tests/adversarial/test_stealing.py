@@ -58,10 +58,11 @@ def test_nothing_answer_like_lives_in_harness_frames_or_globals(judge):
     assert result.status == WRONG_ANSWER, result.message
 
 
-def test_answers_precomputed_from_the_timing_loops_inputs_are_rejected(judge):
-    # Walks up to the timed loop, finds its rotated input sets, and precomputes their answers
-    # with the problem's own reference during warm-up, where nothing is timed. The sleep stands
-    # in for an expensive kernel on inputs it could not precompute.
+def test_answers_precomputed_from_every_input_the_worker_holds_gain_nothing(judge):
+    # Walks up to the timed loop's frames and precomputes, with the problem's own reference, the
+    # answer for every input tensor it finds there (the warm-up's and the fixed buffers' contents),
+    # during warm-up, where nothing is timed. The sleep stands in for an expensive kernel on inputs
+    # it could not precompute: every timed call's inputs are new, so every call sleeps.
     result = judge("""
         import sys
         import time
@@ -77,20 +78,23 @@ def test_answers_precomputed_from_the_timing_loops_inputs_are_rejected(judge):
         def custom_kernel(data):
             (x,) = data
             frame = sys._getframe(1)
-            while frame is not None:
-                loop = frame.f_locals.get("self")
-                if hasattr(loop, "pool") and not answers:
-                    for inputs in loop.pool:
-                        answers[fingerprint(inputs[0])] = reference(tuple(inputs))
+            while frame is not None:  # every list of tensors in the harness's frames and objects
+                owner = frame.f_locals.get("self")
+                values = list(frame.f_locals.values()) + list(getattr(owner, "__dict__", {}).values())
+                for v in values:
+                    if isinstance(v, list) and v and isinstance(v[0], torch.Tensor) and v[0].dim() == 2 \
+                            and v[0].data_ptr() != x.data_ptr():  # not this call's own inputs
+                        answers.setdefault(fingerprint(v[0]), reference((v[0],)))
                 frame = frame.f_back
             known = answers.get(fingerprint(x))
             if known is not None:
                 return known.clone()
-            time.sleep(1.0)
+            time.sleep(0.2)
             return honest(x)
-        """, shapes="all")
-    assert result.status == REJECTED, result.message
-    assert "reused" in result.message
+        """, shapes="benchmarks")
+    assert result.status in (OK, REJECTED, WRONG_ANSWER), result.message
+    if result.status == OK:
+        assert result.shapes[0].time_us > 160_000, result.shapes[0]
 
 
 @pytest.mark.skipif(not namespaces_available(), reason="unprivileged user namespaces unavailable")

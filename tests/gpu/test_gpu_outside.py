@@ -1,6 +1,6 @@
 """On a GPU: attacks that take the worker over, against what the judge sees from outside, and the
 honest kernels that must stay `ok` (among them the fp8 seed at NUM_STAGES = 3, once rejected as a
-cache on an H100). Run: `pytest -s tests/gpu/test_gpu_outside.py` (the -s shows the judge's own
+cache on an H100). Attacks that no longer gain anything are judged at their honest speed. Run: `pytest -s tests/gpu/test_gpu_outside.py` (the -s shows the judge's own
 estimate beside the events for the honest kernels)."""
 
 import dataclasses
@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from kscience.evaluate import crosscheck
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER, EvalRequest
 from kscience.problems import load_problem
@@ -81,8 +82,11 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
     assert result.status == REJECTED, result.message
 
 
-def test_turning_the_on_gpu_flag_off_is_rejected(judge):
-    # With the flag off the worker neither synchronises nor uses events: calls look instantaneous.
+def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
+    # With the flag off the worker neither synchronises nor uses events, so its host clock sees only
+    # launches. But reading each checked output waits for the GPU, and a full launch queue blocks the
+    # launches, so the worker's own figure was the real time (1,787 us on an H100, 2026-11-23): the
+    # guarantee is that the recorded time is the honest one, which the judge's own clock confirms.
     result = judge(HEAVY, """
         import gc
         from kscience.evaluate.harness import Harness
@@ -99,7 +103,12 @@ def test_turning_the_on_gpu_flag_off_is_rejected(judge):
                 _done.append(1)
             return out
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
+    _show(result)
+    assert result.status in (OK, REJECTED), result.message
+    if result.status == OK:  # the judge's clock saw the real work, and the figure is within its tolerance of it
+        for s in result.shapes:
+            assert s.judge_us > 500, s  # HEAVY: a millisecond or more
+            assert s.time_us >= (s.judge_us - crosscheck.JUDGE_SLACK_US[0]) / crosscheck.JUDGE_RATIO[0], s
 
 
 def test_re_recording_the_start_event_after_the_work_is_rejected(judge):
@@ -148,7 +157,10 @@ def test_forged_times_written_on_the_channel_are_rejected(judge):
     assert "judge's own clock" in result.message
 
 
-def test_replacing_the_workers_randomness_does_not_predict_the_fresh_inputs(judge):
+def test_replacing_the_workers_randomness_does_not_predict_the_timed_inputs(judge):
+    # Answers for seed 0 precomputed at import, with the worker's randomness returning zeros: the
+    # seeds of timed calls are drawn in the judge, one per call, so every call misses and runs
+    # HEAVY (a millisecond or more; a hit would be a copy, tens of microseconds).
     result = judge(HEAVY, """
         import os
         import random
@@ -172,8 +184,9 @@ def test_replacing_the_workers_randomness_does_not_predict_the_fresh_inputs(judg
                 _by_content[k] = heavy(x)
             return _by_content[k].clone()
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "reused" in result.message
+    _show(result)
+    assert result.status == OK, result.message
+    assert all(s.time_us > 500 for s in result.shapes), [s.time_us for s in result.shapes]
 
 
 def test_a_thread_that_fixes_outputs_after_the_call_returned_is_caught(judge):
@@ -243,8 +256,8 @@ def custom_kernel(data):
 @pytest.mark.parametrize("stages", [3, 4])
 def test_the_fp8_seed_is_ok_at_every_pipeline_depth(stages):
     # On an H100 the seed at NUM_STAGES = 3 was rejected as a cache: 138.8 us on inputs seen before,
-    # at least 1392 us on fresh ones, at m=1024, n=7168, k=2048. Fresh calls are now compared with
-    # calls that regenerate a seen set through the same path, and both use the same buffers.
+    # at least 1392 us on fresh ones, at m=1024, n=7168, k=2048. Every timed call now has new
+    # inputs in the same buffers, and there is no cache check left to be fooled.
     problem = load_problem("fp8_blockscale_gemm")
     source = problem.seed_source.replace("NUM_STAGES = 4", f"NUM_STAGES = {stages}")
     assert f"NUM_STAGES = {stages}" in source
@@ -255,3 +268,38 @@ def test_the_fp8_seed_is_ok_at_every_pipeline_depth(stages):
     _show(result)
     assert result.status == OK, result.message
     assert len(result.shapes) == len(shapes)
+
+
+def test_a_cache_keyed_on_a_strided_sample_gains_nothing_on_the_gpu(judge):
+    # The gpu-mode/reference-kernels #162 attack: answers remembered by shape and a strided sample of
+    # about 256 elements. No timed call repeats content, so every call misses and runs HEAVY.
+    result = judge(HEAVY, """
+        _memo = {}
+
+        def custom_kernel(data):
+            (x,) = data
+            flat = x.reshape(-1)
+            key = (tuple(x.shape), tuple(flat[::max(1, flat.numel() // 256)].view(torch.int16).tolist()))
+            if key not in _memo:
+                _memo[key] = heavy(x)
+            return _memo[key].clone()
+        """, shapes="benchmarks")
+    _show(result)
+    assert result.status == OK, result.message
+    assert all(s.time_us > 500 for s in result.shapes), [s.time_us for s in result.shapes]
+
+
+def test_a_twenty_millisecond_kernel_is_ok(judge):
+    # GPU MODE's pmpp sort_py reference (about 20 ms a call) was once rejected on an H100 as reusing
+    # results: one pair of brackets decided. Long honest calls must be believed.
+    result = judge("""
+        def custom_kernel(data):
+            (x,) = data
+            y = honest(x)
+            for _ in range(400 * 4096 * 4096 // x.numel()):
+                y = honest(x)
+            return y
+        """, shapes="benchmarks")
+    _show(result)
+    assert result.status == OK, result.message
+    assert all(s.time_us > 5_000 for s in result.shapes), [s.time_us for s in result.shapes]

@@ -1,0 +1,218 @@
+"""How often does the judge reject an honest kernel when every GPU is busy? Target: never.
+
+Evaluates honest candidates over and over: the five built-in seeds, and the honest kernels of the
+test suite (plain PyTorch softmax, a side stream joined before returning, 40 softmaxes in a row, a
+20 ms kernel like GPU MODE's pmpp sort_py reference, the fp8 reference computation). Each
+evaluation times one benchmark shape of its problem (cycling through them all over the run), so a
+thousand evaluations fit in minutes; every one is a full evaluation of that shape: a fresh worker,
+a check, timed calls, rechecks. Judging processes keep every GPU busy with evaluations, two per GPU
+by default, busier than the local executor's one (which is not used itself because a built-in
+problem's shape list can be trimmed only by handing `evaluate` the problem); with a single GPU, or
+with --neighbour, a process beside them runs matrix products on every GPU without pause. Every
+verdict that is not `ok` is kept with its message. Results: benchmarks/results/false-rejections-<device>-<date>.json.
+
+    python benchmarks/false_rejections.py [--count 1000] [--time-limit 450] [--neighbour]
+    python benchmarks/false_rejections.py --quick    # the CPU interpreter, a handful of evaluations
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import datetime
+import json
+import multiprocessing as mp
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from kscience.device import detect
+from kscience.evaluate.judge import evaluate, judging_process
+from kscience.evaluate.result import EvalRequest
+from kscience.problems import builtin_names, load_problem, shape_label
+
+HONEST = "import torch\n\ndef honest(x):\n    return torch.softmax(x.float(), -1).to(torch.bfloat16)\n"
+# The honest kernels of tests/gpu and tests/adversarial, as (label, problem, source, needs a GPU).
+TEST_KERNELS = [
+    ("plain pytorch", "softmax", HONEST + "\ndef custom_kernel(data):\n    return honest(data[0])\n", False),
+    ("side stream joined", "softmax", HONEST + """
+_side = torch.cuda.Stream()
+
+def custom_kernel(data):
+    (x,) = data
+    _side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side):
+        y = honest(x)
+    torch.cuda.current_stream().wait_stream(_side)
+    y.record_stream(torch.cuda.current_stream())
+    return y
+""", True),
+    ("heavy pytorch (40 softmaxes)", "softmax", HONEST + """
+def custom_kernel(data):
+    for _ in range(40):
+        y = honest(data[0])
+    return y
+""", True),
+    ("20 ms kernel", "softmax", HONEST + """
+def custom_kernel(data):
+    (x,) = data
+    y = honest(x)
+    for _ in range(400 * 4096 * 4096 // x.numel()):
+        y = honest(x)
+    return y
+""", True),
+    ("fp8 reference", "fp8_blockscale_gemm", """
+from kscience.problems import load_problem
+
+_reference = load_problem("fp8_blockscale_gemm").ref_kernel
+
+def custom_kernel(data):
+    c = data[4]
+    c.copy_(_reference(data))
+    return c
+""", True),
+]
+
+
+def candidates(on_gpu: bool, quick: bool) -> list[tuple[str, str, str]]:
+    """(label, problem, source) of every honest candidate this run evaluates."""
+    if quick:  # cheap under the interpreter
+        return [("softmax seed", "softmax", load_problem("softmax").seed_source), TEST_KERNELS[0][:3]]
+    seeds = [(f"{name} seed", name, load_problem(name).seed_source) for name in builtin_names()]
+    return seeds + [k[:3] for k in TEST_KERNELS if on_gpu or not k[3]]
+
+
+def _judge_loop(gpu, jobs, results) -> None:
+    """One judging process: evaluates jobs (index, label, problem, shape index, source) until None."""
+    judging_process()
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
+    while (job := jobs.get()) is not None:
+        i, label, name, k, source = job
+        problem = load_problem(name)
+        interpreted = gpu is None
+        shapes = problem.shapes("benchmarks", interpreted)
+        shape = shapes[k % len(shapes)]
+        trimmed = dataclasses.replace(problem, benchmarks=[shape], cpu_benchmarks=[shape])
+        t0 = time.monotonic()
+        r = evaluate(EvalRequest(problem=name, source=source, shapes="benchmarks"), gpu=gpu, problem=trimmed,
+                     keep_spare=True)
+        results.put({"i": i, "label": label, "problem": name, "shape": shape_label(shape), "gpu": gpu,
+                     "status": r.status, "message": r.message, "wall_s": time.monotonic() - t0,
+                     "time_us": r.shapes[-1].time_us if r.shapes else None,
+                     "remeasured": r.shapes[-1].message if r.shapes else ""})
+
+
+def _neighbour(gpus: list[int], stop) -> None:
+    """A busy neighbour: back-to-back 4096^3 bf16 matrix products on every GPU until told to stop."""
+    mats = []
+    for g in gpus:
+        a = torch.randn(4096, 4096, device=f"cuda:{g}", dtype=torch.bfloat16)
+        mats.append((a, torch.randn_like(a)))
+    while not stop.is_set():
+        for a, b in mats:
+            for _ in range(20):
+                a @ b
+        for g in gpus:
+            torch.cuda.synchronize(g)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=1000, help="evaluations to run (default 1000)")
+    ap.add_argument("--time-limit", type=float, default=450.0, help="stop submitting after this many seconds")
+    ap.add_argument("--neighbour", action="store_true", help="also run a GPU load beside the judges (always "
+                                                              "on with a single GPU)")
+    ap.add_argument("--per-gpu", type=int, default=2, help="judging processes per GPU (default 2: each GPU runs "
+                                                            "two evaluations at once, busier than a search)")
+    ap.add_argument("--quick", action="store_true", help="the CPU interpreter: 4 evaluations, 2 candidates")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args()
+    device = detect()
+    on_gpu = not device.interpreted
+    if args.quick:
+        args.count = min(args.count, 4)
+    gpus: list = list(range(torch.cuda.device_count())) if on_gpu else [None]
+    slots = [g for g in gpus for _ in range(args.per_gpu)] if on_gpu else gpus
+    neighbour = on_gpu and (args.neighbour or len(gpus) == 1)
+    pool = candidates(on_gpu, args.quick)
+    ctx = mp.get_context("spawn")
+    jobs, results = ctx.Queue(), ctx.Queue()
+    for i in range(args.count):  # round-robin over candidates; each candidate cycles through its shapes
+        label, name, source = pool[i % len(pool)]
+        jobs.put((i, label, name, i // len(pool), source))
+    stop = ctx.Event()
+    busy = ctx.Process(target=_neighbour, args=(gpus, stop), daemon=True) if neighbour else None
+    if busy:
+        busy.start()
+    judges = [ctx.Process(target=_judge_loop, args=(g, jobs, results)) for g in slots]
+    for p in judges:
+        p.start()
+    t0, done = time.monotonic(), []
+    stopped_early = False
+    while len(done) < args.count:
+        if time.monotonic() - t0 > args.time_limit and not stopped_early:
+            stopped_early = True  # evaluations under way finish; nothing new starts
+            while True:
+                try:
+                    jobs.get_nowait()
+                except Exception:
+                    break
+        if stopped_early and all(not p.is_alive() for p in judges):
+            break
+        try:
+            r = results.get(timeout=1.0)
+        except Exception:
+            if stopped_early:
+                for _ in judges:
+                    jobs.put(None)
+            continue
+        done.append(r)
+        if r["status"] != "ok":
+            print(f"  #{r['i']} {r['label']} {r['shape']}: {r['status']}: {r['message']}")
+    for _ in judges:
+        jobs.put(None)
+    for p in judges:
+        p.join(timeout=120)
+    if busy:
+        stop.set()
+        busy.join(timeout=30)
+    wall = time.monotonic() - t0
+    report(args, device, gpus, len(slots), neighbour, done, wall, stopped_early)
+
+
+def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early) -> None:
+    by = collections.defaultdict(collections.Counter)
+    for r in done:
+        by[r["label"]][r["status"]] += 1
+    not_ok = [r for r in done if r["status"] != "ok"]
+    print(f"\n{device.name}: {len(done)} evaluations of {args.count} asked, {wall:.0f} s, "
+          f"{n_judges} judging process(es) on {len(gpus)} device(s){', busy neighbour' if neighbour else ''}")
+    print(f"{'candidate':34s} {'evaluations':>11s}  verdicts")
+    for label, counts in by.items():
+        print(f"{label:34s} {sum(counts.values()):11d}  {dict(counts)}")
+    remeasured = sum(1 for r in done if r["remeasured"].startswith("measured"))
+    print(f"not ok: {len(not_ok)}; measured more than once and then believed: {remeasured}")
+    stamp = datetime.date.today().isoformat()
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", device.name).strip("_")
+    out = Path(args.out) / f"false-rejections-{name}-{stamp}{'-quick' if args.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "device": device.name, "date": stamp, "torch": torch.__version__, "gpus": len(gpus) if gpus != [None] else 0, "judging_processes": n_judges,
+        "busy_neighbour": neighbour, "asked": args.count, "achieved": len(done), "time_limit_s": args.time_limit,
+        "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
+        "verdicts": {label: dict(c) for label, c in by.items()},
+        "not_ok": [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok],
+        "remeasured_then_ok": [{k: r[k] for k in ("label", "shape", "remeasured")} for r in done
+                               if r["status"] == "ok" and r["remeasured"].startswith("measured")],
+        "wall_per_evaluation_s": {label: round(sum(r["wall_s"] for r in done if r["label"] == label) /
+                                               max(1, sum(by[label].values())), 2) for label in by},
+    }, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
