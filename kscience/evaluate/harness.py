@@ -21,6 +21,7 @@ import traceback
 import torch
 
 from kscience.evaluate.integrity import Integrity
+from kscience.problems import outputs as packed
 from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
 
 _perf_counter = time.perf_counter
@@ -169,7 +170,9 @@ class Harness:
         self.on_gpu = not self.device.interpreted
         if not self.on_gpu and os.environ.get(CPU_THREADS_VAR, "").isdigit():
             torch.set_num_threads(max(1, int(os.environ[CPU_THREADS_VAR])))  # before the candidate runs
-        self.outputs = set(self.problem.output_args)
+        # Outputs poisoned before every call; a zeroed one (its zeros are part of the task) is
+        # restored from its inputs instead, as every input is (timing.Timer copies all the others).
+        self.outputs = set(self.problem.output_args) - set(self.problem.zeroed_outputs)
         self.l2, self.flush, self.idle_gap_us = None, None, 0.0
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
         self.settle_s, self.first_read_at = 0.0, 0.0  # the second look waits this long after the first
@@ -185,7 +188,7 @@ class Harness:
             self.idle_gap_us = idle_gap_us()  # measured before the candidate can slow it down
         # Bound on the instance before the candidate runs: patching the classes later changes
         # neither the check nor what it checks with (and the patch itself is then found).
-        self._violation = Integrity(harness_modules).violation
+        self._violation = Integrity(harness_modules + [packed]).violation
         self.verify = self._verify
         self.fn = self._import_candidate(job["source"], job.get("weight_seed", 0))
         self.verify()
@@ -236,7 +239,7 @@ class Harness:
 
     def guarded(self, data: list) -> list[int]:
         """Indices of inputs the candidate must leave untouched."""
-        return [i for i, t in enumerate(data) if i not in self.outputs and _type(t) is _Tensor]
+        return [i for i, t in enumerate(data) if i not in self.problem.output_args and _type(t) is _Tensor]
 
     @staticmethod
     def poison(t: torch.Tensor) -> None:
@@ -247,22 +250,40 @@ class Harness:
             torch.cuda.synchronize()
 
     def invoke(self, data: list, max_bytes: int) -> torch.Tensor:
-        """Call the candidate; anything but a plain dense tensor on the right device is a fault."""
+        """Call the candidate; anything but a plain dense tensor on the right device (or a tuple,
+        list or dict of them, packed into one, see problems/outputs.py) is a fault."""
         try:
             out = self.fn(self.problem.call_data(data))
         except BaseException as exc:
             raise call_fault(exc) from None
-        if _type(out) is not _Tensor:
-            raise Fault("runtime_error", f"custom_kernel returned {_type(out).__name__}, not a plain torch.Tensor")
-        if out.layout != torch.strided:
-            raise Fault("wrong_answer", f"output has layout {out.layout}, not a dense (strided) tensor")
-        if out.device.type != self.device.torch_device:
-            raise Fault("wrong_answer", f"output on {out.device.type}, expected {self.device.torch_device}")
-        if wire_dtype(out.dtype) is None:
-            raise Fault("wrong_answer", f"output dtype {out.dtype} is not a kernel result type")
-        if _numel(out) * _element_size(out) > max_bytes:
-            raise Fault("wrong_answer", f"output of shape {tuple(out.shape)} is far larger than the answer")
+        if packed.is_structure(out):
+            _, keys, members = packed.members(out)
+            if not members or len(members) > packed.MAX_MEMBERS:
+                raise Fault("wrong_answer", f"custom_kernel returned a {_type(out).__name__} of {len(members)} items")
+            for i, (key, member) in enumerate(zip(keys, members)):
+                self._one_output(member, max_bytes, f"{_type(out).__name__} member {key or i}: ")
+                self._not_a_view(member, data)
+            out = packed.pack(out)
+        self._one_output(out, max_bytes, "")
         return out
+
+    def _one_output(self, out, max_bytes: int, where: str) -> None:
+        if _type(out) is not _Tensor:
+            raise Fault("runtime_error", f"{where}custom_kernel returned {_type(out).__name__}, not a plain torch.Tensor")
+        if out.layout != torch.strided:
+            raise Fault("wrong_answer", f"{where}output has layout {out.layout}, not a dense (strided) tensor")
+        if out.device.type != self.device.torch_device:
+            raise Fault("wrong_answer", f"{where}output on {out.device.type}, expected {self.device.torch_device}")
+        if wire_dtype(out.dtype) is None or (where and out.dtype not in packed.DTYPES):
+            raise Fault("wrong_answer", f"{where}output dtype {out.dtype} is not a kernel result type")
+        if _numel(out) * _element_size(out) > max_bytes:
+            raise Fault("wrong_answer", f"{where}output of shape {tuple(out.shape)} is far larger than the answer")
+
+    def _not_a_view(self, out: torch.Tensor, data: list) -> None:
+        """An input handed back is no computed output (outputs handed out in `data` may be)."""
+        for i in self.guarded(data):
+            if _numel(data[i]) and _numel(out) and _storage_ptr(_storage(out)) == _storage_ptr(_storage(data[i])):
+                raise Fault("wrong_answer", f"returned a view of input {i} instead of a computed output")
 
     # --- the check and sample commands ------------------------------------------------------
     def check(self, ch: Channel, cmd: dict) -> None:
@@ -277,10 +298,7 @@ class Harness:
         call_s = _perf_counter() - t0
         self.verify()
         guarded = self.guarded(data)
-        for i in guarded:
-            if _numel(data[i]) and _numel(out) and \
-                    _storage_ptr(_storage(out)) == _storage_ptr(_storage(data[i])):
-                raise Fault("wrong_answer", f"returned a view of input {i} instead of a computed output")
+        self._not_a_view(out, data)
         header, raw = tensor_bytes(out)
         send_json(ch, {"status": "ok", "seq": cmd["seq"], "inputs": guarded})
         send_tensor(ch, dict(header, seq=cmd["seq"]), raw)
