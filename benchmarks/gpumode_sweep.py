@@ -1,13 +1,15 @@
 """Every problem directory of GPU MODE's reference-kernels, judged by `kscience eval` with its own solutions.
 
 For each directory holding task.yml and reference.py: every published `solutions/correct/*` and the
-directory's `submission.py` must come out ok, every `solutions/incorrect/*` must not. Each
-evaluation is its own `python -m kscience eval DIR FILE --json` process, so a judge that crashes
-shows up as a traceback in that row rather than ending the sweep. Writes
+directory's `submission.py` must come out ok, every `solutions/incorrect/*` must not. Each is judged
+as `kscience eval DIR FILE --timeout LIMIT` judges it, in this process (one spare worker started
+ahead, so the next evaluation does not wait for its worker's imports); anything escaping the judge
+is recorded as a TRACEBACK row, and a judge that outlives the limit by a minute is stopped. Writes
 benchmarks/results/gpumode-sweep-<device>-<date>.md: one row per (directory, solution) with the
 verdict and its one-line reason, and a count at the top.
 
     python benchmarks/gpumode_sweep.py --repo /path/to/reference-kernels [--time-limit 60] [--only pmpp]
+        [--with-reference]   # also the task's own reference, as a candidate, for every directory
 
 The GPU machine has no network: `--repo` is a checkout (or `git archive` extract) carried there.
 """
@@ -17,16 +19,21 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import re
+import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
 
 from kscience.device import detect
+from kscience.evaluate import sandbox
+from kscience.evaluate.judge import evaluate, judging_process
+from kscience.evaluate.result import EvalRequest
+from kscience.problems import ProblemError, load_problem
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -40,25 +47,38 @@ def solutions(folder: Path) -> list[tuple[str, Path, bool]]:
     return found
 
 
-def judge(folder: Path, file: Path, time_limit: float) -> tuple[str, str, float]:
-    """(status, one-line reason, seconds) of `kscience eval folder file`."""
-    cmd = [sys.executable, "-m", "kscience", "eval", str(folder), str(file), "--json", "--timeout", str(time_limit)]
+class _Overran(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Overran()
+
+
+def judge(folder: Path, source: str, time_limit: float, gpu: int | None) -> tuple[str, str, float]:
+    """(status, one-line reason, seconds) of one evaluation, as `kscience eval` gives it."""
     t0 = time.monotonic()
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(int(time_limit) + 60)  # the judge's own work (inputs, the reference) has no limit of its own
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit + 120)
-    except subprocess.TimeoutExpired:
-        return "timeout", f"the eval process outlived its {time_limit:g} s limit by 2 minutes", time.monotonic() - t0
-    wall = time.monotonic() - t0
-    if "Traceback (most recent call last)" in done.stderr:
-        last = [line for line in done.stderr.strip().splitlines() if line.strip()][-1]
-        return "TRACEBACK", last[:300], wall
-    try:
-        result = json.loads(done.stdout)
-        return result["status"], result.get("message", "").splitlines()[0][:300] if result.get("message") else "", wall
-    except (json.JSONDecodeError, KeyError, TypeError):
-        # A problem kscience cannot load or run says so in one line on stderr (exit status 2).
-        lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
-        return "refused", (lines[-1] if lines else f"exit status {done.returncode}, no output")[:300], wall
+        problem = load_problem(str(folder))
+        result = evaluate(EvalRequest(problem=problem.locator, source=source, timeout_s=time_limit),
+                          gpu=gpu, problem=problem, keep_spare=True)
+        status, why = result.status, (result.message or "").splitlines()[0] if result.message else ""
+    except ProblemError as exc:
+        status, why = "refused", str(exc).splitlines()[0]
+    except _Overran:
+        status, why = "timeout", f"the judge itself outlived the {time_limit:g} s limit by a minute"
+    except Exception:  # noqa: BLE001 - the point is to see it
+        status, why = "TRACEBACK", traceback.format_exc().strip().splitlines()[-1]
+    finally:
+        signal.alarm(0)
+    return status, why[:300], time.monotonic() - t0
+
+
+def reference_as_candidate(folder: Path) -> str:
+    """The task's reference.py, with `custom_kernel = ref_kernel`: a candidate that needs nothing."""
+    return (folder / "reference.py").read_text() + "\n\ncustom_kernel = ref_kernel\n"
 
 
 def main() -> int:
@@ -67,8 +87,12 @@ def main() -> int:
     p.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
                    help="the limit of each evaluation (kscience eval --timeout; default 60)")
     p.add_argument("--only", default="", help="only directories whose path contains this text")
+    p.add_argument("--with-reference", action="store_true",
+                   help="also judge each task's own reference as a candidate (needs no package a solution may)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
+    judging_process()
+    gpu = 0 if torch.cuda.is_available() else None
     problems = args.repo / "problems"
     if not problems.is_dir():
         raise SystemExit(f"gpumode_sweep: {args.repo} has no problems/ folder (a reference-kernels checkout?)")
@@ -79,11 +103,15 @@ def main() -> int:
     rows, t_start = [], time.monotonic()
     for folder in folders:
         name = str(folder.relative_to(problems))
-        for label, file, should_pass in solutions(folder) or [("(none)", None, True)]:
+        entries = solutions(folder) or [("(none)", None, True)]
+        if args.with_reference:
+            entries.append(("(reference)", folder / "reference.py", True))
+        for label, file, should_pass in entries:
             if file is None:
                 status, why, wall = "no solution", "the directory publishes no solution", 0.0
             else:
-                status, why, wall = judge(folder, file, args.time_limit)
+                source = reference_as_candidate(folder) if label == "(reference)" else file.read_text()
+                status, why, wall = judge(folder, source, args.time_limit, gpu)
             expected = status == "ok" if should_pass else status not in ("ok", "TRACEBACK")
             rows.append({"dir": name, "solution": label, "status": status, "reason": why,
                          "seconds": round(wall, 1), "as_expected": expected})
@@ -94,11 +122,14 @@ def main() -> int:
     out = args.out / f"gpumode-sweep-{tag}-{date}.md"
     out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, args.time_limit))
     print(f"wrote {out}")
+    sandbox.close_spares()
     return 0
 
 
 def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: float, limit: float) -> str:
-    correct = [r for r in rows if r["solution"] != "(none)" and not r["solution"].startswith("incorrect/")]
+    correct = [r for r in rows if r["solution"] not in ("(none)", "(reference)")
+               and not r["solution"].startswith("incorrect/")]
+    as_candidate = [r for r in rows if r["solution"] == "(reference)"]
     dirs = sorted({r["dir"] for r in rows})
     ok_dirs = sorted({r["dir"] for r in correct if r["status"] == "ok"})
     tracebacks = [r for r in rows if r["status"] == "TRACEBACK"]
@@ -116,6 +147,8 @@ def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: fl
         f"- incorrect/* solutions: {len(wrong_kept)}, judged wrong as they should be: "
         f"{sum(r['as_expected'] for r in wrong_kept)}",
         f"- evaluator tracebacks: {len(tracebacks)}",
+        *([f"- each task's reference as a candidate: {len(as_candidate)}, ok: "
+           f"{sum(r['status'] == 'ok' for r in as_candidate)}"] if as_candidate else []),
         "",
         "| directory | solution | verdict | seconds | reason |",
         "|---|---|---|---:|---|",
@@ -138,5 +171,4 @@ def _commit(repo: Path) -> str:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

@@ -10,6 +10,7 @@ by `Integrity`, before the candidate's first line runs.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import importlib.util
 import math
@@ -41,6 +42,18 @@ _CUDA_FAULT_WORDS = ("illegal memory access", "device-side assert", "CUDA error"
 GPU_MEMORY_FRACTION = 0.9  # leave the trusted process room to compute its reference answers
 _PERSISTING_L2_LIMIT = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 _CU_CTX_SCHED_SPIN = 0x01
+
+
+def _holds_tensor(x, depth: int = 0) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if depth > 3:
+        return False
+    if isinstance(x, dict):
+        return any(_holds_tensor(v, depth + 1) for v in x.values())
+    if isinstance(x, (tuple, list)):
+        return any(_holds_tensor(v, depth + 1) for v in x)
+    return hasattr(x, "__dict__") and any(_holds_tensor(v, depth + 1) for v in vars(x).values())
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -240,6 +253,15 @@ class Harness:
     def guarded(self, data: list) -> list[int]:
         """Indices of inputs the candidate must leave untouched."""
         return [i for i, t in enumerate(data) if i not in self.problem.output_args and _type(t) is _Tensor]
+
+    @staticmethod
+    def restore_nested(work: list, source: list) -> None:
+        """Members of the data that hold tensors inside a dict, list or object (bioml-trimul's weights,
+        amd-mla-decode's KV cache, which the call itself advances) come afresh from `source` for
+        every call; plain tensors are copied into fixed buffers by the caller."""
+        for i, x in enumerate(source):
+            if _type(x) is not _Tensor and _holds_tensor(x):
+                work[i] = copy.deepcopy(x)
 
     @staticmethod
     def poison(t: torch.Tensor) -> None:

@@ -65,6 +65,7 @@ class Timer:
     def load(self, source: list) -> None:
         for i in self.copied:
             _copy(self.work[i], source[i])
+        self.h.restore_nested(self.work, source)
         for i in self.h.outputs:
             self.h.poison(self.work[i])
         if self.h.l2 is not None:

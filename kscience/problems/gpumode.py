@@ -245,7 +245,12 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         try:
             # Tensors made without a device land on the target one; those made on 'cuda' explicitly
             # do too when the target is not a GPU (see device_map).
-            with torch.device(device), mapped_device(device), outputs.allocations() as made:
+            # Some draw from the global generator too (bioml-trimul's weights): seeded here, so the
+            # judge and the worker, each generating in its own process, get the same data.
+            gpus = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
+            with torch.random.fork_rng(devices=gpus), torch.device(device), mapped_device(device), \
+                    outputs.allocations() as made:
+                torch.manual_seed(seed)
                 data = reference.generate_input(**shape, seed=seed)
                 found["buffers"] = outputs.buffers(made, data)
         except Exception as exc:
@@ -259,7 +264,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     def call_data(data: list):
         return data[0] if bare else tuple(data)
 
-    structured = any(_STRUCTURED.search(file.read_text(errors="replace")) for name, file in helpers if name == "task")
+    declared = any(_STRUCTURED.search(file.read_text(errors="replace")) for name, file in helpers if name == "task")
 
     def run_reference(data):
         # GPU MODE references may write their answer into a preallocated output in `data`, or
@@ -267,8 +272,10 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         data = copy.deepcopy(data)
         device = _device_of(data)
         try:
-            with mapped_device(device):
-                return reference.ref_kernel(data)
+            # Under no_grad: a reference built from nn.Modules returns tensors that require grad,
+            # which only slows it; the values are the same.
+            with mapped_device(device), torch.no_grad():
+                return _map_tensors(reference.ref_kernel(data), torch.Tensor.detach)
         except Exception as exc:
             raise ProblemError(f"{reference_file}: ref_kernel failed on {device}: {_first_line(exc)}") from None
 
@@ -276,12 +283,17 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         expected = run_reference(data)
         if outputs.is_structure(expected):
             if not structured:
-                raise ProblemError(f"{reference_file}: ref_kernel returned {outputs.describe(expected)} but task.py "
-                                   "declares one tensor as output_t")
+                raise ProblemError(f"{reference_file}: ref_kernel returned {outputs.describe(expected)} on these "
+                                   "inputs, one tensor on the smallest test's")
             _check_members(expected, f"{reference_file}: ref_kernel returned")
             return outputs.pack(expected)
         return expected
 
+    # One call on the smallest test shape, in this process: which members of the data are output
+    # buffers, and whether a task.yml that declares several outputs really returns several (some
+    # declare Tuple[Tensor, Dict] and return one tensor).
+    output_args, zeroed, structured = _probe(task, task_file, cpu_tests[0], generate_input, call_data, found,
+                                             run_reference if declared else None)
     rtol, atol = _tolerances(task, reference)
     task_check = getattr(reference, "check_implementation", None)
     own = callable(task_check) and _match_reference_kwargs(task_check) is None
@@ -305,7 +317,6 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
             return str(verdict) if verdict else None  # GPU MODE's '' for a pass, a message otherwise
         return _compare_members(got, run_reference(data), rtol, atol)
 
-    output_args, zeroed = _buffers(task, task_file, cpu_tests[0], generate_input, found)
     submission = folder / "submission.py"
     return Problem(
         name=folder.name,
@@ -327,19 +338,28 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     )
 
 
-def _buffers(task: dict, task_file: Path, shape: Shape, generate_input, found: dict) -> tuple[tuple, tuple]:
-    """(output indices, those handed out zeroed): task.yml's `output_args`, else what one
-    generate_input call on the smallest test shape allocated and left unwritten."""
+def _probe(task: dict, task_file: Path, shape: Shape, generate_input, call_data, found: dict,
+           run_reference):
+    """(output indices, those handed out zeroed, whether the reference returns several tensors):
+    task.yml's `output_args`, else what one generate_input call on `shape` allocated and left
+    unwritten; the reference is run on that data only when given (task.py declares several outputs)."""
     given = task.get("output_args")
-    if given is not None:
-        if not isinstance(given, list) or not all(isinstance(i, int) for i in given):
-            raise ProblemError(f"{task_file}: `output_args` must be a list of data indices")
-        return tuple(given), ()
+    if given is not None and (not isinstance(given, list) or not all(isinstance(i, int) for i in given)):
+        raise ProblemError(f"{task_file}: `output_args` must be a list of data indices")
     try:
-        generate_input(0, "cuda" if torch.cuda.is_available() else "cpu", **shape)
-    except ProblemError:
-        return (), ()  # the same failure comes back, in one line, when the judge asks for inputs
-    return found.get("buffers", ((), ()))
+        data = generate_input(0, "cuda" if torch.cuda.is_available() else "cpu", **shape)
+    except ProblemError:  # the same failure comes back, in one line, when the judge asks for inputs
+        return tuple(given or ()), (), run_reference is not None
+    output_args, zeroed = found.get("buffers", ((), ()))
+    if given is not None:
+        output_args, zeroed = tuple(given), tuple(i for i in zeroed if i in given)
+    structured = run_reference is not None
+    if structured:
+        try:
+            structured = outputs.is_structure(run_reference(call_data(list(data))))
+        except ProblemError:
+            pass  # the reference's failure comes back when the judge runs it
+    return tuple(output_args), tuple(zeroed), structured
 
 
 def _declared(helpers) -> str:

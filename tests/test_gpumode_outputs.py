@@ -1,0 +1,116 @@
+"""GPU MODE outputs as the tasks hand them out, on directories copied from gpu-mode/reference-kernels
+(tests/data/gpumode/reference-kernels, with their licence): a preallocated output in `data`
+(pmpp_v2, amd-fp8-mm's zeroed `c`), a tuple output judged by the task's own check (linalg-eigh),
+nested inputs drawn from the global generator (bioml-trimul), and the one-line refusals.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kscience.evaluate.judge import evaluate
+from kscience.evaluate.result import EvalRequest
+from kscience.problems import ProblemError, load_problem
+from kscience.problems import outputs
+
+PUBLISHED = Path(__file__).parent / "data" / "gpumode" / "reference-kernels"
+VECTORADD_V2 = PUBLISHED / "pmpp_v2" / "vectoradd_py"
+pytestmark = pytest.mark.usefixtures("gpumode_modules")  # tests/conftest.py
+
+
+def judge(problem, source):
+    return evaluate(EvalRequest(problem=problem.locator, source=source), problem=problem)
+
+
+def test_a_preallocated_output_is_found_written_and_judged_while_inputs_stay_protected():
+    problem = load_problem(str(VECTORADD_V2))
+    assert problem.output_args == (2,) and problem.zeroed_outputs == ()  # torch.empty: no content to keep
+    assert judge(problem, problem.seed_source).status == "ok"
+    view = judge(problem, problem.seed_source.replace("output[...] = A + B\n    return output", "return A"))
+    assert view.status == "wrong_answer" and view.message == "returned a view of input 0 instead of a computed output"
+    unwritten = judge(problem, problem.seed_source.replace("output[...] = A + B", "pass"))
+    assert unwritten.status == "wrong_answer" and "NaN" in unwritten.message
+    scribbled = judge(problem, problem.seed_source.replace("output[...] = A + B", "output[...] = A + B; B.zero_()"))
+    assert scribbled.status == "wrong_answer" and scribbled.message.startswith("input 1 was modified")
+
+
+def test_a_zeroed_output_keeps_its_zeros_for_a_kernel_that_accumulates():
+    problem = load_problem(str(PUBLISHED / "amd" / "fp8-mm"))
+    assert problem.output_args == (4,) and problem.zeroed_outputs == (4,)
+    assert problem.rtol == 2e-2 and problem.atol == 1e-3  # make_match_reference's own
+    assert judge(problem, problem.seed_source).status == "ok"
+    # Adding into c is right only if c arrives zeroed, on every call (checked and timed).
+    accumulate = problem.seed_source.replace("c[...] = ", "c += ")
+    assert "c += " in accumulate
+    assert judge(problem, accumulate).status == "ok"
+
+
+def test_a_tuple_output_is_judged_member_by_member_by_the_task_own_check():
+    problem = load_problem(str(PUBLISHED / "linalg" / "eigh_py"))
+    assert problem.check is not None
+    assert judge(problem, problem.seed_source).status == "ok"
+    swapped = judge(problem, problem.seed_source.replace("return vectors, values", "return values, vectors"))
+    assert swapped.status == "wrong_answer" and swapped.message.startswith("problem check:")
+    single = judge(problem, problem.seed_source.replace("return vectors, values", "return vectors"))
+    assert single.status == "wrong_answer"
+    assert single.message == "problem check: custom_kernel returned a single tensor, expected a tuple of tensors"
+    hidden = judge(problem, problem.seed_source.replace("return vectors, values", "return vectors, data"))
+    assert hidden.status == "wrong_answer" and hidden.message == "returned a view of input 0 instead of a computed output"
+
+
+def test_inputs_drawn_from_the_global_generator_and_nested_in_a_dict_are_the_same_in_judge_and_worker():
+    """bioml-trimul draws its weights without its generator and hands them in a dict: the judge and
+    the worker must both see the weights of the seed, on checked and on timed calls."""
+    problem = load_problem(str(PUBLISHED / "bioml" / "trimul"))
+    shape = problem.cpu_tests[0]
+    a, b = problem.generate_input(5, "cpu", **shape), problem.generate_input(5, "cpu", **shape)
+    assert torch.equal(a[2]["to_out.weight"], b[2]["to_out.weight"])
+    assert problem.check is None  # task.py says Tuple[Tensor, Dict]; the reference returns one tensor
+    assert judge(problem, problem.seed_source).status == "ok"
+
+
+def test_pack_and_unpack_keep_structure_and_refuse_malformed_bytes():
+    q, r = torch.randn(3, 4), torch.arange(5, dtype=torch.int32)
+    back = outputs.unpack(outputs.pack((q, r)))
+    assert isinstance(back, tuple) and torch.equal(back[0], q) and torch.equal(back[1], r)
+    named = outputs.unpack(outputs.pack({"out": q, "lse": torch.zeros(0)}))
+    assert list(named) == ["out", "lse"] and torch.equal(named["out"], q) and named["lse"].shape == (0,)
+    assert outputs.unpack(torch.zeros(40, dtype=torch.uint8)) == "a single tensor"
+    forged = outputs.pack([q]).clone()
+    forged[24:32] = torch.tensor([2**40], dtype=torch.int64).view(torch.uint8)  # a dimension far too big
+    assert outputs.unpack(forged).startswith("a malformed packed output")
+
+
+def _task(folder: Path, reference: str, yml: str = "") -> Path:
+    folder.mkdir()
+    (folder / "reference.py").write_text(reference)
+    (folder / "task.yml").write_text("tests: [{n: 4}]\nbenchmarks: [{n: 4}]\n" + yml)
+    return folder
+
+
+@pytest.mark.parametrize("reference, yml, reason", [
+    ("import aiter_not_installed_here\ndef generate_input(n, seed): pass\ndef ref_kernel(d): pass\n", "",
+     "cannot be evaluated: its reference needs aiter_not_installed_here, not installed here"),
+    ("def generate_input(n, seed): pass\ndef ref_kernel(d): pass\n", "multi_gpu: true\n",
+     "cannot be evaluated: it runs one process per GPU on several GPUs at once"),
+    ("def ref_kernel(d): pass\n", "", "cannot be evaluated: its reference.py has no generate_input"),
+])
+def test_what_kscience_cannot_provide_is_refused_in_one_line(tmp_path, reference, yml, reason):
+    with pytest.raises(ProblemError) as info:
+        load_problem(str(_task(tmp_path / "needs", reference, yml)))
+    assert reason in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_reference_that_fails_on_this_device_is_a_one_line_error_not_a_judge_failure(tmp_path):
+    folder = _task(tmp_path / "nofp4", "import torch\n"
+                   "def generate_input(n, seed):\n    return torch.ones(n), torch.ones(n)\n"
+                   "def ref_kernel(d):\n    raise RuntimeError('Invalid scaling configuration\\nmore')\n")
+    (tmp_path / "k.py").write_text("def custom_kernel(data):\n    return data[0] + data[1]\n")
+    done = subprocess.run([sys.executable, "-m", "kscience", "eval", str(folder), str(tmp_path / "k.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"kscience: error: {folder}/reference.py: ref_kernel failed on cpu: RuntimeError: Invalid scaling configuration"]
