@@ -21,8 +21,8 @@ VECTORADD_V2 = PUBLISHED / "pmpp_v2" / "vectoradd_py"
 pytestmark = pytest.mark.usefixtures("gpumode_modules")  # tests/conftest.py
 
 
-def judge(problem, source):
-    return evaluate(EvalRequest(problem=problem.locator, source=source), problem=problem)
+def judge(problem, source, shapes="all"):
+    return evaluate(EvalRequest(problem=problem.locator, source=source, shapes=shapes), problem=problem)
 
 
 def test_a_preallocated_output_is_found_written_and_judged_while_inputs_stay_protected():
@@ -51,14 +51,45 @@ def test_a_zeroed_output_keeps_its_zeros_for_a_kernel_that_accumulates():
 def test_a_tuple_output_is_judged_member_by_member_by_the_task_own_check():
     problem = load_problem(str(PUBLISHED / "linalg" / "eigh_py"))
     assert problem.check is not None
-    assert judge(problem, problem.seed_source).status == "ok"
-    swapped = judge(problem, problem.seed_source.replace("return vectors, values", "return values, vectors"))
-    assert swapped.status == "wrong_answer" and swapped.message.startswith("problem check:")
-    single = judge(problem, problem.seed_source.replace("return vectors, values", "return vectors"))
+    source = problem.seed_source
+    assert judge(problem, source, "tests").status == "ok"  # its check is slow on the CPU: no timing here
+    single = judge(problem, source.replace("return vectors, values", "return vectors"), "tests")
     assert single.status == "wrong_answer"
     assert single.message == "problem check: custom_kernel returned a single tensor, expected a tuple of tensors"
-    hidden = judge(problem, problem.seed_source.replace("return vectors, values", "return vectors, data"))
+    hidden = judge(problem, source.replace("return vectors, values", "return vectors, data"), "tests")
     assert hidden.status == "wrong_answer" and hidden.message == "returned a view of input 0 instead of a computed output"
+
+
+TWO_OUTPUTS = """import torch
+from typing import TypeVar
+output_t = TypeVar("output_t", bound=dict[str, torch.Tensor])
+
+def generate_input(n, seed):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    return torch.randn(n, device="cuda", generator=gen), torch.randn(n, device="cuda", generator=gen)
+
+def ref_kernel(data):
+    x, y = data
+    return {"sum": x + y, "larger": torch.maximum(x, y) > 0}
+"""
+
+
+def test_several_outputs_without_an_own_check_are_compared_member_by_member_on_every_timed_call(tmp_path):
+    folder = _task(tmp_path / "two", TWO_OUTPUTS.replace("from typing", "from task import output_t\nfrom typing"),
+                   "cpu_benchmarks: [{n: 3000}]\n")
+    (folder / "task.py").write_text(TWO_OUTPUTS.split("\n\n")[0])
+    problem = load_problem(str(folder))
+    assert problem.check is not None and problem.rtol == problem.atol == 1e-2  # no check_implementation at all
+    right = "import torch\ndef custom_kernel(data):\n    x, y = data\n    return {'sum': x + y, 'larger': torch.maximum(x, y) > 0}\n"
+    assert judge(problem, right).status == "ok"
+    off = judge(problem, right.replace("x + y", "x + 1.1 * y"))
+    assert off.status == "wrong_answer" and off.message.startswith("problem check: member 0:")
+    # Right on the checked call only: the timed calls' packed outputs are judged too.
+    flaky = right.replace("    x, y = data\n", "    x, y = data\n    global n\n    n = globals().get('n', 0) + 1\n"
+                          "    if n > 2:\n        return {'sum': x - y, 'larger': x > 0}\n")
+    late = judge(problem, flaky)
+    assert late.status == "wrong_answer" and late.message.startswith("a timed call returned a wrong result")
 
 
 def test_inputs_drawn_from_the_global_generator_and_nested_in_a_dict_are_the_same_in_judge_and_worker():

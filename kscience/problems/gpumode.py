@@ -293,7 +293,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     # buffers, and whether a task.yml that declares several outputs really returns several (some
     # declare Tuple[Tensor, Dict] and return one tensor).
     output_args, zeroed, structured = _probe(task, task_file, cpu_tests[0], generate_input, call_data, found,
-                                             run_reference if declared else None)
+                                             reference, declared)
     rtol, atol = _tolerances(task, reference)
     task_check = getattr(reference, "check_implementation", None)
     own = callable(task_check) and _match_reference_kwargs(task_check) is None
@@ -338,28 +338,46 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     )
 
 
-def _probe(task: dict, task_file: Path, shape: Shape, generate_input, call_data, found: dict,
-           run_reference):
-    """(output indices, those handed out zeroed, whether the reference returns several tensors):
-    task.yml's `output_args`, else what one generate_input call on `shape` allocated and left
-    unwritten; the reference is run on that data only when given (task.py declares several outputs)."""
+def _probe(task: dict, task_file: Path, shape: Shape, generate_input, call_data, found: dict, reference,
+           declared: bool) -> tuple[tuple, tuple, bool]:
+    """(output indices, those handed out zeroed, whether the reference returns several tensors),
+    from one generate_input and one ref_kernel call on `shape`, on the meta device (sizes without
+    memory or arithmetic) where generate_input allows, else on the CPU. Outputs are the members
+    generate_input allocated and left unwritten, and those the reference returns (having written
+    them); task.yml's `output_args` overrides both. A task whose code runs nowhere here keeps what
+    task.py declares, and its failure comes back in one line when the judge asks for inputs."""
     given = task.get("output_args")
     if given is not None and (not isinstance(given, list) or not all(isinstance(i, int) for i in given)):
         raise ProblemError(f"{task_file}: `output_args` must be a list of data indices")
-    try:
-        data = generate_input(0, "cuda" if torch.cuda.is_available() else "cpu", **shape)
-    except ProblemError:  # the same failure comes back, in one line, when the judge asks for inputs
-        return tuple(given or ()), (), run_reference is not None
-    output_args, zeroed = found.get("buffers", ((), ()))
+    output_args, zeroed, returned = (), (), None
+    for device in ("meta", "cpu"):
+        try:
+            data = generate_input(0, device, **shape)
+        except ProblemError:
+            continue
+        output_args, zeroed = found.get("buffers", ((), ()))
+        try:
+            with torch.device(device), mapped_device(device), torch.no_grad():
+                returned = reference.ref_kernel(call_data(list(data)))
+        except Exception:  # noqa: BLE001 - the judge meets the same failure and says so in one line
+            pass  # (not retried on the CPU: amd-moe's reference takes minutes there)
+        break
+    else:
+        return tuple(given or ()), (), declared
+    if returned is not None:
+        produced = {outputs.storage_key(t) for t in _tensors(returned)} - {None}
+        output_args += tuple(i for i, t in enumerate(data) if isinstance(t, torch.Tensor)
+                             and i not in output_args and outputs.storage_key(t) in produced)
     if given is not None:
         output_args, zeroed = tuple(given), tuple(i for i in zeroed if i in given)
-    structured = run_reference is not None
-    if structured:
-        try:
-            structured = outputs.is_structure(run_reference(call_data(list(data))))
-        except ProblemError:
-            pass  # the reference's failure comes back when the judge runs it
-    return tuple(output_args), tuple(zeroed), structured
+    structured = outputs.is_structure(returned) if returned is not None else declared
+    return tuple(sorted(output_args)), tuple(zeroed), structured
+
+
+def _tensors(value) -> list:
+    found = []
+    _map_tensors(value, found.append)
+    return found
 
 
 def _declared(helpers) -> str:

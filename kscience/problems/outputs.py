@@ -137,10 +137,12 @@ _ALLOCATORS = {torch.empty: False, torch.empty_like: False, torch.empty_strided:
 _NOT_WRITES = {torch.Tensor.__getitem__}
 
 
-def _storage_key(t: torch.Tensor):
+def storage_key(t: torch.Tensor):
+    """Which storage a tensor views (views share it); stable on the meta device too, which has no
+    addresses. None for an empty tensor."""
     if _numel(t) == 0:
         return None
-    return (t.device, t.untyped_storage().data_ptr())
+    return (t.device, t.untyped_storage()._cdata)
 
 
 class _Allocations(TorchFunctionMode):
@@ -154,7 +156,7 @@ class _Allocations(TorchFunctionMode):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
         if func in _ALLOCATORS and isinstance(result, torch.Tensor):
-            key = _storage_key(result)
+            key = storage_key(result)
             if key is not None:
                 self.fresh[key] = _ALLOCATORS[func]
             return result
@@ -166,7 +168,7 @@ class _Allocations(TorchFunctionMode):
         out = kwargs.get("out")
         targets += [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
         for t in targets:
-            self.fresh.pop(_storage_key(t), None)
+            self.fresh.pop(storage_key(t), None)
         return result
 
 
@@ -185,7 +187,7 @@ def buffers(recorder: _Allocations, data) -> tuple[tuple[int, ...], tuple[int, .
     found, zeroed = [], []
     for i, t in enumerate(data):
         if isinstance(t, torch.Tensor):
-            key = _storage_key(t)
+            key = storage_key(t)
             if key in recorder.fresh:
                 found.append(i)
                 if recorder.fresh[key]:
