@@ -4,6 +4,7 @@
 nested inputs drawn from the global generator (bioml-trimul), and the one-line refusals.
 """
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,32 @@ def test_a_reference_that_fails_on_this_device_is_a_one_line_error_not_a_judge_f
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"kscience: error: {folder}/reference.py: ref_kernel failed on cpu: RuntimeError: Invalid scaling configuration"]
+
+
+def kscience(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kscience", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_kscience_eval_judges_a_published_solution_that_fills_the_output_it_was_handed():
+    triton_solution = VECTORADD_V2 / "solutions" / "correct" / "submission_triton.py"
+    done = kscience("eval", str(VECTORADD_V2), str(triton_solution))
+    assert done.returncode == 0 and done.stdout.startswith("ok: "), done.stdout + done.stderr
+
+
+def test_one_offline_iteration_on_a_published_task_or_a_one_line_refusal(tmp_path):
+    db = str(tmp_path / "runs.db")
+    # Its submission.py is PyTorch: nothing the offline scientist can tune, and it says so.
+    refused = kscience("run", str(VECTORADD_V2), "--iterations", "1", "--llm", "offline", "--db", db)
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("kscience: error:")]
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr and len(errors) == 1
+    assert "no move of its catalogue applies to the seed of vectoradd_py" in errors[0]
+    # The published Triton solution, its block size lifted to a module-level knob, is tuned.
+    published = (VECTORADD_V2 / "solutions" / "correct" / "submission_triton.py").read_text()
+    seed = published.replace("    BLOCK_SIZE = 32\n", "").replace("def custom_kernel", "BLOCK_SIZE = 32\n\n\ndef custom_kernel")
+    (tmp_path / "seed.py").write_text(seed)
+    done = kscience("run", str(VECTORADD_V2), "--iterations", "1", "--llm", "offline", "--db", db,
+                    "--seed-kernel", str(tmp_path / "seed.py"), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["run"]["status"] == "finished" and summary["metrics"]["iterations_done"] == 1
+    assert summary["metrics"]["n_ok"] >= 2 and summary["metrics"]["n_failed"] == 0, summary["metrics"]

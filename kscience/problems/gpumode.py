@@ -332,6 +332,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         cpu_benchmarks=cpu_benchmarks,
         output_args=output_args,
         zeroed_outputs=zeroed,
+        several_outputs=structured,
         call_data=call_data,
         seed_source=submission.read_text() if submission.is_file() else None,
         check=check if own or structured else None,

@@ -40,6 +40,9 @@ class Problem:
     # Those of them whose initial content is part of the task (GPU MODE's zeroed `c`, which a kernel
     # may accumulate into): restored before every call instead of poisoned.
     zeroed_outputs: tuple[int, ...] = ()
+    # The answer is a tuple, list or dict of tensors (GPU MODE's output_t): the worker packs it into
+    # one tensor (problems/outputs.py) and `check` judges it member by member.
+    several_outputs: bool = False
     entry: str = "custom_kernel"  # or "ModelNew" for KernelBench problems
     seed_source: str | None = None  # a correct starting kernel (Triton, tunable knobs as literals)
     # What a PyTorch user would write, in the problem's own dtypes: the eager and torch.compile
