@@ -38,6 +38,13 @@ def test_a_preallocated_output_is_found_written_and_judged_while_inputs_stay_pro
     assert scribbled.status == "wrong_answer" and scribbled.message.startswith("input 1 was modified")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the mapping is what a machine without a GPU needs")
+def test_a_published_solution_that_says_cuda_runs_on_the_cpu_without_a_gpu():
+    problem = load_problem(str(VECTORADD_V2))
+    says_cuda = problem.seed_source.replace("output[...] = A + B", "output[...] = (A.cuda() + B.to('cuda')).to(device='cuda')")
+    assert judge(problem, says_cuda, "tests").status == "ok"
+
+
 def test_a_zeroed_output_keeps_its_zeros_for_a_kernel_that_accumulates():
     problem = load_problem(str(PUBLISHED / "amd" / "fp8-mm"))
     assert problem.output_args == (4,) and problem.zeroed_outputs == (4,)

@@ -23,6 +23,7 @@ import torch
 
 from kscience.evaluate.integrity import Integrity
 from kscience.problems import outputs as packed
+from kscience.problems.device_map import mapped_device
 from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
 
 _perf_counter = time.perf_counter
@@ -218,7 +219,8 @@ class Harness:
         module = importlib.util.module_from_spec(spec)
         sys.modules["candidate"] = module
         try:
-            spec.loader.exec_module(module)
+            with self.candidate_device():
+                spec.loader.exec_module(module)
         except BaseException as exc:  # SystemExit at import is a compile error too, not the worker's exit
             raise Fault("compile_error", f"import failed: {one_line(exc)}") from None
         entry = self.problem.entry
@@ -237,6 +239,13 @@ class Harness:
 
             return run_model
         return module.custom_kernel
+
+    def candidate_device(self):
+        """Where there is no GPU, a published solution that says `.to('cuda')` or `device='cuda'`
+        (amd-mla-decode's) gets the CPU, as the task's own code does (device_map.py). The mapping
+        only rewrites device arguments, and is gone before the integrity check runs. On a GPU
+        nothing is mapped."""
+        return mapped_device(self.device.torch_device)
 
     # --- primitives shared with the timing loop ----------------------------------------------
     def _verify(self) -> None:
@@ -276,7 +285,8 @@ class Harness:
         list or dict of them, packed into one, see problems/outputs.py) is a fault. `pack=False`
         leaves a structure as it came, for a timed call to pack once its clocks have stopped."""
         try:
-            out = self.fn(self.problem.call_data(data))
+            with self.candidate_device():
+                out = self.fn(self.problem.call_data(data))
         except BaseException as exc:
             raise call_fault(exc) from None
         if packed.is_structure(out) and self.problem.several_outputs:
