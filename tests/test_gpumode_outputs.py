@@ -92,7 +92,9 @@ def test_several_outputs_without_an_own_check_are_compared_member_by_member_on_e
     right = "import torch\ndef custom_kernel(data):\n    x, y = data\n    return {'sum': x + y, 'larger': torch.maximum(x, y) > 0}\n"
     assert judge(problem, right).status == "ok"
     off = judge(problem, right.replace("x + y", "x + 1.1 * y"))
-    assert off.status == "wrong_answer" and off.message.startswith("problem check: member 0:")
+    assert off.status == "wrong_answer" and off.message.startswith("problem check: member sum: ")
+    odd_key = judge(problem, right.replace("'larger':", "1:"), "tests")
+    assert odd_key.status == "wrong_answer" and odd_key.message.endswith("with keys that are not plain strings")
     # Right on the checked call only: the timed calls' packed outputs are judged too.
     flaky = right.replace("    x, y = data\n", "    x, y = data\n    global n\n    n = globals().get('n', 0) + 1\n"
                           "    if n > 2:\n        return {'sum': x - y, 'larger': x > 0}\n")

@@ -291,8 +291,9 @@ class Harness:
             raise call_fault(exc) from None
         if packed.is_structure(out) and self.problem.several_outputs:
             _, keys, members = packed.members(out)
-            if not members or len(members) > packed.MAX_MEMBERS:
-                raise Fault("wrong_answer", f"custom_kernel returned a {_type(out).__name__} of {len(members)} items")
+            if not members or len(members) > packed.MAX_MEMBERS or None in keys:
+                raise Fault("wrong_answer", f"custom_kernel returned a {_type(out).__name__} of {len(members)} items"
+                                            + (" with keys that are not plain strings" if None in keys else ""))
             for i, (key, member) in enumerate(zip(keys, members)):
                 self._one_output(member, max_bytes, f"{_type(out).__name__} member {key or i}: ")
                 self._not_a_view(member, data)

@@ -414,10 +414,16 @@ def _compare_members(got, expected, rtol: float, atol: float) -> str | None:
     if outputs.is_structure(expected) != outputs.is_structure(got) or \
             (outputs.is_structure(got) and len(got) != len(expected)):
         return f"custom_kernel returned {outputs.describe(got)}, expected {outputs.describe(expected)}"
-    pairs = zip(outputs.members(got)[2], outputs.members(expected)[2]) if outputs.is_structure(got) \
-        else [(got, expected)]
-    for i, (out, want) in enumerate(pairs):
-        where = f"member {i}: " if outputs.is_structure(got) else ""
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            return f"custom_kernel returned keys {sorted(map(str, got))}, expected {sorted(expected)}"
+        pairs = [(key, got[key], expected[key]) for key in expected]
+    elif outputs.is_structure(got):
+        pairs = [(i, out, want) for i, (out, want) in enumerate(zip(got, expected))]
+    else:
+        pairs = [(None, got, expected)]
+    for key, out, want in pairs:
+        where = f"member {key}: " if key is not None else ""
         if tuple(out.shape) != tuple(want.shape):
             return f"{where}output shape {tuple(out.shape)}, expected {tuple(want.shape)}"
         if out.dtype != want.dtype:
