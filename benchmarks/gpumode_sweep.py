@@ -10,6 +10,8 @@ verdict and its one-line reason, and a count at the top.
 
     python benchmarks/gpumode_sweep.py --repo /path/to/reference-kernels [--time-limit 60] [--only pmpp]
         [--with-reference]   # also the task's own reference, as a candidate, for every directory
+        [--shapes tests]     # correctness only, no timing
+        [--budget 330]       # start no evaluation after 330 s; the rest are listed as not run
 
 The GPU machine has no network: `--repo` is a checkout (or `git archive` extract) carried there.
 """
@@ -55,14 +57,14 @@ def _alarm(signum, frame):
     raise _Overran()
 
 
-def judge(folder: Path, source: str, time_limit: float, gpu: int | None) -> tuple[str, str, float]:
+def judge(folder: Path, source: str, time_limit: float, gpu: int | None, shapes: str = "all") -> tuple[str, str, float]:
     """(status, one-line reason, seconds) of one evaluation, as `kscience eval` gives it."""
     t0 = time.monotonic()
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(int(time_limit) + 60)  # the judge's own work (inputs, the reference) has no limit of its own
     try:
         problem = load_problem(str(folder))
-        result = evaluate(EvalRequest(problem=problem.locator, source=source, timeout_s=time_limit),
+        result = evaluate(EvalRequest(problem=problem.locator, source=source, timeout_s=time_limit, shapes=shapes),
                           gpu=gpu, problem=problem, keep_spare=True)
         status, why = result.status, (result.message or "").splitlines()[0] if result.message else ""
     except ProblemError as exc:
@@ -89,6 +91,10 @@ def main() -> int:
     p.add_argument("--only", default="", help="only directories whose path contains this text")
     p.add_argument("--with-reference", action="store_true",
                    help="also judge each task's own reference as a candidate (needs no package a solution may)")
+    p.add_argument("--shapes", choices=("all", "tests"), default="all",
+                   help="check and time every shape (default), or only check the test shapes")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="stop starting evaluations after this long; the rest are listed as not run")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     judging_process()
@@ -101,6 +107,11 @@ def main() -> int:
     folders = sorted(f.parent for f in problems.rglob("task.yml") if (f.parent / "reference.py").is_file())
     folders = [f for f in folders if args.only in str(f.relative_to(problems))]
     rows, t_start = [], time.monotonic()
+    date = datetime.date.today().isoformat()
+    tag = re.sub(r"\W+", "_", device.name).strip("_")
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"gpumode-sweep-{tag}-{date}.md"
+    settings = f"--time-limit {args.time_limit:g} --shapes {args.shapes}" + (" --with-reference" if args.with_reference else "")
     for folder in folders:
         name = str(folder.relative_to(problems))
         entries = solutions(folder) or [("(none)", None, True)]
@@ -109,24 +120,23 @@ def main() -> int:
         for label, file, should_pass in entries:
             if file is None:
                 status, why, wall = "no solution", "the directory publishes no solution", 0.0
+            elif args.budget is not None and time.monotonic() - t_start > args.budget:
+                status, why, wall = "not run", f"the sweep's {args.budget:g} s budget was spent", 0.0
             else:
                 source = reference_as_candidate(folder) if label == "(reference)" else file.read_text()
-                status, why, wall = judge(folder, source, args.time_limit, gpu)
+                status, why, wall = judge(folder, source, args.time_limit, gpu, args.shapes)
             expected = status == "ok" if should_pass else status not in ("ok", "TRACEBACK")
             rows.append({"dir": name, "solution": label, "status": status, "reason": why,
                          "seconds": round(wall, 1), "as_expected": expected})
             print(f"{name:<44} {label:<34} {status:<14} {wall:6.1f}s  {why[:110]}", flush=True)
-    date = datetime.date.today().isoformat()
-    tag = re.sub(r"\W+", "_", device.name).strip("_")
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"gpumode-sweep-{tag}-{date}.md"
-    out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, args.time_limit))
+            # Written after every row: a sweep stopped from outside still leaves what it found.
+            out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, settings))
     print(f"wrote {out}")
     sandbox.close_spares()
     return 0
 
 
-def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: float, limit: float) -> str:
+def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: float, settings: str) -> str:
     correct = [r for r in rows if r["solution"] not in ("(none)", "(reference)")
                and not r["solution"].startswith("incorrect/")]
     as_candidate = [r for r in rows if r["solution"] == "(reference)"]
@@ -138,12 +148,13 @@ def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: fl
         f"# GPU MODE reference-kernels through `kscience eval` — {device}, {date}",
         "",
         f"reference-kernels commit `{commit}`; torch {torch.__version__}; "
-        f"`benchmarks/gpumode_sweep.py --time-limit {limit:g}`, {seconds / 60:.1f} minutes in all.",
+        f"`benchmarks/gpumode_sweep.py {settings}`, {seconds / 60:.1f} minutes in all.",
         "",
         f"- directories: {len(dirs)}; with at least one published solution judged ok: {len(ok_dirs)}",
         f"- published solutions (correct/* and submission.py): {len(correct)}, ok: "
         f"{sum(r['status'] == 'ok' for r in correct)}, refused before running: "
-        f"{sum(r['status'] == 'refused' for r in correct)}",
+        f"{sum(r['status'] == 'refused' for r in correct)}, not run (budget spent): "
+        f"{sum(r['status'] == 'not run' for r in correct)}",
         f"- incorrect/* solutions: {len(wrong_kept)}, judged wrong as they should be: "
         f"{sum(r['as_expected'] for r in wrong_kept)}",
         f"- evaluator tracebacks: {len(tracebacks)}",
