@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
+import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -95,9 +96,16 @@ def main() -> int:
                    help="check and time every shape (default), or only check the test shapes")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="stop starting evaluations after this long; the rest are listed as not run")
+    p.add_argument("--memory-limit-gb", type=float, default=None, metavar="GB",
+                   help="without a GPU: the address space this process may take (default: half the host's "
+                        "memory), so a reference too big for the host fails in one line instead of being killed")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     judging_process()
+    if not torch.cuda.is_available():  # CUDA maps far more address space than it uses: CPU only
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        cap = int(args.memory_limit_gb * 2**30) if args.memory_limit_gb else total // 2
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     gpu = 0 if torch.cuda.is_available() else None
     problems = args.repo / "problems"
     if not problems.is_dir():

@@ -269,9 +269,9 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     def run_reference(data):
         # GPU MODE references may write their answer into a preallocated output in `data`, or
         # update an object in it (a KV cache): they get a deep copy, as GPU MODE's check does.
-        data = copy.deepcopy(data)
         device = _device_of(data)
         try:
+            data = copy.deepcopy(data)
             # Under no_grad: a reference built from nn.Modules returns tensors that require grad,
             # which only slows it; the values are the same.
             with mapped_device(device), torch.no_grad():
@@ -315,7 +315,12 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
             if isinstance(verdict, tuple):  # (ok, message)
                 return None if verdict[0] else (str(verdict[1]) or "check_implementation failed")
             return str(verdict) if verdict else None  # GPU MODE's '' for a pass, a message otherwise
-        return _compare_members(got, run_reference(data), rtol, atol)
+        try:
+            return _compare_members(got, run_reference(data), rtol, atol)
+        except (MemoryError, RuntimeError) as exc:
+            if isinstance(exc, RuntimeError) and "alloc" not in str(exc):
+                raise
+            raise ProblemError(f"{reference_file}: comparing with the reference ran out of memory on {device}") from None
 
     submission = folder / "submission.py"
     return Problem(
