@@ -281,6 +281,8 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
 
     def ref_kernel(data):
         expected = run_reference(data)
+        if isinstance(expected, tuple) and type(expected) is not tuple:  # torch.linalg.qr's return type
+            expected = tuple(expected)
         if outputs.is_structure(expected):
             if not structured:
                 raise ProblemError(f"{reference_file}: ref_kernel returned {outputs.describe(expected)} on these "

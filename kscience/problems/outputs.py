@@ -43,13 +43,16 @@ _cat, _zeros, _tensor = torch.cat, torch.zeros, torch.tensor
 
 
 def is_structure(out) -> bool:
-    return _type(out) in KINDS
+    """A tuple (or a tuple subclass such as torch.linalg.qr's return type), list or dict."""
+    return _type(out) in KINDS or isinstance(out, tuple)
 
 
 def members(out) -> tuple[int, list[str], list]:
     """(kind index, keys, values) of a tuple, list or dict, in its own order. A dict's keys must be
     plain strings: anything else could run the candidate's code (`__str__`, `__hash__`) once a
     timed call's clocks have stopped; such a key is given as None, which the harness refuses."""
+    if _type(out) not in KINDS:  # a tuple subclass: read through tuple's own C methods, no code of its
+        return 0, [""] * tuple.__len__(out), [tuple.__getitem__(out, i) for i in range(tuple.__len__(out))]
     kind = KINDS.index(_type(out))
     if kind == 2:
         keys = [k if _type(k) is str else None for k in dict.keys(out)]
