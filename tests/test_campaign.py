@@ -9,6 +9,7 @@ base kernel plus a comment.
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -203,17 +204,25 @@ def test_problems_that_cannot_run_here_are_skipped_with_their_reason(tmp_path, c
     published GPU MODE directory kscience cannot judge. Both are skipped, not failed."""
     monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
     folder = write_suite(tmp_path / "level1")
-    eigh = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "linalg" / "eigh_py"
+    ranks = several_gpus(tmp_path)
     db = str(tmp_path / "k.db")
-    code = main(["campaign", str(folder / "relu_1d.py"), str(eigh), "--set", "dim=10000000000000", "--llm", "offline",
+    code = main(["campaign", str(folder / "relu_1d.py"), str(ranks), "--set", "dim=10000000000000", "--llm", "offline",
                  "--db", db])
     out, err = capsys.readouterr()
     assert code == 0 and "Traceback" not in err
     assert "relu_1d: skipped: does not fit: needs about" in err and "of host memory free" in err
-    assert "eigh_py: skipped: eigh_py: cannot be evaluated: its output is a tuple" in err
+    assert "vectoradd_py: skipped: vectoradd_py: cannot be evaluated: it runs one process per GPU on several" in err
     assert "0 of 2 problems evaluated (2 skipped)" in out
     with Store(db) as store:
         assert store.list_runs() == []
+
+
+def several_gpus(tmp_path: Path) -> Path:
+    """A published directory marked as GPU MODE marks its eight-GPU tasks: kscience cannot judge it."""
+    shutil.copytree(Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "pmpp", tmp_path / "pmpp")
+    folder = tmp_path / "pmpp" / "vectoradd_py"
+    (folder / "task.yml").write_text((folder / "task.yml").read_text() + "\nmulti_gpu: true\n")
+    return folder
 
 
 def test_a_folder_of_gpu_mode_directories_is_a_suite():
@@ -408,11 +417,11 @@ def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, m
     monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
     ip = InteractiveShell.instance()
     ip.run_cell("%load_ext kscience")
-    eigh = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "linalg" / "eigh_py"
+    ranks = several_gpus(tmp_path)
     db = tmp_path / "k.db"
-    outcome = ip.run_cell(f"campaign = %kscience campaign {eigh} --llm offline --db {db}")
+    outcome = ip.run_cell(f"campaign = %kscience campaign {ranks} --llm offline --db {db}")
     assert outcome.success
     campaign = ip.user_ns.pop("campaign")
     assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
     shown = campaign_html(campaign.store, campaign.id)
-    assert "eigh_py" in shown and "skipped" in shown and "1/1 done" in shown and "tuple of tensors" in shown
+    assert "vectoradd_py" in shown and "skipped" in shown and "1/1 done" in shown and "several GPUs" in shown

@@ -99,13 +99,6 @@ def test_published_cholesky_through_the_judge_with_its_own_submission():
     assert judge(problem, problem.seed_source).status == "ok"
 
 
-def test_a_tuple_output_task_says_why_it_cannot_run_in_one_line():
-    with pytest.raises(ProblemError) as info:
-        load_problem(str(PUBLISHED / "linalg" / "eigh_py"))
-    assert str(info.value) == ("eigh_py: cannot be evaluated: its output is a tuple of tensors (task.py output_t); "
-                               "kscience judges one output tensor")
-
-
 def test_a_task_with_several_entry_points_says_why_in_one_line(tmp_path):
     folder = tmp_path / "two_entries"
     folder.mkdir()

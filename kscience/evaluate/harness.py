@@ -10,6 +10,7 @@ by `Integrity`, before the candidate's first line runs.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import importlib.util
 import math
@@ -21,6 +22,8 @@ import traceback
 import torch
 
 from kscience.evaluate.integrity import Integrity
+from kscience.problems import outputs as packed
+from kscience.problems.device_map import mapped_device
 from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
 
 _perf_counter = time.perf_counter
@@ -40,6 +43,18 @@ _CUDA_FAULT_WORDS = ("illegal memory access", "device-side assert", "CUDA error"
 GPU_MEMORY_FRACTION = 0.9  # leave the trusted process room to compute its reference answers
 _PERSISTING_L2_LIMIT = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
 _CU_CTX_SCHED_SPIN = 0x01
+
+
+def _holds_tensor(x, depth: int = 0) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if depth > 3:
+        return False
+    if isinstance(x, dict):
+        return any(_holds_tensor(v, depth + 1) for v in x.values())
+    if isinstance(x, (tuple, list)):
+        return any(_holds_tensor(v, depth + 1) for v in x)
+    return hasattr(x, "__dict__") and any(_holds_tensor(v, depth + 1) for v in vars(x).values())
 
 
 def flush_bytes(l2_bytes: int) -> int:
@@ -169,7 +184,9 @@ class Harness:
         self.on_gpu = not self.device.interpreted
         if not self.on_gpu and os.environ.get(CPU_THREADS_VAR, "").isdigit():
             torch.set_num_threads(max(1, int(os.environ[CPU_THREADS_VAR])))  # before the candidate runs
-        self.outputs = set(self.problem.output_args)
+        # Outputs poisoned before every call; a zeroed one (its zeros are part of the task) is
+        # restored from its inputs instead, as every input is (timing.Timer copies all the others).
+        self.outputs = set(self.problem.output_args) - set(self.problem.zeroed_outputs)
         self.l2, self.flush, self.idle_gap_us = None, None, 0.0
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
         self.settle_s, self.first_read_at = 0.0, 0.0  # the second look waits this long after the first
@@ -185,7 +202,7 @@ class Harness:
             self.idle_gap_us = idle_gap_us()  # measured before the candidate can slow it down
         # Bound on the instance before the candidate runs: patching the classes later changes
         # neither the check nor what it checks with (and the patch itself is then found).
-        self._violation = Integrity(harness_modules).violation
+        self._violation = Integrity(harness_modules + [packed]).violation
         self.verify = self._verify
         self.fn = self._import_candidate(job["source"], job.get("weight_seed", 0))
         self.verify()
@@ -202,7 +219,8 @@ class Harness:
         module = importlib.util.module_from_spec(spec)
         sys.modules["candidate"] = module
         try:
-            spec.loader.exec_module(module)
+            with self.candidate_device():
+                spec.loader.exec_module(module)
         except BaseException as exc:  # SystemExit at import is a compile error too, not the worker's exit
             raise Fault("compile_error", f"import failed: {one_line(exc)}") from None
         entry = self.problem.entry
@@ -222,6 +240,13 @@ class Harness:
             return run_model
         return module.custom_kernel
 
+    def candidate_device(self):
+        """Where there is no GPU, a published solution that says `.to('cuda')` or `device='cuda'`
+        (amd-mla-decode's) gets the CPU, as the task's own code does (device_map.py). The mapping
+        only rewrites device arguments, and is gone before the integrity check runs. On a GPU
+        nothing is mapped."""
+        return mapped_device(self.device.torch_device)
+
     # --- primitives shared with the timing loop ----------------------------------------------
     def _verify(self) -> None:
         """Reject a candidate that has rewired what the harness measures with."""
@@ -236,7 +261,16 @@ class Harness:
 
     def guarded(self, data: list) -> list[int]:
         """Indices of inputs the candidate must leave untouched."""
-        return [i for i, t in enumerate(data) if i not in self.outputs and _type(t) is _Tensor]
+        return [i for i, t in enumerate(data) if i not in self.problem.output_args and _type(t) is _Tensor]
+
+    @staticmethod
+    def restore_nested(work: list, source: list) -> None:
+        """Members of the data that hold tensors inside a dict, list or object (bioml-trimul's weights,
+        amd-mla-decode's KV cache, which the call itself advances) come afresh from `source` for
+        every call; plain tensors are copied into fixed buffers by the caller."""
+        for i, x in enumerate(source):
+            if _type(x) is not _Tensor and _holds_tensor(x):
+                work[i] = copy.deepcopy(x)
 
     @staticmethod
     def poison(t: torch.Tensor) -> None:
@@ -246,23 +280,52 @@ class Harness:
         if self.on_gpu:
             torch.cuda.synchronize()
 
-    def invoke(self, data: list, max_bytes: int) -> torch.Tensor:
-        """Call the candidate; anything but a plain dense tensor on the right device is a fault."""
+    def invoke(self, data: list, max_bytes: int, pack: bool = True):
+        """Call the candidate; anything but a plain dense tensor on the right device (or a tuple,
+        list or dict of them, packed into one, see problems/outputs.py) is a fault. `pack=False`
+        leaves a structure as it came, for a timed call to pack once its clocks have stopped."""
         try:
-            out = self.fn(self.problem.call_data(data))
+            with self.candidate_device():
+                out = self.fn(self.problem.call_data(data))
         except BaseException as exc:
             raise call_fault(exc) from None
-        if _type(out) is not _Tensor:
-            raise Fault("runtime_error", f"custom_kernel returned {_type(out).__name__}, not a plain torch.Tensor")
-        if out.layout != torch.strided:
-            raise Fault("wrong_answer", f"output has layout {out.layout}, not a dense (strided) tensor")
-        if out.device.type != self.device.torch_device:
-            raise Fault("wrong_answer", f"output on {out.device.type}, expected {self.device.torch_device}")
-        if wire_dtype(out.dtype) is None:
-            raise Fault("wrong_answer", f"output dtype {out.dtype} is not a kernel result type")
-        if _numel(out) * _element_size(out) > max_bytes:
-            raise Fault("wrong_answer", f"output of shape {tuple(out.shape)} is far larger than the answer")
+        if packed.is_structure(out) and self.problem.several_outputs:
+            _, keys, members = packed.members(out)
+            if not members or len(members) > packed.MAX_MEMBERS or None in keys:
+                raise Fault("wrong_answer", f"custom_kernel returned a {_type(out).__name__} of {len(members)} items"
+                                            + (" with keys that are not plain strings" if None in keys else ""))
+            for i, (key, member) in enumerate(zip(keys, members)):
+                self._one_output(member, max_bytes, f"{_type(out).__name__} member {key or i}: ")
+                self._not_a_view(member, data)
+            return self.pack_output(out, max_bytes) if pack else out
+        self._one_output(out, max_bytes, "")
         return out
+
+    def pack_output(self, out, max_bytes: int) -> torch.Tensor:
+        """A structure `invoke` accepted, as the one tensor the judge reads; a tensor as it is."""
+        if not packed.is_structure(out):
+            return out
+        out = packed.pack(out)
+        self._one_output(out, max_bytes, "")
+        return out
+
+    def _one_output(self, out, max_bytes: int, where: str) -> None:
+        if _type(out) is not _Tensor:
+            raise Fault("runtime_error", f"{where}custom_kernel returned {_type(out).__name__}, not a plain torch.Tensor")
+        if out.layout != torch.strided:
+            raise Fault("wrong_answer", f"{where}output has layout {out.layout}, not a dense (strided) tensor")
+        if out.device.type != self.device.torch_device:
+            raise Fault("wrong_answer", f"{where}output on {out.device.type}, expected {self.device.torch_device}")
+        if wire_dtype(out.dtype) is None or (where and out.dtype not in packed.DTYPES):
+            raise Fault("wrong_answer", f"{where}output dtype {out.dtype} is not a kernel result type")
+        if _numel(out) * _element_size(out) > max_bytes:
+            raise Fault("wrong_answer", f"{where}output of shape {tuple(out.shape)} is far larger than the answer")
+
+    def _not_a_view(self, out: torch.Tensor, data: list) -> None:
+        """An input handed back is no computed output (outputs handed out in `data` may be)."""
+        for i in self.guarded(data):
+            if _numel(data[i]) and _numel(out) and _storage_ptr(_storage(out)) == _storage_ptr(_storage(data[i])):
+                raise Fault("wrong_answer", f"returned a view of input {i} instead of a computed output")
 
     # --- the check and sample commands ------------------------------------------------------
     def check(self, ch: Channel, cmd: dict) -> None:
@@ -277,10 +340,7 @@ class Harness:
         call_s = _perf_counter() - t0
         self.verify()
         guarded = self.guarded(data)
-        for i in guarded:
-            if _numel(data[i]) and _numel(out) and \
-                    _storage_ptr(_storage(out)) == _storage_ptr(_storage(data[i])):
-                raise Fault("wrong_answer", f"returned a view of input {i} instead of a computed output")
+        self._not_a_view(out, data)
         send_json(ch, {"status": "ok", "seq": cmd["seq"], "inputs": guarded})
         whole = cmd.get("whole_output", True)  # else the judge reads it only at ranges it draws (`sample`)
         if whole:

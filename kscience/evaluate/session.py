@@ -26,7 +26,7 @@ from kscience.evaluate.harness import flush_bytes
 from kscience.evaluate.sandbox import default_rss_limit, start_worker
 from kscience.evaluate.timing import COVER_CYCLES
 from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
-from kscience.problems import Problem
+from kscience.problems import Problem, ProblemError
 from kscience.redact import redact
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
@@ -251,6 +251,8 @@ class Session:
             return False, "output contains NaN (unwritten or computed)", float("inf")
         try:
             why = self.problem.check(self.problem.call_data(data), out)
+        except ProblemError:  # the problem's own reference failed (out of memory, say): not this output's fault
+            raise
         except Exception as exc:  # the problem's checker failing on this output is a wrong answer
             why = f"the problem's check raised {type(exc).__name__}: {str(exc)[:200]}"
         return (False, f"problem check: {why}", float("nan")) if why else (True, "", float("nan"))

@@ -12,8 +12,10 @@ device, so on a machine without a GPU such a problem cannot build its inputs. In
   name is a `TorchProxy` (see `proxy_torch`) whose `Generator(device='cuda')` builds a generator on
   `target` while a mapping is active, and is plain `torch` otherwise.
 
-Only the problem's code runs inside the block (the judge's and the worker's input builders); a
-candidate never does. A generator seeded on the CPU draws different numbers from one seeded on a
+The problem's code runs inside the block (the judge's and the worker's input builders), and on a
+machine without a GPU a candidate's import and calls do too (`Harness.candidate_device`), so a
+published solution that says `.to('cuda')` runs there as well; only device arguments are
+rewritten, and the block is closed before the worker's integrity check. A generator seeded on the CPU draws different numbers from one seeded on a
 GPU, which does not matter: kscience picks its own seeds and compares against the reference on
 the same data.
 """

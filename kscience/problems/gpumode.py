@@ -6,44 +6,54 @@ the random `seed`; `task.yml` may list helper files (`files:`, e.g. `task.py` an
 `../utils.py`) that the reference and submissions import by bare name; `submission.py`,
 when present, is a working candidate and becomes the seed kernel.
 
+Outputs as the task hands them out (see outputs.py): members of the data that `generate_input`
+allocates empty or zeroed and never writes are outputs a kernel may fill and return (pmpp_v2,
+amd-fp8-mm); every other tensor of the data must come back unchanged. A task whose `task.py`
+declares a tuple, list or dict `output_t` is judged member by member: by its own
+`check_implementation` where it has one, else by the reference's tolerances on each member.
+
+Checks and tolerances are GPU MODE's: the task's `check_implementation` gets a copy of the data on
+the task's device and the candidate's output moved there, as GPU MODE's eval.py gives it; a
+`make_match_reference(ref_kernel, rtol=..., atol=...)` check becomes kscience's own comparison with
+those tolerances (its `match_reference` defaults where none are given), which can sample big
+outputs instead of reading them whole.
+
 What kscience reads beyond GPU MODE's own keys, all optional in `task.yml`:
   `cpu_tests`, `cpu_benchmarks`: small shapes for the Triton interpreter (default: the
       smallest test shape);
-  `output_args`: indices of preallocated outputs in the data tuple. GPU MODE's harness
-      hands candidates a copy and never checks inputs, whereas kscience requires every
-      other argument to come back unchanged, so a task whose submissions fill a buffer
-      (such as `c` in amd-fp8-mm) must name it here;
-  `config: {rtol, atol}`: tolerances. Without them, the ones given to GPU MODE's
-      `make_match_reference` helper for `check_implementation` are used, else 1e-2.
-
-A `check_implementation` other than that helper (a residual test for a factorisation whose
-answer is not unique) becomes the problem's `check`: the judge calls it, in the trusted process,
-instead of comparing with the reference's output, on the same fresh inputs and with the same
-poisoned outputs and unchanged-input checks. It may return GPU MODE's `''`/message or
-`(ok, message)`.
+  `output_args`: indices of preallocated outputs in the data tuple, where the automatic
+      finding above is not enough;
+  `config: {rtol, atol}`: tolerances, over the task's own.
 
 On a machine without a GPU the reference's own code runs under `device_map.mapped_device`, so
 tensors and generators it asks for on `'cuda'` are made on the CPU.
 
-Directories that still cannot run say why in one line: a task whose main is its own `eval.py`
-with several entry points, or whose output type is a tuple of tensors (kscience judges one
-output tensor).
+Directories that cannot run say why in one line: a task whose main is its own `eval.py` with
+several entry points, one that runs on several GPUs at once (`multi_gpu`), one whose reference
+imports a package that is not installed (aiter), one without `generate_input`; a reference that
+fails on this device (an fp4 GEMM on a GPU without fp4) is a one-line ProblemError too.
 """
 
 from __future__ import annotations
 
+import ast
+import copy
+import importlib.util
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import torch
 
+from kscience.problems import outputs
 from kscience.problems.device_map import mapped_device, proxy_torch
 from kscience.problems.files import import_file
 from kscience.problems.spec import Problem, ProblemError, Shape, shape_label
 
-DEFAULT_TOLERANCE = 1e-2
+DEFAULT_TOLERANCE = 1e-2  # only for a task with no check_implementation at all
 _NOT_HELPERS = {"reference.py", "submission.py", "template.py"}  # loaded otherwise, or not at all
+_STRUCTURED = re.compile(r"output_t\s*=\s*TypeVar\([^)]*bound\s*=\s*(tuple|list|dict)\b", re.IGNORECASE)
 
 
 def _load_yaml():
@@ -105,41 +115,32 @@ def _helper_files(folder: Path, task: dict) -> list[tuple[str, Path]]:
     return helpers
 
 
+def _match_reference_kwargs(check) -> dict | None:
+    """The keyword arguments of GPU MODE's `make_match_reference(ref_kernel, **kwargs)` closure,
+    with `match_reference`'s own defaults for those not given; None for any other check."""
+    if not inspect.isfunction(check):
+        return None
+    found = inspect.getclosurevars(check)
+    if "reference" not in found.nonlocals:
+        return None
+    given = dict(found.nonlocals.get("kwargs") or {})
+    matcher = found.globals.get("match_reference")
+    if inspect.isfunction(matcher):
+        for name, param in inspect.signature(matcher).parameters.items():
+            if name in ("rtol", "atol") and param.default is not inspect.Parameter.empty:
+                given.setdefault(name, param.default)
+    return given
+
+
 def _tolerances(task: dict, reference) -> tuple[float, float]:
     config = task.get("config") or {}
-    given = {}
-    check = getattr(reference, "check_implementation", None)
-    if inspect.isfunction(check):
-        # GPU MODE's make_match_reference(ref_kernel, rtol=..., atol=...) returns a closure
-        # over its keyword arguments: those are the task's own tolerances.
-        captured = inspect.getclosurevars(check).nonlocals.get("kwargs")
-        if isinstance(captured, dict):
-            given = captured
+    given = _match_reference_kwargs(getattr(reference, "check_implementation", None)) or {}
     rtol = config.get("rtol", given.get("rtol", DEFAULT_TOLERANCE))
     atol = config.get("atol", given.get("atol", DEFAULT_TOLERANCE))
     return float(rtol), float(atol)
 
 
-def _own_check(reference):
-    """The reference's `check_implementation` when it is a check of its own, normalised to
-    `(data, output) -> None | reason`; None when absent or GPU MODE's make_match_reference (a
-    closure over `reference`), which kscience's comparison already does with the same tolerances."""
-    check = getattr(reference, "check_implementation", None)
-    if not callable(check):
-        return None
-    if inspect.isfunction(check) and "reference" in inspect.getclosurevars(check).nonlocals:
-        return None
-
-    def problem_check(data, output):
-        verdict = check(data, output)
-        if isinstance(verdict, tuple):  # (ok, message)
-            return None if verdict[0] else (str(verdict[1]) or "check_implementation failed")
-        return str(verdict) if verdict else None  # GPU MODE's '' for a pass, a message otherwise
-
-    return problem_check
-
-
-def _unsupported(folder: Path, task: dict, helpers: list) -> str | None:
+def _unsupported(folder: Path, task: dict) -> str | None:
     """Why kscience cannot evaluate this directory, in one line, or None."""
     main = (task.get("config") or {}).get("main")
     if main and main != "eval.py" and (folder / main).is_file():
@@ -148,12 +149,34 @@ def _unsupported(folder: Path, task: dict, helpers: list) -> str | None:
                and str(e.get("source", "")).startswith("@") and e.get("name") != "submission.py"]
     if entries:
         return f"it has {len(entries) + 1} submission entry points, judged by its own eval.py"
-    task_py = dict(helpers).get("task")
-    if task_py is not None:
-        text = task_py.read_text(errors="replace")
-        if re.search(r"output_t\s*=\s*TypeVar\([^)]*bound\s*=\s*tuple", text):
-            return "its output is a tuple of tensors (task.py output_t); kscience judges one output tensor"
+    if task.get("multi_gpu"):
+        return ("it runs one process per GPU on several GPUs at once (task.yml multi_gpu: true); "
+                "kscience judges one process on one device")
     return None
+
+
+def _missing_packages(files: list[Path], local: set[str]) -> list[str]:
+    """Top-level packages the problem's files import that are not installed here."""
+    missing = []
+    for file in files:
+        try:
+            tree = ast.parse(file.read_text(errors="replace"))
+        except SyntaxError:
+            continue  # import_file says so, in one line
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in local or top in missing or top in sys.builtin_module_names:
+                    continue
+                try:
+                    found = importlib.util.find_spec(top)
+                except (ImportError, ValueError):
+                    found = None
+                if found is None:
+                    missing.append(top)
+    return missing
 
 
 def _description(task: dict, reference, name: str) -> str:
@@ -172,6 +195,10 @@ def _map_tensors(data, fn):
     if isinstance(data, dict):
         return {k: _map_tensors(v, fn) for k, v in data.items()}
     return data
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300]
 
 
 def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
@@ -194,7 +221,11 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     # The reference and submissions say `from task import ...`, `from utils import ...`:
     # the helpers stay registered under those bare names for candidates to import too.
     helpers = _helper_files(folder, task)
-    why_not = _unsupported(folder, task, helpers)
+    why_not = _unsupported(folder, task)
+    missing = _missing_packages([reference_file] + [f for _, f in helpers],
+                                {name for name, _ in helpers} | {"reference", "submission"})
+    if missing and not why_not:
+        why_not = f"its reference needs {', '.join(missing)}, not installed here"
     if why_not:
         raise ProblemError(f"{folder.name}: cannot be evaluated: {why_not}")
     for module_name, file in helpers:
@@ -204,45 +235,95 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     proxy_torch(reference)
     missing = [n for n in ("generate_input", "ref_kernel") if not callable(getattr(reference, n, None))]
     if missing:
-        raise ProblemError(f"{reference_file}: lacks {', '.join(missing)}")
+        raise ProblemError(f"{folder.name}: cannot be evaluated: its reference.py has no {' or '.join(missing)} "
+                           "(GPU MODE's harness for it is its own eval.py)")
+
+    bare: list[bool] = []  # set once generate_input has returned a bare tensor in this process
+    found: dict = {}  # what the last generate_input call allocated for outputs (see outputs.buffers)
 
     def generate_input(seed: int, device="cuda", **shape):
         try:
             # Tensors made without a device land on the target one; those made on 'cuda' explicitly
             # do too when the target is not a GPU (see device_map).
-            with torch.device(device), mapped_device(device):
+            # Some draw from the global generator too (bioml-trimul's weights): seeded here, so the
+            # judge and the worker, each generating in its own process, get the same data.
+            gpus = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
+            with torch.random.fork_rng(devices=gpus), torch.device(device), mapped_device(device), \
+                    outputs.allocations() as made:
+                torch.manual_seed(seed)
                 data = reference.generate_input(**shape, seed=seed)
+                found["buffers"] = outputs.buffers(made, data)
         except Exception as exc:
-            first_line = (str(exc).strip().splitlines() or [""])[0]
             raise ProblemError(f"{reference_file}: generate_input({shape_label(shape)}) failed on "
-                               f"{device}: {type(exc).__name__}: {first_line}") from None
+                               f"{device}: {_first_line(exc)}") from None
         if isinstance(data, torch.Tensor):  # a bare tensor is one input, not a sequence of rows
             bare.append(True)
             return (data.to(device),)
         return _map_tensors(data, lambda t: t.to(device))
 
-    bare: list[bool] = []  # set once generate_input has returned a bare tensor in this process
-
     def call_data(data: list):
         return data[0] if bare else tuple(data)
 
-    def ref_kernel(data):
-        # GPU MODE references may write their answer into a preallocated output in `data`;
-        # working on a copy keeps that answer out of the buffer a candidate is given.
-        copy = _map_tensors(data, lambda t: t.clone())
-        with mapped_device(_device_of(copy)):
-            return reference.ref_kernel(copy)
+    declared = any(_STRUCTURED.search(file.read_text(errors="replace")) for name, file in helpers if name == "task")
 
-    own_check = _own_check(reference)
+    def run_reference(data):
+        # GPU MODE references may write their answer into a preallocated output in `data`, or
+        # update an object in it (a KV cache): they get a deep copy, as GPU MODE's check does.
+        device = _device_of(data)
+        try:
+            data = copy.deepcopy(data)
+            # Under no_grad: a reference built from nn.Modules returns tensors that require grad,
+            # which only slows it; the values are the same.
+            with mapped_device(device), torch.no_grad():
+                return _map_tensors(reference.ref_kernel(data), torch.Tensor.detach)
+        except Exception as exc:
+            raise ProblemError(f"{reference_file}: ref_kernel failed on {device}: {_first_line(exc)}") from None
+
+    def ref_kernel(data):
+        expected = run_reference(data)
+        if isinstance(expected, tuple) and type(expected) is not tuple:  # torch.linalg.qr's return type
+            expected = tuple(expected)
+        if outputs.is_structure(expected):
+            if not structured:
+                raise ProblemError(f"{reference_file}: ref_kernel returned {outputs.describe(expected)} on these "
+                                   "inputs, one tensor on the smallest test's")
+            _check_members(expected, f"{reference_file}: ref_kernel returned")
+            return outputs.pack(expected)
+        return expected
+
+    # One call on the smallest test shape, in this process: which members of the data are output
+    # buffers, and whether a task.yml that declares several outputs really returns several (some
+    # declare Tuple[Tensor, Dict] and return one tensor).
+    output_args, zeroed, structured = _probe(task, task_file, cpu_tests[0], generate_input, call_data, found,
+                                             reference, declared)
+    rtol, atol = _tolerances(task, reference)
+    task_check = getattr(reference, "check_implementation", None)
+    own = callable(task_check) and _match_reference_kwargs(task_check) is None
 
     def check(data, output):
-        with mapped_device(_device_of(data)):
-            return own_check(data, output)
+        """GPU MODE's check of one output: the task's own on (copied data, the output on the data's
+        device), else closeness to the reference member by member. None when right, else why."""
+        device = _device_of(data)
+        got = outputs.unpack(output) if structured else output
+        if isinstance(got, str):
+            return f"custom_kernel returned {got}, expected a {_declared(helpers)} of tensors"
+        got = _map_tensors(got, lambda t: t.to(device))
+        nan = _nan_member(got)
+        if nan:
+            return nan
+        if own:
+            with mapped_device(device):
+                verdict = task_check(copy.deepcopy(data), got)
+            if isinstance(verdict, tuple):  # (ok, message)
+                return None if verdict[0] else (str(verdict[1]) or "check_implementation failed")
+            return str(verdict) if verdict else None  # GPU MODE's '' for a pass, a message otherwise
+        try:
+            return _compare_members(got, run_reference(data), rtol, atol)
+        except (MemoryError, RuntimeError) as exc:
+            if isinstance(exc, RuntimeError) and "alloc" not in str(exc):
+                raise
+            raise ProblemError(f"{reference_file}: comparing with the reference ran out of memory on {device}") from None
 
-    rtol, atol = _tolerances(task, reference)
-    output_args = task.get("output_args") or []
-    if not isinstance(output_args, list) or not all(isinstance(i, int) for i in output_args):
-        raise ProblemError(f"{task_file}: `output_args` must be a list of data indices")
     submission = folder / "submission.py"
     return Problem(
         name=folder.name,
@@ -256,14 +337,122 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         benchmarks=benchmarks,
         cpu_tests=cpu_tests,
         cpu_benchmarks=cpu_benchmarks,
-        output_args=tuple(output_args),
+        output_args=output_args,
+        zeroed_outputs=zeroed,
+        several_outputs=structured,
         call_data=call_data,
         seed_source=submission.read_text() if submission.is_file() else None,
-        check=check if own_check else None,
+        check=check if own or structured else None,
     )
+
+
+def _probe(task: dict, task_file: Path, shape: Shape, generate_input, call_data, found: dict, reference,
+           declared: bool) -> tuple[tuple, tuple, bool]:
+    """(output indices, those handed out zeroed, whether the reference returns several tensors),
+    from one generate_input and one ref_kernel call on `shape`, on the meta device (sizes without
+    memory or arithmetic) where generate_input allows, else on the CPU. Outputs are the members
+    generate_input allocated and left unwritten, and those the reference returns (having written
+    them); task.yml's `output_args` overrides both. A task whose code runs nowhere here keeps what
+    task.py declares, and its failure comes back in one line when the judge asks for inputs."""
+    given = task.get("output_args")
+    if given is not None and (not isinstance(given, list) or not all(isinstance(i, int) for i in given)):
+        raise ProblemError(f"{task_file}: `output_args` must be a list of data indices")
+    output_args, zeroed, returned = (), (), None
+    for device in ("meta", "cpu"):
+        try:
+            data = generate_input(0, device, **shape)
+        except ProblemError:
+            continue
+        output_args, zeroed = found.get("buffers", ((), ()))
+        try:
+            with torch.device(device), mapped_device(device), torch.no_grad():
+                returned = reference.ref_kernel(call_data(list(data)))
+        except Exception:  # noqa: BLE001 - the judge meets the same failure and says so in one line
+            pass  # (not retried on the CPU: amd-moe's reference takes minutes there)
+        break
+    else:
+        return tuple(given or ()), (), declared
+    if returned is not None:
+        produced = {outputs.storage_key(t) for t in _tensors(returned)} - {None}
+        output_args += tuple(i for i, t in enumerate(data) if isinstance(t, torch.Tensor)
+                             and i not in output_args and outputs.storage_key(t) in produced)
+    if given is not None:
+        output_args, zeroed = tuple(given), tuple(i for i in zeroed if i in given)
+    structured = outputs.is_structure(returned) if returned is not None else declared
+    return tuple(sorted(output_args)), tuple(zeroed), structured
+
+
+def _tensors(value) -> list:
+    found = []
+    _map_tensors(value, found.append)
+    return found
+
+
+def _declared(helpers) -> str:
+    for name, file in helpers:
+        match = _STRUCTURED.search(file.read_text(errors="replace")) if name == "task" else None
+        if match:
+            return match.group(1).lower()
+    return "tuple"
+
+
+def _check_members(value, what: str) -> None:
+    _, _, members = outputs.members(value)
+    bad = [type(m).__name__ for m in members if not isinstance(m, torch.Tensor)]
+    if bad or not members:
+        raise ProblemError(f"{what} {outputs.describe(value)} holding {', '.join(bad) or 'nothing'}; "
+                           "kscience judges tensors")
+
+
+def _nan_member(got) -> str | None:
+    """NaN never passes, whatever the reference says: unwritten outputs are NaN-poisoned."""
+    _, _, members = outputs.members(got) if outputs.is_structure(got) else (0, [""], [got])
+    for i, t in enumerate(members):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            nan = int(torch.isnan(t.float() if t.dtype.itemsize == 1 else t).sum())
+            if nan:
+                where = f"member {i}: " if outputs.is_structure(got) else ""
+                return f"{where}{nan} of {t.numel()} output elements are NaN (unwritten or computed)"
+    return None
+
+
+def _compare_members(got, expected, rtol: float, atol: float) -> str | None:
+    """Each member of `got` close to the same member of `expected` (GPU MODE's verbose_allclose rule)."""
+    if outputs.is_structure(expected) != outputs.is_structure(got) or \
+            (outputs.is_structure(got) and len(got) != len(expected)):
+        return f"custom_kernel returned {outputs.describe(got)}, expected {outputs.describe(expected)}"
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            return f"custom_kernel returned keys {sorted(map(str, got))}, expected {sorted(expected)}"
+        pairs = [(key, got[key], expected[key]) for key in expected]
+    elif outputs.is_structure(got):
+        pairs = [(i, out, want) for i, (out, want) in enumerate(zip(got, expected))]
+    else:
+        pairs = [(None, got, expected)]
+    for key, out, want in pairs:
+        where = f"member {key}: " if key is not None else ""
+        if tuple(out.shape) != tuple(want.shape):
+            return f"{where}output shape {tuple(out.shape)}, expected {tuple(want.shape)}"
+        if out.dtype != want.dtype:
+            return f"{where}output dtype {out.dtype}, expected {want.dtype}"
+        a, b = out.double(), want.to(out.device).double()
+        close = torch.isclose(a, b, rtol=rtol, atol=atol)
+        if not bool(close.all()):
+            bad = int((~close).sum())
+            idx = tuple(int(j) for j in torch.nonzero(~close)[0])
+            return (f"{where}{bad} of {a.numel()} elements outside rtol={rtol}, atol={atol}; "
+                    f"first at {idx}: got {float(a[idx]):.6g}, expected {float(b[idx]):.6g}")
+    return None
 
 
 def _device_of(data) -> str:
     found = []
     _map_tensors(data, lambda t: found.append(t.device))
+    if not found:  # tensors inside objects (a config, a cache module)
+        for value in data if isinstance(data, (tuple, list)) else [data]:
+            for t in vars(value).values() if hasattr(value, "__dict__") else []:
+                if isinstance(t, torch.Tensor):
+                    found.append(t.device)
+            if hasattr(value, "buffers") and callable(value.buffers):
+                found += [b.device for b in value.buffers()]
     return str(found[0]) if found else "cpu"

@@ -37,6 +37,12 @@ class Problem:
     bytes_moved: Callable[..., float] = lambda **shape: 0.0  # fewest bytes a call must move
     precision: str = "bf16"  # which peak rate bounds the arithmetic: "fp32", "bf16", "fp8"
     output_args: tuple[int, ...] = ()  # indices into data of buffers the candidate may write
+    # Those of them whose initial content is part of the task (GPU MODE's zeroed `c`, which a kernel
+    # may accumulate into): restored before every call instead of poisoned.
+    zeroed_outputs: tuple[int, ...] = ()
+    # The answer is a tuple, list or dict of tensors (GPU MODE's output_t): the worker packs it into
+    # one tensor (problems/outputs.py) and `check` judges it member by member.
+    several_outputs: bool = False
     entry: str = "custom_kernel"  # or "ModelNew" for KernelBench problems
     seed_source: str | None = None  # a correct starting kernel (Triton, tunable knobs as literals)
     # What a PyTorch user would write, in the problem's own dtypes: the eager and torch.compile
@@ -44,7 +50,8 @@ class Problem:
     eager_kernel: Callable[[Any], Any] | None = None  # None: the reference is already idiomatic
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
     # (data, output) -> None when right, else a one-line reason: the judge calls it, in the trusted
-    # process, instead of comparing with ref_kernel's output (answers that are right but not unique).
+    # process, instead of comparing with ref_kernel's output (answers that are right but not unique,
+    # or several tensors packed into one, see problems/outputs.py).
     check: Callable[[Any, Any], str | None] | None = None
     # How the list of inputs is handed to the candidate and the reference: a tuple, except for
     # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
