@@ -12,6 +12,10 @@ verdict and its one-line reason, and a count at the top.
         [--with-reference]   # also the task's own reference, as a candidate, for every directory
         [--shapes tests]     # correctness only, no timing
         [--budget 330]       # start no evaluation after 330 s; the rest are listed as not run
+        [--resume FILE]      # keep FILE's verdicts; judge only its rows not run or timed out
+
+A device call is limited to ten minutes, so a whole sweep on a GPU takes several: each resumes the
+file the last one wrote (`--resume`), with `--only` and `--time-limit` chosen per call.
 
 The GPU machine has no network: `--repo` is a checkout (or `git archive` extract) carried there.
 """
@@ -89,7 +93,8 @@ def main() -> int:
     p.add_argument("--repo", required=True, type=Path, help="a checkout of gpu-mode/reference-kernels")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
                    help="the limit of each evaluation (kscience eval --timeout; default 60)")
-    p.add_argument("--only", default="", help="only directories whose path contains this text")
+    p.add_argument("--only", action="append", default=[], metavar="TEXT",
+                   help="only directories whose path contains this text (repeatable: any of them)")
     p.add_argument("--with-reference", action="store_true",
                    help="also judge each task's own reference as a candidate (needs no package a solution may)")
     p.add_argument("--shapes", choices=("all", "tests"), default="all",
@@ -99,6 +104,9 @@ def main() -> int:
     p.add_argument("--memory-limit-gb", type=float, default=None, metavar="GB",
                    help="without a GPU: the address space this process may take (default: half the host's "
                         "memory), so a reference too big for the host fails in one line instead of being killed")
+    p.add_argument("--resume", type=Path, default=None, metavar="FILE",
+                   help="a results file of an earlier sweep: its verdicts are kept, except rows not run "
+                        "or timed out, which are judged again (and any directory it lacks)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     judging_process()
@@ -113,7 +121,8 @@ def main() -> int:
     commit = _commit(args.repo)
     device = detect()
     folders = sorted(f.parent for f in problems.rglob("task.yml") if (f.parent / "reference.py").is_file())
-    folders = [f for f in folders if args.only in str(f.relative_to(problems))]
+    chosen = [f for f in folders if not args.only or any(t in str(f.relative_to(problems)) for t in args.only)]
+    earlier = _earlier_rows(args.resume) if args.resume else {}
     rows, t_start = [], time.monotonic()
     date = datetime.date.today().isoformat()
     tag = re.sub(r"\W+", "_", device.name).strip("_")
@@ -122,10 +131,16 @@ def main() -> int:
     settings = f"--time-limit {args.time_limit:g} --shapes {args.shapes}" + (" --with-reference" if args.with_reference else "")
     for folder in folders:
         name = str(folder.relative_to(problems))
+        if folder not in chosen and not any(d == name for d, _ in earlier):
+            continue
         entries = solutions(folder) or [("(none)", None, True)]
         if args.with_reference:
             entries.append(("(reference)", folder / "reference.py", True))
         for label, file, should_pass in entries:
+            kept = earlier.get((name, label))
+            if kept is not None and (folder not in chosen or kept["status"] not in ("not run", "timeout")):
+                rows.append(kept)
+                continue
             if file is None:
                 status, why, wall = "no solution", "the directory publishes no solution", 0.0
             elif args.budget is not None and time.monotonic() - t_start > args.budget:
@@ -142,6 +157,20 @@ def main() -> int:
     print(f"wrote {out}")
     sandbox.close_spares()
     return 0
+
+
+def _earlier_rows(path: Path) -> dict:
+    """{(directory, solution): row} from a results file `_markdown` wrote."""
+    rows = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) != 5 or cells[0] in ("directory", "---") or not re.fullmatch(r"[\d.]+", cells[3]):
+            continue
+        name, label, status, seconds, reason = cells
+        expected = status == "ok" if not label.startswith("incorrect/") else status not in ("ok", "TRACEBACK")
+        rows[(name, label)] = {"dir": name, "solution": label, "status": status, "seconds": float(seconds),
+                               "reason": reason.replace("\\|", "|"), "as_expected": expected}
+    return rows
 
 
 def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: float, settings: str) -> str:
@@ -179,14 +208,16 @@ def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: fl
 
 
 def _commit(repo: Path) -> str:
+    stamp = repo / "COMMIT"  # an extract made with `git archive` carries its commit here; git would
+    if stamp.is_file():  # name the checkout the extract sits in
+        return stamp.read_text().strip()
     try:
         done = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
         if done.returncode == 0:
             return done.stdout.strip()
     except OSError:
         pass
-    stamp = repo / "COMMIT"  # an extract made with `git archive` can carry its commit here
-    return stamp.read_text().strip() if stamp.is_file() else "unknown"
+    return "unknown"
 
 
 if __name__ == "__main__":

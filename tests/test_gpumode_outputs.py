@@ -113,6 +113,25 @@ def test_inputs_drawn_from_the_global_generator_and_nested_in_a_dict_are_the_sam
     assert judge(problem, problem.seed_source).status == "ok"
 
 
+def test_a_task_declaring_a_tuple_whose_reference_returns_one_tensor_judges_one_tensor(tmp_path):
+    """amd-moe: task.py says Tuple[Tensor, Dict], its reference returns one tensor, and the probe on
+    the meta device cannot run it (here: `.item()`), so the declaration stands until the judge sees
+    the reference's answer."""
+    reference = ("import torch\nfrom task import output_t\n"
+                 "def generate_input(n, seed):\n    g = torch.Generator(device='cuda')\n    g.manual_seed(seed)\n"
+                 "    return (torch.randn(n, device='cuda', generator=g),)\n"
+                 "def ref_kernel(data):\n    (x,) = data\n    return x * 2 + 0 * x.sum().item()\n")
+    folder = _task(tmp_path / "moe_like", reference)
+    (folder / "task.py").write_text("import torch\nfrom typing import TypeVar, Tuple, Dict\n"
+                                    "output_t = TypeVar('output_t', bound=Tuple[torch.Tensor, Dict])\n")
+    problem = load_problem(str(folder))
+    assert problem.several_outputs  # as declared: the probe could not run the reference
+    right = "def custom_kernel(data):\n    (x,) = data\n    return x * 2\n"
+    assert judge(problem, right).status == "ok"
+    wrong = judge(problem, right.replace("x * 2", "x * 3"))
+    assert wrong.status == "wrong_answer" and "elements outside" in wrong.message
+
+
 def test_pack_and_unpack_keep_structure_and_refuse_malformed_bytes():
     q, r = torch.randn(3, 4), torch.arange(5, dtype=torch.int32)
     back = outputs.unpack(outputs.pack((q, r)))
