@@ -32,6 +32,7 @@ class StageChanged(Event):
     stage: str
     iteration: int
     detail: str = ""
+    line: int = 0  # the line of work (1..K) that moved on; 0 for the run's own steps (seed, baselines, done)
 
 
 @dataclass
@@ -84,6 +85,7 @@ class EvaluationWaiting(Event):
     iteration: int
     state: str
     waited_s: float
+    line: int = 0
 
 
 @dataclass

@@ -168,7 +168,8 @@ class Run:
                                     reference_source=reference_source(self.problem),
                                     compiled_source=compiled_source(self.problem),
                                     compiled_baseline=self.config.compiled_baseline, stop=self._stop,
-                                    profile=self.config.profile, stop_at_sol=self.config.stop_at_sol)
+                                    profile=self.config.profile, stop_at_sol=self.config.stop_at_sol,
+                                    lines=self.config.lines, max_evaluations=self.config.evaluations)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"

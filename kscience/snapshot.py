@@ -16,7 +16,7 @@ from functools import cached_property
 from kscience.problems import geomean, shape_label
 from kscience.evaluate import result as R
 from kscience.roofline import ShapeSol, summary
-from kscience.store import BASELINE_KINDS, PENDING, Store
+from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
 
 BENCHMARK = "benchmark"
 OK = R.OK
@@ -48,8 +48,15 @@ def inside_range(low: float | None, high: float | None, measured: float | None) 
 
 
 def iterations_done(plans: list[dict]) -> int:
-    """Design rounds started (their plans are stored): what a run counts toward its target."""
-    return max((p["iteration"] for p in plans), default=0)
+    """Iterations (designs) whose plans are stored: what a run counts toward its target. Counted, not
+    the highest number: with several lines, a line that found nothing to try leaves its number unused."""
+    return len({p["iteration"] for p in plans})
+
+
+def judged_count(candidates: list[dict]) -> int:
+    """Candidate kernels with a verdict (seed, children, repairs; not the baselines, not failed writes):
+    what the `--evaluations` budget counts. A source judged before gets its verdict again and counts."""
+    return sum(c["kind"] not in BASELINE_KINDS and c["status"] not in (PENDING, WRITE_FAILED) for c in candidates)
 
 
 def best_candidate(candidates: list[dict]) -> dict | None:

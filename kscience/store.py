@@ -4,7 +4,8 @@ Tables: runs, candidates (with lineage), plans (the designer's hypotheses and th
 choice they came from), findings, llm_calls, events; since schema 2 also campaigns (a suite of
 problems, one run each: `campaign_problems`) and retimes (stored kernels judged again on another
 device, beside their original verdicts); since schema 3 profiles (what a profiler saw of a
-candidate: compile facts, Nsight Compute metrics, speed of light). Older files are migrated in
+candidate: compile facts, Nsight Compute metrics, speed of light); since schema 4 slot_times
+(how busy each evaluation slot was in each session of a run). Older files are migrated in
 place when opened. A row is committed before anything is shown about it, so whatever a user has
 seen survives a `kill -9` and a run resumes from here.
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from kscience.redact import redact, secret_values
 
-SCHEMA_VERSION = 3  # schema/v1.sql creates the tables; v2.sql, v3.sql each migrate the version before
+SCHEMA_VERSION = 4  # schema/v1.sql creates the tables; v2.sql ... v4.sql each migrate the version before
 DEFAULT_DB = "kscience.db"
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
 PENDING = "pending"  # a candidate written but not evaluated yet
@@ -347,6 +348,16 @@ class Store:
         """Events of a run in order; `after_seq` lets a poller fetch only what is new."""
         return self._query("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after_seq))
 
+
+    # --- evaluation slots --------------------------------------------------------------------
+    def record_slot_time(self, run_id: str, *, session: float, slot: int, wall_s: float, busy_s: float,
+                         evaluations: int) -> None:
+        """A slot's busy time in one session of a run (`session`: when it started), replacing the last."""
+        self._write("INSERT OR REPLACE INTO slot_times (run_id, session, slot, wall_s, busy_s, evaluations, updated)"
+                    " VALUES (?,?,?,?,?,?,?)", (run_id, session, slot, wall_s, busy_s, evaluations, time.time()))
+
+    def slot_times(self, run_id: str) -> list[dict]:
+        return self._query("SELECT * FROM slot_times WHERE run_id=? ORDER BY session, slot", (run_id,))
 
     # --- campaigns ---------------------------------------------------------------------------
     def create_campaign(self, *, name: str, suite: str, config: dict, problems: list[dict],

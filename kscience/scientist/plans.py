@@ -103,6 +103,16 @@ def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
     return plans
 
 
+def refuse_taken(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
+    """Unchoose every plan titled as an experiment carried out or under way on the same base:
+    lines designing on one base at once must not run one experiment twice."""
+    taken_keys = {_title_key(t) for t in taken}
+    for plan in plans:
+        if plan.chosen and _title_key(plan.title) in taken_keys:
+            plan.chosen, plan.why_chosen = False, ""
+    return plans
+
+
 def predicted_range(plan: Plan) -> str:
     return f"{plan.predicted_min_pct:+g}..{plan.predicted_max_pct:+g}%"
 
