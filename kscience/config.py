@@ -55,8 +55,8 @@ class RunConfig:
     problem: str = setting(None, None, PROBLEM_HELP)  # a positional argument, not a flag
     # An iteration is one design: a line's select -> design and its chosen experiments (up to three).
     iterations: int | None = setting(None, "--iterations", "iterations (designs, each with up to three "
-                                     "experiments) the run aims for in total (default 3, or unbounded by this "
-                                     "with --evaluations)", metavar="N", on_resume=True,
+                                     "experiments) the run aims for in total; given --evaluations alone, as "
+                                     "many as that budget allows (default 3)", metavar="N", on_resume=True,
                                      resume_help="iterations to add (default: what remains of the run's target)")
     # Candidate kernels judged (seed, children, repairs; not the baselines): the budget a user thinks in.
     evaluations: int | None = setting(None, "--evaluations", "stop once this many candidate kernels were "

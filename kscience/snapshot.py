@@ -95,6 +95,15 @@ def fmt_pct(pct: float) -> str:
     return f"{pct:+.1f}%"
 
 
+def fmt_busy(fractions: list[float]) -> str:
+    """Busy fraction per evaluation slot, e.g. "slot 0 93%, slot 1 88%" (a lone slot: "93%")."""
+    if not fractions:
+        return "not measured"
+    if len(fractions) == 1:
+        return f"{fractions[0]:.0%}"
+    return ", ".join(f"slot {i} {f:.0%}" for i, f in enumerate(fractions))
+
+
 def fmt_sol(summary: dict | None) -> str:
     """A speed-of-light summary (Snapshot.sol_summary) as one short phrase."""
     if summary is None:
@@ -195,12 +204,13 @@ class Snapshot:
     usage: dict  # store.llm_usage
     taken_at: float
     profiles: list[dict] = field(default_factory=list)  # what a profiler saw, per candidate (store.profiles)
+    slot_times: list[dict] = field(default_factory=list)  # busy time per evaluation slot and session
 
     @classmethod
     def load(cls, store: Store, run_id: str) -> "Snapshot":
         return cls(run=store.run(run_id), candidates=store.candidates(run_id), plans=store.plans(run_id),
                    findings=store.findings(run_id), usage=store.llm_usage(run_id), taken_at=time.time(),
-                   profiles=store.profiles(run_id))
+                   profiles=store.profiles(run_id), slot_times=store.slot_times(run_id))
 
     # --- the population ----------------------------------------------------------------------
     @cached_property
@@ -367,6 +377,17 @@ class Snapshot:
         return max(0.0, end - self.run["created"])
 
     # --- the numbers a paper reports ---------------------------------------------------------
+    @cached_property
+    def busy_fractions(self) -> list[float]:
+        """Per evaluation slot, the fraction of the run's wall time (every session it had that slot) in
+        which an evaluation was in flight on it. Empty for runs stored before schema 4."""
+        busy: dict[int, list[float]] = {}
+        for row in self.slot_times:
+            total = busy.setdefault(row["slot"], [0.0, 0.0])
+            total[0] += row["busy_s"]
+            total[1] += row["wall_s"]
+        return [round(min(1.0, b / w), 4) if w > 0 else 0.0 for _, (b, w) in sorted(busy.items())]
+
     def metrics(self) -> dict:
         """The run's numbers, as `kscience show --json` reports them: recomputed from the stored rows."""
         evaluated, best, seed = self.evaluated, self.best, self.seed
@@ -414,6 +435,7 @@ class Snapshot:
                                 if any(p.get("ncu") for p in self.profiles) else None),
             "n_flagged": sum(bool(p.get("flag")) for p in self.profiles),
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
+            "busy_per_slot": self.busy_fractions,
         }
 
     def listing(self) -> dict:
