@@ -78,6 +78,8 @@ class Judging:
 
     async def _judge(self, cand: dict, line: int) -> dict:
         ctx = self.ctx
+        if self._free.empty():  # every slot is taken: the dashboard shows this line waiting for the evaluator
+            ctx.stage("queued", cand["iteration"], cand["id"], line)
         slot = await self._free.get()
         started = time.monotonic()
         future = None

@@ -80,10 +80,10 @@ class Controller:
     async def _schedule(self, target: int) -> None:
         """Keep up to `self.lines` lines going: first every interrupted iteration, then new ones while
         the budgets allow. Ends when no line is left; raises the first failure once all have committed."""
-        tasks: dict[asyncio.Task, int] = {}  # line task -> its line number
+        tasks: dict[asyncio.Task, tuple[int, int]] = {}  # line task -> (its line number, its iteration)
         for rows in self._open_iterations():
             number = self._free_line(tasks)
-            tasks[asyncio.create_task(Line(self, number).experiments(rows))] = number
+            tasks[asyncio.create_task(Line(self, number).experiments(rows))] = (number, rows[0]["iteration"])
         designing: set[asyncio.Task] = set()
         failure: BaseException | None = None
         stopped: Stopped | None = None
@@ -108,13 +108,15 @@ class Controller:
                     number, iteration = self._free_line(tasks), self._next_iteration()
                     task = asyncio.create_task(self._new_line(number, iteration, designing))
                     designing.add(task)
-                    tasks[task] = number
+                    tasks[task] = (number, iteration)
                 if not tasks:
                     break
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    tasks.pop(task)
+                    number, iteration = tasks.pop(task)
                     designing.discard(task)
+                    if self.lines > 1:  # the dashboard shows each line's stage: this one has none now
+                        self.stage("line ended", iteration, "", number)
                     exc = task.exception()
                     if isinstance(exc, NothingLeft):
                         exhausted_at, ended = self._population_size(), str(exc)
@@ -159,7 +161,7 @@ class Controller:
     @staticmethod
     def _free_line(tasks: dict) -> int:
         """The lowest line number not in use, so the dashboard's lines keep their numbers."""
-        used = set(tasks.values())
+        used = {number for number, _ in tasks.values()}
         return next(n for n in range(1, len(used) + 2) if n not in used)
 
     def _next_iteration(self) -> int:

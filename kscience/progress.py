@@ -36,6 +36,8 @@ class Progress:
         if isinstance(event, StageChanged):
             if event.stage == "done":  # the run ends early and says why (nothing left to try)
                 self._line(event.detail)
+            elif event.stage == "line ended":  # one of several lines of work ended; the bar shows the others
+                pass
             elif self.bar is not None:
                 self.bar.n = max(self.bar.n, event.iteration - 1)
                 self.bar.set_postfix_str(f"{event.stage} {event.detail}".strip()[:60])

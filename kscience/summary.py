@@ -7,7 +7,7 @@ run times as a baseline (stored as the candidate of kind "reference")."""
 from __future__ import annotations
 
 from kscience.liveness import display_status
-from kscience.snapshot import EAGER, fmt_duration, fmt_us, fmt_x, plural, speedup
+from kscience.snapshot import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural, speedup
 
 CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
 
@@ -81,6 +81,8 @@ def summary_lines(row: dict, m: dict) -> list[str]:
                                              f"{m['uplift_mean_abs_error_pct']:.1f} percentage points"
                                              if uplift else "no plan measured"),
               f"  LLM                    {llm_text(m['llm'])}"]
+    if m.get("busy_per_slot"):
+        lines.append(f"  evaluator busy         {fmt_busy(m['busy_per_slot'])} of the run's wall time")
     return lines + sol_lines(m)
 
 

@@ -248,3 +248,24 @@ def test_kill_9_with_four_lines_in_flight_loses_nothing_and_resume_picks_every_l
     assert sorted(f["plan_id"] for f in store.findings(run_id)) == chosen  # one finding per plan
     children = [c for c in store.candidates(run_id) if c["kind"] == "child"]
     assert sorted(c["plan_id"] for c in children) == chosen  # one child per plan, none written twice
+
+
+def test_show_and_the_dashboard_say_how_busy_each_slot_was_and_what_each_line_does(tmp_path):
+    from kscience.events import StageChanged
+    from kscience.jupyter import panels
+    from kscience.summary import summary_lines
+
+    run = make_run(tmp_path, ScriptedScientist(), FakeExecutor(capacity=2, delay_s=0.1), iterations=2, lines=2)
+    assert run.start(background=False).status == "finished"
+    snap = Snapshot.load(run.store, run.id)
+    busy = [line for line in summary_lines(snap.run, snap.metrics()) if "evaluator busy" in line]
+    assert len(busy) == 1 and "slot 0" in busy[0] and "slot 1" in busy[0]
+    assert dict(panels.header_facts(snap))["evaluator busy"].startswith("slot 0 ")
+
+    stages: dict = {}
+    for event in (StageChanged("design", 3, "base c-1", line=1), StageChanged("queued", 4, "c-9", line=2),
+                  StageChanged("write", 5, "tile", line=3), StageChanged("line ended", 5, "", line=3)):
+        panels.note_stage(stages, event)
+    snap.run["status"] = "running"
+    assert panels.stage_text(snap, stages) == ("line 1: designing base c-1 (iteration 3); "
+                                              "line 2: waiting for the evaluator c-9 (iteration 4)")

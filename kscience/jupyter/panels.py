@@ -12,7 +12,7 @@ import difflib
 import html
 
 from kscience.liveness import display_status
-from kscience.snapshot import (Snapshot, error_text, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
+from kscience.snapshot import (Snapshot, error_text, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
                                uplift_pct, why_chosen_text)
 from kscience.summary import budget_parts
 
@@ -49,6 +49,8 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     sol = snap.sol_summary(best)
     if sol is not None:  # only with a roofline bound: GPU timings on a known device
         facts.append(("speed of light", fmt_sol(sol)))
+    if snap.busy_fractions:
+        facts.append(("evaluator busy", fmt_busy(snap.busy_fractions)))
     return facts
 
 
@@ -64,18 +66,39 @@ def header_html(snap: Snapshot, session_s: float | None = None) -> str:
 def stage_of(event) -> dict:
     """The stage line's source: a stage change, or an evaluation waiting on a queue (shown as its detail)."""
     if event.type == "evaluation_waiting":
-        return {"stage": "evaluate", "iteration": event.iteration,
+        return {"stage": "evaluate", "iteration": event.iteration, "line": event.line,
                 "detail": f"{event.candidate_id} waiting {event.waited_s:.0f} s: {event.state}"}
-    return {"stage": event.stage, "iteration": event.iteration, "detail": event.detail}
+    return {"stage": event.stage, "iteration": event.iteration, "detail": event.detail, "line": event.line}
+
+
+def note_stage(stages: dict[int, dict], event) -> None:
+    """Keep the latest stage of each line of work (`stages`: line -> stage_of); a line that ended is dropped."""
+    stage = stage_of(event)
+    stages.pop(stage["line"], None)  # re-inserted last: the newest stage is the dict's last entry
+    if stage["stage"] != "line ended":
+        stages[stage["line"]] = stage
+
+
+LINE_WORDS = {"select": "selecting", "design": "designing", "write": "writing", "queued": "waiting for the evaluator",
+              "evaluate": "evaluating", "repair": "repairing", "finding": "recording its finding",
+              "profile": "profiling"}
 
 
 def stage_text(snap: Snapshot, stage: dict | None, stopping: bool = False) -> str:
-    """What the run is doing now: the latest stage while it runs, its final status afterwards."""
+    """What the run is doing now: the latest stage while it runs (`stage`: one stage_of, or a dict of
+    them per line when several lines run at once), its final status afterwards."""
     status = display_status(snap.run)
     if status != "running":
         error = f": {snap.run['error']}" if snap.run["error"] else ""
         return f"{status} with {snap.iterations_complete} of {snap.target} iteration(s) complete{error}"
     prefix = "stop requested, ending after the current evaluation; " if stopping else ""
+    if stage and "stage" not in stage:  # per line
+        lines = {n: s for n, s in stage.items() if n}
+        if len(lines) > 1:
+            return prefix + "; ".join(f"line {n}: {LINE_WORDS.get(s['stage'], s['stage'])}"
+                                      f"{' ' + s['detail'] if s.get('detail') else ''} (iteration {s['iteration']})"
+                                      for n, s in sorted(lines.items()))
+        stage = list(stage.values())[-1] if stage else None
     if not stage:
         return f"{prefix}running, {snap.iterations_complete} of {snap.target} iteration(s) complete"
     detail = f" {stage['detail']}" if stage.get("detail") else ""
