@@ -112,7 +112,7 @@ class RunConfig:
         if not self.problem:
             raise ConfigError("a run needs a problem")
         if self.strategy is None:
-            self.strategy = "tournament" if self.llm == "offline" else "llm"
+            self.strategy = "tournament" if self.llm.partition("@")[0] == "offline" else "llm"
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.strategy!r}: use {', '.join(STRATEGIES)}")
         if not valid_executor(self.executor):

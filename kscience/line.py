@@ -16,7 +16,7 @@ from dataclasses import asdict
 from kscience.evaluate import result as R
 from kscience.events import CandidateWritten, FindingRecorded, HypothesesProposed
 from kscience.scientist.briefing import coverage
-from kscience.scientist.plans import refuse_taken
+from kscience.scientist.plans import choose_untaken
 from kscience.scientist.roles import Plan
 from kscience.snapshot import REPAIRABLE, uplift_pct
 from kscience.store import PENDING, WRITE_FAILED
@@ -77,17 +77,25 @@ class Line:
         # nothing new to try gives way to the next correct member; when none has anything left, the
         # line ends rather than run an empty round.
         others = sorted((v for v in population if v.status == R.OK and v.id != base.id), key=lambda v: v.geomean_us)
-        tried = []
-        for candidate in [base, *others[:MAX_BASE_SWITCHES]]:
+        tried, redesigned, order = [], set(), [base, *others[:MAX_BASE_SWITCHES]]
+        while order:
+            candidate = order.pop(0)
             if candidate is not base:
                 justification += f" [switched to {candidate.id}: nothing new to try on {base.id}]"
                 base, reference = candidate, None
             self._stage("design", iteration, f"base {base.id}")
             done, in_flight = ctx.plans_on(base.id)
             plans = await ctx.scientist.design(base, reference, findings, done, in_flight)
-            # Another line may have stored plans on this base while this one was designing: a plan
-            # carried out or under way there is refused here, whatever the designer chose.
-            if any(p.chosen for p in refuse_taken(plans, sum(ctx.plans_on(base.id), []))):
+            # Lines designing on one base at once propose alike: a plan another line stored meanwhile
+            # is refused, the designer's other proposals stand in for it, and when none is left the
+            # base is designed on once more, now with those plans in view as under way.
+            taken = sum(ctx.plans_on(base.id), [])
+            if any(p.chosen for p in plans) and not any(p.chosen for p in choose_untaken(plans, taken)) \
+                    and len(taken) > len(done) + len(in_flight) and candidate.id not in redesigned:
+                redesigned.add(candidate.id)
+                order.insert(0, candidate)
+                continue
+            if any(p.chosen for p in plans):
                 break
             tried.append(base.id)
         else:

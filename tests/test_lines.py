@@ -85,18 +85,18 @@ def test_lines_run_concurrently_and_a_finding_of_one_line_reaches_another_lines_
 class Stubborn(ScriptedScientist):
     """Always proposes the same titles and ignores what is under way: the controller must refuse them."""
 
-    def __init__(self, **kw):
+    def __init__(self, overlap: int = 2, **kw):
         super().__init__(**kw)
         self.in_flight_seen: list[list[str]] = []
-        self._both_designing = asyncio.Event()
-        self._designing = 0
+        self._all_designing = asyncio.Event()
+        self._designing, self._overlap = 0, overlap
 
     async def design(self, base, reference, findings, done=(), in_flight=()):
         self.in_flight_seen.append(list(in_flight))
         self._designing += 1
-        if self._designing == 2:
-            self._both_designing.set()
-        await asyncio.wait_for(self._both_designing.wait(), 5)  # the first two designs overlap
+        if self._designing == self._overlap:
+            self._all_designing.set()
+        await asyncio.wait_for(self._all_designing.wait(), 5)  # the first `overlap` designs overlap
         plans = await super().design(base, reference, findings, done)
         for i, p in enumerate(plans):
             p.title = f"x{self.factors[i]} same"
@@ -110,9 +110,21 @@ def test_a_plan_in_flight_is_never_designed_twice(tmp_path):
     pairs = chosen_titles_per_base(run.store, run.id)
     assert len(pairs) == len(set(pairs))  # the second design on the seed had its duplicates refused
     seed_id = run.store.candidates(run.id)[0]["id"]
-    assert [t for b, t in pairs if b == seed_id] == ["x0.9 same", "x0.8 same", "x1.1 same"]
-    # the refused line moved to another base once there was one, or found nothing left: never a duplicate
+    # the first line stored its three; the second's clashed, so its two other proposals stood in for them
+    assert [t for b, t in pairs if b == seed_id] == ["x0.9 same", "x0.8 same", "x1.1 same", "x0.7 same", "x0.6 same"]
+    assert sci.in_flight_seen[:2] == [[], []]  # both designed before either had stored a plan
     assert len(run.store.findings(run.id)) == len(pairs)
+
+
+def test_a_line_whose_every_proposal_is_taken_designs_again_seeing_them_under_way(tmp_path):
+    sci = Stubborn(overlap=3, factors=(0.9, 0.8, 1.1, 0.7, 0.6))
+    run = make_run(tmp_path, sci, FakeExecutor(capacity=2, delay_s=0.05), iterations=3, lines=3)
+    assert run.start(background=False).status == "finished", run.error
+    pairs = chosen_titles_per_base(run.store, run.id)
+    assert len(pairs) == len(set(pairs))
+    # the third line found all five titles taken on the seed and asked once more, told they are under way
+    assert sci.in_flight_seen[3] and len(sci.in_flight_seen[3]) == 5
+    assert len({p["iteration"] for p in run.store.plans(run.id)}) == 3  # it still designed, later, elsewhere
 
 
 def test_the_designer_is_told_what_other_lines_have_under_way(tmp_path):
@@ -269,3 +281,40 @@ def test_show_and_the_dashboard_say_how_busy_each_slot_was_and_what_each_line_do
     snap.run["status"] = "running"
     assert panels.stage_text(snap, stages) == ("line 1: designing base c-1 (iteration 3); "
                                               "line 2: waiting for the evaluator c-9 (iteration 4)")
+
+
+def test_a_stop_with_three_lines_in_flight_then_resume_loses_nothing(tmp_path):
+    path = tmp_path / "k.db"
+    first = Run.create(RunConfig(problem="softmax", iterations=4, lines=3), store=Store(path),
+                       seed_source=fake_kernel(100.0), scientist=ScriptedScientist(),
+                       executor=FakeExecutor(capacity=2, delay_s=0.1))
+    first.subscribe(lambda e: first.stop() if e.type == "candidate_evaluated" and e.kind == "child" else None)
+    assert first.start(background=False).status == "stopped"
+    before = snapshot(path)
+    store = first.store
+    assert len(store.findings(first.id)) < len([p for p in store.plans(first.id) if p["chosen"]])
+
+    resumed = Run.resume(first.id, store=store, scientist=ScriptedScientist(),
+                         executor=FakeExecutor(capacity=2, delay_s=0.01))
+    assert resumed.start(background=False).status == "finished", resumed.error
+    assert_kept(before, snapshot(path))
+    plans = store.plans(first.id)
+    chosen = sorted(p["id"] for p in plans if p["chosen"])
+    assert len({p["iteration"] for p in plans}) == 4
+    assert sorted(f["plan_id"] for f in store.findings(first.id)) == chosen
+    assert sorted(c["plan_id"] for c in store.candidates(first.id) if c["kind"] == "child") == chosen
+
+
+def test_offline_at_seconds_answers_like_a_slow_model(tmp_path):
+    from kscience.scientist.llm import LLMError
+    from kscience.scientist.llm.factory import make_llm
+
+    assert make_llm("offline@0.5").name == "offline@0.5"
+    with pytest.raises(LLMError, match="seconds per answer"):
+        make_llm("offline@soon")
+    assert RunConfig(problem="softmax", llm="offline@30").strategy == "tournament"
+    run = Run.create(RunConfig(problem="softmax", llm="offline@0.3", iterations=1), store=Store(tmp_path / "k.db"),
+                     executor=FakeExecutor(delay_s=0))
+    assert run.start(background=False).status == "finished", run.error
+    calls = run.store.llm_calls(run.id)
+    assert calls and all(c["latency_s"] >= 0.3 and c["model"] == "offline" for c in calls)

@@ -103,13 +103,13 @@ def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
     return plans
 
 
-def refuse_taken(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
-    """Unchoose every plan titled as an experiment carried out or under way on the same base:
-    lines designing on one base at once must not run one experiment twice."""
+def choose_untaken(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
+    """Lines designing on one base at once: when a chosen plan is titled as an experiment carried
+    out or under way there (`taken`), choose again by the rules among the plans not taken; plans
+    that clash with nothing keep the designer's choice."""
     taken_keys = {_title_key(t) for t in taken}
-    for plan in plans:
-        if plan.chosen and _title_key(plan.title) in taken_keys:
-            plan.chosen, plan.why_chosen = False, ""
+    if any(p.chosen and _title_key(p.title) in taken_keys for p in plans):
+        mark_chosen(plans, taken)
     return plans
 
 
