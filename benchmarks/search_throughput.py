@@ -82,26 +82,28 @@ def best_within(times: list[float | None], n: int) -> float | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problem", default="softmax")
-    ap.add_argument("--latency", type=float, default=30.0, help="seconds per model answer (default 30)")
-    ap.add_argument("--window", type=float, default=100.0,
+    ap.add_argument("--latency", type=float, default=None, help="seconds per model answer (default 30)")
+    ap.add_argument("--window", type=float, default=None,
                     help="seconds each run starts new work for; work in flight then finishes (default 100)")
     ap.add_argument("--lines", default=None, metavar="K,K,...", help="concurrent runs' lines (default 2 x slots)")
     ap.add_argument("--gpus", type=int, default=None, help="evaluation slots on at most N GPUs (default: all)")
     ap.add_argument("--cpu-workers", type=int, default=None, help="interpreter slots without a GPU (default 1)")
     ap.add_argument("--evaluations", type=int, default=500, help="cap per run (the window normally ends it)")
-    ap.add_argument("--quick", action="store_true", help="CPU check: 2 interpreter slots, 2 s model, 40 s window")
+    ap.add_argument("--quick", action="store_true", help="CPU check: 2 interpreter slots, 3 s model, 90 s window")
+    ap.add_argument("--db", help="keep the runs in this database (default: a temporary one)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/search-throughput-<device>-<date>.json)")
     args = ap.parse_args()
-    if args.quick:
-        args.cpu_workers = args.cpu_workers or 2
-        args.latency, args.window = min(args.latency, 2.0), min(args.window, 40.0)
+    quick = {"latency": 3.0, "window": 90.0, "cpu_workers": 2} if args.quick else {}
+    for name, default in {"latency": 30.0, "window": 100.0, "cpu_workers": None, **quick}.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     device = detect()
     slots = LocalExecutor(gpus=args.gpus, cpu_workers=args.cpu_workers)
     n_slots = slots.capacity
     slots.shutdown()
     concurrent = [int(k) for k in args.lines.split(",")] if args.lines else [2 * n_slots]
     with tempfile.TemporaryDirectory(prefix="kscience-throughput-") as tmp:
-        db = Path(tmp) / "runs.db"
+        db = Path(args.db) if args.db else Path(tmp) / "runs.db"
         runs = []
         for lines in [1, *concurrent]:
             print(f"running {args.problem} with {lines} line(s), {n_slots} slot(s), a {args.latency:g} s model, "

@@ -121,6 +121,7 @@ class Judging:
                                     status=cand["status"], geomean_us=cand["geomean_us"], message=cand["message"],
                                     best_us=best["geomean_us"] if best else None,
                                     seed_us=seed["geomean_us"] if seed else None))
+        ctx.recorded.set()
         return cand
 
     async def _outcome(self, cand: dict, future, line: int) -> R.EvalResult:

@@ -52,6 +52,7 @@ class Controller:
         self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile ncu, --stop-at-sol F
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
+        self.recorded = asyncio.Event()  # set by each verdict recorded (kscience.judging)
 
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
@@ -90,6 +91,7 @@ class Controller:
         spent: EvaluationsSpent | None = None
         exhausted_at: int | None = None  # population size when a line found nothing left to try
         ended: str | None = None
+        woken: asyncio.Task | None = None
         try:
             while True:
                 while (failure is None and stopped is None and spent is None and ended is None
@@ -111,8 +113,13 @@ class Controller:
                     tasks[task] = (number, iteration)
                 if not tasks:
                     break
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
+                # Woken when a line ends, and when a verdict is recorded: a line that found nothing left
+                # to try may find something on the new member.
+                self.recorded.clear()
+                woken = asyncio.create_task(self.recorded.wait())
+                done, _ = await asyncio.wait([*tasks, woken], return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                for task in done & tasks.keys():
                     number, iteration = tasks.pop(task)
                     designing.discard(task)
                     if self.lines > 1:  # the dashboard shows each line's stage: this one has none now
@@ -130,7 +137,7 @@ class Controller:
                 if exhausted_at is not None and self._population_size() > exhausted_at and failure is None:
                     ended = None  # a line's new member may leave something to try: try again
         except asyncio.CancelledError:  # Ctrl-C: every line records what it can, then the stop goes through
-            for task in tasks:
+            for task in [*tasks, *([woken] if woken else [])]:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise

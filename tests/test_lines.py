@@ -5,6 +5,7 @@ model for the model path, and a `kill -9` of a process with four lines in flight
 """
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -318,3 +319,76 @@ def test_offline_at_seconds_answers_like_a_slow_model(tmp_path):
     assert run.start(background=False).status == "finished", run.error
     calls = run.store.llm_calls(run.id)
     assert calls and all(c["latency_s"] >= 0.3 and c["model"] == "offline" for c in calls)
+
+
+class CopyingFakeExecutor(FakeExecutor):
+    """The fake executor rewrites the eager baseline's source in its request: a worker must answer
+    for the source it was sent, so it judges a copy."""
+
+    def submit(self, request):
+        return super().submit(dataclasses.replace(request))
+
+
+def test_lines_through_a_queue_directory(tmp_path):
+    """Four lines against a queue executor with two requests in flight, answered by a worker whose
+    evaluations are the fake executor's: every plan gets its verdict through the directory."""
+    import threading
+
+    from kscience.evaluate.queue_executor import QueueExecutor
+    from kscience.evaluate.queue_worker import Worker
+
+    worker = Worker(tmp_path / "q", cpu_workers=1, poll_s=0.02, say=lambda line: None)
+    worker.executor.shutdown()
+    worker.executor = CopyingFakeExecutor(capacity=2, delay_s=0.05)
+    stop = threading.Event()
+
+    def serve():  # the worker's own loop, minus its signal handling: take, finish, repeat
+        while not stop.is_set():
+            while len(worker.in_flight) < 2 and worker._take():
+                pass
+            for ident in [i for i, (f, _, _) in worker.in_flight.items() if f.done()]:
+                worker._finish(ident)
+            time.sleep(0.02)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    executor = QueueExecutor(tmp_path / "q", capacity=2, poll_s=0.02)
+    try:
+        run = make_run(tmp_path, ScriptedScientist(), executor, iterations=4, lines=4)
+        assert run.start(background=True).wait(60) == "finished", run.error
+    finally:
+        executor.shutdown()
+        stop.set()
+        server.join(5)
+    store = run.store
+    chosen = sorted(p["id"] for p in store.plans(run.id) if p["chosen"])
+    assert len(chosen) == 12 and sorted(f["plan_id"] for f in store.findings(run.id)) == chosen
+    assert worker.executor.max_in_flight == 2 and worker.done == len(worker.executor.requests)
+    assert {s["line"] for s in stages(run, "design")} == {1, 2, 3, 4}
+
+
+def test_ctrl_c_with_lines_in_flight_keeps_every_started_verdict(tmp_path):
+    executor = FakeExecutor(capacity=2, delay_s=0.4)
+    run = make_run(tmp_path, ScriptedScientist(), executor, iterations=3, lines=3)
+
+    async def interrupt_while_children_are_judged():
+        task = asyncio.create_task(run.run_async())
+        for _ in range(1000):
+            children = [c for c in run.store.candidates(run.id) if c["kind"] == "child"]
+            if executor.in_flight == 2 and len(children) >= 3 or task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert executor.in_flight == 2, "no two evaluations in flight"
+        task.cancel()  # what Ctrl-C does to a run in a shell
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(interrupt_while_children_are_judged())
+    asked = {r.candidate_id for r in executor.requests}
+    cands = {c["id"]: c for c in run.store.candidates(run.id)}
+    assert all(cands[i]["status"] != "pending" for i in asked)  # every evaluation started was kept
+    assert run.store.run(run.id)["status"] == "stopped"
+    resumed = Run.resume(run.id, store=run.store, scientist=ScriptedScientist(), executor=FakeExecutor(capacity=2))
+    assert resumed.start(background=False).status == "finished"
+    chosen = sorted(p["id"] for p in run.store.plans(run.id) if p["chosen"])
+    assert sorted(f["plan_id"] for f in run.store.findings(run.id)) == chosen
