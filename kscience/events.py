@@ -26,7 +26,8 @@ class Event:
 
 @dataclass
 class StageChanged(Event):
-    """The controller moved on: seed, reference, compiled, select, design, write, evaluate, repair, finding."""
+    """The controller moved on: seed, reference, compiled, select, design, write, queued (waiting for a free
+    evaluation slot), evaluate, repair, finding, profile, done; "line ended" when one of several lines ends."""
 
     type: ClassVar[str] = "stage_changed"
     stage: str

@@ -80,9 +80,9 @@ def summary_lines(row: dict, m: dict) -> list[str]:
                                              f"the predicted uplift range; mean error "
                                              f"{m['uplift_mean_abs_error_pct']:.1f} percentage points"
                                              if uplift else "no plan measured"),
+              *([f"  evaluator busy         {fmt_busy(m['busy_per_slot'])} of the run's wall time"]
+                if m.get("busy_per_slot") else []),
               f"  LLM                    {llm_text(m['llm'])}"]
-    if m.get("busy_per_slot"):
-        lines.append(f"  evaluator busy         {fmt_busy(m['busy_per_slot'])} of the run's wall time")
     return lines + sol_lines(m)
 
 

@@ -392,3 +392,20 @@ def test_ctrl_c_with_lines_in_flight_keeps_every_started_verdict(tmp_path):
     assert resumed.start(background=False).status == "finished"
     chosen = sorted(p["id"] for p in run.store.plans(run.id) if p["chosen"])
     assert sorted(f["plan_id"] for f in run.store.findings(run.id)) == chosen
+
+
+def test_a_schema_3_database_gains_slot_times_and_keeps_its_runs(tmp_path):
+    path = tmp_path / "old.db"
+    run = make_run(tmp_path, ScriptedScientist(), FakeExecutor(), iterations=1)
+    run.start(background=False)
+    run.store.close()
+    db = sqlite3.connect(path.with_name("k.db"))
+    db.execute("DROP TABLE slot_times")
+    db.execute("PRAGMA user_version=3")
+    db.commit()
+    db.close()
+    with Store(path.with_name("k.db")) as store:
+        assert store.slot_times(run.id) == [] and len(store.findings(run.id)) == 3
+        assert Snapshot.load(store, run.id).busy_fractions == []
+    from kscience.store import SCHEMA_VERSION
+    assert sqlite3.connect(path.with_name("k.db")).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
