@@ -146,8 +146,8 @@ class Line:
             chain = [self.add_draft(draft, kind="child", parent_id=base.id, parent_source=base.source,
                                     iteration=iteration, plan_id=row["id"], hypothesis=plan.title)]
         final = await self.settle(chain, iteration=iteration, plan_id=row["id"], title=plan.title)
-        # A finding follows every judged chain, even after a stop: its verdict is in, and the lesson is
-        # what the next designer (of any line) needs. A user's stop still ends the line before it.
+        # A spent evaluation budget does not stop a judged chain's finding (its lesson is what the next
+        # designer of any line needs); a user's stop does, and a resumed run records it.
         ctx.check_stop()
         self._stage("finding", iteration, plan.title)
         ctx.observe()

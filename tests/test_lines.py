@@ -166,6 +166,12 @@ def test_the_evaluation_budget_ends_the_run_at_the_count_and_resume_continues(tm
     assert resumed.start(background=False).status == "finished"
     assert judged_count(run.store.candidates(run.id)) == 9
 
+    # A run bounded by its budget alone: a larger budget on resume lifts its iterations with it.
+    more = Run.resume(run.id, store=run.store, evaluations=30, scientist=ScriptedScientist(),
+                      executor=FakeExecutor(capacity=2, delay_s=0.01))
+    assert more.target == 30 and more.start(background=False).status == "finished"
+    assert judged_count(run.store.candidates(run.id)) == 30
+
 
 def test_iterations_count_designs_with_several_lines(tmp_path):
     sci = ScriptedScientist(factors=(0.9, 0.8, 1.1, 0.7, 0.6))
