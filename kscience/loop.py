@@ -26,6 +26,7 @@ from kscience.baselines import compiled_baseline_wanted
 from kscience.events import (CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, Event,
                              EventBus, FindingRecorded, HypothesesProposed, StageChanged)
 from kscience.problems import Problem, shape_label
+from kscience.scientist import compose
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
 from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.roles import CandidateView, Plan
@@ -71,6 +72,7 @@ class Controller:
         self._slots = asyncio.Semaphore(max(1, executor.capacity))
         self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile ncu, --stop-at-sol F
         self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
+        self._composing = asyncio.Lock()  # concurrent experiments finish at once: one composite at a time
 
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
@@ -85,6 +87,7 @@ class Controller:
             self._emit(CandidateProfiled(None, self.iterations_done(), self.profile, None, missing))
             self.profile = None
         await self._roots()
+        await self.maybe_compose(self.iterations_done())  # composition hook 1 of 2 (a resumed run)
         self._observe()
         open_plans = [p for p in self.store.plans(self.run_id) if p["chosen"] and p["id"] not in self._found()]
         await self._experiments(open_plans)
@@ -231,6 +234,32 @@ class Controller:
         self._emit(FindingRecorded(plan_id=row["id"], candidate_id=final["id"], iteration=iteration, text=text,
                                    predicted_min_pct=plan.predicted_min_pct,
                                    predicted_max_pct=plan.predicted_max_pct, measured_pct=measured))
+        await self.maybe_compose(iteration)  # composition hook 2 of 2: after each experiment's verdict
+
+    # --- per-shape composition (kscience/scientist/compose.py) ---------------------------------
+    async def maybe_compose(self, iteration: int) -> None:
+        """Judge a pending composite (a resumed run), then build and judge a new one when the correct
+        kernels differ in which is fastest per shape and no composite of the same parts and rules exists."""
+        async with self._composing:
+            for cand in self.store.candidates(self.run_id):
+                if cand["kind"] == compose.KIND and cand["status"] == PENDING:
+                    await self._evaluate(cand)
+            cands = self.store.candidates(self.run_id)
+            comp = compose.plan(self.problem, cands)
+            if comp is None:
+                return
+            sources = {c["id"]: c["source"] for c in cands}
+            text = compose.source(comp, sources)
+            if any(c["source"] == text for c in cands):
+                return
+            self._stage("compose", iteration, compose.summary(comp))
+            cand = self.store.add_composite(self.run_id, parts=comp.parts, rules=comp.to_dict(), kind=compose.KIND,
+                                            source=text, hypothesis=compose.summary(comp), iteration=iteration,
+                                            parent_id=comp.fallback)
+            self._emit(CandidateWritten(candidate_id=cand["id"], parent_id=comp.fallback, kind=compose.KIND,
+                                        iteration=iteration, plan_title=cand["hypothesis"], status=cand["status"],
+                                        diff=_diff(sources[comp.fallback], text)))
+            await self._evaluate(cand)
 
     async def _settle(self, chain: list[dict], *, iteration: int, plan_id: str | None, title: str) -> dict:
         """Evaluate the chain's newest candidate if it is pending, then repair the newest broken one

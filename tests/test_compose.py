@@ -1,0 +1,148 @@
+"""Per-shape composition: rules that generalise, a composite that is correct on shapes nobody timed,
+and a run that builds, judges, stores, shows and resumes it."""
+
+import importlib.util
+import re
+
+import torch
+
+from kscience.config import RunConfig
+from kscience.evaluate.judge import evaluate
+from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult
+from kscience.problems import load_problem, shape_label
+from kscience.run import Run
+from kscience.scientist import compose
+from kscience.scientist.roles import Draft
+from kscience.store import Store
+from tests.test_loop import FakeExecutor, ScriptedScientist
+
+SOFTMAX = load_problem("softmax")
+WARPS_4 = SOFTMAX.seed_source.replace("NUM_WARPS = 8", "NUM_WARPS = 4")
+
+
+def row(cid: str, times: dict, source: str = "", kind: str = "child") -> dict:
+    """A stored candidate with hand-made per-shape times ({(m, n): us})."""
+    shapes = [{"shape": {"m": m, "n": n}, "phase": "benchmark", "ok": True, "time_us": us}
+              for (m, n), us in times.items()]
+    gm = compose.geomean(list(times.values()))
+    return {"id": cid, "kind": kind, "status": "ok", "geomean_us": gm, "source": source,
+            "result": {"status": "ok", "shapes": shapes, "geomean_us": gm}}
+
+
+# Wide rows favour b, narrow rows a: a rule on n, never a list of shapes.
+A_TIMES = {(4096, 4096): 10.0, (8192, 8192): 40.0, (16384, 2048): 9.0, (2048, 32768): 60.0}
+B_TIMES = {(4096, 4096): 12.0, (8192, 8192): 30.0, (16384, 2048): 11.0, (2048, 32768): 45.0}
+
+
+def test_rules_split_by_size_reach_the_oracle_and_leave_other_sizes_to_the_best():
+    comp = compose.plan(SOFTMAX, [row("c-a", A_TIMES), row("c-b", B_TIMES)])
+    assert comp is not None and comp.dims == {"m": (0, 0), "n": (0, 1)}
+    assert comp.predicted_us == comp.oracle_us < comp.best_us
+    assert len(comp.rules) == 1 and comp.rules[0].part in ("c-a", "c-b")
+    assert comp.leaders[shape_label({"m": 8192, "n": 8192})] == "c-b"
+    pick = lambda m, n: next((r.part for r in comp.rules if all(compose._holds(c, {"m": m, "n": n})
+                                                                for c in r.conditions)), comp.fallback)
+    assert pick(3000, 20000) == "c-b" and pick(3000, 3000) == "c-a"  # sizes between the timed ones
+    assert pick(4096, 65536) == comp.fallback  # beyond the timed range: the overall best
+    assert "%" not in comp.rules[0].text() and "==" not in comp.rules[0].text()
+
+
+def test_one_winner_everywhere_or_a_gain_within_noise_builds_nothing():
+    faster = {k: v * 0.9 for k, v in A_TIMES.items()}
+    assert compose.plan(SOFTMAX, [row("c-a", A_TIMES), row("c-f", faster)]) is None
+    close = {**A_TIMES, (8192, 8192): 39.9}
+    assert compose.plan(SOFTMAX, [row("c-a", A_TIMES), row("c-c", close)]) is None
+    baseline = row("c-r", {k: 1.0 for k in A_TIMES}, kind="reference")  # baselines are never parts
+    assert compose.plan(SOFTMAX, [row("c-a", A_TIMES), baseline]) is None
+
+
+def test_leaders_text_names_the_kernel_fastest_on_each_shape():
+    text = compose.leaders_text([row("c-a", A_TIMES), row("c-b", B_TIMES)], "c-a")
+    assert "fastest on 2 shape(s): c-b: m=8192,n=8192; m=2048,n=32768" in text
+    assert "c-a (the best overall)" in text
+    assert compose.leaders_text([row("c-a", A_TIMES)], "c-a") == ""
+
+
+def _composite_of_two_triton_softmaxes():
+    # Timed (by hand) on three of the four interpreter shapes; m=33,n=1000 was timed by none.
+    a = {(1, 128): 5.0, (8, 4099): 50.0, (256, 2048): 30.0}
+    b = {(1, 128): 6.0, (8, 4099): 40.0, (256, 2048): 20.0}
+    comp = compose.plan(SOFTMAX, [row("c-a", a, SOFTMAX.seed_source), row("c-b", b, WARPS_4)])
+    return comp, compose.source(comp, {"c-a": SOFTMAX.seed_source, "c-b": WARPS_4})
+
+
+def test_a_composite_of_two_triton_kernels_passes_the_evaluator_on_every_shape():
+    comp, text = _composite_of_two_triton_softmaxes()
+    assert comp.parts == ["c-a", "c-b"] or comp.parts == ["c-b", "c-a"]
+    result = evaluate(EvalRequest(problem="softmax", source=text, shapes="all"), problem=SOFTMAX)
+    assert result.status == "ok", result.message
+    assert {shape_label(s.shape) for s in result.shapes} >= {"m=33,n=1000", "m=1,n=128", "m=8,n=4099"}
+
+
+def test_the_composite_dispatches_to_each_part_and_is_right_on_an_unseen_shape(tmp_path):
+    comp, text = _composite_of_two_triton_softmaxes()
+    path = tmp_path / "candidate.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("composite_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    called = []
+    for cid, fn in list(module._KERNELS.items()):
+        module._KERNELS[cid] = lambda data, cid=cid, fn=fn: called.append(cid) or fn(data)
+    for m, n in [(1, 128), (200, 3000), (3, 5000)]:  # (200, 3000) and (3, 5000): timed by no part
+        data = SOFTMAX.generate_input(1, "cpu", m=m, n=n)
+        torch.testing.assert_close(module.custom_kernel(data).float(), SOFTMAX.ref_kernel(data).float(),
+                                   rtol=SOFTMAX.rtol, atol=SOFTMAX.atol)
+    assert set(called) == {"c-a", "c-b"}
+    assert not hasattr(module, "softmax_kernel") and not hasattr(module, "NUM_WARPS")  # parts keep their own
+
+
+# --- in a run -------------------------------------------------------------------------------------
+SHAPES = [{"m": 4096, "n": 4096}, {"m": 8192, "n": 8192}, {"m": 16384, "n": 2048}, {"m": 2048, "n": 32768}]
+
+
+def kernel(times: list[float]) -> str:
+    return f'"""fake kernel"""\nTIMES = {times!r}\nSTATUS = \'ok\'\n'
+
+
+class ShapeExecutor(FakeExecutor):
+    """Fake kernels carry a time per shape; a composite takes each shape's fastest part."""
+
+    def _judge(self, request) -> EvalResult:
+        found = re.findall(r"TIMES = (\[[0-9., ]+\])", request.source.replace("\\n", "\n"))
+        if not found:
+            return super()._judge(request)
+        times = [min(ts) for ts in zip(*(eval(f) for f in found))]
+        shapes = [ShapeResult(shape=s, ok=True, phase="benchmark", time_us=t) for s, t in zip(SHAPES, times)]
+        return EvalResult(status="ok", message="fake ok", geomean_us=compose.geomean(times), shapes=shapes,
+                          device={"name": "fake device", "interpreted": True}, timing_label="fake clock")
+
+
+class TwoIdeas(ScriptedScientist):
+    """Round 1 writes a kernel that wins the wide rows and loses the rest."""
+
+    async def write(self, plan, base, reference):
+        self._enter("write", plan.title)
+        slow = plan.title.startswith("x1.1")
+        times = [12.0, 30.0, 11.0, 45.0] if not slow else [99.0] * 4
+        return Draft(source=kernel(times) + f"# {plan.title}\n", mode="whole", edits_total=0, edits_applied=0)
+
+
+def test_a_run_builds_judges_stores_and_resumes_a_composite(tmp_path):
+    store = Store(tmp_path / "k.db")
+    run = Run.create(RunConfig(problem="softmax", iterations=1), store=store,
+                     seed_source=kernel([10.0, 40.0, 9.0, 60.0]), scientist=TwoIdeas(), executor=ShapeExecutor())
+    assert run.start(background=False).status == "finished"
+    cands = store.candidates(run.id)
+    composite = [c for c in cands if c["kind"] == compose.KIND]
+    assert len(composite) == 1 and composite[0]["status"] == "ok"
+    assert composite[0]["geomean_us"] < min(c["geomean_us"] for c in cands if c["kind"] in ("seed", "child"))
+    stored = store.composition(composite[0]["id"])
+    assert len(stored["parts"]) == 2 and cands[0]["id"] in stored["parts"] and stored["rules"]["rules"]
+    # A run stopped before its composite was judged judges it on resuming, and builds no second one.
+    store._write("UPDATE candidates SET status='pending', result=NULL, geomean_us=NULL WHERE id=?",
+                 (composite[0]["id"],))
+    again = Run.resume(run.id, store=store, iterations=0, scientist=TwoIdeas(), executor=ShapeExecutor())
+    assert again.start(background=False).status == "finished"
+    after = [c for c in store.candidates(run.id) if c["kind"] == compose.KIND]
+    assert len(after) == 1 and after[0]["status"] == "ok"
