@@ -22,7 +22,7 @@ from dataclasses import asdict
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience import profiling
-from kscience.baselines import compiled_baseline_wanted
+from kscience.baselines import compiled_baseline_wanted, vendor_source
 from kscience.events import (CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, Event,
                              EventBus, FindingRecorded, HypothesesProposed, StageChanged)
 from kscience.problems import Problem, shape_label
@@ -67,6 +67,7 @@ class Controller:
         self.repairs = repairs
         self.seed_source, self.reference_source = seed_source, reference_source
         self.compiled_source, self.compiled_baseline = compiled_source, compiled_baseline
+        self.vendor_source = vendor_source(problem)
         self._stop = stop  # set by the user (Run.stop)
         self._halted = False  # set when one experiment failed, so its siblings stop too
         self._slots = asyncio.Semaphore(max(1, executor.capacity))
@@ -137,6 +138,13 @@ class Controller:
                                   hypothesis="PyTorch eager", iteration=0)
         if reference["status"] == PENDING:
             await self._evaluate(reference)
+        vendor = first_of_kind(candidates, "vendor")
+        if vendor is None and self.vendor_source:  # where it cannot run, it is stored with the reason
+            self._stage("vendor", 0)
+            vendor = self._add(kind="vendor", source=self.vendor_source, hypothesis=self.problem.vendor_label,
+                               iteration=0)
+        if vendor is not None and vendor["status"] == PENDING:
+            await self._evaluate(vendor)
         if not compiled_baseline_wanted(self.compiled_baseline, final):
             return
         compiled = first_of_kind(candidates, "compiled")
@@ -436,8 +444,11 @@ class Controller:
         target = getattr(self.scientist, "target", None) or run_target(None, device)
         kinds = {c["kind"]: c for c in cands}
         baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
-                     (("reference", "PyTorch eager"), ("compiled", "torch.compile"))]
-        self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed)))
+                     (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
+                      ("vendor", f"vendor library: {self.problem.vendor_label}")) if kind != "vendor" or kind in kinds]
+        best = best_candidate(cands)
+        self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed),
+                                                  leaders=compose.leaders_text(cands, best and best["id"])))
 
     def _found(self) -> set[str]:
         return {f["plan_id"] for f in self.store.findings(self.run_id)}
