@@ -266,7 +266,8 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
                     f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], US)}</div>'
-                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled))
+                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled),
+                                          ("vendor library", snap.vendor))
                        if base and base["status"] == "ok")
     return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
             f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
