@@ -71,7 +71,7 @@ class Controller:
         self._stop = stop  # set by the user (Run.stop)
         self._halted = False  # set when one experiment failed, so its siblings stop too
         self._slots = asyncio.Semaphore(max(1, executor.capacity))
-        self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile ncu, --stop-at-sol F
+        self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile auto/ncu/none, --stop-at-sol F
         self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
         self._composing = asyncio.Lock()  # concurrent experiments finish at once: one composite at a time
 
@@ -84,9 +84,9 @@ class Controller:
             kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
                                             if c["kind"] in ("child", "repair") and c["status"] == R.OK]
             await self.scientist.preflight(kernels)
-        if missing := profiling.missing_profiler(self.profile):  # said once; the run goes on unprofiled
-            self._emit(CandidateProfiled(None, self.iterations_done(), self.profile, None, missing))
-            self.profile = None
+        self.profile, said = profiling.resolve_profiler(self.profile)  # said once: on, or why it is off
+        if said:
+            self._emit(CandidateProfiled(None, self.iterations_done(), "ncu", None, said))
         await self._roots()
         await self.maybe_compose(self.iterations_done())  # composition hook 1 of 2 (a resumed run)
         self._observe()

@@ -3,8 +3,8 @@
 * `after_evaluation`: free, for every candidate evaluated on a GPU. The compile facts the judge read
   from the compiled artefacts once the worker was gone (EvalResult.compile_facts), and the speed of
   light per timed shape.
-* `profile_with_ncu`: costly, on demand (`--profile ncu`: the seed, and each candidate that beats
-  its base). Nsight Compute on the shape with the most headroom, outside the timed evaluation,
+* `profile_with_ncu`: costly, by default where a GPU and ncu are at hand (`--profile auto`; `ncu`
+  insists, `none` turns it off): the seed, and each candidate that beats its base. Nsight Compute on the shape with the most headroom, outside the timed evaluation,
   and the 'not doing the work' check against what the problem needs.
 
 Both return keyword arguments for `Store.record_profile`, so the caller stores them as they are.
@@ -12,12 +12,18 @@ Both return keyword arguments for `Store.record_profile`, so the caller stores t
 
 from __future__ import annotations
 
+import os
+
+import torch
+
 from kscience.evaluate import ncu
 from kscience.problems import Problem
 from kscience.roofline import not_doing_the_work, result_sol, stop_at_sol, summary
 
 
-PROFILERS = ("ncu",)  # values of the run setting `profile` (None: no profiler)
+# Values of the run setting `profile`: "auto" (the default) profiles with Nsight Compute where this machine
+# has a GPU and ncu, "ncu" asks for it (and says so where it is missing), "none" (or None) turns it off.
+PROFILERS = ("auto", "ncu", "none")
 
 
 def after_evaluation(problem: Problem, result: dict) -> dict:
@@ -31,6 +37,23 @@ def missing_profiler(profiler: str | None) -> str | None:
     if profiler == "ncu" and ncu.ncu_path() is None:
         return "profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
     return None
+
+
+def resolve_profiler(setting: str | None) -> tuple[str | None, str | None]:
+    """(the profiler a run uses, None for none; the one line it says about that, or None). "auto" turns
+    Nsight Compute on where this machine has a GPU and ncu (the profile runs here, beside the run), and
+    otherwise says in one line why it is off."""
+    if setting in (None, "none"):
+        return None, None
+    if setting == "ncu":
+        missing = missing_profiler("ncu")
+        return (None, missing) if missing else ("ncu", None)
+    if os.environ.get("KSCIENCE_DEVICE", "").lower() == "cpu" or not torch.cuda.is_available():
+        return None, "profile: off (no GPU on this machine to run Nsight Compute on)"
+    if ncu.ncu_path() is None:
+        return None, "profile: off (Nsight Compute, ncu, is not on PATH); install it for stall reasons and pipe use"
+    return "ncu", ("profile: Nsight Compute on the seed and each candidate that beats its base, outside the "
+                   "timing (--profile none turns it off)")
 
 
 def worth_profiling(kind: str, result: dict, base_result: dict | None) -> bool:
