@@ -92,7 +92,7 @@ def summary_lines(row: dict, m: dict) -> list[str]:
 def verdict_lines(m: dict) -> list[str]:
     """Plainly, whether a user would rather pick a baseline than the best kernel; and what composition did."""
     best, lines = m["best_us"], []
-    if best is not None:
+    if best is not None and not (m.get("device") or {}).get("interpreted"):  # interpreter times rank nothing
         rivals = [(name, us) for name, us in ((EAGER, m["reference_us"]), ("torch.compile", m["compiled_us"]),
                                               (m.get("vendor_label") or "the vendor library", m.get("vendor_us")))
                   if us is not None and us < best]
