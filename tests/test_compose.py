@@ -3,9 +3,11 @@ and a run that builds, judges, stores, shows and resumes it."""
 
 import importlib.util
 import re
+import sqlite3
 
 import torch
 
+from kscience.cli import main
 from kscience.config import RunConfig
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult
@@ -88,7 +90,7 @@ def test_the_composite_dispatches_to_each_part_and_is_right_on_an_unseen_shape(t
     spec.loader.exec_module(module)
     called = []
     for cid, fn in list(module._KERNELS.items()):
-        module._KERNELS[cid] = lambda data, cid=cid, fn=fn: called.append(cid) or fn(data)
+        setattr(module, compose._var(cid), lambda data, cid=cid, fn=fn: called.append(cid) or fn(data))
     for m, n in [(1, 128), (200, 3000), (3, 5000)]:  # (200, 3000) and (3, 5000): timed by no part
         data = SOFTMAX.generate_input(1, "cpu", m=m, n=n)
         torch.testing.assert_close(module.custom_kernel(data).float(), SOFTMAX.ref_kernel(data).float(),
@@ -128,7 +130,7 @@ class TwoIdeas(ScriptedScientist):
         return Draft(source=kernel(times) + f"# {plan.title}\n", mode="whole", edits_total=0, edits_applied=0)
 
 
-def test_a_run_builds_judges_stores_and_resumes_a_composite(tmp_path):
+def test_a_run_builds_judges_stores_shows_and_resumes_a_composite(tmp_path, capsys):
     store = Store(tmp_path / "k.db")
     run = Run.create(RunConfig(problem="softmax", iterations=1), store=store,
                      seed_source=kernel([10.0, 40.0, 9.0, 60.0]), scientist=TwoIdeas(), executor=ShapeExecutor())
@@ -139,6 +141,10 @@ def test_a_run_builds_judges_stores_and_resumes_a_composite(tmp_path):
     assert composite[0]["geomean_us"] < min(c["geomean_us"] for c in cands if c["kind"] in ("seed", "child"))
     stored = store.composition(composite[0]["id"])
     assert len(stored["parts"]) == 2 and cands[0]["id"] in stored["parts"] and stored["rules"]["rules"]
+    capsys.readouterr()
+    assert main(["show", run.id, "--db", str(store.path)]) == 0
+    shown = capsys.readouterr().out
+    assert f"best {composite[0]['id']}" in shown and "1 composite judged; the best kernel is a per-shape" in shown
     # A run stopped before its composite was judged judges it on resuming, and builds no second one.
     store._write("UPDATE candidates SET status='pending', result=NULL, geomean_us=NULL WHERE id=?",
                  (composite[0]["id"],))
@@ -146,3 +152,21 @@ def test_a_run_builds_judges_stores_and_resumes_a_composite(tmp_path):
     assert again.start(background=False).status == "finished"
     after = [c for c in store.candidates(run.id) if c["kind"] == compose.KIND]
     assert len(after) == 1 and after[0]["status"] == "ok"
+
+
+def test_a_schema_3_database_gains_compositions_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "old.db"
+    with Store(path) as store:
+        run_id = store.create_run(name="old", problem="softmax", overrides={}, llm="offline", strategy="llm",
+                                  config={}, environment={})
+        cand = store.add_candidate(run_id, kind="seed", source="x", hypothesis="seed", iteration=0)
+    db = sqlite3.connect(path)  # make it what kscience wrote before composition
+    db.execute("DROP TABLE compositions")
+    db.execute("PRAGMA user_version=3")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert [c["id"] for c in store.candidates(run_id)] == [cand["id"]]
+        comp = store.add_composite(run_id, parts=[cand["id"]], rules={"rules": []}, kind=compose.KIND, source="y",
+                                   hypothesis="composite", iteration=1, parent_id=cand["id"])
+        assert store.composition(comp["id"])["parts"] == [cand["id"]] and len(store.compositions(run_id)) == 1
