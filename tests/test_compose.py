@@ -170,3 +170,26 @@ def test_a_schema_3_database_gains_compositions_and_keeps_its_rows(tmp_path):
         comp = store.add_composite(run_id, parts=[cand["id"]], rules={"rules": []}, kind=compose.KIND, source="y",
                                    hypothesis="composite", iteration=1, parent_id=cand["id"])
         assert store.composition(comp["id"])["parts"] == [cand["id"]] and len(store.compositions(run_id)) == 1
+
+
+def test_fp8_wins_split_by_rows_as_in_the_real_model_trial():
+    """The widened-to-fp16 kernel wins the 6144-row shapes, split-K the 1024-row ones: one rule on m,
+    between the timed sizes, so a 4096-row call goes to the 6144-row winner and a 2000-row call to the other;
+    below the smallest timed size nothing was measured, and the overall best answers."""
+    problem = load_problem("fp8_blockscale_gemm")
+
+    def fp8_row(cid, big, small):
+        shapes = [{"shape": s, "phase": "benchmark", "ok": True, "time_us": big if s["m"] == 6144 else small}
+                  for s in problem.benchmarks]
+        gm = compose.geomean([s["time_us"] for s in shapes])
+        return {"id": cid, "kind": "child", "status": "ok", "geomean_us": gm, "source": "", "result": {"shapes": shapes}}
+
+    comp = compose.plan(problem, [fp8_row("c-60bb46a2", 200.0, 120.0), fp8_row("c-split", 280.0, 100.0)])
+    assert comp is not None and comp.predicted_us == comp.oracle_us
+    (rule,) = comp.rules
+    pick = lambda m, n=4096, k=7168: rule.part if all(compose._holds(c, {"m": m, "n": n, "k": k})
+                                                      for c in rule.conditions) else comp.fallback
+    assert pick(4096) == "c-60bb46a2" and pick(2000) == "c-split" and pick(1024) == "c-split"
+    assert pick(100) == comp.fallback == "c-60bb46a2"
+    text = compose.leaders_text([fp8_row("c-60bb46a2", 200.0, 120.0), fp8_row("c-split", 280.0, 100.0)], None)
+    assert "fastest on 9 shape(s): c-60bb46a2: m=6144," in text
