@@ -8,7 +8,8 @@ kernels (the fastest of them on every shape; target: within 1%), and against PyT
 whether the last designer prompt carried the device's versions, the baselines, the per-shape leaders and
 (with --profile auto on a GPU with ncu) the Nsight Compute stall reasons. Results are written after each
 problem to benchmarks/results/composition-<device>-<date>.{json,md}; rows of earlier invocations of the
-same day and device are kept, so the problems can be split over several commands.
+same day and device are kept (one row per problem, iterations and --profile), so the problems can be
+split over several commands.
 
     python benchmarks/composition.py [--iterations 10] [--problems softmax,matmul] [--profile none]
     python benchmarks/composition.py --quick      # CPU check of the machinery: softmax, 1 iteration
@@ -58,6 +59,8 @@ def row_for(store: Store, run_id: str, problem: str) -> dict:
     best = m["best_us"]
     losses = [name for name, us in (("eager", m["reference_us"]), ("torch.compile", m["compiled_us"]),
                                     ("vendor", m["vendor_us"])) if us is not None and best is not None and us < best]
+    if (m.get("device") or {}).get("interpreted"):
+        losses = ["n/a (interpreter times)"]
     return {"problem": problem, "run_id": run_id, "seed_us": m["seed_us"], "best_us": best,
             "best_kind": m["best_kind"], "oracle_us": oracle, "kernels": n_parts,
             "gap_pct": 100 * (best / oracle - 1) if best and oracle else None,
@@ -80,7 +83,7 @@ def fmt(x) -> str:
     return str(x)
 
 
-COLUMNS = [("problem", "problem"), ("seed us", "seed_us"), ("best us", "best_us"), ("best is", "best_kind"),
+COLUMNS = [("problem", "problem"), ("iterations", "iterations"), ("seed us", "seed_us"), ("best us", "best_us"), ("best is", "best_kind"),
            ("oracle us", "oracle_us"), ("gap %", "gap_pct"), ("composites", "composites"),
            ("eager us", "eager_us"), ("compile us", "compiled_us"), ("vendor us", "vendor_us"),
            ("loses to", "loses_to"), ("candidates", "n_candidates"), ("prompt has", "prompt"), ("wall s", "wall_s")]
@@ -98,6 +101,10 @@ def table(rows: list[dict]) -> list[str]:
         within = sum(r["gap_pct"] <= TARGET_GAP_PCT for r in gaps)
         notes.append(f"- final best within {TARGET_GAP_PCT:g}% of the per-shape oracle: {within} of {len(gaps)}")
     return lines + ([""] + notes if notes else [])
+
+
+def row_key(row: dict) -> tuple:
+    return row["problem"], row.get("iterations"), row.get("profile")
 
 
 def device_slug(name: str) -> str:
@@ -133,9 +140,9 @@ def main() -> int:
         wall = time.perf_counter() - started
         with Store(args.db) as store:
             run = next(r for r in store.list_runs() if r["name"] == name)
-            rows.append(dict(row_for(store, run["id"], problem), iterations=args.iterations, exit_code=code,
-                             wall_s=round(wall, 1)))
-        kept = [r for r in old if r["problem"] not in {x["problem"] for x in rows}]
+            rows.append(dict(row_for(store, run["id"], problem), iterations=args.iterations, profile=args.profile,
+                             exit_code=code, wall_s=round(wall, 1)))
+        kept = [r for r in old if row_key(r) not in {row_key(x) for x in rows}]
         stem.with_suffix(".json").write_text(json.dumps({"device": device.name, "date": stamp, "title": title,
                                                          "rows": kept + rows}, indent=2))
         stem.with_suffix(".md").write_text(f"# {title}\n\n" + "\n".join(table(kept + rows)) + "\n")
