@@ -86,12 +86,15 @@ def stop_message(problem: Problem, best: dict | None, target: float | None) -> s
 def candidate_to_profile(cand: dict, plans: list[dict], candidate) -> bool:
     """Whether --profile looks at this stored candidate, given the run's plans and `candidate(id)` to read
     the kernel its plan built on. A repaired seed is the seed; a repaired child is compared with its
-    plan's base, as the child is."""
+    plan's base, as the child is; a composite with the overall best it falls back to."""
     kind = "seed" if cand["iteration"] == 0 and cand["kind"] in ("seed", "repair") else cand["kind"]
-    if kind not in ("seed", "child", "repair"):  # the baselines are timed, not profiled
+    if kind not in ("seed", "child", "repair", "composite"):  # the baselines are timed, not profiled
         return False
     plan = next((p for p in plans if p["id"] == cand["plan_id"]), None)
-    base = candidate(plan["base_id"]) if plan else None
+    if kind == "composite":  # its base is the overall best it was built around
+        base = candidate(cand["parent_id"]) if cand["parent_id"] else None
+    else:
+        base = candidate(plan["base_id"]) if plan else None
     return worth_profiling(kind, cand["result"] or {}, (base or {}).get("result"))
 
 
