@@ -9,6 +9,7 @@ from kscience.baselines import vendor_source
 from kscience.config import RunConfig
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
+from kscience.jupyter.panels import header_facts
 from kscience.problems import load_problem
 from kscience.run import Run
 from kscience.snapshot import Snapshot, run_metrics
@@ -69,3 +70,25 @@ def test_the_summary_says_plainly_when_the_best_kernel_loses_to_a_baseline():
     assert "slower than cuBLAS (40.00 us): a user would pick cuBLAS" in text
     assert "PyTorch eager (90" not in text
     assert "the best kernel is a per-shape composite" in text
+
+
+class FastVendorOnGpu(FakeExecutor):
+    """As on a GPU whose vendor library beats every kernel the fake scientist writes."""
+
+    def _judge(self, request):
+        if "vendor_kernel" in request.source:
+            request.source = fake_kernel(1.0)
+        result = super()._judge(request)
+        result.device = {"name": "fake GPU", "interpreted": False,
+                         "versions": {"torch": "2.11.0", "triton": "3.6.0", "cuda": "12.9"}}
+        return result
+
+
+def test_the_dashboard_header_names_the_versions_and_what_the_best_loses_to(tmp_path):
+    run = Run.create(RunConfig(problem="matmul", iterations=1, compiled_baseline=False),
+                     store=Store(tmp_path / "k.db"), seed_source=fake_kernel(100.0), scientist=FakeScientist(),
+                     executor=FastVendorOnGpu())
+    assert run.start(background=False).status == "finished"
+    facts = dict(header_facts(Snapshot.load(run.store, run.id)))
+    assert facts["software"] == "torch 2.11.0, Triton 3.6.0, CUDA 12.9"
+    assert facts["loses to"].startswith("vendor library (1.00")

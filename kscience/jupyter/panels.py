@@ -14,6 +14,7 @@ import html
 from kscience.liveness import display_status
 from kscience.snapshot import (Snapshot, error_text, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
                                uplift_pct, why_chosen_text)
+from kscience.scientist.briefing import versions_text
 from kscience.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
@@ -46,6 +47,14 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
                  if best else "none yet")
     facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
              ("LLM", llm), ("best", best_text)]
+    versions = versions_text(snap.device)
+    if versions:
+        facts.insert(2, ("software", versions))
+    beaten = [(name, base) for name, base in (("torch.compile", snap.compiled), ("vendor library", snap.vendor),
+                                              (EAGER, snap.reference))
+              if best and base and base["status"] == "ok" and base["geomean_us"] < best["geomean_us"]]
+    if beaten and not snap.device.get("interpreted"):  # said plainly: a user would pick the baseline
+        facts.append(("loses to", ", ".join(f"{name} ({fmt_us(b['geomean_us'], US)})" for name, b in beaten)))
     sol = snap.sol_summary(best)
     if sol is not None:  # only with a roofline bound: GPU timings on a known device
         facts.append(("speed of light", fmt_sol(sol)))
