@@ -14,7 +14,8 @@ from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult
 from kscience.problems import load_problem, shape_label
 from kscience.run import Run
 from kscience.scientist import compose
-from kscience.scientist.roles import Draft
+from kscience.scientist.roles import CandidateView, Draft
+from kscience.scientist.strategy import tournament
 from kscience.store import Store
 from tests.test_loop import FakeExecutor, ScriptedScientist
 
@@ -132,12 +133,14 @@ class TwoIdeas(ScriptedScientist):
 
 def test_a_run_builds_judges_stores_shows_and_resumes_a_composite(tmp_path, capsys):
     store = Store(tmp_path / "k.db")
-    run = Run.create(RunConfig(problem="softmax", iterations=1), store=store,
+    run = Run.create(RunConfig(problem="softmax", iterations=2), store=store,
                      seed_source=kernel([10.0, 40.0, 9.0, 60.0]), scientist=TwoIdeas(), executor=ShapeExecutor())
     assert run.start(background=False).status == "finished"
     cands = store.candidates(run.id)
     composite = [c for c in cands if c["kind"] == compose.KIND]
     assert len(composite) == 1 and composite[0]["status"] == "ok"
+    # the fastest member, so the scripted selector builds round 2 on it: a composite can be a base
+    assert {p["base_id"] for p in store.plans(run.id) if p["iteration"] == 2} == {composite[0]["id"]}
     assert composite[0]["geomean_us"] < min(c["geomean_us"] for c in cands if c["kind"] in ("seed", "child"))
     stored = store.composition(composite[0]["id"])
     assert len(stored["parts"]) == 2 and cands[0]["id"] in stored["parts"] and stored["rules"]["rules"]
@@ -193,3 +196,11 @@ def test_fp8_wins_split_by_rows_as_in_the_real_model_trial():
     assert pick(100) == comp.fallback == "c-60bb46a2"
     text = compose.leaders_text([fp8_row("c-60bb46a2", 200.0, 120.0), fp8_row("c-split", 280.0, 100.0)], None)
     assert "fastest on 9 shape(s): c-60bb46a2: m=6144," in text
+
+
+def test_rule_based_selection_builds_on_kernels_it_can_tune_not_on_a_composite():
+    comp, text = _composite_of_two_triton_softmaxes()
+    views = [CandidateView("c-a", None, "seed", "ok", 50.0, {}, SOFTMAX.seed_source, "ok"),
+             CandidateView("c-b", "c-a", "warps", "ok", 45.0, {}, WARPS_4, "ok"),
+             CandidateView("c-comp", "c-b", "composite", "ok", 40.0, {}, text, "ok")]
+    assert tournament(views).base_id == "c-b"

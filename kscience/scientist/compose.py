@@ -27,6 +27,11 @@ MIN_GAIN_PCT = 1.0  # a composite predicted to gain less than this over the best
 KEEP_FALLBACK_PCT = 0.5  # a region keeps the overall best unless another kernel is faster by more than this
 MAX_DEPTH = 4  # at most 2**4 regions
 DIVISORS = (16, 32, 64, 128, 256)
+MARKER = "Composite kernel written by kscience"  # how a composite's source begins
+
+
+def is_composite(source: str) -> bool:
+    return source.startswith('"""' + MARKER)
 
 
 @dataclass
@@ -225,7 +230,7 @@ def _bounded(path: list, shapes: list[dict], names: list[str]) -> list[tuple[str
 
 
 # --- the candidate's source ----------------------------------------------------------------------
-_TEMPLATE = '''"""Composite kernel written by kscience: dispatches each call by its sizes to the fastest of {n} correct
+_TEMPLATE = '''"""{marker}: dispatches each call by its sizes to the fastest of {n} correct
 kernels of this run, each loaded as its own module from its source below. First matching rule wins:
 {rules}
 Every other shape (including sizes beyond those timed) goes to {fallback}, the fastest overall."""
@@ -284,7 +289,7 @@ def source(comp: Composition, sources: dict[str, str]) -> str:
     sizes = "\n".join(f"    {name} = members[{i}].shape[{d}]" for name, (i, d) in comp.dims.items())
     branches = "\n".join(f"    if {' and '.join(_expr(c) for c in r.conditions)}:\n        return {_var(r.part)}(data)"
                          for r in comp.rules)
-    return _TEMPLATE.format(n=len(comp.parts), rules=rules, fallback=comp.fallback, parts=parts, bindings=bindings,
+    return _TEMPLATE.format(marker=MARKER, n=len(comp.parts), rules=rules, fallback=comp.fallback, parts=parts, bindings=bindings,
                             sizes=sizes, branches=branches, fallback_var=_var(comp.fallback))
 
 
