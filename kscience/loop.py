@@ -342,7 +342,7 @@ class Controller:
                     raise
         cand = self._record_verdict(cand, result)
         if self.profile == "ncu" and twin is None and profiling.candidate_to_profile(
-                cand, self.store.plans(self.run_id), self.store.candidate):
+                cand, self.store.candidates(self.run_id)):
             await self._profile(cand)
         return cand
 
