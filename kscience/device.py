@@ -81,8 +81,11 @@ def peaks_for(name: str) -> Peaks | None:
 
 def versions() -> dict:
     """torch, Triton and CUDA or HIP versions of this process: which kernel APIs exist depends on them."""
-    try:
-        triton = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        triton = None
+    triton = None
+    for package in ("triton", "pytorch-triton-rocm", "pytorch-triton"):  # the ROCm and nightly wheels' names
+        try:
+            triton = metadata.version(package)
+            break
+        except metadata.PackageNotFoundError:
+            continue
     return {"torch": torch.__version__, "triton": triton, "cuda": torch.version.cuda, "hip": torch.version.hip}
