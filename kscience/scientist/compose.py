@@ -112,8 +112,9 @@ def leaders_text(candidates: list[dict], best_id: str | None) -> str:
         by_id.setdefault(cid, []).append(label)
     if len(by_id) <= 1:
         return ""
-    lines = ["Per-shape leaders (the fastest correct kernel on each benchmark shape; different ideas win "
-             "different shapes, and a composite that dispatches by shape keeps each win):"]
+    lines = ["Per-shape leaders (the fastest correct kernel on each benchmark shape). The run builds and judges "
+             "composites that dispatch by shape size to the leaders by itself, so an idea that wins only some "
+             "shapes is kept: aim experiments at the shapes where the best kernel is weakest."]
     for cid, labels in sorted(by_id.items(), key=lambda kv: -len(kv[1])):
         tag = " (the best overall)" if cid == best_id else ""
         lines.append(f"- fastest on {len(labels)} shape(s): {cid}{tag}: {'; '.join(labels)}")
