@@ -204,3 +204,11 @@ def test_rule_based_selection_builds_on_kernels_it_can_tune_not_on_a_composite()
              CandidateView("c-b", "c-a", "warps", "ok", 45.0, {}, WARPS_4, "ok"),
              CandidateView("c-comp", "c-b", "composite", "ok", 40.0, {}, text, "ok")]
     assert tournament(views).base_id == "c-b"
+
+
+def test_a_size_every_timed_shape_shares_bounds_no_rule():
+    a = {(1024, 4096): 10.0, (4096, 4096): 40.0, (16384, 4096): 160.0}
+    b = {(1024, 4096): 12.0, (4096, 4096): 30.0, (16384, 4096): 120.0}
+    comp = compose.plan(SOFTMAX, [row("c-a", a), row("c-b", b)])
+    assert comp is not None and {name for r in comp.rules for name, _, _ in r.conditions} == {"m"}
+    assert [r.text() for r in comp.rules] == ["m >= 1024 and m <= 2048"]  # the narrow rows: c-a; else c-b

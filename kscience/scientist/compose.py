@@ -67,6 +67,8 @@ class Composition:
 
 def _condition_text(c: tuple[str, str, int]) -> str:
     name, op, value = c
+    if op == ">":  # sizes are integers: `m >= 1024` reads better than `m > 1023`
+        return f"{name} >= {value + 1}"
     return {"%0": f"{name} % {value} == 0", "%!0": f"{name} % {value} != 0"}.get(op, f"{name} {op} {value}")
 
 
@@ -216,7 +218,9 @@ def plan(problem: Problem, candidates: list[dict], *, min_gain_pct: float = MIN_
 
 def _bounded(path: list, shapes: list[dict], names: list[str]) -> list[tuple[str, str, int]]:
     """A region's conditions, each size bounded by the range that was timed: beyond it the overall best
-    answers, since nothing measured says another kernel wins there. Redundant bounds are merged."""
+    answers, since nothing measured says another kernel wins there. A size every timed shape shares
+    (swiglu's hidden size) says nothing about where a kernel wins, and bounds nothing."""
+    names = [n for n in names if len({s[n] for s in shapes}) > 1]
     lower = {n: min(s[n] for s in shapes) - 1 for n in names}  # x > lower
     upper = {n: max(s[n] for s in shapes) for n in names}  # x <= upper
     rest = []
@@ -275,13 +279,6 @@ def _var(cid: str) -> str:
     return "_kernel_" + cid.replace("-", "_")
 
 
-def _expr(c: tuple[str, str, int]) -> str:
-    name, op, value = c
-    if op in (">", "<="):
-        return f"{name} {op} {value}"
-    return f"{name} % {value} {'==' if op == '%0' else '!='} 0"
-
-
 def source(comp: Composition, sources: dict[str, str]) -> str:
     """The composite as a candidate: `sources` maps each part's id to its kernel source. The dispatch is
     straight-line code (a few comparisons), so it adds well under a microsecond of host time per call."""
@@ -289,7 +286,7 @@ def source(comp: Composition, sources: dict[str, str]) -> str:
     parts = "\n".join(f"    {cid!r}: {_literal(sources[cid])}," for cid in comp.parts)
     bindings = "\n".join(f"{_var(cid)} = _KERNELS[{cid!r}]" for cid in comp.parts)
     sizes = "\n".join(f"    {name} = members[{i}].shape[{d}]" for name, (i, d) in comp.dims.items())
-    branches = "\n".join(f"    if {' and '.join(_expr(c) for c in r.conditions)}:\n        return {_var(r.part)}(data)"
+    branches = "\n".join(f"    if {' and '.join(_condition_text(c) for c in r.conditions)}:\n        return {_var(r.part)}(data)"
                          for r in comp.rules)
     return _TEMPLATE.format(marker=MARKER, n=len(comp.parts), rules=rules, fallback=comp.fallback, parts=parts, bindings=bindings,
                             sizes=sizes, branches=branches, fallback_var=_var(comp.fallback))
