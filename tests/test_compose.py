@@ -1,6 +1,7 @@
 """Per-shape composition: rules that generalise, a composite that is correct on shapes nobody timed,
 and a run that builds, judges, stores, shows and resumes it."""
 
+import ast
 import importlib.util
 import re
 import sqlite3
@@ -17,7 +18,7 @@ from kscience.scientist import compose
 from kscience.scientist.roles import CandidateView, Draft
 from kscience.scientist.strategy import tournament
 from kscience.store import Store
-from tests.test_loop import FakeExecutor, ScriptedScientist
+from test_loop import FakeExecutor, ScriptedScientist
 
 SOFTMAX = load_problem("softmax")
 WARPS_4 = SOFTMAX.seed_source.replace("NUM_WARPS = 8", "NUM_WARPS = 4")
@@ -112,10 +113,10 @@ class ShapeExecutor(FakeExecutor):
     """Fake kernels carry a time per shape; a composite takes each shape's fastest part."""
 
     def _judge(self, request) -> EvalResult:
-        found = re.findall(r"TIMES = (\[[0-9., ]+\])", request.source.replace("\\n", "\n"))
+        found = re.findall(r"TIMES = (\[[0-9., ]+\])", request.source)
         if not found:
             return super()._judge(request)
-        times = [min(ts) for ts in zip(*(eval(f) for f in found))]
+        times = [min(ts) for ts in zip(*(ast.literal_eval(f) for f in found))]
         shapes = [ShapeResult(shape=s, ok=True, phase="benchmark", time_us=t) for s, t in zip(SHAPES, times)]
         return EvalResult(status="ok", message="fake ok", geomean_us=compose.geomean(times), shapes=shapes,
                           device={"name": "fake device", "interpreted": True}, timing_label="fake clock")
