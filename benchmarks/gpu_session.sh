@@ -22,6 +22,11 @@
 #                 WINDOW (default 80) seconds each; on two GPUs add GPUS=2 (then LINES=4,8 is the issue's K)
 # Logs, JSON results and the run database land in OUTDIR. Figures are then made anywhere with
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
+# Issue 25 (keep every win): composition and the baselines a user would pick, then the default profiler:
+#   bash benchmarks/gpu_session.sh OUTDIR compose-gemm compose-rows profile-default
+#     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations)
+#     compose-rows     composition.py on softmax, rmsnorm and swiglu
+#     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs]}
@@ -84,7 +89,17 @@ for step in $steps; do
                   --out "$out/search-throughput.json" 2>&1 | tee "$out/search-throughput.log"
                 python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
                   "$out/search-throughput.db" ;;
-    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput)" >&2
+    compose-gemm|compose-rows|profile-default)
+      case $step in
+        compose-gemm) problems=fp8_blockscale_gemm,matmul; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
+        compose-rows) problems=softmax,rmsnorm,swiglu; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
+        profile-default) problems=softmax; flags="--iterations 1 --profile auto" ;;
+      esac
+      timeout "${COMPOSE_S:-570}" python3 benchmarks/composition.py --problems "$problems" $flags \
+        --db "$out/composition.db" --out "$out" 2>&1 | tee -a "$out/composition.log"
+      python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+        "$out/composition.db" ;;
+    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
        exit 2 ;;
   esac
 done

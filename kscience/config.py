@@ -100,9 +100,11 @@ class RunConfig:
                                              "eager PyTorch baseline (timed by default on a GPU)", kind="off")
     target: str | None = setting(None, "--target", "hardware the kernels are for, e.g. h100 or mi300x "
                                  "(default: the device the run evaluates on)", metavar="GPU")
-    # Nsight Compute on the seed and on each candidate that beats its base, outside the timed evaluation.
-    profile: str | None = setting(None, "--profile", "hardware counters of the seed and of each candidate that "
-                                  "beats its base (Nsight Compute; its cost is shown, never timed)",
+    # Nsight Compute on the seed and on each new best, outside the timed evaluation (a stored config of an
+    # older run says None: off).
+    profile: str | None = setting("auto", "--profile", "hardware counters of the seed and of each new best "
+                                  "(Nsight Compute; its cost is shown, never timed); auto: where this machine has "
+                                  "a GPU and ncu; none: off",
                                   choices=PROFILERS, on_resume=True)
     stop_at_sol: float | None = setting(None, "--stop-at-sol", "end the run once its best kernel reaches this "
                                         "fraction of the roofline bound on every shape, e.g. 0.8", metavar="F",

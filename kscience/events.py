@@ -26,8 +26,9 @@ class Event:
 
 @dataclass
 class StageChanged(Event):
-    """The controller moved on: seed, reference, compiled, select, design, write, queued (waiting for a free
-    evaluation slot), evaluate, repair, finding, profile, done; "line ended" when one of several lines ends."""
+    """The controller moved on: seed, reference, vendor, compiled, select, design, write, queued (waiting for a
+    free evaluation slot), evaluate, repair, finding, profile, compose (a per-shape composite, `detail` says
+    what it is made of), done; "line ended" when one of several lines ends."""
 
     type: ClassVar[str] = "stage_changed"
     stage: str

@@ -7,6 +7,10 @@ measures, per slot, how long an evaluation was in flight on it. A slot's busy ti
 loop sees: from the request to its verdict (for a queue executor this includes the wait for a
 worker to claim it). Busy time and this session's wall time are stored after each evaluation and
 at the end, so a `kill -9` loses at most the wall time since the last verdict.
+
+After each verdict (and once the roots are judged) it composes: where the run's correct kernels
+differ in which is fastest per shape, a composite candidate dispatching by shape
+(kscience.scientist.compose) is written and judged through this same path, one composer at a time.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import time
 
 from kscience import profiling
 from kscience.evaluate import result as R
-from kscience.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting, StageChanged
-from kscience.line import EvaluationsSpent, Stopped
+from kscience.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
+from kscience.line import EvaluationsSpent, Stopped, source_diff
+from kscience.scientist import compose
 from kscience.snapshot import best_candidate, first_of_kind, judged_count
+from kscience.store import PENDING
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
@@ -35,6 +41,9 @@ class Judging:
             self._free.put_nowait(slot)
         self._reserved = 0  # evaluations asked for and not yet recorded: they count against the budget
         self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
+        # One composer at a time (lines record verdicts concurrently); a verdict recorded while it works
+        # makes it look again rather than start a second one (see maybe_compose).
+        self._composing, self._compose_again = False, False
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
         self.busy_s = [0.0] * self.capacity
@@ -72,8 +81,9 @@ class Judging:
                 self._reserved -= counted
         cand = self.record_verdict(cand, result)
         if ctx.profile == "ncu" and twin is None and profiling.candidate_to_profile(
-                cand, ctx.store.plans(ctx.run_id), ctx.store.candidate):
+                cand, ctx.store.candidates(ctx.run_id)):
             await self._profile(cand, line)
+        await self.maybe_compose(cand["iteration"], line)  # after every recorded verdict
         return cand
 
     async def _judge(self, cand: dict, line: int) -> dict:
@@ -109,8 +119,8 @@ class Judging:
 
     def record_verdict(self, cand: dict, result: dict) -> dict:
         """Store an evaluation's verdict, then announce it (committed before anyone is told).
-        This is the one place a candidate becomes recorded: logic that must follow every recorded
-        candidate (e.g. building a composite of per-shape winners) belongs right after the event."""
+        This is the one place a candidate becomes recorded; `evaluate` composes after it (a verdict
+        stored on Ctrl-C is composed on by the resumed run)."""
         ctx = self.ctx
         cand = ctx.store.record_result(cand["id"], result)
         ctx.store.record_profile(cand["id"], **profiling.after_evaluation(ctx.problem, result))
@@ -123,6 +133,49 @@ class Judging:
                                     seed_us=seed["geomean_us"] if seed else None))
         ctx.recorded.set()
         return cand
+
+    # --- per-shape composition (kscience/scientist/compose.py) -----------------------------------
+    async def maybe_compose(self, iteration: int, line: int = 0) -> None:
+        """Judge a pending composite (a resumed run), then build and judge a new one when the correct
+        kernels differ in which is fastest per shape and no composite of the same parts and rules exists.
+        Called after every recorded verdict and once the roots are judged. Lines record verdicts at once,
+        so one caller composes at a time: a call while it works (its own composite's verdict included)
+        only asks it to look again at the store once it is done, so no state is composed twice or missed."""
+        self._compose_again = True
+        if self._composing:
+            return
+        self._composing = True
+        try:
+            while self._compose_again:
+                self._compose_again = False
+                await self._compose(iteration, line)
+        except EvaluationsSpent:  # the budget is spoken for: a composite is neither written nor judged
+            pass
+        finally:
+            self._composing = False
+
+    async def _compose(self, iteration: int, line: int) -> None:
+        ctx = self.ctx
+        for cand in ctx.store.candidates(ctx.run_id):
+            if cand["kind"] == compose.KIND and cand["status"] == PENDING:
+                await self.evaluate(cand, line)
+        cands = ctx.store.candidates(ctx.run_id)
+        comp = compose.plan(ctx.problem, cands)
+        if comp is None:
+            return
+        sources = {c["id"]: c["source"] for c in cands}
+        text = compose.source(comp, sources)
+        if any(c["source"] == text for c in cands):
+            return
+        self.check_budget()  # nothing is written that the budget could not judge
+        ctx.stage("compose", iteration, compose.summary(comp), line)
+        cand = ctx.store.add_composite(ctx.run_id, parts=comp.parts, rules=comp.to_dict(), kind=compose.KIND,
+                                       source=text, hypothesis=compose.summary(comp), iteration=iteration,
+                                       parent_id=comp.fallback)
+        ctx.emit(CandidateWritten(candidate_id=cand["id"], parent_id=comp.fallback, kind=compose.KIND,
+                                  iteration=iteration, plan_title=cand["hypothesis"], status=cand["status"],
+                                  diff=source_diff(sources[comp.fallback], text)))
+        await self.evaluate(cand, line)
 
     async def _outcome(self, cand: dict, future, line: int) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it

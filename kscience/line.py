@@ -41,7 +41,7 @@ class NothingLeft(Exception):
     """No base has an experiment left that was not already carried out on it (or is under way)."""
 
 
-def _diff(before: str, after: str) -> str:
+def source_diff(before: str, after: str) -> str:
     lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                  "parent.py", "candidate.py")
     return "".join(lines)[:DIFF_LIMIT_CHARS]
@@ -198,5 +198,5 @@ class Line:
             write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied)
         ctx.emit(CandidateWritten(candidate_id=cand["id"], parent_id=parent_id, kind=kind, iteration=iteration,
                                   plan_title=hypothesis, status=cand["status"],
-                                  diff=_diff(parent_source, draft.source) if written else ""))
+                                  diff=source_diff(parent_source, draft.source) if written else ""))
         return cand

@@ -19,13 +19,14 @@ import asyncio
 import threading
 
 from kscience import profiling
-from kscience.baselines import compiled_baseline_wanted
+from kscience.baselines import compiled_baseline_wanted, vendor_source
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
 from kscience.judging import Judging
 from kscience.line import EvaluationsSpent, Line, NothingLeft, RunError, Stopped
 from kscience.problems import Problem, shape_label
+from kscience.scientist import compose
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
 from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.roles import CandidateView
@@ -45,11 +46,12 @@ class Controller:
         self.repairs = repairs
         self.seed_source, self.reference_source = seed_source, reference_source
         self.compiled_source, self.compiled_baseline = compiled_source, compiled_baseline
+        self.vendor_source = vendor_source(problem)
         self._stop = stop  # set by the user (Run.stop)
         self._halted = False  # set when one experiment failed, so every line stops at its next step
         self.lines = max(1, lines or executor.capacity)  # default: one line per evaluation slot
         self.max_evaluations = max_evaluations
-        self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile ncu, --stop-at-sol F
+        self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile auto/ncu/none, --stop-at-sol F
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
         self.recorded = asyncio.Event()  # set by each verdict recorded (kscience.judging)
@@ -65,14 +67,17 @@ class Controller:
                 kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
                                                 if c["kind"] in ("child", "repair") and c["status"] == R.OK]
                 await self.scientist.preflight(kernels)
-            if missing := profiling.missing_profiler(self.profile):  # said once; the run goes on unprofiled
-                self.emit(CandidateProfiled(None, self.iterations_done(), self.profile, None, missing))
-                self.profile = None
+            self.profile, said = profiling.resolve_profiler(self.profile)  # said once: on, or why it is off
+            if said:
+                self.emit(CandidateProfiled(None, self.iterations_done(), "ncu", None, said))
             try:
                 await self._roots()
             except EvaluationsSpent as exc:
                 self.stage("done", 0, str(exc))
                 return
+            # Composition also follows every verdict (kscience.judging); here it judges a composite a
+            # stopped run left pending, and composes what the roots of a resumed run make possible.
+            await self.judging.maybe_compose(self.iterations_done())
             self.observe()
             await self._schedule(target)
         finally:
@@ -208,8 +213,9 @@ class Controller:
 
     # --- seed and baselines ------------------------------------------------------------------
     async def _roots(self) -> None:
-        """The seed (repaired if it fails) is the root of the population; the reference and its
-        torch.compile are baselines. A baseline that fails keeps its status and the run goes on."""
+        """The seed (repaired if it fails) is the root of the population; the reference, the problem's
+        vendor-library path and the reference's torch.compile are baselines. A baseline that fails keeps
+        its status and the run goes on."""
         candidates = self.store.candidates(self.run_id)
         chain = [c for c in candidates if c["iteration"] == 0 and c["kind"] in ("seed", "repair")]
         if not chain:
@@ -226,6 +232,13 @@ class Controller:
                                   hypothesis="PyTorch eager", iteration=0)
         if reference["status"] == PENDING:
             await self.judging.evaluate(reference, counted=False)
+        vendor = first_of_kind(candidates, "vendor")
+        if vendor is None and self.vendor_source:  # where it cannot run, it is stored with the reason
+            self.stage("vendor", 0)
+            vendor = self._add(kind="vendor", source=self.vendor_source, hypothesis=self.problem.vendor_label,
+                               iteration=0)
+        if vendor is not None and vendor["status"] == PENDING:
+            await self.judging.evaluate(vendor, counted=False)
         if not compiled_baseline_wanted(self.compiled_baseline, final):
             return
         compiled = first_of_kind(candidates, "compiled")
@@ -281,5 +294,8 @@ class Controller:
         target = getattr(self.scientist, "target", None) or run_target(None, device)
         kinds = {c["kind"]: c for c in cands}
         baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
-                     (("reference", "PyTorch eager"), ("compiled", "torch.compile"))]
-        self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed)))
+                     (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
+                      ("vendor", f"vendor library: {self.problem.vendor_label}")) if kind != "vendor" or kind in kinds]
+        best = best_candidate(cands)
+        self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed),
+                                                  leaders=compose.leaders_text(cands, best and best["id"])))

@@ -229,6 +229,11 @@ class Snapshot:
     def compiled(self) -> dict | None:
         return first_of_kind(self.candidates, "compiled")
 
+    @property
+    def vendor(self) -> dict | None:
+        """The problem's vendor-library path (cuBLAS...), where it declares one."""
+        return first_of_kind(self.candidates, "vendor")
+
     @cached_property
     def settled(self) -> list[dict]:
         """Population members with a verdict (evaluated, or never written), in the order they got it."""
@@ -413,6 +418,12 @@ class Snapshot:
             "compiled_status": compiled["status"] if compiled else None,
             "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_reference": speedup(_us(ref), best_us),
             "speedup_vs_compiled": speedup(_us(compiled), best_us),
+            "vendor_us": _us(self.vendor), "vendor_status": self.vendor and self.vendor["status"],
+            "vendor_label": self.vendor and self.vendor["hypothesis"],
+            "vendor_message": self.vendor and self.vendor["status"] != OK and self.vendor["message"] or None,
+            "speedup_vs_vendor": speedup(_us(self.vendor), best_us),
+            "n_composites": sum(c["kind"] == "composite" and c["status"] != PENDING for c in self.candidates),
+            "best_kind": best["kind"] if best else None,
             "evaluated_to_best": evaluated.index(best) + 1 if best in evaluated else None,
             "iterations_done": self.iterations_done,
             "repairs_tried": len(repaired), "repairs_succeeded": len(fixed),

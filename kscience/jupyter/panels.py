@@ -14,6 +14,7 @@ import html
 from kscience.liveness import display_status
 from kscience.snapshot import (Snapshot, error_text, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
                                uplift_pct, why_chosen_text)
+from kscience.scientist.briefing import versions_text
 from kscience.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
@@ -46,6 +47,14 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
                  if best else "none yet")
     facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
              ("LLM", llm), ("best", best_text)]
+    versions = versions_text(snap.device)
+    if versions:
+        facts.insert(2, ("software", versions))
+    beaten = [(name, base) for name, base in (("torch.compile", snap.compiled), ("vendor library", snap.vendor),
+                                              (EAGER, snap.reference))
+              if best and base and base["status"] == "ok" and base["geomean_us"] < best["geomean_us"]]
+    if beaten and not snap.device.get("interpreted"):  # said plainly: a user would pick the baseline
+        facts.append(("loses to", ", ".join(f"{name} ({fmt_us(b['geomean_us'], US)})" for name, b in beaten)))
     sol = snap.sol_summary(best)
     if sol is not None:  # only with a roofline bound: GPU timings on a known device
         facts.append(("speed of light", fmt_sol(sol)))
@@ -81,7 +90,7 @@ def note_stage(stages: dict[int, dict], event) -> None:
 
 LINE_WORDS = {"select": "selecting", "design": "designing", "write": "writing", "queued": "waiting for the evaluator",
               "evaluate": "evaluating", "repair": "repairing", "finding": "recording its finding",
-              "profile": "profiling"}
+              "profile": "profiling", "compose": "composing per-shape winners"}
 
 
 def stage_text(snap: Snapshot, stage: dict | None, stopping: bool = False) -> str:
@@ -289,7 +298,8 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
                     f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], US)}</div>'
-                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled))
+                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled),
+                                          ("vendor library", snap.vendor))
                        if base and base["status"] == "ok")
     return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
             f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
