@@ -16,8 +16,17 @@
 #     queue     an offline run whose evaluations go through queue:DIR to a `kscience worker` here
 #     cpuslots  scaleout.py --cpu-workers 1,2,4,8: interpreter slots, host-side scaling
 #     sparewait spare_wait.py on fp8_blockscale_gemm: the wait for a worker with one and two spares per slot
+# Issue 24 (concurrent experiment lines), about 6 minutes on one H100:
+#   bash benchmarks/gpu_session.sh OUTDIR throughput
+#     throughput  search_throughput.py: one line against K lines (LINES, default 2,8) with a 30 s model,
+#                 WINDOW (default 80) seconds each; on two GPUs add GPUS=2 (then LINES=4,8 is the issue's K)
 # Logs, JSON results and the run database land in OUTDIR. Figures are then made anywhere with
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
+# Issue 25 (keep every win): composition and the baselines a user would pick, then the default profiler:
+#   bash benchmarks/gpu_session.sh OUTDIR compose-gemm compose-rows profile-default
+#     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations)
+#     compose-rows     composition.py on softmax, rmsnorm and swiglu
+#     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs]}
@@ -75,7 +84,22 @@ for step in $steps; do
                 --candidates "${CANDIDATES_CPU:-16}" --out "$out/scaleout-cpu-slots.json" 2>&1 | tee "$out/scaleout-cpu-slots.log" ;;
     sparewait) timeout "${SPAREWAIT_S:-300}" python3 benchmarks/spare_wait.py --problem fp8_blockscale_gemm \
                  --evaluations "${EVALUATIONS:-6}" --out "$out" 2>&1 | tee "$out/spare-wait.log" ;;
-    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait)" >&2
+    throughput) timeout "${THROUGHPUT_S:-540}" python3 benchmarks/search_throughput.py --lines "${LINES:-2,8}" \
+                  --window "${WINDOW:-80}" ${GPUS:+--gpus "$GPUS"} --db "$out/search-throughput.db" \
+                  --out "$out/search-throughput.json" 2>&1 | tee "$out/search-throughput.log"
+                python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+                  "$out/search-throughput.db" ;;
+    compose-gemm|compose-rows|profile-default)
+      case $step in
+        compose-gemm) problems=fp8_blockscale_gemm,matmul; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
+        compose-rows) problems=softmax,rmsnorm,swiglu; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
+        profile-default) problems=softmax; flags="--iterations 1 --profile auto" ;;
+      esac
+      timeout "${COMPOSE_S:-570}" python3 benchmarks/composition.py --problems "$problems" $flags \
+        --db "$out/composition.db" --out "$out" 2>&1 | tee -a "$out/composition.log"
+      python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+        "$out/composition.db" ;;
+    *) echo "unknown step $step (tests, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
        exit 2 ;;
   esac
 done

@@ -1,5 +1,6 @@
 """The baselines every kernel of a run is compared to, written as candidates so the evaluator
-times them exactly as it times kernels: PyTorch eager, and the same under torch.compile."""
+times them exactly as it times kernels: PyTorch eager, the same under torch.compile (max-autotune),
+and the vendor library a user would call instead (cuBLAS...), where the problem names one."""
 
 from __future__ import annotations
 
@@ -21,8 +22,23 @@ def reference_source(problem: Problem) -> str:
     return head + "def custom_kernel(data):\n    return _EAGER(data)\n"
 
 
+# max-autotune: inductor benchmarks its Triton templates and cuBLAS per shape, the best a user gets from
+# torch.compile. Without CUDA graphs: a graph replays into static buffers that the next call overwrites,
+# and the harness keeps each call's output to check it.
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+
+
+def vendor_source(problem: Problem) -> str | None:
+    """The problem's vendor-library path as a candidate, or None where it declares none. Where the library
+    cannot run (a CPU, an older CUDA) the call raises, and the baseline is stored with that reason."""
+    if problem.vendor_kernel is None or problem.entry != "custom_kernel":
+        return None
+    head = _baseline_head(problem, f"The vendor library a user would call: {problem.vendor_label}.")
+    return head + "def custom_kernel(data):\n    return _PROBLEM.vendor_kernel(data)\n"
+
+
 def compiled_source(problem: Problem) -> str:
-    """The eager baseline under torch.compile (default settings) as a candidate: the baseline a kernel
+    """The eager baseline under torch.compile (max-autotune) as a candidate: the baseline a kernel
     must beat to be worth writing by hand."""
     head = _baseline_head(problem, "The problem in plain PyTorch under torch.compile, timed as a baseline.",
                           "import torch\n\n")
@@ -32,10 +48,10 @@ def compiled_source(problem: Problem) -> str:
         return head + ("class ModelNew(_PROBLEM.reference_model_class):\n"
                        "    def __init__(self, *args, **kwargs):\n"
                        "        super().__init__(*args, **kwargs)\n"
-                       "        self._compiled_forward = torch.compile(super().forward)\n\n"
+                       f"        self._compiled_forward = torch.compile(super().forward, mode={COMPILE_MODE!r})\n\n"
                        "    def forward(self, *args, **kwargs):\n"
                        "        return self._compiled_forward(*args, **kwargs)\n")
-    return head + ("_compiled = torch.compile(_EAGER)\n\n\n"
+    return head + (f"_compiled = torch.compile(_EAGER, mode={COMPILE_MODE!r})\n\n\n"
                    "def custom_kernel(data):\n    return _compiled(data)\n")
 
 

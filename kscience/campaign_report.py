@@ -26,7 +26,7 @@ from kscience.liveness import display_status
 from kscience.store import Store
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-BASELINES = {"eager": "eager_us", "compiled": "compiled_us"}
+BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "vendor": "vendor_us"}
 _WRITTEN = ("child", "repair")
 
 
@@ -36,7 +36,7 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
     for entry in store.campaign_problems(campaign_id):
         row = {"position": entry["position"], "name": entry["name"], "locator": entry["locator"],
                "status": entry["status"], "reason": entry["reason"], "run_id": entry["run_id"],
-               "eager_us": None, "compiled_us": None, "seed_us": None, "best_us": None, "best_id": None,
+               "eager_us": None, "compiled_us": None, "vendor_us": None, "seed_us": None, "best_us": None, "best_id": None,
                "attempts": 0, "cost_usd": 0.0, "tokens": 0, "device": None}
         if entry["run_id"]:
             run = store.run(entry["run_id"])
@@ -49,9 +49,10 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
 
 def _run_numbers(store: Store, run_id: str) -> dict:
     cands = store.candidates(run_id)
-    by_kind = {c["kind"]: c for c in cands if c["kind"] in ("seed", "reference", "compiled")}
+    by_kind = {c["kind"]: c for c in cands if c["kind"] in ("seed", "reference", "compiled", "vendor")}
     written = [c for c in cands if c["kind"] in _WRITTEN and c["evaluated"] is not None]
-    ok = [c for c in written if c["status"] == "ok" and c["geomean_us"]]
+    composites = [c for c in cands if c["kind"] == "composite" and c["evaluated"] is not None]
+    ok = [c for c in written + composites if c["status"] == "ok" and c["geomean_us"]]
     best = min(ok, key=lambda c: c["geomean_us"]) if ok else None
     usage = store.llm_usage(run_id)
 
@@ -60,7 +61,8 @@ def _run_numbers(store: Store, run_id: str) -> dict:
         return c["geomean_us"] if c and c["status"] == "ok" else None
 
     judged = ((best or by_kind.get("seed") or {}).get("result") or {}).get("device") or {}
-    return {"eager_us": time_of("reference"), "compiled_us": time_of("compiled"), "seed_us": time_of("seed"),
+    return {"eager_us": time_of("reference"), "compiled_us": time_of("compiled"), "vendor_us": time_of("vendor"),
+            "seed_us": time_of("seed"),
             "best_us": best["geomean_us"] if best else None, "best_id": best["id"] if best else None,
             "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
             "device": judged.get("name")}
@@ -110,6 +112,7 @@ def campaign_report(store: Store, campaign_id: str) -> dict:
     rows = problem_rows(store, campaign_id)
     for r in rows:
         r["speedup_eager"], r["speedup_compiled"] = speedup(r, "eager"), speedup(r, "compiled")
+        r["speedup_vendor"] = speedup(r, "vendor")
     return {"campaign": {k: campaign[k] for k in ("id", "name", "suite", "status", "config", "created")},
             "problems": rows, "summary": suite_summary(rows)}
 
@@ -131,19 +134,25 @@ def report_lines(report: dict) -> list[str]:
     c, s = report["campaign"], report["summary"]
     lines = [f"campaign {c['id']} ({c['status']}): {c['suite']}", ""]
     head = f"{'problem':<28} {'status':<11} {'eager us':>10} {'compile us':>10} {'seed us':>10} " \
-           f"{'best us':>10} {'vs eager':>9} {'vs compile':>10} {'tries':>5} {'cost $':>7}"
+           f"{'vendor us':>10} {'best us':>10} {'vs eager':>9} {'vs compile':>10} {'vs vendor':>9} {'tries':>5} " \
+           f"{'cost $':>7}"
     lines += [head, "-" * len(head)]
     for r in report["problems"]:
         lines.append(f"{r['name'][:28]:<28} {r['status']:<11} {_us(r['eager_us']):>10} {_us(r['compiled_us']):>10} "
-                     f"{_us(r['seed_us']):>10} {_us(r['best_us']):>10} {_x(r['speedup_eager']):>9} "
-                     f"{_x(r['speedup_compiled']):>10} {r['attempts']:>5} {r['cost_usd']:>7.2f}")
+                     f"{_us(r['seed_us']):>10} {_us(r['vendor_us']):>10} {_us(r['best_us']):>10} "
+                     f"{_x(r['speedup_eager']):>9} {_x(r['speedup_compiled']):>10} {_x(r['speedup_vendor']):>9} "
+                     f"{r['attempts']:>5} {r['cost_usd']:>7.2f}")
+        losers = [name for name, key in (("PyTorch eager", "speedup_eager"), ("torch.compile", "speedup_compiled"),
+                                         ("the vendor library", "speedup_vendor")) if r[key] and r[key] < 1]
+        if losers:
+            lines.append(f"    LOSES: the best kernel is slower than {', '.join(losers)}")
         if r["status"] in ("skipped", "failed") and r["reason"]:
             lines.append(f"    {r['reason'][:150]}")
     lines.append("")
     lines.append(f"{s['n_evaluated']} of {s['n_problems']} problems evaluated ({s['n_skipped']} skipped); "
                  f"success rate {_pct(s['success_rate'])}; {s['attempts']} attempts; "
                  f"LLM cost ${s['cost_usd']:.2f}")
-    for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile")):
+    for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile"), ("vendor", "vendor lib")):
         fast = "  ".join(f"fast_{p:g} {_pct(s[f'fast_{p:g}_{baseline}'])}" for p in FAST_P)
         lines.append(f"vs {label:<14} (n={s[f'n_{baseline}']}): {fast}  "
                      f"geomean speedup {_x(s[f'geomean_speedup_{baseline}'])}")

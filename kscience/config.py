@@ -53,9 +53,19 @@ class RunConfig:
     """Everything that decides what a run does. Stored as the run's config; never holds a key."""
 
     problem: str = setting(None, None, PROBLEM_HELP)  # a positional argument, not a flag
-    iterations: int = setting(3, "--iterations", "design rounds the run aims for in total", metavar="N",
-                              on_resume=True, resume_help="design rounds to add (default: what remains of the "
-                                                          "run's target)")
+    # An iteration is one design: a line's select -> design and its chosen experiments (up to three).
+    iterations: int | None = setting(None, "--iterations", "iterations (designs, each with up to three "
+                                     "experiments) the run aims for in total; given --evaluations alone, as "
+                                     "many as that budget allows (default 3)", metavar="N", on_resume=True,
+                                     resume_help="iterations to add (default: what remains of the run's target)")
+    # Candidate kernels judged (seed, children, repairs; not the baselines): the budget a user thinks in.
+    evaluations: int | None = setting(None, "--evaluations", "stop once this many candidate kernels were "
+                                      "evaluated in total (the run's work in flight is finished or kept "
+                                      "for resume)", metavar="N", on_resume=True)
+    # Lines of work at once, each one iteration on its own clock: while the model thinks for one line,
+    # the others' kernels keep the evaluator busy.
+    lines: int | None = setting(None, "--lines", "iterations kept going at once, each on its own clock "
+                                "(default: one per evaluation slot)", metavar="K", on_resume=True)
     name: str = setting("", "--name", "a label for the run")
     llm: str = setting("offline", "--llm", "offline, gemini:MODEL or openai:MODEL (default: chosen from the "
                        "API keys set)", metavar="ID", on_resume=True)
@@ -90,9 +100,11 @@ class RunConfig:
                                              "eager PyTorch baseline (timed by default on a GPU)", kind="off")
     target: str | None = setting(None, "--target", "hardware the kernels are for, e.g. h100 or mi300x "
                                  "(default: the device the run evaluates on)", metavar="GPU")
-    # Nsight Compute on the seed and on each candidate that beats its base, outside the timed evaluation.
-    profile: str | None = setting(None, "--profile", "hardware counters of the seed and of each candidate that "
-                                  "beats its base (Nsight Compute; its cost is shown, never timed)",
+    # Nsight Compute on the seed and on each new best, outside the timed evaluation (a stored config of an
+    # older run says None: off).
+    profile: str | None = setting("auto", "--profile", "hardware counters of the seed and of each new best "
+                                  "(Nsight Compute; its cost is shown, never timed); auto: where this machine has "
+                                  "a GPU and ncu; none: off",
                                   choices=PROFILERS, on_resume=True)
     stop_at_sol: float | None = setting(None, "--stop-at-sol", "end the run once its best kernel reaches this "
                                         "fraction of the roofline bound on every shape, e.g. 0.8", metavar="F",
@@ -102,15 +114,21 @@ class RunConfig:
         if not self.problem:
             raise ConfigError("a run needs a problem")
         if self.strategy is None:
-            self.strategy = "tournament" if self.llm == "offline" else "llm"
+            self.strategy = "tournament" if self.llm.partition("@")[0] == "offline" else "llm"
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.strategy!r}: use {', '.join(STRATEGIES)}")
         if not valid_executor(self.executor):
             raise ConfigError(f"unknown executor {self.executor!r}: use {EXECUTORS}")
         if self.executor.startswith("queue:"):  # absolute, so a resume from elsewhere finds the same queue
             self.executor = "queue:" + queue_directory(self.executor)
+        if self.iterations is None:  # an evaluation budget alone bounds the run: a design yields at least one
+            self.iterations = 3 if self.evaluations is None else self.evaluations
         if self.iterations < 0 or self.repairs < 0:
             raise ConfigError("iterations and repairs must be >= 0")
+        if self.evaluations is not None and self.evaluations < 1:
+            raise ConfigError(f"--evaluations must be at least 1 (the seed is evaluated), not {self.evaluations}")
+        if self.lines is not None and self.lines < 1:
+            raise ConfigError(f"--lines must be at least 1, not {self.lines}")
         if self.profile is not None and self.profile not in PROFILERS:
             raise ConfigError(f"unknown profiler {self.profile!r}: use {', '.join(PROFILERS)}")
         if self.stop_at_sol is not None and not 0 < self.stop_at_sol <= 1:

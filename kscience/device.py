@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib import metadata
 
 import torch
 
@@ -58,7 +59,7 @@ class Device:
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name, "l2_bytes": self.l2_bytes,
-                "interpreted": self.interpreted}
+                "interpreted": self.interpreted, "versions": versions()}
 
 
 def detect(force_cpu: bool | None = None) -> Device:
@@ -76,3 +77,15 @@ def detect(force_cpu: bool | None = None) -> Device:
 def peaks_for(name: str) -> Peaks | None:
     """Datasheet peaks of a device by its name (as `torch.cuda.get_device_properties` gives it)."""
     return next((p for key, p in _PEAKS.items() if key in name), None)
+
+
+def versions() -> dict:
+    """torch, Triton and CUDA or HIP versions of this process: which kernel APIs exist depends on them."""
+    triton = None
+    for package in ("triton", "pytorch-triton-rocm", "pytorch-triton"):  # the ROCm and nightly wheels' names
+        try:
+            triton = metadata.version(package)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    return {"torch": torch.__version__, "triton": triton, "cuda": torch.version.cuda, "hip": torch.version.hip}

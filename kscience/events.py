@@ -26,12 +26,15 @@ class Event:
 
 @dataclass
 class StageChanged(Event):
-    """The controller moved on: seed, reference, compiled, select, design, write, evaluate, repair, finding."""
+    """The controller moved on: seed, reference, vendor, compiled, select, design, write, queued (waiting for a
+    free evaluation slot), evaluate, repair, finding, profile, compose (a per-shape composite, `detail` says
+    what it is made of), done; "line ended" when one of several lines ends."""
 
     type: ClassVar[str] = "stage_changed"
     stage: str
     iteration: int
     detail: str = ""
+    line: int = 0  # the line of work (1..K) that moved on; 0 for the run's own steps (seed, baselines, done)
 
 
 @dataclass
@@ -84,6 +87,7 @@ class EvaluationWaiting(Event):
     iteration: int
     state: str
     waited_s: float
+    line: int = 0
 
 
 @dataclass

@@ -13,7 +13,7 @@ from kscience.evaluate.ncu import NcuProfile
 from kscience.problems import shape_label
 from kscience.roofline import ShapeSol, summary
 
-MAX_KERNEL_LINES = 6  # an autotuned kernel compiles many variants; show the first few
+MAX_KERNEL_LINES = 6  # distinct kernels shown; each kernel's compiled specialisations share one line
 
 
 def _pct(x: float | None) -> str:
@@ -41,6 +41,58 @@ def kernel_line(f: KernelFacts) -> str:
         parts.append("tensor cores: " + (f"yes ({', '.join(f.tensor_instructions[:3])})" if f.tensor_core else "NO"))
     where = f"{'Triton' if f.source == 'triton' else 'load_inline'}" + (f", {f.arch}" if f.arch else "")
     return f"- {f.name} ({where}): " + ("; ".join(parts) or "no compiled facts")
+
+
+def _spread(values: list, fmt=str) -> str:
+    """'8' when every specialisation agrees, '4-8' (numbers) or '4/8' otherwise."""
+    seen = sorted(set(values))
+    if len(seen) == 1:
+        return fmt(seen[0])
+    return f"{fmt(seen[0])}-{fmt(seen[-1])}" if all(isinstance(v, int) for v in seen) else "/".join(map(fmt, seen))
+
+
+def kernel_group_line(group: list[KernelFacts]) -> str:
+    """One line for one kernel however many specialisations (constexpr values, autotuned configs) it was
+    compiled into: identical ones are counted, differing facts given as their range."""
+    if len({kernel_line(f) for f in group}) == 1:
+        line = kernel_line(group[0])
+        return line if len(group) == 1 else f"{line} [{len(group)} identical specialisations]"
+    f0, parts = group[0], []
+    warps = [f.num_warps for f in group if f.num_warps is not None]
+    stages = [f.num_stages for f in group if f.num_stages is not None]
+    if warps:
+        parts.append(f"{_spread(warps)} warps" + (f", {_spread(stages)} stages" if stages else ""))
+    regs = [f.registers for f in group if f.registers is not None]
+    if regs:
+        parts.append(f"{_spread(regs)} registers/thread")
+    spills = [f.spills for f in group if f.spills is not None]
+    if spills:
+        worst = max(spills)
+        parts.append("no spills" if worst == 0 else f"SPILLS up to {worst} words to local memory "
+                                                    f"({sum(x > 0 for x in spills)} of {len(spills)})")
+    shared = [f.shared_bytes if f.shared_bytes is not None else f.static_shared_bytes for f in group]
+    shared = [x for x in shared if x is not None]
+    if shared:
+        parts.append(f"{_spread(shared, _size)} shared")
+    tensor = [f.tensor_core for f in group if f.tensor_core is not None]
+    if tensor:
+        ops = sorted({op for f in group for op in f.tensor_instructions})
+        parts.append("tensor cores: " + ("NO" if not any(tensor) else
+                                         f"{'yes' if all(tensor) else f'in {sum(tensor)} of {len(tensor)}'}"
+                                         f" ({', '.join(ops[:3])})"))
+    where = f"{'Triton' if f0.source == 'triton' else 'load_inline'}" + (f", {f0.arch}" if f0.arch else "")
+    return f"- {f0.name} ({where}), {len(group)} specialisations: " + "; ".join(parts)
+
+
+def kernel_lines(facts: list[KernelFacts]) -> list[str]:
+    """One line per distinct kernel, in the order first compiled."""
+    groups: dict[tuple, list[KernelFacts]] = {}
+    for f in facts:
+        groups.setdefault((f.name, f.source, f.arch), []).append(f)
+    lines = [kernel_group_line(g) for g in groups.values()]
+    if len(lines) > MAX_KERNEL_LINES:
+        lines = lines[:MAX_KERNEL_LINES] + [f"- ... and {len(lines) - MAX_KERNEL_LINES} more kernel(s)"]
+    return lines
 
 
 def ncu_lines(p: NcuProfile) -> list[str]:
@@ -85,9 +137,7 @@ def render_profile(facts: list[KernelFacts | dict] | None = None, ncu: NcuProfil
     ncu = NcuProfile.from_dict(ncu) if isinstance(ncu, dict) else ncu
     lines = ["Profile of this kernel:"]
     if facts:
-        lines += [kernel_line(f) for f in facts[:MAX_KERNEL_LINES]]
-        if len(facts) > MAX_KERNEL_LINES:
-            lines.append(f"- ... and {len(facts) - MAX_KERNEL_LINES} more compiled variant(s)")
+        lines += kernel_lines(facts)
     else:
         lines.append("- compile facts: none (no compiled GPU code: CPU interpreter or nothing compiled)")
     if ncu is not None:

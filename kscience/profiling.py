@@ -3,8 +3,8 @@
 * `after_evaluation`: free, for every candidate evaluated on a GPU. The compile facts the judge read
   from the compiled artefacts once the worker was gone (EvalResult.compile_facts), and the speed of
   light per timed shape.
-* `profile_with_ncu`: costly, on demand (`--profile ncu`: the seed, and each candidate that beats
-  its base). Nsight Compute on the shape with the most headroom, outside the timed evaluation,
+* `profile_with_ncu`: costly, by default where a GPU and ncu are at hand (`--profile auto`; `ncu`
+  insists, `none` turns it off): the seed, and each new best. Nsight Compute on the shape with the most headroom, outside the timed evaluation,
   and the 'not doing the work' check against what the problem needs.
 
 Both return keyword arguments for `Store.record_profile`, so the caller stores them as they are.
@@ -12,12 +12,18 @@ Both return keyword arguments for `Store.record_profile`, so the caller stores t
 
 from __future__ import annotations
 
+import os
+
+import torch
+
 from kscience.evaluate import ncu
 from kscience.problems import Problem
 from kscience.roofline import not_doing_the_work, result_sol, stop_at_sol, summary
 
 
-PROFILERS = ("ncu",)  # values of the run setting `profile` (None: no profiler)
+# Values of the run setting `profile`: "auto" (the default) profiles with Nsight Compute where this machine
+# has a GPU and ncu, "ncu" asks for it (and says so where it is missing), "none" (or None) turns it off.
+PROFILERS = ("auto", "ncu", "none")
 
 
 def after_evaluation(problem: Problem, result: dict) -> dict:
@@ -33,14 +39,30 @@ def missing_profiler(profiler: str | None) -> str | None:
     return None
 
 
-def worth_profiling(kind: str, result: dict, base_result: dict | None) -> bool:
-    """--profile ncu looks at the seed and at each correct candidate that beats its base."""
+def resolve_profiler(setting: str | None) -> tuple[str | None, str | None]:
+    """(the profiler a run uses, None for none; the one line it says about that, or None). "auto" turns
+    Nsight Compute on where this machine has a GPU and ncu (the profile runs here, beside the run), and
+    otherwise says in one line why it is off."""
+    if setting in (None, "none"):
+        return None, None
+    if setting == "ncu":
+        missing = missing_profiler("ncu")
+        return (None, missing) if missing else ("ncu", None)
+    if os.environ.get("KSCIENCE_DEVICE", "").lower() == "cpu" or not torch.cuda.is_available():
+        return None, "profile: off (no GPU on this machine to run Nsight Compute on)"
+    if ncu.ncu_path() is None:
+        return None, "profile: off (Nsight Compute, ncu, is not on PATH); install it for stall reasons and pipe use"
+    return "ncu", "profile: Nsight Compute on the seed and each new best, outside the timing (--profile none turns it off)"
+
+
+def worth_profiling(kind: str, result: dict, best_before: dict | None) -> bool:
+    """The profiler looks at the seed and at each correct kernel faster than the best before it."""
     if result.get("status") != "ok" or not result.get("geomean_us"):
         return False
-    if kind == "seed" or base_result is None:
+    if kind == "seed" or best_before is None:
         return kind == "seed"
-    base = base_result.get("geomean_us")
-    return base is not None and result["geomean_us"] < base
+    best = best_before.get("geomean_us")
+    return best is not None and result["geomean_us"] < best
 
 
 def reached_sol(problem: Problem, best_result: dict, target: float | None) -> bool:
@@ -60,16 +82,21 @@ def stop_message(problem: Problem, best: dict | None, target: float | None) -> s
             f"(median {s['median']:.0%}), within the --stop-at-sol {target:g} target: the run ends here")
 
 
-def candidate_to_profile(cand: dict, plans: list[dict], candidate) -> bool:
-    """Whether --profile looks at this stored candidate, given the run's plans and `candidate(id)` to read
-    the kernel its plan built on. A repaired seed is the seed; a repaired child is compared with its
-    plan's base, as the child is."""
+MEMBERS = ("seed", "child", "repair", "composite")  # kinds that compete; the baselines are timed, not profiled
+
+
+def candidate_to_profile(cand: dict, candidates: list[dict]) -> bool:
+    """Whether the profiler looks at this stored candidate, given the run's stored candidates: the seed (a
+    repaired seed is the seed), and each new best, a member faster than every correct member judged
+    before it."""
     kind = "seed" if cand["iteration"] == 0 and cand["kind"] in ("seed", "repair") else cand["kind"]
-    if kind not in ("seed", "child", "repair"):  # the baselines are timed, not profiled
+    if kind not in MEMBERS:
         return False
-    plan = next((p for p in plans if p["id"] == cand["plan_id"]), None)
-    base = candidate(plan["base_id"]) if plan else None
-    return worth_profiling(kind, cand["result"] or {}, (base or {}).get("result"))
+    judged = cand.get("evaluated") or float("inf")
+    earlier = [c for c in candidates if c["id"] != cand["id"] and c["kind"] in MEMBERS and c["status"] == "ok"
+               and c["geomean_us"] and (c.get("evaluated") or float("inf")) <= judged]
+    best = min(earlier, key=lambda c: c["geomean_us"], default=None)
+    return worth_profiling(kind, cand["result"] or {}, best and {"geomean_us": best["geomean_us"]})
 
 
 def profiled_line(cand_id: str, record: dict | None, said: list[str] = ()) -> str:

@@ -10,7 +10,7 @@ from kscience.events import (CandidateEvaluated, CandidateProfiled, EvaluationWa
 from kscience.snapshot import fmt_us, fmt_x, kind_text, speedup
 
 _PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
-                 "compiled": "timing torch.compile of PyTorch eager"}
+                 "compiled": "timing torch.compile of PyTorch eager", "vendor": "timing the vendor library path"}
 
 
 class Progress:
@@ -34,8 +34,10 @@ class Progress:
 
     def __call__(self, event) -> None:
         if isinstance(event, StageChanged):
-            if event.stage == "done":  # the run ends early and says why (nothing left to try)
+            if event.stage in ("done", "compose"):  # the run ends early and says why; a composite says what it is
                 self._line(event.detail)
+            elif event.stage == "line ended":  # one of several lines of work ended; the bar shows the others
+                pass
             elif self.bar is not None:
                 self.bar.n = max(self.bar.n, event.iteration - 1)
                 self.bar.set_postfix_str(f"{event.stage} {event.detail}".strip()[:60])

@@ -66,7 +66,7 @@ class Run:
     @classmethod
     def resume(cls, run_id: str, *, store: Store, iterations: int | None = None, force: bool = False,
                scientist=None, executor=None, **changes) -> "Run":
-        """Continue a stored run: `iterations` more design rounds (default: what remains of its target).
+        """Continue a stored run: `iterations` more iterations (default: what remains of its target).
         `changes` replace config fields, e.g. llm="offline" to finish a run whose provider died.
         `force` resumes a run that looks alive: one started on another host, which cannot be checked."""
         row = store.run(run_id)
@@ -80,6 +80,10 @@ class Run:
         done = iterations_done(store.plans(run_id))
         if iterations is not None:
             run.target = config.iterations = done + iterations
+        elif changes.get("evaluations") and row["config"].get("iterations") == row["config"].get("evaluations"):
+            # The run was bounded by its evaluation budget alone (its iterations were set from it): a larger
+            # budget lifts the iterations with it.
+            run.target = config.iterations = max(config.iterations, config.evaluations)
         usage = store.llm_usage(run_id)
         run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
                                                            spent_tokens=usage["tokens"], done=done)
@@ -168,7 +172,8 @@ class Run:
                                     reference_source=reference_source(self.problem),
                                     compiled_source=compiled_source(self.problem),
                                     compiled_baseline=self.config.compiled_baseline, stop=self._stop,
-                                    profile=self.config.profile, stop_at_sol=self.config.stop_at_sol)
+                                    profile=self.config.profile, stop_at_sol=self.config.stop_at_sol,
+                                    lines=self.config.lines, max_evaluations=self.config.evaluations)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"

@@ -16,7 +16,7 @@ from functools import cached_property
 from kscience.problems import geomean, shape_label
 from kscience.evaluate import result as R
 from kscience.roofline import ShapeSol, summary
-from kscience.store import BASELINE_KINDS, PENDING, Store
+from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
 
 BENCHMARK = "benchmark"
 OK = R.OK
@@ -48,8 +48,15 @@ def inside_range(low: float | None, high: float | None, measured: float | None) 
 
 
 def iterations_done(plans: list[dict]) -> int:
-    """Design rounds started (their plans are stored): what a run counts toward its target."""
-    return max((p["iteration"] for p in plans), default=0)
+    """Iterations (designs) whose plans are stored: what a run counts toward its target. Counted, not
+    the highest number: with several lines, a line that found nothing to try leaves its number unused."""
+    return len({p["iteration"] for p in plans})
+
+
+def judged_count(candidates: list[dict]) -> int:
+    """Candidate kernels with a verdict (seed, children, repairs; not the baselines, not failed writes):
+    what the `--evaluations` budget counts. A source judged before gets its verdict again and counts."""
+    return sum(c["kind"] not in BASELINE_KINDS and c["status"] not in (PENDING, WRITE_FAILED) for c in candidates)
 
 
 def best_candidate(candidates: list[dict]) -> dict | None:
@@ -86,6 +93,15 @@ def fmt_x(ratio: float | None) -> str:
 
 def fmt_pct(pct: float) -> str:
     return f"{pct:+.1f}%"
+
+
+def fmt_busy(fractions: list[float]) -> str:
+    """Busy fraction per evaluation slot, e.g. "slot 0 93%, slot 1 88%" (a lone slot: "93%")."""
+    if not fractions:
+        return "not measured"
+    if len(fractions) == 1:
+        return f"{fractions[0]:.0%}"
+    return ", ".join(f"slot {i} {f:.0%}" for i, f in enumerate(fractions))
 
 
 def fmt_sol(summary: dict | None) -> str:
@@ -188,12 +204,13 @@ class Snapshot:
     usage: dict  # store.llm_usage
     taken_at: float
     profiles: list[dict] = field(default_factory=list)  # what a profiler saw, per candidate (store.profiles)
+    slot_times: list[dict] = field(default_factory=list)  # busy time per evaluation slot and session
 
     @classmethod
     def load(cls, store: Store, run_id: str) -> "Snapshot":
         return cls(run=store.run(run_id), candidates=store.candidates(run_id), plans=store.plans(run_id),
                    findings=store.findings(run_id), usage=store.llm_usage(run_id), taken_at=time.time(),
-                   profiles=store.profiles(run_id))
+                   profiles=store.profiles(run_id), slot_times=store.slot_times(run_id))
 
     # --- the population ----------------------------------------------------------------------
     @cached_property
@@ -211,6 +228,11 @@ class Snapshot:
     @property
     def compiled(self) -> dict | None:
         return first_of_kind(self.candidates, "compiled")
+
+    @property
+    def vendor(self) -> dict | None:
+        """The problem's vendor-library path (cuBLAS...), where it declares one."""
+        return first_of_kind(self.candidates, "vendor")
 
     @cached_property
     def settled(self) -> list[dict]:
@@ -360,6 +382,17 @@ class Snapshot:
         return max(0.0, end - self.run["created"])
 
     # --- the numbers a paper reports ---------------------------------------------------------
+    @cached_property
+    def busy_fractions(self) -> list[float]:
+        """Per evaluation slot, the fraction of the run's wall time (every session it had that slot) in
+        which an evaluation was in flight on it. Empty for runs stored before schema 4."""
+        busy: dict[int, list[float]] = {}
+        for row in self.slot_times:
+            total = busy.setdefault(row["slot"], [0.0, 0.0])
+            total[0] += row["busy_s"]
+            total[1] += row["wall_s"]
+        return [round(min(1.0, b / w), 4) if w > 0 else 0.0 for _, (b, w) in sorted(busy.items())]
+
     def metrics(self) -> dict:
         """The run's numbers, as `kscience show --json` reports them: recomputed from the stored rows."""
         evaluated, best, seed = self.evaluated, self.best, self.seed
@@ -385,6 +418,12 @@ class Snapshot:
             "compiled_status": compiled["status"] if compiled else None,
             "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_reference": speedup(_us(ref), best_us),
             "speedup_vs_compiled": speedup(_us(compiled), best_us),
+            "vendor_us": _us(self.vendor), "vendor_status": self.vendor and self.vendor["status"],
+            "vendor_label": self.vendor and self.vendor["hypothesis"],
+            "vendor_message": self.vendor and self.vendor["status"] != OK and self.vendor["message"] or None,
+            "speedup_vs_vendor": speedup(_us(self.vendor), best_us),
+            "n_composites": sum(c["kind"] == "composite" and c["status"] != PENDING for c in self.candidates),
+            "best_kind": best["kind"] if best else None,
             "evaluated_to_best": evaluated.index(best) + 1 if best in evaluated else None,
             "iterations_done": self.iterations_done,
             "repairs_tried": len(repaired), "repairs_succeeded": len(fixed),
@@ -407,6 +446,7 @@ class Snapshot:
                                 if any(p.get("ncu") for p in self.profiles) else None),
             "n_flagged": sum(bool(p.get("flag")) for p in self.profiles),
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
+            "busy_per_slot": self.busy_fractions,
         }
 
     def listing(self) -> dict:

@@ -4,7 +4,9 @@ Tables: runs, candidates (with lineage), plans (the designer's hypotheses and th
 choice they came from), findings, llm_calls, events; since schema 2 also campaigns (a suite of
 problems, one run each: `campaign_problems`) and retimes (stored kernels judged again on another
 device, beside their original verdicts); since schema 3 profiles (what a profiler saw of a
-candidate: compile facts, Nsight Compute metrics, speed of light). Older files are migrated in
+candidate: compile facts, Nsight Compute metrics, speed of light); since schema 4 slot_times
+(how busy each evaluation slot was in each session of a run); since schema 5 compositions (a
+composite candidate's parts and its rules by shape). Older files are migrated in
 place when opened. A row is committed before anything is shown about it, so whatever a user has
 seen survives a `kill -9` and a run resumes from here.
 
@@ -30,20 +32,21 @@ from pathlib import Path
 
 from kscience.redact import redact, secret_values
 
-SCHEMA_VERSION = 3  # schema/v1.sql creates the tables; v2.sql, v3.sql each migrate the version before
+SCHEMA_VERSION = 5  # schema/v1.sql creates the tables; v2.sql ... v5.sql each migrate the version before
 DEFAULT_DB = "kscience.db"
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
 PENDING = "pending"  # a candidate written but not evaluated yet
 WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did not apply, no code)
-# Kinds timed as baselines (PyTorch eager, and it under torch.compile): never members of
-# the evolving population, so never selected, ranked or reported as a run's best.
-BASELINE_KINDS = ("reference", "compiled")
+# Kinds timed as baselines (PyTorch eager, it under torch.compile, the problem's vendor-library path):
+# never members of the evolving population, so never selected, ranked or reported as a run's best.
+BASELINE_KINDS = ("reference", "compiled", "vendor")
 OFFLINE_MODEL = "offline"  # the model name the offline scientist records its scripted answers under
 
 # Migrations are additive: older rows simply lack what a later version adds.
 SCHEMA_DIR = Path(__file__).parent / "schema"
 
-_JSON_COLUMNS = ("overrides", "config", "environment", "result", "plan", "payload", "compile_facts", "ncu", "sol")
+_JSON_COLUMNS = ("overrides", "config", "environment", "result", "plan", "payload", "compile_facts", "ncu", "sol",
+                 "parts", "rules")
 
 
 class StoreError(Exception):
@@ -286,6 +289,23 @@ class Store:
         return self._query("SELECT p.* FROM profiles p JOIN candidates c ON c.id=p.candidate_id "
                            "WHERE p.run_id=? ORDER BY c.seq", (run_id,))
 
+    # --- compositions ------------------------------------------------------------------------
+    def add_composite(self, run_id: str, *, parts: list[str], rules: dict, **fields) -> dict:
+        """A composite candidate (`add_candidate`'s fields) and what it is composed of, in one transaction."""
+        with self._tx():
+            cand = self.add_candidate(run_id, **fields)
+            self._db.execute("INSERT INTO compositions VALUES (?,?,?,?,?)",
+                             (cand["id"], run_id, json.dumps(parts), json.dumps(rules), time.time()))
+        return cand
+
+    def composition(self, cand_id: str) -> dict | None:
+        """{candidate_id, run_id, parts: [candidate ids], rules: Composition.to_dict()} or None."""
+        rows = self._query("SELECT * FROM compositions WHERE candidate_id=?", (cand_id,))
+        return rows[0] if rows else None
+
+    def compositions(self, run_id: str) -> list[dict]:
+        return self._query("SELECT * FROM compositions WHERE run_id=? ORDER BY created", (run_id,))
+
     # --- plans and findings ------------------------------------------------------------------
     def add_plans(self, run_id: str, iteration: int, *, base_id: str, reference_id: str | None,
                   justification: str, plans: list[dict]) -> list[dict]:
@@ -347,6 +367,16 @@ class Store:
         """Events of a run in order; `after_seq` lets a poller fetch only what is new."""
         return self._query("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after_seq))
 
+
+    # --- evaluation slots --------------------------------------------------------------------
+    def record_slot_time(self, run_id: str, *, session: float, slot: int, wall_s: float, busy_s: float,
+                         evaluations: int) -> None:
+        """A slot's busy time in one session of a run (`session`: when it started), replacing the last."""
+        self._write("INSERT OR REPLACE INTO slot_times (run_id, session, slot, wall_s, busy_s, evaluations, updated)"
+                    " VALUES (?,?,?,?,?,?,?)", (run_id, session, slot, wall_s, busy_s, evaluations, time.time()))
+
+    def slot_times(self, run_id: str) -> list[dict]:
+        return self._query("SELECT * FROM slot_times WHERE run_id=? ORDER BY session, slot", (run_id,))
 
     # --- campaigns ---------------------------------------------------------------------------
     def create_campaign(self, *, name: str, suite: str, config: dict, problems: list[dict],

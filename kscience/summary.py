@@ -7,7 +7,7 @@ run times as a baseline (stored as the candidate of kind "reference")."""
 from __future__ import annotations
 
 from kscience.liveness import display_status
-from kscience.snapshot import EAGER, fmt_duration, fmt_us, fmt_x, plural, speedup
+from kscience.snapshot import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural, speedup
 
 CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
 
@@ -62,13 +62,18 @@ def summary_lines(row: dict, m: dict) -> list[str]:
              f"  {'':<20}{'geomean us':>16}{'vs seed':>10}{vs_eager:>18}"
              + (f"{'vs torch.compile':>18}" if compiled else "")]
     rows = [(EAGER, eager)] + ([("torch.compile", compiled)] if m["compiled_status"] else [])
+    rows += [("vendor library", m.get("vendor_us"))] if m.get("vendor_status") else []
     for name, us in (*rows, ("seed", seed), (f"best {m['best_id'] or ''}", best)):
         line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(eager, us)):>18}"
         if compiled:
             line += f"{fmt_x(speedup(compiled, us)):>18}"
         elif name == "torch.compile":  # timed but not ok: say why there is no number
             line += f"  {m['compiled_status']}"
+        if name == "vendor library":
+            line += f"  {m['vendor_label']}" + (f" [{m['vendor_status']}: {(m['vendor_message'] or '')[:160]}]"
+                                                if us is None else "")
         lines.append(line)
+    lines += verdict_lines(m)
     uplift = m["uplift"]
     reached = (f"; the best was the {_ordinal(m['evaluated_to_best'])} evaluated"
                if m["evaluated_to_best"] else "")
@@ -80,8 +85,27 @@ def summary_lines(row: dict, m: dict) -> list[str]:
                                              f"the predicted uplift range; mean error "
                                              f"{m['uplift_mean_abs_error_pct']:.1f} percentage points"
                                              if uplift else "no plan measured"),
+              *([f"  evaluator busy         {fmt_busy(m['busy_per_slot'])} of the run's wall time"]
+                if m.get("busy_per_slot") else []),
               f"  LLM                    {llm_text(m['llm'])}"]
     return lines + sol_lines(m)
+
+
+def verdict_lines(m: dict) -> list[str]:
+    """Plainly, whether a user would rather pick a baseline than the best kernel; and what composition did."""
+    best, lines = m["best_us"], []
+    if best is not None and not (m.get("device") or {}).get("interpreted"):  # interpreter times rank nothing
+        rivals = [(name, us) for name, us in ((EAGER, m["reference_us"]), ("torch.compile", m["compiled_us"]),
+                                              (m.get("vendor_label") or "the vendor library", m.get("vendor_us")))
+                  if us is not None and us < best]
+        for name, us in rivals:
+            lines.append(f"  LOSES: the best kernel ({fmt_us(best)} us) is slower than {name} ({fmt_us(us)} us): "
+                         f"a user would pick {name}")
+    if m.get("n_composites"):
+        what = "the best kernel is a per-shape composite" if m.get("best_kind") == "composite" else \
+            "none is the best kernel"
+        lines.append(f"  composition: {plural(m['n_composites'], 'composite')} judged; {what}")
+    return lines
 
 
 def sol_lines(m: dict) -> list[str]:

@@ -17,11 +17,18 @@ import re
 from llm_servers import FakeOpenAI, Reply
 
 
-def plans(n: int) -> dict:
+def plans(n: int, first: int = 0) -> dict:
     """The designer's answer: n plans, so n experiments per design round (at most three are chosen)."""
     return {"avenues": ["tile", "fuse", "vectorise"], "plans": [
         {"title": f"variant {i}", "rationale": "scripted", "changes": [f"change {i}"],
-         "predicted_min_pct": 1 + i, "predicted_max_pct": 5 + i, "innovation": 3 + i} for i in range(n)]}
+         "predicted_min_pct": 1 + i, "predicted_max_pct": 5 + i, "innovation": 3 + i} for i in range(first, first + n)]}
+
+
+def first_free_variant(prompt: str) -> int:
+    """After the variants another line of the run has under way on this base, as a model told so would."""
+    under_way = re.search(r"Under way on this base[^:]*: ([^\n]*)", prompt)
+    numbers = [int(n) for n in re.findall(r"variant (\d+)", under_way.group(1))] if under_way else []
+    return max(numbers, default=-1) + 1
 
 
 class _Endless(list):
@@ -47,7 +54,7 @@ class ScriptedKernelModel(FakeOpenAI):
         if "Reply with the single word" in prompt:  # the run's first, one-word request
             return "ready"
         if schema == "designer":
-            return json.dumps(plans(self.n_plans))
+            return json.dumps(plans(self.n_plans, first_free_variant(prompt)))
         if schema == "selector":
             members = json.loads(prompt[prompt.index("["):prompt.rindex("]") + 1])
             ok = [m for m in members if m.get("status") == "ok" and m.get("geomean_us")]

@@ -73,9 +73,9 @@ def load_source(source: str) -> dict:
 def test_the_compiled_custom_kernel_compiles_the_eager_kernel(monkeypatch):
     problem = load_problem("softmax")
     compiled = []
-    monkeypatch.setattr(torch, "compile", lambda fn: compiled.append(fn) or fn)  # inductor is the GPU run's job
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: compiled.append((fn, mode)) and fn or fn)  # inductor is the GPU run's job
     namespace = load_source(compiled_source(problem))
-    assert compiled == [namespace["_PROBLEM"].eager_kernel]
+    assert compiled == [(namespace["_PROBLEM"].eager_kernel, "max-autotune-no-cudagraphs")]
     data = problem.generate_input(5, "cpu", **problem.cpu_tests[0])
     assert torch.equal(namespace["custom_kernel"](data), problem.eager_kernel(data))
 
@@ -83,20 +83,20 @@ def test_the_compiled_custom_kernel_compiles_the_eager_kernel(monkeypatch):
 def test_without_an_eager_kernel_the_reference_is_compiled(monkeypatch):
     problem = load_problem("fp8_blockscale_gemm")
     compiled = []
-    monkeypatch.setattr(torch, "compile", lambda fn: compiled.append(fn) or fn)
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: compiled.append((fn, mode)) and fn or fn)
     namespace = load_source(compiled_source(problem))
-    assert compiled == [namespace["_PROBLEM"].ref_kernel]
+    assert compiled == [(namespace["_PROBLEM"].ref_kernel, "max-autotune-no-cudagraphs")]
 
 
 def test_the_compiled_model_is_the_reference_model_with_a_compiled_forward(monkeypatch):
     problem = load_problem(str(KERNELBENCH_FILE))
     compiled = []
-    monkeypatch.setattr(torch, "compile", lambda fn: compiled.append(fn) or fn)
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: compiled.append((fn, mode)) and fn or fn)
     namespace = load_source(compiled_source(problem))
     model_new, reference_class = namespace["ModelNew"], namespace["_PROBLEM"].reference_model_class
     assert issubclass(model_new, reference_class)
     model = problem.make_model(model_new, problem.weights_seed, "cpu")
-    assert len(compiled) == 1 and compiled[0].__func__ is reference_class.forward
+    assert len(compiled) == 1 and compiled[0][0].__func__ is reference_class.forward
     data = problem.generate_input(8, "cpu")
     assert torch.equal(model(*data), problem.ref_kernel(data))
 

@@ -115,7 +115,7 @@ class ScriptedScientist:
         best = min((v for v in population if v.status == "ok"), key=lambda v: v.geomean_us)
         return Selection(base_id=best.id, reference_id=None, justification="fastest correct")
 
-    async def design(self, base, reference, findings, done=()):
+    async def design(self, base, reference, findings, done=(), in_flight=()):
         self._enter("design", base.id)
         self.design_findings.append(list(findings))
         self.design_done.append((base.id, list(done)))
@@ -363,8 +363,8 @@ def test_the_offline_scientist_drives_the_loop_with_every_strategy(tmp_path, str
 class ExhaustedScientist(ScriptedScientist):
     """Proposes only experiments already carried out on the base: the rules choose none of them."""
 
-    async def design(self, base, reference, findings, done=()):
-        plans = await super().design(base, reference, findings, done)
+    async def design(self, base, reference, findings, done=(), in_flight=()):
+        plans = await super().design(base, reference, findings, done, in_flight)
         for p in plans:
             p.chosen, p.why_chosen = False, ""
         return plans

@@ -106,7 +106,7 @@ def test_profile_ncu_without_ncu_says_so_once_and_the_run_completes(tmp_path, ca
     assert all(p["ncu"] is None for p in run.store.profiles(run.id))
 
 
-def test_profile_ncu_looks_at_the_seed_and_each_winner_outside_the_timing(tmp_path, capsys, monkeypatch):
+def test_profile_ncu_looks_at_the_seed_and_each_new_best_outside_the_timing(tmp_path, capsys, monkeypatch):
     recorded = ncu.parse((DATA / "ncu" / "h100_softmax_full_raw.csv").read_text())
     looked_at = []
 
@@ -117,21 +117,22 @@ def test_profile_ncu_looks_at_the_seed_and_each_winner_outside_the_timing(tmp_pa
 
     monkeypatch.setattr(ncu, "ncu_path", lambda: "/opt/fake/ncu")
     monkeypatch.setattr(ncu, "profile", fake_profile)
-    # Round 1 from the seed (4x the floor): 0.5x and 0.8x beat it, 1.1x does not.
+    # Round 1 from the seed (4x the floor), judged in order: 0.5x is a new best; 0.8x beats the seed but not
+    # 0.5x, and 1.1x beats nothing, so neither is profiled.
     sci = ScriptedScientist(factors=(0.5, 0.8, 1.1, 1.2, 1.3))
     run = h100_run(tmp_path, sci, iterations=1, profile="ncu")
     run.subscribe(Progress(total=1))
     assert run.start(background=False).status == "finished"
     seed_us = 4 * FLOOR_US
-    assert sorted(looked_at) == sorted([seed_us, round(seed_us * 0.5, 3), round(seed_us * 0.8, 3)])
+    assert sorted(looked_at) == sorted([seed_us, round(seed_us * 0.5, 3)])
     snap = Snapshot.load(run.store, run.id)
     with_counters = [p for p in snap.profiles if p["ncu"]]
-    assert len(with_counters) == 3 and all(p["profile_s"] == recorded.profile_s for p in with_counters)
+    assert len(with_counters) == 2 and all(p["profile_s"] == recorded.profile_s for p in with_counters)
     assert with_counters[0]["ncu"]["shape"] == SHAPE and with_counters[0]["flag"] is None
     err = capsys.readouterr().err
-    assert err.count(f"profiled with Nsight Compute in {recorded.profile_s:.1f} s (outside its timing)") == 3
+    assert err.count(f"profiled with Nsight Compute in {recorded.profile_s:.1f} s (outside its timing)") == 2
     m = snap.metrics()
-    assert m["n_profiled"] == 3 and m["profile_s_total"] == pytest.approx(3 * recorded.profile_s)
+    assert m["n_profiled"] == 2 and m["profile_s_total"] == pytest.approx(2 * recorded.profile_s)
     points = {p["id"]: p for p in snap.profile_points()}
     assert points[snap.seed["id"]]["occupancy_pct"] == recorded.occupancy_pct
 
@@ -213,16 +214,17 @@ def test_the_dashboard_and_the_report_show_speed_of_light(tmp_path):
 
 
 def test_which_stored_candidates_profile_ncu_looks_at():
-    ok = lambda us: {"status": "ok", "geomean_us": us}  # noqa: E731
-    rows = {"c-base": {"id": "c-base", "result": ok(100.0)}}
-    plans = [{"id": "p-1", "base_id": "c-base"}]
+    def cand(kind, iteration, us, evaluated, status="ok"):
+        return {"id": f"c-{kind}-{us}-{evaluated}", "kind": kind, "iteration": iteration, "status": status,
+                "geomean_us": us if status == "ok" else None, "evaluated": evaluated,
+                "result": {"status": status, "geomean_us": us if status == "ok" else None}}
 
-    def cand(kind, iteration, us, plan_id=None):
-        return {"kind": kind, "iteration": iteration, "plan_id": plan_id, "result": ok(us)}
-
-    look = lambda c: profiling.candidate_to_profile(c, plans, rows.__getitem__)  # noqa: E731
-    assert look(cand("seed", 0, 100.0)) and look(cand("repair", 0, 100.0))  # a repaired seed is the seed
-    assert not look(cand("reference", 0, 10.0)) and not look(cand("compiled", 0, 10.0))  # baselines: timed only
-    assert look(cand("child", 1, 90.0, "p-1")) and not look(cand("child", 1, 110.0, "p-1"))
-    assert look(cand("repair", 1, 90.0, "p-1"))  # a repaired child against its plan's base, as the child is
-    assert not look({**cand("child", 1, 90.0, "p-1"), "result": {"status": "wrong_answer", "geomean_us": None}})
+    seed = cand("seed", 0, 100.0, 1)
+    rows = [seed, cand("reference", 0, 10.0, 2), cand("child", 1, 90.0, 3)]
+    look = lambda c: profiling.candidate_to_profile(c, rows + [c])  # noqa: E731
+    assert look(seed) and look(cand("repair", 0, 100.0, 1))  # a repaired seed is the seed
+    assert not look(rows[1]) and not look(cand("compiled", 0, 10.0, 2))  # baselines: timed only
+    assert look(rows[2])  # faster than everything judged before it (the seed)
+    assert not look(cand("child", 1, 95.0, 4)) and look(cand("repair", 1, 80.0, 4))  # a new best, or not
+    assert look(cand("composite", 1, 85.0, 4))  # a composite that is a new best, as any member
+    assert not look(cand("child", 1, 50.0, 4, status="wrong_answer"))

@@ -8,10 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from kscience.device import Device, Peaks
 from kscience.problems import load_problem, shape_label
-from kscience.scientist.briefing import bench_from_results, coverage
+from kscience.scientist.briefing import bench_from_results, coverage, render_header
 from kscience.scientist.hardware import describe, describe_device, run_target
 from kscience.scientist.knowledge import knowledge_for, load_knowledge
 from kscience.scientist.roles import CandidateView, Plan, Scientist
@@ -222,3 +223,31 @@ def test_every_builtin_renders_a_contract(name):
 
     text = render_contract(load_problem(name), "cuda")
     assert "data[0]: shape" in text and "could not generate" not in text
+
+
+def test_the_header_carries_versions_every_baseline_or_why_it_is_missing_and_per_shape_leaders():
+    problem, device = load_problem("fp8_blockscale_gemm"), Device("cuda", "NVIDIA H100 80GB HBM3", 50 * 2**20, None)
+    hw = describe_device(device)
+    seed = result(problem, device, 180.0)
+    seed["device"]["versions"] = {"torch": "2.11.0", "triton": "3.6.0", "cuda": "12.9", "hip": None}
+    unsupported = {"status": "runtime_error", "message": "RuntimeError: blockwise scaling needs CUDA 12.9"}
+    bench = bench_from_results(hw, hw, seed, [("PyTorch eager", result(problem, device, 1000.0)),
+                                              ("torch.compile (max-autotune)", result(problem, device, 300.0)),
+                                              ("vendor library: cuBLAS block-scaled fp8", unsupported)],
+                               leaders="Per-shape leaders ...\n- fastest on 9 shape(s): c-60bb46a2: m=6144,...")
+    header = render_header(bench)
+    assert "Software there: torch 2.11.0, Triton 3.6.0, CUDA 12.9" in header
+    assert "Baseline torch.compile (max-autotune): geomean 300.00 us" in header
+    assert "Baseline vendor library: cuBLAS block-scaled fp8: runtime_error: RuntimeError: blockwise" in header
+    assert "fastest on 9 shape(s): c-60bb46a2" in header
+    # and the prompts carry it
+    llm = Capture()
+    sci = Scientist(llm, problem, "", strategy="llm", target=hw)
+    sci.observe(bench)
+    asyncio.run(sci.design(view("c-1", problem, seed), None, [], done=[]))
+    assert "c-60bb46a2" in llm.prompts["designer"] and "Triton 3.6.0" in llm.prompts["designer"]
+
+
+def test_the_evaluating_device_reports_its_versions():
+    versions = CPU.describe()["versions"]
+    assert versions["torch"] == torch.__version__ and versions["triton"]

@@ -45,7 +45,7 @@ class Dashboard:
 
     def __init__(self, result, refresh_s: float = 0.4):
         self.result = result
-        self._stage: dict | None = None
+        self._stages: dict[int, dict] = {}  # line of work -> its latest stage (line 0: the run's own steps)
         self._stopping = False
         self._follow_latest = True  # the diff viewer shows the newest candidate until one is picked
         self._picking = False  # set while the code (not the user) changes the candidate picker
@@ -110,7 +110,8 @@ class Dashboard:
             self._finish()
             return
         if isinstance(event, (StageChanged, EvaluationWaiting)):
-            self._stage = panels.stage_of(event)
+            with self._stage_lock:
+                panels.note_stage(self._stages, event)
             self._show_stage()  # cheap, so it is not throttled
         self._throttle.poke()
 
@@ -161,7 +162,7 @@ class Dashboard:
         """Compute and write the stage line in one step, so a stale line never overwrites a newer one."""
         with self._stage_lock:
             snap = snap or self.result.snapshot()
-            text = panels.stage_text(snap, self._stage, self._stopping)
+            text = panels.stage_text(snap, dict(self._stages), self._stopping)
             self.stage.value = f'<span style="{panels.BOX}">{panels.esc(text)}</span>'
 
     def _session_s(self, snap) -> float | None:

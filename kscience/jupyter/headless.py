@@ -26,7 +26,8 @@ def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | N
                  stopping: bool = False) -> str:
     """A few lines: what runs where, what it is doing, the best so far and the newest verdicts."""
     facts = dict(panels.header_facts(snap))
-    lines = [f"kscience run {snap.run['id']} ({facts['problem']}) on {facts['device']} with {facts['LLM']}",
+    lines = [f"kscience run {snap.run['id']} ({facts['problem']}) on {facts['device']} with {facts['LLM']}"
+             + (f", evaluator busy {facts['evaluator busy']}" if "evaluator busy" in facts else ""),
              f"  now:    {panels.stage_text(snap, stage, stopping)}",
              f"  tried:  {len(snap.settled)} candidate(s), {len(snap.correct)} correct",
              f"  best:   {facts['best']}",
@@ -56,7 +57,8 @@ class TextSummary:
     def __init__(self, result, refresh_s: float = 1.0):
         self.result, self.refresh_s = result, refresh_s
         self.display_id = f"kscience-text-{result.id}"
-        self._stage: dict | None = None
+        self._stages: dict[int, dict] = {}  # line of work -> its latest stage
+        self._stages_lock = threading.Lock()
         self._stopping = False
         self._changed, self._ended = threading.Event(), threading.Event()
         self._unfollow = result.follow(self._on_change)
@@ -65,7 +67,8 @@ class TextSummary:
         if event is None:
             self._ended.set()
         elif isinstance(event, (StageChanged, EvaluationWaiting)):
-            self._stage = panels.stage_of(event)
+            with self._stages_lock:
+                panels.note_stage(self._stages, event)
         self._changed.set()
 
     def text(self) -> str:
@@ -73,7 +76,9 @@ class TextSummary:
         if display_status(snap.run) != "running" and self._ended.is_set():
             return final_text(self.result)
         started = self.result.started_at
-        return summary_text(snap, self._stage, None if started is None else snap.taken_at - started,
+        with self._stages_lock:
+            stages = dict(self._stages)
+        return summary_text(snap, stages, None if started is None else snap.taken_at - started,
                             self._stopping)
 
     def _publish(self, update: bool) -> None:

@@ -12,8 +12,9 @@ import difflib
 import html
 
 from kscience.liveness import display_status
-from kscience.snapshot import (Snapshot, error_text, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
+from kscience.snapshot import (Snapshot, error_text, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
                                uplift_pct, why_chosen_text)
+from kscience.scientist.briefing import versions_text
 from kscience.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
@@ -46,9 +47,19 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
                  if best else "none yet")
     facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
              ("LLM", llm), ("best", best_text)]
+    versions = versions_text(snap.device)
+    if versions:
+        facts.insert(2, ("software", versions))
+    beaten = [(name, base) for name, base in (("torch.compile", snap.compiled), ("vendor library", snap.vendor),
+                                              (EAGER, snap.reference))
+              if best and base and base["status"] == "ok" and base["geomean_us"] < best["geomean_us"]]
+    if beaten and not snap.device.get("interpreted"):  # said plainly: a user would pick the baseline
+        facts.append(("loses to", ", ".join(f"{name} ({fmt_us(b['geomean_us'], US)})" for name, b in beaten)))
     sol = snap.sol_summary(best)
     if sol is not None:  # only with a roofline bound: GPU timings on a known device
         facts.append(("speed of light", fmt_sol(sol)))
+    if snap.busy_fractions:
+        facts.append(("evaluator busy", fmt_busy(snap.busy_fractions)))
     return facts
 
 
@@ -64,18 +75,39 @@ def header_html(snap: Snapshot, session_s: float | None = None) -> str:
 def stage_of(event) -> dict:
     """The stage line's source: a stage change, or an evaluation waiting on a queue (shown as its detail)."""
     if event.type == "evaluation_waiting":
-        return {"stage": "evaluate", "iteration": event.iteration,
+        return {"stage": "evaluate", "iteration": event.iteration, "line": event.line,
                 "detail": f"{event.candidate_id} waiting {event.waited_s:.0f} s: {event.state}"}
-    return {"stage": event.stage, "iteration": event.iteration, "detail": event.detail}
+    return {"stage": event.stage, "iteration": event.iteration, "detail": event.detail, "line": event.line}
+
+
+def note_stage(stages: dict[int, dict], event) -> None:
+    """Keep the latest stage of each line of work (`stages`: line -> stage_of); a line that ended is dropped."""
+    stage = stage_of(event)
+    stages.pop(stage["line"], None)  # re-inserted last: the newest stage is the dict's last entry
+    if stage["stage"] != "line ended":
+        stages[stage["line"]] = stage
+
+
+LINE_WORDS = {"select": "selecting", "design": "designing", "write": "writing", "queued": "waiting for the evaluator",
+              "evaluate": "evaluating", "repair": "repairing", "finding": "recording its finding",
+              "profile": "profiling", "compose": "composing per-shape winners"}
 
 
 def stage_text(snap: Snapshot, stage: dict | None, stopping: bool = False) -> str:
-    """What the run is doing now: the latest stage while it runs, its final status afterwards."""
+    """What the run is doing now: the latest stage while it runs (`stage`: one stage_of, or a dict of
+    them per line when several lines run at once), its final status afterwards."""
     status = display_status(snap.run)
     if status != "running":
         error = f": {snap.run['error']}" if snap.run["error"] else ""
         return f"{status} with {snap.iterations_complete} of {snap.target} iteration(s) complete{error}"
     prefix = "stop requested, ending after the current evaluation; " if stopping else ""
+    if stage and "stage" not in stage:  # per line
+        lines = {n: s for n, s in stage.items() if n}
+        if len(lines) > 1:
+            return prefix + "; ".join(f"line {n}: {LINE_WORDS.get(s['stage'], s['stage'])}"
+                                      f"{' ' + s['detail'] if s.get('detail') else ''} (iteration {s['iteration']})"
+                                      for n, s in sorted(lines.items()))
+        stage = list(stage.values())[-1] if stage else None
     if not stage:
         return f"{prefix}running, {snap.iterations_complete} of {snap.target} iteration(s) complete"
     detail = f" {stage['detail']}" if stage.get("detail") else ""
@@ -266,7 +298,8 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
                     f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], US)}</div>'
-                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled))
+                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled),
+                                          ("vendor library", snap.vendor))
                        if base and base["status"] == "ok")
     return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
             f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'

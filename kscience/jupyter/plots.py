@@ -25,6 +25,7 @@ STATUS_COLOURS = {
 BASELINE_STYLES = {  # label -> (colour, line style)
     "PyTorch eager": ("#1565c0", "--"),
     "torch.compile": ("#6a1b9a", ":"),
+    "vendor library": ("#00838f", (0, (5, 1, 1, 1))),
     "physical floor": ("#000000", "-."),
 }
 BEST_RING = "#ffb300"
@@ -121,8 +122,10 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
     base = snap.baselines()
     values = [c["geomean_us"] for c in snap.correct]
     low, high = (min(values), max(values)) if values else (None, None)
+    vendor = snap.vendor
+    vendor_us = vendor["geomean_us"] if vendor and vendor["status"] == "ok" else None
     for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
-                      ("physical floor", base.floor_us)):
+                      ("vendor library", vendor_us), ("physical floor", base.floor_us)):
         if us:
             _baseline(ax, label, us, low, high)
             if _on_scale(us, low, high):

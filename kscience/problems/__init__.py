@@ -47,6 +47,8 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
         output_args=tuple(getattr(mod, "OUTPUT_ARGS", ())),
         seed_source=seed_source,
         eager_kernel=getattr(mod, "eager_kernel", None),
+        vendor_kernel=getattr(mod, "vendor_kernel", None),
+        vendor_label=getattr(mod, "VENDOR", ""),
     )
 
 

@@ -48,6 +48,10 @@ class Problem:
     # What a PyTorch user would write, in the problem's own dtypes: the eager and torch.compile
     # baselines. The reference often computes in fp32 for accuracy, which would make it a straw man.
     eager_kernel: Callable[[Any], Any] | None = None  # None: the reference is already idiomatic
+    # The vendor library a user would call instead of writing a kernel (cuBLAS through torch...), timed
+    # as a baseline with whatever copies it needs; it raises with the reason where it cannot run.
+    vendor_kernel: Callable[[Any], Any] | None = None
+    vendor_label: str = ""  # e.g. "cuBLAS block-scaled fp8 (torch._scaled_mm, K-major copies)"
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
     # (data, output) -> None when right, else a one-line reason: the judge calls it, in the trusted
     # process, instead of comparing with ref_kernel's output (answers that are right but not unique,

@@ -47,6 +47,8 @@ class Bench:
     noise_pct: float | None = None  # median relative spread (std/mean) of one shape's timed calls
     repeats: int = 0  # timed calls per shape behind that spread (median)
     baselines: list[Baseline] = field(default_factory=list)
+    versions: str = ""  # "torch 2.11.0, Triton 3.6.0, CUDA 12.8" of the evaluating device
+    leaders: str = ""  # which kernel is fastest on which shapes (compose.leaders_text), when they differ
 
     @property
     def interpreted(self) -> bool:
@@ -61,8 +63,17 @@ def _spreads(result: dict | None) -> list[tuple[float, int]]:
     return out
 
 
+def versions_text(device: dict | None) -> str:
+    """The software versions an EvalResult's device record names, as one phrase ("" when it names none)."""
+    v = (device or {}).get("versions") or {}
+    parts = [f"{name} {v[key]}" for key, name in (("torch", "torch"), ("triton", "Triton"), ("cuda", "CUDA"),
+                                                  ("hip", "ROCm/HIP")) if v.get(key)]
+    return ", ".join(parts)
+
+
 def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
-                       baselines: list[tuple[str, dict | None]], floor: dict[str, float] | None = None) -> Bench:
+                       baselines: list[tuple[str, dict | None]], floor: dict[str, float] | None = None,
+                       leaders: str = "") -> Bench:
     """`seed` and the baselines are EvalResult dicts (None: not timed); `floor` is the physical floor
     per shape label. The noise is the spread of repeated calls over every timed shape of them all."""
     results = [seed] + [r for _, r in baselines]
@@ -71,6 +82,9 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
     for label, result in baselines:
         if result is None:
             rows.append(Baseline(label, "not timed", None))
+        elif result.get("status") != "ok":  # say why there is no number (a vendor path this device lacks)
+            why = (result.get("message") or "").strip().splitlines()
+            rows.append(Baseline(label, f"{result.get('status')}: {why[0][:300] if why else 'no reason given'}", None))
         else:
             rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"), shape_times(result)))
     if floor:
@@ -78,7 +92,8 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
     timing = (seed or {}).get("timing_label") or ("cpu interpreter (host clock)" if device.interpreted else "")
     return Bench(device, target, timing,
                  noise_pct=statistics.median(p for p, _ in spreads) if spreads else None,
-                 repeats=int(statistics.median(n for _, n in spreads)) if spreads else 0, baselines=rows)
+                 repeats=int(statistics.median(n for _, n in spreads)) if spreads else 0, baselines=rows,
+                 versions=versions_text((seed or {}).get("device")), leaders=leaders)
 
 
 def shape_times(result: dict | None) -> dict[str, float]:
@@ -101,7 +116,9 @@ def render_header(bench: Bench | None) -> str:
     if bench is None:
         return "# Measurement\nNothing has been measured yet."
     lines = ["# Measurement",
-             f"Evaluated on: {bench.device.line()}.",
+             f"Evaluated on: {bench.device.line()}."
+             + (f" Software there: {bench.versions} (write for these versions: APIs such as tensor "
+                "descriptors and tl.range options depend on the Triton version)." if bench.versions else ""),
              f"Target hardware the kernel is for: {bench.target.line()}.",
              f"Timing: {bench.timing_label or 'unknown'}. "
              + (INTERPRETER_MEANING if bench.interpreted else GPU_MEANING)]
@@ -121,6 +138,8 @@ def render_header(bench: Bench | None) -> str:
         else:
             lines.append(f"Baseline {b.label}: geomean {b.geomean_us:,.2f} us ({b.status}); per shape: "
                          f"{format_times(b.shape_times)}.")
+    if bench.leaders:
+        lines.append(bench.leaders)
     return "\n".join(lines)
 
 

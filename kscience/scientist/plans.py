@@ -103,6 +103,16 @@ def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
     return plans
 
 
+def choose_untaken(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
+    """Lines designing on one base at once: when a chosen plan is titled as an experiment carried
+    out or under way there (`taken`), choose again by the rules among the plans not taken; plans
+    that clash with nothing keep the designer's choice."""
+    taken_keys = {_title_key(t) for t in taken}
+    if any(p.chosen and _title_key(p.title) in taken_keys for p in plans):
+        mark_chosen(plans, taken)
+    return plans
+
+
 def predicted_range(plan: Plan) -> str:
     return f"{plan.predicted_min_pct:+g}..{plan.predicted_max_pct:+g}%"
 

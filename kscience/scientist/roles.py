@@ -316,19 +316,23 @@ class Scientist:
 
     # --- designer ------------------------------------------------------------------------------
     async def design(self, base: CandidateView, reference: CandidateView | None,
-                     findings: list[str], done: Iterable[str] = ()) -> list[Plan]:
-        """Plans for the next round on `base`; `done` titles the experiments already run on it."""
-        done = list(done)
+                     findings: list[str], done: Iterable[str] = (), in_flight: Iterable[str] = ()) -> list[Plan]:
+        """Plans for the next round on `base`; `done` titles the experiments already run on it,
+        `in_flight` those other lines of the run are carrying out on it now."""
+        done, in_flight = list(done), list(in_flight)
         done_text = ("\nAlready carried out on this base (will not be run again): "
                      + "; ".join(done) + "\n") if done else ""
+        if in_flight:
+            done_text += ("\nUnder way on this base in another line of this run (will not be run again): "
+                          + "; ".join(in_flight) + "\n")
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(),
                         knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
                         first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
                         headroom=headroom(base))
         brief = Brief("designer", self.bench, self._shapes(), base=base, reference=reference,
-                      findings=list(findings), done=done, profile=base.profile)
+                      findings=list(findings), done=[*done, *in_flight], profile=base.profile)
         text = await self._ask(prompt, brief, load_schema("designer.json"))
-        return mark_chosen(parse_plans(text), done)
+        return mark_chosen(parse_plans(text), [*done, *in_flight])
 
     # --- writer and repair ---------------------------------------------------------------------
     async def _draft(self, prompt: str, brief: Brief, against: str) -> Draft:

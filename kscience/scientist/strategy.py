@@ -19,6 +19,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from kscience.scientist import compose
+
 OK = "ok"  # EvalResult status of a correct kernel
 TOURNAMENT_TOP_K = 5  # how far down the ranking a reference may come from
 PRUNE_AFTER = 3  # consecutive failed or slower attempts that make a node a dead branch
@@ -59,8 +61,12 @@ def seed_of(population: list[CandidateView]) -> CandidateView:
 
 
 def ranked(population: list[CandidateView]) -> list[CandidateView]:
-    """Correct members, fastest first (ties: earlier member first)."""
-    return sorted((c for c in population if is_ok(c)), key=lambda c: c.geomean_us)
+    """Correct members, fastest first (ties: earlier member first). A per-shape composite is left out:
+    it dispatches to other members, which are here themselves, and these rules serve scientists (the
+    offline one) that tune a kernel's own knobs, which a dispatcher has none of; a model may still
+    choose a composite as its base."""
+    return sorted((c for c in population if is_ok(c) and not compose.is_composite(c.source)),
+                  key=lambda c: c.geomean_us)
 
 
 def profile_distance(a: CandidateView, b: CandidateView) -> tuple[float, list[str]]:

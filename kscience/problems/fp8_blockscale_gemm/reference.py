@@ -76,6 +76,41 @@ def ref_kernel(data):
     return (a_deq @ b_deq.T).to(c.dtype)  # [m, n]
 
 
+VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales, K-major copies timed)"
+_VENDOR_PADDED = []  # [bool]: whether this torch wants the 128x128 scale rows padded to 4 (found on the first call)
+
+
+def vendor_kernel(data):
+    """cuBLAS's DeepSeek-style blockwise fp8 GEMM (Hopper, CUDA 12.9+), as a user would call it: the
+    operands copied K-major (row-major a, column-major b), which is what cuBLAS reads; the copies are
+    part of the time. Raises with the reason where this torch, CUDA or GPU cannot run it."""
+    a, b, a_scale, b_scale, c = data
+    if a.device.type != "cuda" or torch.version.hip is not None:
+        raise RuntimeError(f"torch._scaled_mm blockwise fp8 needs an NVIDIA GPU (sm90+, CUDA 12.9+); here: "
+                           f"{a.device.type}{' (ROCm)' if torch.version.hip else ''}, torch {torch.__version__}")
+    a_k = a.contiguous()  # [m, k] row-major
+    b_k = b.contiguous().t()  # [k, n] column-major
+    scale_n, scale_k = b_scale.shape
+    for padded in (_VENDOR_PADDED or [False, True]):
+        if padded:  # rows of the 128x128 scales padded to a multiple of 4 floats (newer torch)
+            room = torch.zeros(scale_n, -(-scale_k // 4) * 4, dtype=b_scale.dtype, device=b_scale.device)
+            room[:, :scale_k] = b_scale
+            sb = room[:, :scale_k].t()
+        else:
+            sb = b_scale.contiguous().t()  # [scale_k, scale_n], strides (1, scale_k)
+        try:
+            out = torch._scaled_mm(a_k, b_k, scale_a=a_scale, scale_b=sb, out_dtype=torch.bfloat16)
+        except RuntimeError:
+            if padded or _VENDOR_PADDED:
+                raise
+            continue
+        if not _VENDOR_PADDED:
+            _VENDOR_PADDED.append(padded)
+        c.copy_(out)
+        return c
+    raise RuntimeError("torch._scaled_mm accepted no layout of the 128x128 scales")
+
+
 def flops(m: int, n: int, k: int) -> float:
     return 2.0 * m * n * k
 

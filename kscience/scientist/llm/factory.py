@@ -1,6 +1,6 @@
 """Choosing and building the scientist's backend from a spec: "gemini:MODEL", "openai:MODEL"
 (any OpenAI-compatible server through base_url), "offline" (the scripted scientist that needs no
-network), or None to pick from the API keys in the environment. Neither SDK is imported until its
+network; "offline@SECONDS" makes each of its answers take that long, like a model's), or None to pick from the API keys in the environment. Neither SDK is imported until its
 backend makes a client."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from kscience.scientist.llm.call import LLMCall, LLMError
 from kscience.scientist.llm.gemini import DEFAULT_GEMINI_MODEL, GeminiLLM, gemini_credentials
 from kscience.scientist.llm.openai_compat import DEFAULT_OPENAI_MODEL, OpenAILLM
 from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S
+from kscience.scientist.llm.slowed import Slowed, parse_latency
 from kscience.scientist.offline import OfflineLLM
 
 
@@ -50,6 +51,8 @@ def make_llm(
                           max_retries=max_retries)
     elif spec == "offline":
         inner = OfflineLLM(seed=seed)
+    elif spec.startswith("offline@"):  # the offline scientist answering as slowly as a model (see slowed.py)
+        inner = Slowed(OfflineLLM(seed=seed), parse_latency(spec))
     else:
-        raise LLMError(f"unknown LLM {spec!r}: use gemini:MODEL, openai:MODEL or offline")
+        raise LLMError(f"unknown LLM {spec!r}: use gemini:MODEL, openai:MODEL, offline or offline@SECONDS")
     return Metered(inner, budget=budget, recorder=recorder)

@@ -1,0 +1,202 @@
+"""One line of work: select a base, design, then write -> evaluate -> repair -> finding per chosen plan.
+
+A line is one iteration of the run: one design and its chosen experiments (up to three, run as
+concurrent tasks so their model calls overlap). The controller keeps up to `--lines` lines going
+at once; each runs on its own clock and reads the shared population and every finding recorded
+so far from the store when it needs them. Every step commits what it produced before the next one
+starts, so a line dropped at any point is picked up by `resume` from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from dataclasses import asdict
+
+from kscience.evaluate import result as R
+from kscience.events import CandidateWritten, FindingRecorded, HypothesesProposed
+from kscience.scientist.briefing import coverage
+from kscience.scientist.plans import choose_untaken
+from kscience.scientist.roles import Plan
+from kscience.snapshot import REPAIRABLE, uplift_pct
+from kscience.store import PENDING, WRITE_FAILED
+
+DIFF_LIMIT_CHARS = 20000
+MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
+
+
+class Stopped(Exception):
+    """A stop was requested (or another experiment failed); the run resumes later from the store."""
+
+
+class EvaluationsSpent(Stopped):
+    """The run's evaluation budget is spoken for: this line ends, its unjudged work stays for a resume."""
+
+
+class RunError(Exception):
+    """The run cannot go on, for a reason that is not the LLM's: e.g. a seed kernel that never passes."""
+
+
+class NothingLeft(Exception):
+    """No base has an experiment left that was not already carried out on it (or is under way)."""
+
+
+def source_diff(before: str, after: str) -> str:
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 "parent.py", "candidate.py")
+    return "".join(lines)[:DIFF_LIMIT_CHARS]
+
+
+class Line:
+    """Line `number` (1..K) of a run; `ctx` is the Controller, which owns the store, scientist and judging."""
+
+    def __init__(self, ctx, number: int):
+        self.ctx, self.number = ctx, number
+
+    def _stage(self, stage: str, iteration: int, detail: str = "") -> None:
+        self.ctx.stage(stage, iteration, detail, self.number)
+
+    # --- a new iteration ---------------------------------------------------------------------
+    async def design(self, iteration: int) -> list[dict]:
+        """Select a base and design on it; store the round and return its chosen plans' rows."""
+        ctx = self.ctx
+        ctx.observe()
+        views = ctx.views()
+        population = list(views.values())
+        findings = [f["text"] for f in ctx.store.findings(ctx.run_id)]  # oldest first, from every line
+        self._stage("select", iteration)
+        selection = await ctx.scientist.select(population, findings)
+        base = views.get(selection.base_id)
+        justification = selection.justification
+        if base is None or base.status != R.OK:  # the selector must build on a correct kernel
+            base = min((v for v in population if v.status == R.OK), key=lambda v: v.geomean_us)
+            justification = f"{justification} [selected {selection.base_id!r} is not a correct candidate; " \
+                            f"using the fastest correct one, {base.id}]"
+        reference = views.get(selection.reference_id) if selection.reference_id != base.id else None
+        # Every finding so far: fitting them to the prompt's budget is the designer's job. A base with
+        # nothing new to try gives way to the next correct member; when none has anything left, the
+        # line ends rather than run an empty round.
+        others = sorted((v for v in population if v.status == R.OK and v.id != base.id), key=lambda v: v.geomean_us)
+        tried, redesigned, order = [], set(), [base, *others[:MAX_BASE_SWITCHES]]
+        while order:
+            candidate = order.pop(0)
+            if candidate is not base:
+                justification += f" [switched to {candidate.id}: nothing new to try on {base.id}]"
+                base, reference = candidate, None
+            self._stage("design", iteration, f"base {base.id}")
+            done, in_flight = ctx.plans_on(base.id)
+            plans = await ctx.scientist.design(base, reference, findings, done, in_flight)
+            # Lines designing on one base at once propose alike: a plan another line stored meanwhile
+            # is refused, the designer's other proposals stand in for it, and when none is left the
+            # base is designed on once more, now with those plans in view as under way.
+            taken = sum(ctx.plans_on(base.id), [])
+            if any(p.chosen for p in plans) and not any(p.chosen for p in choose_untaken(plans, taken)) \
+                    and len(taken) > len(done) + len(in_flight) and candidate.id not in redesigned:
+                redesigned.add(candidate.id)
+                order.insert(0, candidate)
+                continue
+            if any(p.chosen for p in plans):
+                break
+            tried.append(base.id)
+        else:
+            raise NothingLeft(f"iteration {iteration}: every experiment proposed for {', '.join(tried)} was already "
+                              "carried out or is under way there; nothing left to try")
+        rows = ctx.store.add_plans(ctx.run_id, iteration, base_id=base.id,
+                                   reference_id=reference.id if reference else None,
+                                   justification=justification, plans=[asdict(p) for p in plans])
+        ctx.emit(HypothesesProposed(iteration=iteration, base_id=base.id,
+                                    reference_id=reference.id if reference else None, justification=justification,
+                                    plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
+        return [r for r in rows if r["chosen"]]
+
+    # --- its experiments ---------------------------------------------------------------------
+    async def experiments(self, plan_rows: list[dict]) -> None:
+        """Run plans concurrently. If one fails, every line stops after its current step; the first
+        failure is raised once all of this line's experiments have committed what they finished."""
+        ctx = self.ctx
+
+        async def guarded(row: dict) -> None:
+            try:
+                await self.experiment(row)
+            except Stopped:
+                raise
+            except Exception:
+                ctx.halt()
+                raise
+
+        outcomes = await asyncio.gather(*(guarded(r) for r in plan_rows), return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        failures = [e for e in errors if not isinstance(e, Stopped)]
+        if failures:
+            raise failures[0]
+        if errors:
+            raise errors[0]
+
+    async def experiment(self, row: dict) -> None:
+        ctx = self.ctx
+        plan = Plan(**row["plan"])
+        iteration, views = row["iteration"], ctx.views()
+        base, reference = views[row["base_id"]], views.get(row["reference_id"])
+        chain = [c for c in ctx.store.candidates(ctx.run_id) if c["plan_id"] == row["id"]]
+        if not chain:
+            ctx.check_stop()
+            ctx.judging.check_budget()  # nothing is written that the budget could not judge
+            self._stage("write", iteration, plan.title)
+            draft = await ctx.scientist.write(plan, base, reference)
+            chain = [self.add_draft(draft, kind="child", parent_id=base.id, parent_source=base.source,
+                                    iteration=iteration, plan_id=row["id"], hypothesis=plan.title)]
+        final = await self.settle(chain, iteration=iteration, plan_id=row["id"], title=plan.title)
+        # A spent evaluation budget does not stop a judged chain's finding (its lesson is what the next
+        # designer of any line needs); a user's stop does, and a resumed run records it.
+        ctx.check_stop()
+        self._stage("finding", iteration, plan.title)
+        ctx.observe()
+        text = await ctx.scientist.finding(plan, base, final["status"], final["geomean_us"], child=ctx.view(final))
+        measured = uplift_pct(base.geomean_us, final["geomean_us"]) if final["status"] == R.OK else None
+        ctx.store.add_finding(ctx.run_id, plan_id=row["id"], candidate_id=final["id"], iteration=iteration,
+                              text=text, predicted_min_pct=plan.predicted_min_pct,
+                              predicted_max_pct=plan.predicted_max_pct, measured_pct=measured)
+        ctx.emit(FindingRecorded(plan_id=row["id"], candidate_id=final["id"], iteration=iteration, text=text,
+                                 predicted_min_pct=plan.predicted_min_pct, predicted_max_pct=plan.predicted_max_pct,
+                                 measured_pct=measured))
+
+    async def settle(self, chain: list[dict], *, iteration: int, plan_id: str | None, title: str) -> dict:
+        """Evaluate the chain's newest candidate if it is pending, then repair the newest broken one
+        until a candidate passes or `repairs` attempts are used; return the chain's last candidate."""
+        ctx = self.ctx
+        last = chain[-1]
+        if last["status"] == PENDING:
+            last = chain[-1] = await ctx.judging.evaluate(last, self.number)
+        attempts = sum(c["kind"] == "repair" for c in chain)
+        while last["status"] in (*REPAIRABLE, WRITE_FAILED) and attempts < ctx.repairs:
+            broken = next((c for c in reversed(chain) if c["status"] in REPAIRABLE), None)
+            if broken is None:  # the first draft produced no source: nothing to repair
+                break
+            ctx.check_stop()
+            ctx.judging.check_budget()
+            attempts += 1
+            self._stage("repair", iteration, f"{broken['id']} attempt {attempts}")
+            failing = (broken["result"] or {}).get("failing_shape")
+            draft = await ctx.scientist.repair(broken["source"], broken["status"], broken["message"], failing,
+                                               attempts, coverage=coverage(broken["result"], ctx.problem),
+                                               profile=ctx.store.profile(broken["id"]))
+            last = self.add_draft(draft, kind="repair", parent_id=broken["id"], parent_source=broken["source"],
+                                  iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
+                                  repair_attempt=attempts)
+            chain.append(last)
+            if last["status"] == PENDING:
+                last = chain[-1] = await ctx.judging.evaluate(last, self.number)
+        return last
+
+    def add_draft(self, draft, *, kind: str, parent_id: str, parent_source: str, iteration: int,
+                  plan_id: str | None, hypothesis: str, repair_attempt: int = 0) -> dict:
+        ctx, written = self.ctx, draft.source is not None
+        cand = ctx.store.add_candidate(
+            ctx.run_id, kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
+            parent_id=parent_id, plan_id=plan_id, repair_attempt=repair_attempt,
+            status=PENDING if written else WRITE_FAILED, message="" if written else (draft.error or "no source"),
+            write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied)
+        ctx.emit(CandidateWritten(candidate_id=cand["id"], parent_id=parent_id, kind=kind, iteration=iteration,
+                                  plan_title=hypothesis, status=cand["status"],
+                                  diff=source_diff(parent_source, draft.source) if written else ""))
+        return cand

@@ -1,0 +1,94 @@
+"""The vendor-library baseline: the path a user would call instead of writing a kernel (cuBLAS through
+torch), timed like any candidate, stored with the reason where this machine cannot run it, and shown."""
+
+import pytest
+import torch
+
+from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
+from kscience.baselines import vendor_source
+from kscience.config import RunConfig
+from kscience.evaluate.judge import evaluate
+from kscience.evaluate.result import EvalRequest
+from kscience.jupyter.panels import header_facts
+from kscience.problems import load_problem
+from kscience.run import Run
+from kscience.snapshot import Snapshot, run_metrics
+from kscience.store import Store
+from kscience.summary import summary_lines
+
+
+def test_problems_declare_one_where_a_library_does_the_job():
+    assert "cuBLAS" in load_problem("matmul").vendor_label
+    assert "_scaled_mm" in load_problem("fp8_blockscale_gemm").vendor_label
+    assert vendor_source(load_problem("softmax")) is None
+
+
+def test_matmul_through_cublas_is_a_correct_timed_candidate():
+    problem = load_problem("matmul")
+    result = evaluate(EvalRequest(problem="matmul", source=vendor_source(problem), shapes="tests"), problem=problem)
+    assert result.status == "ok", result.message
+
+
+def test_blockwise_fp8_on_the_cpu_fails_with_the_reason():
+    problem = load_problem("fp8_blockscale_gemm")
+    data = problem.generate_input(0, "cpu", **problem.cpu_tests[0])
+    with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
+        problem.vendor_kernel(data)
+
+
+class VendorExecutor(FakeExecutor):
+    """Judges the vendor path as the CPU does for fp8: a runtime error with its reason."""
+
+    def _judge(self, request):
+        if "vendor_kernel" in request.source:
+            request.source = fake_kernel(1.0, "runtime_error")
+        return super()._judge(request)
+
+
+def test_a_run_stores_it_and_says_why_it_has_no_number(tmp_path):
+    run = Run.create(RunConfig(problem="fp8_blockscale_gemm", iterations=1), store=Store(tmp_path / "k.db"),
+                     seed_source=fake_kernel(100.0), scientist=FakeScientist(), executor=VendorExecutor())
+    assert run.start(background=False).status == "finished"
+    vendor = [c for c in run.store.candidates(run.id) if c["kind"] == "vendor"]
+    assert len(vendor) == 1 and vendor[0]["status"] == "runtime_error"
+    m = run_metrics(run.store, run.id)
+    assert m["vendor_status"] == "runtime_error" and m["vendor_us"] is None and "_scaled_mm" in m["vendor_label"]
+    assert m["best_id"] != vendor[0]["id"]
+    line = next(x for x in summary_lines(Snapshot.load(run.store, run.id).run, m) if "vendor library" in x)
+    assert "runtime_error" in line and "_scaled_mm" in line
+
+
+def test_the_summary_says_plainly_when_the_best_kernel_loses_to_a_baseline():
+    m = {"seed_us": 100.0, "reference_us": 90.0, "compiled_us": 50.0, "compiled_status": "ok", "best_us": 60.0,
+         "best_id": "c-1", "vendor_us": 40.0, "vendor_status": "ok", "vendor_label": "cuBLAS", "vendor_message": None,
+         "iterations_done": 1, "uplift": [], "evaluated_to_best": 2, "n_candidates": 3, "n_ok": 3,
+         "repairs_succeeded": 0, "repairs_tried": 0, "edits_applied": 0, "edits_total": 0,
+         "llm": {"calls": 0, "offline_calls": 0}, "n_composites": 1, "best_kind": "composite"}
+    row = {"id": "r-1", "problem": "matmul", "llm": "offline", "strategy": "llm", "status": "finished"}
+    text = "\n".join(summary_lines(row, m))
+    assert "LOSES: the best kernel (60.00 us) is slower than torch.compile (50.00 us)" in text
+    assert "slower than cuBLAS (40.00 us): a user would pick cuBLAS" in text
+    assert "PyTorch eager (90" not in text
+    assert "the best kernel is a per-shape composite" in text
+
+
+class FastVendorOnGpu(FakeExecutor):
+    """As on a GPU whose vendor library beats every kernel the fake scientist writes."""
+
+    def _judge(self, request):
+        if "vendor_kernel" in request.source:
+            request.source = fake_kernel(1.0)
+        result = super()._judge(request)
+        result.device = {"name": "fake GPU", "interpreted": False,
+                         "versions": {"torch": "2.11.0", "triton": "3.6.0", "cuda": "12.9"}}
+        return result
+
+
+def test_the_dashboard_header_names_the_versions_and_what_the_best_loses_to(tmp_path):
+    run = Run.create(RunConfig(problem="matmul", iterations=1, compiled_baseline=False),
+                     store=Store(tmp_path / "k.db"), seed_source=fake_kernel(100.0), scientist=FakeScientist(),
+                     executor=FastVendorOnGpu())
+    assert run.start(background=False).status == "finished"
+    facts = dict(header_facts(Snapshot.load(run.store, run.id)))
+    assert facts["software"] == "torch 2.11.0, Triton 3.6.0, CUDA 12.9"
+    assert facts["loses to"].startswith("vendor library (1.00")
