@@ -154,6 +154,7 @@ def main() -> int:
             print(f"{name:<44} {label:<34} {status:<14} {wall:6.1f}s  {why[:110]}", flush=True)
             # Written after every row: a sweep stopped from outside still leaves what it found.
             out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, settings))
+    out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, settings))
     print(f"wrote {out}")
     sandbox.close_spares()
     return 0

@@ -164,7 +164,8 @@ def test_campaign_usage_errors_are_one_line(tmp_path, capsys):
 # A value other than the default for every run setting: a setting added to RunConfig without one here
 # fails the test below, which checks that `kscience campaign` offers it and hands it to every run.
 CAMPAIGN_SAMPLES = {
-    "iterations": ("4", 4), "name": ("sweep", None), "llm": ("offline", "offline"),
+    "iterations": ("4", 4), "evaluations": ("12", 12), "lines": ("3", 3), "name": ("sweep", None),
+    "llm": ("offline", "offline"),
     "base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"), "strategy": ("tree", "tree"),
     "repairs": ("1", 1), "executor": ("ray", "ray"), "gpus": ("2", 2), "knowledge": ("notes", ["notes"]),
     "seed": ("5", 5), "overrides": ("batch_size=2", {}), "max_cost_usd": ("1.5", 1.5), "max_tokens": ("900", 900),
