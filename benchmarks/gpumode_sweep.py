@@ -12,7 +12,7 @@ verdict and its one-line reason, and a count at the top.
         [--with-reference]   # also the task's own reference, as a candidate, for every directory
         [--shapes tests]     # correctness only, no timing
         [--budget 330]       # start no evaluation after 330 s; the rest are listed as not run
-        [--resume FILE]      # keep FILE's verdicts; judge only its rows not run or timed out
+        [--resume FILE]      # keep FILE's verdicts but those not run or timed out (or named by --only)
 
 A device call is limited to ten minutes, so a whole sweep on a GPU takes several: each resumes the
 file the last one wrote (`--resume`), with `--only` and `--time-limit` chosen per call.
@@ -106,7 +106,7 @@ def main() -> int:
                         "memory), so a reference too big for the host fails in one line instead of being killed")
     p.add_argument("--resume", type=Path, default=None, metavar="FILE",
                    help="a results file of an earlier sweep: its verdicts are kept, except rows not run "
-                        "or timed out, which are judged again (and any directory it lacks)")
+                        "or timed out, which are judged again, and every row of the directories --only names")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     judging_process()
@@ -138,7 +138,7 @@ def main() -> int:
             entries.append(("(reference)", folder / "reference.py", True))
         for label, file, should_pass in entries:
             kept = earlier.get((name, label))
-            if kept is not None and (folder not in chosen or kept["status"] not in ("not run", "timeout")):
+            if kept is not None and (folder not in chosen or not args.only and kept["status"] not in ("not run", "timeout")):
                 rows.append(kept)
                 continue
             if file is None:
