@@ -110,7 +110,7 @@ def level1_file(name: str) -> str:
 def kscience(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
     print("$ kscience " + " ".join(args), flush=True)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run([sys.executable, "-m", "kscience.cli", *args], text=True, stdout=subprocess.PIPE,
+    done = subprocess.run([sys.executable, "-m", "kscience.cli.main", *args], text=True, stdout=subprocess.PIPE,
                           stderr=None, env=dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1"))
     if out is not None:
         out.write_text(done.stdout)

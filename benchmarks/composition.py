@@ -28,8 +28,8 @@ from pathlib import Path
 from kscience.device import detect
 from kscience.problems import builtin_names, geomean
 from kscience.scientist import compose
-from kscience.snapshot import Snapshot
-from kscience.store import Store
+from kscience.record.snapshot import Snapshot
+from kscience.record.store import Store
 
 TARGET_GAP_PCT = 1.0
 
@@ -133,7 +133,7 @@ def main() -> int:
     rows = []
     for problem in args.problems.split(","):
         name = f"compose-{problem}-{args.iterations}it-{int(time.time())}"
-        cmd = [sys.executable, "-m", "kscience.cli", "run", problem, "--llm", "offline", "--iterations",
+        cmd = [sys.executable, "-m", "kscience.cli.main", "run", problem, "--llm", "offline", "--iterations",
                str(args.iterations), "--db", args.db, "--name", name, "--profile", args.profile]
         started = time.perf_counter()
         code = subprocess.run(cmd).returncode

@@ -49,11 +49,11 @@ for step in $steps; do
     profile) timeout "${PROFILE_S:-540}" python3 benchmarks/profile_seeds.py --out "$out" 2>&1 \
                | tee "$out/profile-seeds.log" ;;
     profile-run) rm -f "$out/profile-run.db"*
-                 timeout "${PROFILE_RUN_S:-540}" python3 -m kscience.cli run softmax --llm offline --iterations 1 \
+                 timeout "${PROFILE_RUN_S:-540}" python3 -m kscience.cli.main run softmax --llm offline --iterations 1 \
                    --profile ncu --db "$out/profile-run.db" 2>&1 | tee "$out/profile-run.log"
                  python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
                    "$out/profile-run.db"
-                 python3 -m kscience.cli show "$(python3 -m kscience.cli runs --db "$out/profile-run.db" --json \
+                 python3 -m kscience.cli.main show "$(python3 -m kscience.cli.main runs --db "$out/profile-run.db" --json \
                    | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" --db "$out/profile-run.db" \
                    2>&1 | tee -a "$out/profile-run.log"
                  python3 benchmarks/profile_cost.py --db "$out/profile-run.db" --out "$out/profile-run-cost.json" \
@@ -70,12 +70,12 @@ for step in $steps; do
          timeout "${RAY_S:-240}" python3 benchmarks/scaleout.py --executors local,ray --candidates "${CANDIDATES:-8}" \
            --skip-isolation --out "$out/scaleout-1gpu-local-ray.json" 2>&1 | tee "$out/scaleout-1gpu-local-ray.log" ;;
     queue) rm -rf "$out/queue"
-           python3 -m kscience.cli worker "$out/queue" --gpus 1 --poll 0.2 > "$out/queue-worker.log" 2>&1 &
+           python3 -m kscience.cli.main worker "$out/queue" --gpus 1 --poll 0.2 > "$out/queue-worker.log" 2>&1 &
            worker=$!
-           timeout "${QUEUE_S:-240}" python3 -m kscience.cli run softmax --llm offline --iterations 1 \
+           timeout "${QUEUE_S:-240}" python3 -m kscience.cli.main run softmax --llm offline --iterations 1 \
              --executor "queue:$out/queue" --db "$out/queue-run.db" 2>&1 | tee "$out/queue-run.log"
            kill -TERM $worker; wait $worker  # (SIGINT is ignored by background jobs of a script)
-           python3 -m kscience.cli show "$(python3 -m kscience.cli runs --db "$out/queue-run.db" --json \
+           python3 -m kscience.cli.main show "$(python3 -m kscience.cli.main runs --db "$out/queue-run.db" --json \
              | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" --db "$out/queue-run.db" \
              >> "$out/queue-run.log"
            python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \

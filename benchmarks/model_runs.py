@@ -29,14 +29,14 @@ from offline_runs import row_for, table  # noqa: E402
 
 from kscience.device import detect  # noqa: E402
 from kscience.problems import builtin_names, load_problem  # noqa: E402
-from kscience.config import RunConfig  # noqa: E402
-from kscience.progress import Progress  # noqa: E402
-from kscience.run import Run  # noqa: E402
+from kscience.run.config import RunConfig  # noqa: E402
+from kscience.cli.progress import Progress  # noqa: E402
+from kscience.run.driver import Run  # noqa: E402
 from kscience.scientist.hardware import describe_device, run_target  # noqa: E402
 from kscience.scientist.knowledge import knowledge_for  # noqa: E402
 from kscience.scientist.llm import LLM, LLMCall, Metered  # noqa: E402
 from kscience.scientist.roles import Scientist  # noqa: E402
-from kscience.store import Store  # noqa: E402
+from kscience.record.store import Store  # noqa: E402
 
 DATA = HERE.parent / "tests" / "data"
 # Each KernelBench file with the sizes it runs at: the level-2 file is the tests' own, set to
@@ -136,7 +136,7 @@ def run_in_process(path: Path, sizes: dict, name: str, iterations: int, db: str)
 
 
 def run_cli(args: list[str]) -> int:
-    return subprocess.run([sys.executable, "-m", "kscience.cli", "run", *args]).returncode
+    return subprocess.run([sys.executable, "-m", "kscience.cli.main", "run", *args]).returncode
 
 
 def main() -> int:

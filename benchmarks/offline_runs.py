@@ -24,8 +24,8 @@ from pathlib import Path
 from kscience.device import detect
 from kscience.problems import builtin_names, geomean
 from kscience.scientist.offline.search import search_name
-from kscience.snapshot import Snapshot
-from kscience.store import Store
+from kscience.record.snapshot import Snapshot
+from kscience.record.store import Store
 
 
 def floor_geomean(result: dict) -> float | None:
@@ -83,7 +83,7 @@ def main() -> int:
     for iterations in budgets:
         for problem in args.problems.split(","):
             name = f"offline-{problem}-{iterations}it"
-            cmd = [sys.executable, "-m", "kscience.cli", "run", problem, "--llm", "offline", "--iterations",
+            cmd = [sys.executable, "-m", "kscience.cli.main", "run", problem, "--llm", "offline", "--iterations",
                    str(iterations), "--db", args.db, "--name", name]
             started = time.perf_counter()
             code = subprocess.run(cmd).returncode

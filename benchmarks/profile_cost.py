@@ -3,7 +3,7 @@ run's wall time, and what Nsight Compute saw of each (issue 17).
 
     python3 benchmarks/profile_cost.py --db OUTDIR/profile-run.db --out OUTDIR/profile-run-cost.json
 
-Reads the run through kscience.snapshot (the one reading of a stored run); prints one line per profiled
+Reads the run through kscience.record.snapshot (the one reading of a stored run); prints one line per profiled
 candidate and writes the same numbers as JSON.
 """
 
@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from kscience.snapshot import Snapshot, fmt_sol
-from kscience.store import Store
+from kscience.record.snapshot import Snapshot, fmt_sol
+from kscience.record.store import Store
 
 
 def cost(snap: Snapshot) -> dict:

@@ -19,13 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from kscience import profiling
+from kscience.run import profiling
 from kscience.device import detect
 from kscience.evaluate import ncu
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
-from kscience.profile_report import render_profile
+from kscience.scientist.profile_report import render_profile
 
 
 def profile_seed(name: str, timeout_s: float) -> dict:

@@ -37,12 +37,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's kscience
 
-from kscience.config import RunConfig  # noqa: E402
+from kscience.run.config import RunConfig  # noqa: E402
 from kscience.device import detect  # noqa: E402
 from kscience.evaluate.executor import LocalExecutor  # noqa: E402
-from kscience.run import Run  # noqa: E402
-from kscience.snapshot import Snapshot, judged_count  # noqa: E402
-from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store  # noqa: E402
+from kscience.run.driver import Run  # noqa: E402
+from kscience.record.snapshot import Snapshot, judged_count  # noqa: E402
+from kscience.record.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store  # noqa: E402
 
 
 def one_run(db: Path, *, problem: str, lines: int, latency: float, window: float, gpus: int | None,

@@ -2,6 +2,6 @@
 
 import sys
 
-from kscience.cli import main
+from kscience.cli.main import main
 
 sys.exit(main())

@@ -4,11 +4,11 @@ magics as one `UsageError:` line. Anything else is a bug and keeps its traceback
 
 from __future__ import annotations
 
-from kscience.config import ConfigError
+from kscience.run.config import ConfigError
 from kscience.problems import ProblemError
 from kscience.scientist.knowledge import KnowledgeError
 from kscience.scientist.llm import LLMError
-from kscience.store import StoreError
+from kscience.record.store import StoreError
 
 
 class UsageError(Exception):

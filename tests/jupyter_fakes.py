@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kscience.evaluate.executor import Executor
 from kscience.evaluate.result import EvalResult, ShapeResult
-from kscience.run import Run
+from kscience.run.driver import Run
 from kscience.scientist.roles import Draft, Plan, Selection
 
 REFERENCE_US = 40.0

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from kscience.campaign import CampaignConfig, overrides_for, suite_locators
-from kscience.campaign_report import FAST_P, campaign_report, fast_p, geomean_speedup, suite_summary
-from kscience.cli import main
+from kscience.campaigns.campaign import CampaignConfig, overrides_for, suite_locators
+from kscience.campaigns.report import FAST_P, campaign_report, fast_p, geomean_speedup, suite_summary
+from kscience.cli.main import main
 from kscience.problems import ProblemError
-from kscience.retime import comparison, kendall_tau
-from kscience.store import Store
+from kscience.campaigns.retime import comparison, kendall_tau
+from kscience.record.store import Store
 from scripted_kernel_model import ScriptedKernelModel
 
 KB_FILES = {
@@ -176,9 +176,9 @@ CAMPAIGN_SAMPLES = {
 
 
 def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, monkeypatch):
-    from kscience.campaign_commands import build_campaign
-    from kscience.cli import build_parser
-    from kscience.config import SETTINGS, RunConfig
+    from kscience.cli.campaign_commands import build_campaign
+    from kscience.cli.main import build_parser
+    from kscience.run.config import SETTINGS, RunConfig
 
     assert set(CAMPAIGN_SAMPLES) == set(SETTINGS)
     flags = {f.name: f.metadata["flag"] for f in RunConfig.__dataclass_fields__.values()}
@@ -352,7 +352,7 @@ def test_a_killed_campaign_resumes_without_redoing_finished_problems(tmp_path, m
     folder = write_suite(tmp_path / "level1")
     db = tmp_path / "k.db"
     env = dict(os.environ, OPENAI_API_KEY="scripted-loopback", KSCIENCE_DEVICE="cpu")
-    proc = subprocess.Popen([sys.executable, "-m", "kscience.cli", "campaign", str(folder), "--iterations", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "kscience.cli.main", "campaign", str(folder), "--iterations", "1",
                              "--strategy", "tournament", "--llm", "openai:scripted", "--base-url", model.base_url,
                              "--db", str(db)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline, finished_first = time.monotonic() + 300, None
@@ -372,7 +372,7 @@ def test_a_killed_campaign_resumes_without_redoing_finished_problems(tmp_path, m
         (campaign,) = store.list_campaigns()
         first = store.candidates(finished_first)
         second_run = store.campaign_problems(campaign["id"])[1]["run_id"]
-    done = subprocess.run([sys.executable, "-m", "kscience.cli", "campaign", "--resume", campaign["id"],
+    done = subprocess.run([sys.executable, "-m", "kscience.cli.main", "campaign", "--resume", campaign["id"],
                            "--db", str(db)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     with Store(db) as store:
@@ -412,7 +412,7 @@ def test_the_campaign_notebook_under_papermill(tmp_path):
 def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
-    from kscience.campaign import Campaign
+    from kscience.campaigns.campaign import Campaign
     from kscience.jupyter.campaign_view import campaign_html
 
     monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")

@@ -12,16 +12,16 @@ import sys
 
 import pytest
 
-from kscience.cli import build_parser, main
+from kscience.cli.main import build_parser, main
 from kscience.evaluate.result import EvalResult, ShapeResult
-from kscience.events import CandidateEvaluated
-from kscience.problem_commands import eval_lines
+from kscience.run.events import CandidateEvaluated
+from kscience.cli.problem_commands import eval_lines
 from kscience.scientist.offline.kernel_source import Source
 from kscience.scientist.offline.moves import find_knobs, set_knob
 from kscience.scientist.strategy import CandidateView, most_different
-from kscience.snapshot import fmt_x, why_chosen_text
-from kscience.store import Store
-from kscience.summary import budget_parts, llm_text, summary_lines
+from kscience.record.snapshot import fmt_x, why_chosen_text
+from kscience.record.store import Store
+from kscience.record.summary import budget_parts, llm_text, summary_lines
 from kscience.version import __version__
 from test_loop import FakeExecutor, ScriptedScientist, make_run
 

@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
-from kscience.baselines import compiled_baseline_wanted, compiled_source
-from kscience.cli import build_parser, main
-from kscience.config import RunConfig
+from kscience.run.baselines import compiled_baseline_wanted, compiled_source
+from kscience.cli.main import build_parser, main
+from kscience.run.config import RunConfig
 from kscience.jupyter.panels import leaderboard_html
 from kscience.jupyter.plots import timeline_figure
 from kscience.problems import load_problem
-from kscience.run import Run
-from kscience.snapshot import Snapshot, run_listing, run_metrics
-from kscience.store import Store
-from kscience.summary import summary_lines
+from kscience.run.driver import Run
+from kscience.record.snapshot import Snapshot, run_listing, run_metrics
+from kscience.record.store import Store
+from kscience.record.summary import summary_lines
 
 KERNELBENCH_FILE = Path(__file__).parent / "data" / "kernelbench_linear_relu.py"
 COMPILED_US = 1.0  # faster than every kernel the fake scientist writes: were it a member, it would be best

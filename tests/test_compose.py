@@ -11,17 +11,17 @@ import time
 import pytest
 import torch
 
-from kscience.cli import main
-from kscience.config import RunConfig
+from kscience.cli.main import main
+from kscience.run.config import RunConfig
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult
-from kscience.judging import Judging
+from kscience.run.judging import Judging
 from kscience.problems import load_problem, shape_label
-from kscience.run import Run
+from kscience.run.driver import Run
 from kscience.scientist import compose
 from kscience.scientist.roles import CandidateView, Draft
 from kscience.scientist.strategy import tournament
-from kscience.store import SCHEMA_VERSION, Store
+from kscience.record.store import SCHEMA_VERSION, Store
 from test_loop import FakeExecutor, ScriptedScientist
 
 SOFTMAX = load_problem("softmax")

@@ -1,4 +1,4 @@
-"""Every run setting is declared once (kscience.config.RunConfig) and reaches a run the same way
+"""Every run setting is declared once (kscience.run.config.RunConfig) and reaches a run the same way
 from `kscience run`, `kscience resume`, `%%kernel_evolve` and `%kscience run`."""
 
 from dataclasses import fields
@@ -6,8 +6,8 @@ from dataclasses import fields
 import pytest
 from IPython.core.magic_arguments import parse_argstring
 
-from kscience.cli import build_parser
-from kscience.config import (RESUMABLE, ConfigError, RunConfig, check_resume_changes, new_config,
+from kscience.cli.main import build_parser
+from kscience.run.config import (RESUMABLE, ConfigError, RunConfig, check_resume_changes, new_config,
                              options_from_args)
 from kscience.jupyter.magics import KscienceMagics
 

@@ -13,7 +13,7 @@ import pytest
 
 import kscience.evaluate.judge as judge_module
 import kscience.evaluate.session as session_module
-from kscience.cli import main as cli_main
+from kscience.cli.main import main as cli_main
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import (COMPILE_ERROR, CRASHED, OK, REJECTED, RUNTIME_ERROR, STATUSES, TIMEOUT,
                                       WRONG_ANSWER, EvalRequest, EvalResult, ShapeResult)

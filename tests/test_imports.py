@@ -137,7 +137,7 @@ def test_kscience_modules_are_imported_at_the_top_unless_an_optional_dependency_
 
 def test_the_store_and_the_evaluator_do_not_reach_into_each_other_or_the_screens():
     edges = graph(module_files())
-    assert not {t for t in edges["kscience.store"] if t.startswith("kscience.evaluate")}
+    assert not {t for t in edges["kscience.record.store"] if t.startswith("kscience.evaluate")}
     for name, targets in edges.items():
         if name.startswith("kscience.evaluate"):
             bad = {t for t in targets if t.split(".")[1] in ("jupyter", "cli", "run", "loop", "scientist", "store")}

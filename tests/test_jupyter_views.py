@@ -22,8 +22,8 @@ from kscience.jupyter.live import Throttle, choose_view
 from kscience.jupyter.plots import draw_timeline, lineage_layout, timeline_figure
 from kscience.jupyter.report import write_figures
 from kscience.jupyter.results import RunResult
-from kscience.snapshot import Snapshot
-from kscience.store import Store
+from kscience.record.snapshot import Snapshot
+from kscience.record.store import Store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

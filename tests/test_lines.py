@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from kscience.config import ConfigError, RunConfig
-from kscience.run import Run
-from kscience.snapshot import Snapshot, judged_count
-from kscience.store import Store
+from kscience.run.config import ConfigError, RunConfig
+from kscience.run.driver import Run
+from kscience.record.snapshot import Snapshot, judged_count
+from kscience.record.store import Store
 from scripted_kernel_model import ScriptedKernelModel
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
 from test_resume import assert_kept, snapshot
@@ -216,9 +216,9 @@ def test_a_loopback_model_drives_three_lines(tmp_path, monkeypatch):
 KILLED_RUN = textwrap.dedent("""
     import sys
     sys.path[:0] = [{tests!r}]
-    from kscience.config import RunConfig
-    from kscience.run import Run
-    from kscience.store import Store
+    from kscience.run.config import RunConfig
+    from kscience.run.driver import Run
+    from kscience.record.store import Store
     from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
     run = Run.create(RunConfig(problem="softmax", iterations=4, lines=4), store=Store({db!r}),
                      seed_source=fake_kernel(100.0), scientist=ScriptedScientist(),
@@ -270,9 +270,9 @@ def test_kill_9_with_four_lines_in_flight_loses_nothing_and_resume_picks_every_l
 
 
 def test_show_and_the_dashboard_say_how_busy_each_slot_was_and_what_each_line_does(tmp_path):
-    from kscience.events import StageChanged
+    from kscience.run.events import StageChanged
     from kscience.jupyter import panels
-    from kscience.summary import summary_lines
+    from kscience.record.summary import summary_lines
 
     run = make_run(tmp_path, ScriptedScientist(), FakeExecutor(capacity=2, delay_s=0.1), iterations=2, lines=2)
     assert run.start(background=False).status == "finished"
@@ -414,5 +414,5 @@ def test_a_schema_3_database_gains_slot_times_and_keeps_its_runs(tmp_path):
     with Store(path.with_name("k.db")) as store:
         assert store.slot_times(run.id) == [] and len(store.findings(run.id)) == 3
         assert Snapshot.load(store, run.id).busy_fractions == []
-    from kscience.store import SCHEMA_VERSION
+    from kscience.record.store import SCHEMA_VERSION
     assert sqlite3.connect(path.with_name("k.db")).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -17,13 +17,13 @@ import pytest
 
 from kscience.evaluate.executor import Executor
 from kscience.evaluate.result import EvalResult, ShapeResult
-from kscience.events import CandidateEvaluated, RunFailed, RunFinished
-from kscience.config import RunConfig
-from kscience.run import Run
-from kscience.snapshot import run_metrics
+from kscience.run.events import CandidateEvaluated, RunFailed, RunFinished
+from kscience.run.config import RunConfig
+from kscience.run.driver import Run
+from kscience.record.snapshot import run_metrics
 from kscience.scientist.llm import BudgetExceeded, LLMError
 from kscience.scientist.roles import Draft, Plan, Selection
-from kscience.store import Store
+from kscience.record.store import Store
 
 
 def fake_kernel(time_us: float, status: str = "ok") -> str:

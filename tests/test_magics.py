@@ -14,7 +14,7 @@ import kscience
 from jupyter_fakes import fake_kernel, fake_run_class
 from kscience.jupyter import RunResult, launch
 from kscience.problems import load_problem
-from kscience.store import Store
+from kscience.record.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from llm_servers import FakeGemini, FakeOpenAI, Reply, Status
 
-from kscience.config import RunConfig
-from kscience.run import Run
+from kscience.run.config import RunConfig
+from kscience.run.driver import Run
 from kscience.scientist.llm.factory import make_llm
-from kscience.store import Store
+from kscience.record.store import Store
 
 DATA = Path(__file__).parent / "data"
 LEVEL2 = DATA / "kernelbench_gemm_multiply_leakyrelu.py"

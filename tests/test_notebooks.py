@@ -62,8 +62,8 @@ def evolved(tmp_path_factory):
 @pytest.mark.slow
 def test_evolve_notebook_drives_a_full_run(evolved):
     nb, tmp = evolved
-    from kscience.snapshot import run_listing
-    from kscience.store import Store
+    from kscience.record.snapshot import run_listing
+    from kscience.record.store import Store
 
     with Store(tmp / "runs.db") as store:
         (run,) = run_listing(store)

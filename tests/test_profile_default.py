@@ -6,12 +6,12 @@ from pathlib import Path
 
 import torch
 
-from kscience import profiling
-from kscience.cli import build_parser
-from kscience.config import RunConfig
+from kscience.run import profiling
+from kscience.cli.main import build_parser
+from kscience.run.config import RunConfig
 from kscience.evaluate import ncu
 from kscience.evaluate.compile_facts import KernelFacts
-from kscience.profile_report import render_profile
+from kscience.scientist.profile_report import render_profile
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"
 

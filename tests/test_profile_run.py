@@ -16,22 +16,22 @@ import pytest
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel, kernel_time
 from test_prompts import H100, PLAN, Capture, result, view
 
-from kscience import profiling
-from kscience.cli import main
-from kscience.config import RunConfig
+from kscience.run import profiling
+from kscience.cli.main import main
+from kscience.run.config import RunConfig
 from kscience.evaluate import compile_facts, ncu
 from kscience.evaluate.result import EvalResult, ShapeResult
-from kscience.events import CandidateProfiled, StageChanged
+from kscience.run.events import CandidateProfiled, StageChanged
 from kscience.jupyter.panels import header_facts
 from kscience.jupyter.report import write_figures
 from kscience.problems import load_problem
-from kscience.progress import Progress
-from kscience.run import Run
+from kscience.cli.progress import Progress
+from kscience.run.driver import Run
 from kscience.scientist.briefing import bench_from_results
 from kscience.scientist.hardware import describe_device, run_target
 from kscience.scientist.roles import Scientist
-from kscience.snapshot import Snapshot
-from kscience.store import Store
+from kscience.record.snapshot import Snapshot
+from kscience.record.store import Store
 
 DATA = Path(__file__).parent / "data"
 SHAPE = {"m": 4096, "n": 4096}

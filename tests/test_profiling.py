@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kscience import profiling
+from kscience.run import profiling
 from kscience.evaluate import compile_facts, ncu
 from kscience.problems import load_problem
 

@@ -18,10 +18,10 @@ import pytest
 from kscience.evaluate import queue_files as Q
 from kscience.evaluate.queue_executor import QueueExecutor
 from kscience.evaluate.result import OK, EvalRequest, EvalResult
-from kscience.events import EvaluationWaiting
+from kscience.run.events import EvaluationWaiting
 from kscience.problems import load_problem
-from kscience.run import Run, RunConfig
-from kscience.store import Store
+from kscience.run.driver import Run, RunConfig
+from kscience.record.store import Store
 
 SEED = load_problem("softmax").seed_source
 SLOW_FIRST_CALL = SEED + """
@@ -46,7 +46,7 @@ def request(source: str = SEED, candidate: str = "c-test") -> EvalRequest:
 
 def start_worker(directory: Path, *args: str) -> subprocess.Popen:
     """`kscience worker DIR` in its own session, so the test can end it with everything it started."""
-    return subprocess.Popen([sys.executable, "-m", "kscience.cli", "worker", str(directory), "--poll", "0.1", *args],
+    return subprocess.Popen([sys.executable, "-m", "kscience.cli.main", "worker", str(directory), "--poll", "0.1", *args],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -146,7 +146,7 @@ def test_run_stopped_while_waiting_is_resumed_and_takes_the_result_that_arrived(
     assert waits and "queued for a kscience worker" in waits[0]["payload"]["state"]
 
     # While the run is stopped, a batch job evaluates what it asked for.
-    done = subprocess.run([sys.executable, "-m", "kscience.cli", "worker", str(queue), "--once", "--poll", "0.1"],
+    done = subprocess.run([sys.executable, "-m", "kscience.cli.main", "worker", str(queue), "--once", "--poll", "0.1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert "1 evaluation(s) done" in done.stderr, done.stderr
     worker = start_worker(queue)  # for the reference, which the resumed run asks for next
@@ -213,7 +213,7 @@ def test_queue_spec_is_made_absolute_and_checked(tmp_path, monkeypatch):
 
 
 def test_progress_shows_a_waiting_evaluation(capsys):
-    from kscience.run_commands import Progress
+    from kscience.cli.run_commands import Progress
 
     Progress(1)(EvaluationWaiting(candidate_id="c-1", iteration=0, state="queued for a kscience worker", waited_s=12))
     assert "c-1 waiting 12 s: queued for a kscience worker" in capsys.readouterr().err

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from kscience.config import RunConfig
-from kscience.run import Run
-from kscience.snapshot import run_metrics
+from kscience.run.config import RunConfig
+from kscience.run.driver import Run
+from kscience.record.snapshot import run_metrics
 from kscience.scientist.llm import LLMError
-from kscience.store import Store, StoreError
+from kscience.record.store import Store, StoreError
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
 
 TABLES = ("plans", "findings", "llm_calls", "events")
@@ -115,7 +115,7 @@ def test_a_run_that_is_still_running_is_not_resumed_twice(tmp_path):
 
 
 def _kscience(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kscience.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kscience.cli.main", *args], capture_output=True, text=True,
                           timeout=400, **kw)
 
 
@@ -140,7 +140,7 @@ def _first_evaluated_child(path: Path, proc: subprocess.Popen, timeout: float = 
 @pytest.mark.slow
 def test_kill_9_mid_iteration_loses_nothing_and_the_run_resumes(tmp_path):
     path = tmp_path / "k.db"
-    proc = subprocess.Popen([sys.executable, "-m", "kscience.cli", "run", "softmax", "--llm", "offline",
+    proc = subprocess.Popen([sys.executable, "-m", "kscience.cli.main", "run", "softmax", "--llm", "offline",
                              "--iterations", "1", "--db", str(path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

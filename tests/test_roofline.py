@@ -9,8 +9,8 @@ from kscience.device import Peaks, peaks_for
 from kscience.evaluate import compile_facts as cf
 from kscience.evaluate import ncu
 from kscience.problems import load_problem
-from kscience.profile_report import render_headroom, render_profile
-from kscience.roofline import ShapeSol, not_doing_the_work, result_sol, shape_sol, stop_at_sol, summary
+from kscience.scientist.profile_report import render_headroom, render_profile
+from kscience.problems.roofline import ShapeSol, not_doing_the_work, result_sol, shape_sol, stop_at_sol, summary
 
 TOY = Peaks(1e12, {"bf16": 1e15, "fp32": 1e14})  # 1 TB/s, 1 PFLOP/s bf16
 H100 = peaks_for("NVIDIA H100 80GB HBM3")

@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from kscience.cli import main
-from kscience.store import Store
+from kscience.cli.main import main
+from kscience.record.store import Store
 
 KEY = "sk-test-0123456789abcdef0123"  # looks like a credential, so it must never be stored
 
 
 def kscience(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kscience.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kscience.cli.main", *args], capture_output=True, text=True,
                           timeout=400, env=env)
 
 

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from kscience.snapshot import run_listing
-from kscience.store import PENDING, SCHEMA_VERSION, Store, StoreError
+from kscience.record.snapshot import run_listing
+from kscience.record.store import PENDING, SCHEMA_VERSION, Store, StoreError
 
 
 def _run(store: Store, **kw) -> str:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from kscience.evaluate import compile_facts as cf
 from kscience.evaluate import ncu
-from kscience.store import SCHEMA_VERSION, Store
+from kscience.record.store import SCHEMA_VERSION, Store
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,11 +1,11 @@
-"""kscience.threads.Background: the one way a run gets a thread of its own."""
+"""kscience.run.threads.Background: the one way a run gets a thread of its own."""
 
 import asyncio
 import threading
 
 import pytest
 
-from kscience.threads import Background
+from kscience.run.threads import Background
 
 
 def test_a_callback_registered_before_start_is_called_once_when_the_thread_ends():

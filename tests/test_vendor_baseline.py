@@ -5,16 +5,16 @@ import pytest
 import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
-from kscience.baselines import vendor_source
-from kscience.config import RunConfig
+from kscience.run.baselines import vendor_source
+from kscience.run.config import RunConfig
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.jupyter.panels import header_facts
 from kscience.problems import load_problem
-from kscience.run import Run
-from kscience.snapshot import Snapshot, run_metrics
-from kscience.store import Store
-from kscience.summary import summary_lines
+from kscience.run.driver import Run
+from kscience.record.snapshot import Snapshot, run_metrics
+from kscience.record.store import Store
+from kscience.record.summary import summary_lines
 
 
 def test_problems_declare_one_where_a_library_does_the_job():

@@ -14,7 +14,7 @@ import html
 import threading
 import time
 
-from kscience.campaign_report import problem_rows, speedup
+from kscience.campaigns.report import problem_rows, speedup
 
 MIN_INTERVAL_S = 1.0
 COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "note")

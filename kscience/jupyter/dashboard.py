@@ -17,13 +17,13 @@ import uuid
 import ipywidgets as W
 from IPython.display import update_display
 
-from kscience.events import EvaluationWaiting, StageChanged
+from kscience.run.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
 from kscience.jupyter.live import Throttle
 from kscience.jupyter.plots import png_bytes, timeline_figure
 from kscience.jupyter.static import run_html
-from kscience.liveness import display_status
-from kscience.store import BASELINE_KINDS
+from kscience.record.liveness import display_status
+from kscience.record.store import BASELINE_KINDS
 
 BAR_STYLES = {"finished": "success", "stopped": "warning", "failed": "danger", "interrupted": "danger"}
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 
-from kscience.summary import budget_parts
-from kscience.events import EvaluationWaiting, StageChanged
+from kscience.record.summary import budget_parts
+from kscience.run.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
-from kscience.liveness import display_status
-from kscience.snapshot import Snapshot, fmt_us
-from kscience.summary import summary_lines
+from kscience.record.liveness import display_status
+from kscience.record.snapshot import Snapshot, fmt_us
+from kscience.record.summary import summary_lines
 
 LATEST_SHOWN = 6  # newest verdicts listed under the summary
 IDLE_REFRESH_S = 5.0  # redraw this often without events, so the clock moves

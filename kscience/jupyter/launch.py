@@ -7,7 +7,7 @@ Both show a live view and return a `RunResult`. Where widgets render, the run go
 background and the call returns at once; elsewhere (papermill, nbconvert, a terminal) the call
 shows a text summary and returns when the run ends. `new_run` and `resumed_run` prepare a run
 without starting it, for callers that need the object first (the magic's `-o NAME`). Their
-keyword settings are RunConfig's fields (kscience.config), the same the magics and CLI offer.
+keyword settings are RunConfig's fields (kscience.run.config), the same the magics and CLI offer.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import ast
 import os
 from pathlib import Path
 
-from kscience.config import check_resume_changes, check_settings, new_config
+from kscience.run.config import check_resume_changes, check_settings, new_config
 from kscience.jupyter.live import choose_view
 from kscience.jupyter.results import RunResult
 from kscience.jupyter.views import show_live
 from kscience.problems import Problem, ProblemError, load_problem
-from kscience.run import Run
-from kscience.store import open_store
+from kscience.run.driver import Run
+from kscience.record.store import open_store
 
 
 class SeedError(ValueError):
@@ -78,7 +78,7 @@ def resumed_run(run_id: str, *, iterations: int | None = None, db: str | Path | 
                 **changes) -> RunResult:
     """Take up a stopped, failed or interrupted run, ready to start: `iterations` more rounds
     (default: what remains of its target); `changes` replace the settings a resumed run may
-    change (kscience.config.RESUMABLE), e.g. llm="offline"."""
+    change (kscience.run.config.RESUMABLE), e.g. llm="offline"."""
     check_resume_changes(changes)
     store = open_store(db, create=False)
     run = Run.resume(run_id, store=store, iterations=iterations, force=force, **changes)

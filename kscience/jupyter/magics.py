@@ -25,17 +25,17 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from kscience.campaign_commands import build_campaign
-from kscience.cli import build_parser
-from kscience.config import check_resume_changes, option_specs, options_from_args
+from kscience.cli.campaign_commands import build_campaign
+from kscience.cli.main import build_parser
+from kscience.run.config import check_resume_changes, option_specs, options_from_args
 from kscience.jupyter import launch
 from kscience.jupyter.campaign_view import CampaignView
 from kscience.jupyter.live import VIEWS, choose_view
 from kscience.jupyter.results import open_run
 from kscience.jupyter.views import show_live
 from kscience.problems import Problem, load_problem
-from kscience.run_commands import open_store_or_explain
-from kscience.store import DEFAULT_DB
+from kscience.cli.run_commands import open_store_or_explain
+from kscience.record.store import DEFAULT_DB
 from kscience.usage import USER_ERRORS
 
 # Bad input or configuration: shown as one line rather than a traceback.
@@ -51,7 +51,7 @@ def one_line_errors():
 
 
 def run_arguments(func):
-    """One magic argument per run setting (kscience.config), in the order they are declared there:
+    """One magic argument per run setting (kscience.run.config), in the order they are declared there:
     the same flags, defaults and help as `kscience run`."""
     for flags, kwargs in reversed(option_specs()):  # decorators apply innermost first
         func = argument(*flags, **kwargs)(func)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import difflib
 import html
 
-from kscience.liveness import display_status
-from kscience.snapshot import (Snapshot, error_text, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
+from kscience.record.liveness import display_status
+from kscience.record.snapshot import (Snapshot, error_text, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
                                uplift_pct, why_chosen_text)
 from kscience.scientist.briefing import versions_text
-from kscience.summary import budget_parts
+from kscience.record.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
 TABLE = "border-collapse: collapse; font-size: 12px;"

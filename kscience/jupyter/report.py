@@ -19,8 +19,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from kscience.jupyter import plots
-from kscience.snapshot import Snapshot
-from kscience.store import Store, StoreError
+from kscience.record.snapshot import Snapshot
+from kscience.record.store import Store, StoreError
 
 FIGURES = {  # file suffix -> (what it shows, drawing, figure size in inches)
     "timing": ("best time per iteration with the baselines", lambda ax, s: plots.draw_timeline(ax, s, by="iteration"),

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Callable
 
 from kscience.evaluate.result import EvalResult
-from kscience.events import RunFailed, RunFinished, event_from_dict
+from kscience.run.events import RunFailed, RunFinished, event_from_dict
 from kscience.jupyter import panels
 from kscience.jupyter.views import show_live
-from kscience.liveness import display_status, run_is_alive
-from kscience.run import Run
-from kscience.snapshot import Snapshot, fmt_us, fmt_x, shape_times
-from kscience.store import Store, open_store
+from kscience.record.liveness import display_status, run_is_alive
+from kscience.run.driver import Run
+from kscience.record.snapshot import Snapshot, fmt_us, fmt_x, shape_times
+from kscience.record.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events
 

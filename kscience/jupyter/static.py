@@ -12,7 +12,7 @@ import base64
 
 from kscience.jupyter import panels
 from kscience.jupyter.plots import png_bytes, timeline_figure
-from kscience.snapshot import Snapshot
+from kscience.record.snapshot import Snapshot
 
 
 def timeline_png(snap: Snapshot) -> str:

@@ -22,10 +22,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kscience.profile_report import render_headroom, render_profile
+from kscience.scientist.profile_report import render_headroom, render_profile
 from kscience.problems.spec import shape_label
-from kscience.roofline import ShapeSol
-from kscience.roofline import summary as sol_summary
+from kscience.problems.roofline import ShapeSol
+from kscience.problems.roofline import summary as sol_summary
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
                                          render_header)
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kscience.snapshot import Snapshot
+from kscience.record.snapshot import Snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -150,7 +150,7 @@ def test_the_dashboard_renders_in_jupyterlab_and_stop_ends_the_run(jupyterlab):
             raise
         finally:
             browser.close()
-    from kscience.store import Store
+    from kscience.record.store import Store
 
     with Store(work / "quickstart.db") as store:
         (run,) = store.list_runs()

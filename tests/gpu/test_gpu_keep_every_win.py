@@ -4,7 +4,7 @@ two real Triton kernels passes every shape of the evaluator."""
 import pytest
 import torch
 
-from kscience.baselines import vendor_source
+from kscience.run.baselines import vendor_source
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import load_problem

@@ -13,7 +13,7 @@ import torch
 from kscience.evaluate import compile_facts as cf
 from kscience.evaluate import ncu
 from kscience.problems import load_problem
-from kscience.profiling import profile_with_ncu
+from kscience.run.profiling import profile_with_ncu
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 ROOT = Path(__file__).parents[2]
@@ -93,10 +93,10 @@ def test_the_judge_reports_compile_facts_of_every_seed():
 def test_a_run_stores_what_a_profiler_saw_of_its_seed(tmp_path):
     """Issue 17 wired into a run: compile facts and speed of light of every evaluation, and with
     --profile ncu (where ncu is installed) the seed's counters, their cost kept beside them."""
-    from kscience.config import RunConfig
-    from kscience.run import Run
-    from kscience.snapshot import Snapshot
-    from kscience.store import Store
+    from kscience.run.config import RunConfig
+    from kscience.run.driver import Run
+    from kscience.record.snapshot import Snapshot
+    from kscience.record.store import Store
 
     store = Store(tmp_path / "k.db")
     run = Run.create(RunConfig(problem="softmax", iterations=0, llm="offline", profile="ncu"), store=store)

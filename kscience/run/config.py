@@ -16,10 +16,10 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kscience.evaluate.queue_executor import queue_directory
-from kscience.profiling import PROFILERS
+from kscience.run.profiling import PROFILERS
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
 from kscience.scientist.llm.factory import default_llm_spec
-from kscience.store import DEFAULT_DB
+from kscience.record.store import DEFAULT_DB
 
 STRATEGIES = ("llm", "tree", "tournament")
 EXECUTORS = "local, ray, ray://HOST:PORT or queue:DIR (for `kscience worker DIR`)"

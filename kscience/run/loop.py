@@ -1,9 +1,9 @@
-"""The controller: it keeps up to `lines` lines of work going at once (see kscience.line).
+"""The controller: it keeps up to `lines` lines of work going at once (see kscience.run.line).
 
 A line is one iteration: select a base, design, then write -> evaluate -> repair -> finding for
 each chosen plan. With one line, iterations follow one another as design rounds always did; with
 K lines, K iterations run at once on their own clocks, sharing the population, every finding
-recorded so far and the evaluation slots (kscience.judging), so the evaluator keeps working while
+recorded so far and the evaluation slots (kscience.run.judging), so the evaluator keeps working while
 the model thinks. `--iterations N` counts designs started in total; the run also ends at its
 `--evaluations` budget, at `--stop-at-sol`, when nothing is left to try, or on a stop.
 
@@ -18,20 +18,20 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from kscience import profiling
-from kscience.baselines import compiled_baseline_wanted, vendor_source
+from kscience.run import profiling
+from kscience.run.baselines import compiled_baseline_wanted, vendor_source
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
-from kscience.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
-from kscience.judging import Judging
-from kscience.line import EvaluationsSpent, Line, NothingLeft, RunError, Stopped
+from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
+from kscience.run.judging import Judging
+from kscience.run.line import EvaluationsSpent, Line, NothingLeft, RunError, Stopped
 from kscience.problems import Problem, shape_label
 from kscience.scientist import compose
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
 from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.roles import CandidateView
-from kscience.snapshot import best_candidate, first_of_kind, iterations_done
-from kscience.store import BASELINE_KINDS, PENDING, Store
+from kscience.record.snapshot import best_candidate, first_of_kind, iterations_done
+from kscience.record.store import BASELINE_KINDS, PENDING, Store
 
 __all__ = ["Controller", "RunError", "Stopped"]
 
@@ -54,7 +54,7 @@ class Controller:
         self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile auto/ncu/none, --stop-at-sol F
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
-        self.recorded = asyncio.Event()  # set by each verdict recorded (kscience.judging)
+        self.recorded = asyncio.Event()  # set by each verdict recorded (kscience.run.judging)
 
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
@@ -75,7 +75,7 @@ class Controller:
             except EvaluationsSpent as exc:
                 self.stage("done", 0, str(exc))
                 return
-            # Composition also follows every verdict (kscience.judging); here it judges a composite a
+            # Composition also follows every verdict (kscience.run.judging); here it judges a composite a
             # stopped run left pending, and composes what the roots of a resumed run make possible.
             await self.judging.maybe_compose(self.iterations_done())
             self.observe()

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import sys
 
-from kscience.campaign import Campaign, CampaignConfig
-from kscience.campaign_report import campaign_figure, campaign_report, report_json, report_lines
-from kscience.config import EXECUTORS, add_db_option, add_run_options, options_from_args
-from kscience.events import CandidateEvaluated
-from kscience.retime import comparison, comparison_lines, retime
-from kscience.run_commands import open_store_or_explain
+from kscience.campaigns.campaign import Campaign, CampaignConfig
+from kscience.campaigns.report import campaign_figure, campaign_report, report_json, report_lines
+from kscience.run.config import EXECUTORS, add_db_option, add_run_options, options_from_args
+from kscience.run.events import CandidateEvaluated
+from kscience.campaigns.retime import comparison, comparison_lines, retime
+from kscience.cli.run_commands import open_store_or_explain
 from kscience.scientist.llm.factory import default_llm_spec
 from kscience.usage import UsageError
 

@@ -23,14 +23,14 @@ import socket
 import threading
 from pathlib import Path
 
-from kscience.config import RunConfig, check_settings
+from kscience.run.config import RunConfig, check_settings
 from kscience.device import detect
-from kscience.liveness import display_status, run_is_alive
+from kscience.record.liveness import display_status, run_is_alive
 from kscience.problems import ProblemError, builtin_names, load_problem
 from kscience.problems.device_map import mapped_device
 from kscience.problems.kernelbench import _module_constants
-from kscience.run import Run
-from kscience.store import Store, StoreError
+from kscience.run.driver import Run
+from kscience.record.store import Store, StoreError
 
 EXPERIMENTS_PER_ROUND = 3  # the designer's plans chosen per design round (scientist.roles.CHOICE_RULES)
 SKIPPED, PENDING = "skipped", "pending"

@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 import time
 
-from kscience import profiling
+from kscience.run import profiling
 from kscience.evaluate import result as R
-from kscience.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
-from kscience.line import EvaluationsSpent, Stopped, source_diff
+from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
+from kscience.run.line import EvaluationsSpent, Stopped, source_diff
 from kscience.scientist import compose
-from kscience.snapshot import best_candidate, first_of_kind, judged_count
-from kscience.store import PENDING
+from kscience.record.snapshot import best_candidate, first_of_kind, judged_count
+from kscience.record.store import PENDING
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long

@@ -18,7 +18,7 @@ import torch
 
 from kscience.evaluate import ncu
 from kscience.problems import Problem
-from kscience.roofline import not_doing_the_work, result_sol, stop_at_sol, summary
+from kscience.problems.roofline import not_doing_the_work, result_sol, stop_at_sol, summary
 
 
 # Values of the run setting `profile`: "auto" (the default) profiles with Nsight Compute where this machine

@@ -14,12 +14,12 @@ import difflib
 from dataclasses import asdict
 
 from kscience.evaluate import result as R
-from kscience.events import CandidateWritten, FindingRecorded, HypothesesProposed
+from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed
 from kscience.scientist.briefing import coverage
 from kscience.scientist.plans import choose_untaken
 from kscience.scientist.roles import Plan
-from kscience.snapshot import REPAIRABLE, uplift_pct
-from kscience.store import PENDING, WRITE_FAILED
+from kscience.record.snapshot import REPAIRABLE, uplift_pct
+from kscience.record.store import PENDING, WRITE_FAILED
 
 DIFF_LIMIT_CHARS = 20000
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left

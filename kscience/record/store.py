@@ -225,7 +225,7 @@ class Store:
                     (*(self._clean(v) for v in fields.values()), time.time(), run_id))
 
     def list_runs(self) -> list[dict]:
-        """Every run, newest first (`kscience.snapshot.run_listing` adds their numbers)."""
+        """Every run, newest first (`kscience.record.snapshot.run_listing` adds their numbers)."""
         return self._query("SELECT * FROM runs ORDER BY created DESC, rowid DESC")
 
     # --- candidates --------------------------------------------------------------------------

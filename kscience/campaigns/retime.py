@@ -23,7 +23,7 @@ from kscience.device import detect
 from kscience.evaluate.executors import make_executor
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, load_problem
-from kscience.store import BASELINE_KINDS, Store, StoreError
+from kscience.record.store import BASELINE_KINDS, Store, StoreError
 
 TOP_K = 3
 

@@ -1,5 +1,5 @@
 """`kscience` on the command line: the parser and the entry point, a thin view over problems, the
-evaluator and runs. The run settings' flags come from `kscience.config`, so they match the magics.
+evaluator and runs. The run settings' flags come from `kscience.run.config`, so they match the magics.
 
 Exit codes: 0 success (a candidate that is ok), 1 a candidate that is not ok or a run that
 failed, 2 a usage or problem error. Errors are one line on stderr, never a traceback.
@@ -11,13 +11,13 @@ import argparse
 import os
 import sys
 
-from kscience.campaign_commands import add_campaign_commands
-from kscience.config import PROBLEM_HELP, add_db_option, add_run_options
-from kscience.problem_commands import cmd_eval, cmd_problems, cmd_seed
-from kscience.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
+from kscience.cli.campaign_commands import add_campaign_commands
+from kscience.run.config import PROBLEM_HELP, add_db_option, add_run_options
+from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
+from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
 from kscience.usage import USER_ERRORS
 from kscience.version import __version__
-from kscience.worker_command import cmd_worker
+from kscience.cli.worker_command import cmd_worker
 
 
 EPILOG = """\

@@ -11,7 +11,7 @@ import sys
 import torch
 import triton
 
-from kscience.config import RunConfig
+from kscience.run.config import RunConfig
 from kscience.device import detect
 from kscience.version import __version__
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kscience.evaluate.compile_facts import KernelFacts
 from kscience.evaluate.ncu import NcuProfile
 from kscience.problems import shape_label
-from kscience.roofline import ShapeSol, summary
+from kscience.problems.roofline import ShapeSol, summary
 
 MAX_KERNEL_LINES = 6  # distinct kernels shown; each kernel's compiled specialisations share one line
 

@@ -15,8 +15,8 @@ from functools import cached_property
 
 from kscience.problems import geomean, shape_label
 from kscience.evaluate import result as R
-from kscience.roofline import ShapeSol, summary
-from kscience.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
+from kscience.problems.roofline import ShapeSol, summary
+from kscience.record.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
 
 BENCHMARK = "benchmark"
 OK = R.OK

@@ -6,8 +6,8 @@ run times as a baseline (stored as the candidate of kind "reference")."""
 
 from __future__ import annotations
 
-from kscience.liveness import display_status
-from kscience.snapshot import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural, speedup
+from kscience.record.liveness import display_status
+from kscience.record.snapshot import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural, speedup
 
 CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
 

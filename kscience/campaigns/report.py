@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import math
 
-from kscience.liveness import display_status
-from kscience.store import Store
+from kscience.record.liveness import display_status
+from kscience.record.store import Store
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "vendor": "vendor_us"}

@@ -1,6 +1,6 @@
 """Subcommands that drive or read the scientist's runs: run, resume, runs, show, best.
 
-Progress goes to stderr (kscience.progress); results go to stdout. A run that fails or stops on
+Progress goes to stderr (kscience.cli.progress); results go to stdout. A run that fails or stops on
 its budget prints one `kscience: error:` line naming the way to resume it and exits with 1; bad
 arguments or an unusable database exit with 2 (kscience.usage).
 """
@@ -12,13 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from kscience.config import new_config, options_from_args
-from kscience.liveness import display_status
-from kscience.progress import Progress
-from kscience.run import Run
-from kscience.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, kind_text, run_listing, speedup
-from kscience.store import StoreError, open_store
-from kscience.summary import CPU_NOTE, summary_lines
+from kscience.run.config import new_config, options_from_args
+from kscience.record.liveness import display_status
+from kscience.cli.progress import Progress
+from kscience.run.driver import Run
+from kscience.record.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, kind_text, run_listing, speedup
+from kscience.record.store import StoreError, open_store
+from kscience.record.summary import CPU_NOTE, summary_lines
 from kscience.usage import UsageError
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from kscience.events import (CandidateEvaluated, CandidateProfiled, EvaluationWaiting, HypothesesProposed, RunFinished,
+from kscience.run.events import (CandidateEvaluated, CandidateProfiled, EvaluationWaiting, HypothesesProposed, RunFinished,
                              StageChanged)
-from kscience.snapshot import fmt_us, fmt_x, kind_text, speedup
+from kscience.record.snapshot import fmt_us, fmt_x, kind_text, speedup
 
 _PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
                  "compiled": "timing torch.compile of PyTorch eager", "vendor": "timing the vendor library path"}

@@ -7,7 +7,7 @@ and keeps the run's stored record (status, config, environment) up to date.
     run.stop(); run.wait() # ends cleanly after the evaluations in flight
 
 `Run.resume(run_id, store=...)` continues a stopped, failed or killed run from the store. What
-the run did is read back through `kscience.snapshot`, never tallied here.
+the run did is read back through `kscience.record.snapshot`, never tallied here.
 """
 
 from __future__ import annotations
@@ -17,23 +17,23 @@ import threading
 import traceback
 from typing import Callable
 
-from kscience.baselines import compiled_source, reference_source
-from kscience.config import RunConfig
+from kscience.run.baselines import compiled_source, reference_source
+from kscience.run.config import RunConfig
 from kscience.device import detect
-from kscience.environment import environment
+from kscience.run.environment import environment
 from kscience.evaluate.executors import make_executor
-from kscience.events import EventBus, RunFailed, RunFinished
-from kscience.liveness import run_is_alive, this_process
-from kscience.loop import Controller, RunError, Stopped
+from kscience.run.events import EventBus, RunFailed, RunFinished
+from kscience.record.liveness import run_is_alive, this_process
+from kscience.run.loop import Controller, RunError, Stopped
 from kscience.problems import Problem, ProblemError, load_problem
 from kscience.scientist.hardware import describe_device, run_target
 from kscience.scientist.knowledge import knowledge_for
 from kscience.scientist.llm import Budget, BudgetExceeded, LLMError
 from kscience.scientist.llm.factory import make_llm
 from kscience.scientist.roles import Scientist
-from kscience.snapshot import first_of_kind, iterations_done, run_metrics
-from kscience.store import Store, StoreError
-from kscience.threads import Background
+from kscience.record.snapshot import first_of_kind, iterations_done, run_metrics
+from kscience.record.store import Store, StoreError
+from kscience.run.threads import Background
 
 
 class Run:
@@ -125,7 +125,7 @@ class Run:
 
     def start(self, background: bool | None = None) -> "Run":
         """Run the controller: on a thread of its own with `background=True`, here with False; None
-        picks a thread exactly when an event loop already runs here (Jupyter). See kscience.threads."""
+        picks a thread exactly when an event loop already runs here (Jupyter). See kscience.run.threads."""
         self._task.name = f"kscience-{self.id}"
         self._task.start(background)
         return self
