@@ -176,7 +176,7 @@ CAMPAIGN_SAMPLES = {
 
 
 def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, monkeypatch):
-    from kscience.cli.campaign_commands import build_campaign
+    from kscience.campaigns.campaign import campaign_from_args
     from kscience.cli.main import build_parser
     from kscience.run.config import SETTINGS, RunConfig
 
@@ -187,7 +187,7 @@ def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, mon
         argv += [flags[name]] if text is None else [flags[name], text]
     args = build_parser().parse_args(argv)
     with Store(str(tmp_path / "k.db")) as store:
-        campaign = build_campaign(args, store)
+        campaign = campaign_from_args(args, store)
         row, problems = store.campaign(campaign.id), campaign.problems()
     assert row["suite"].split(",")[:2] == ["softmax", "rmsnorm"] and len(problems) == 3
     stored = CampaignConfig.from_dict(row["config"])  # as a resumed campaign reads it

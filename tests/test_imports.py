@@ -135,10 +135,50 @@ def test_kscience_modules_are_imported_at_the_top_unless_an_optional_dependency_
     assert not unexpected, "function-local imports of kscience modules:\n" + "\n".join(unexpected)
 
 
+# The layers, lowest first: a module may import its own layer and those below, never one above. The
+# top-level modules are the package's face (`kscience`, `usage`) and two basics every layer shares
+# (`device`: what this machine is; `redact`: no credential leaves a process).
+LAYERS = (
+    ("kscience.version", "kscience.device", "kscience.redact"),
+    ("kscience.problems",),
+    ("kscience.evaluate",),
+    ("kscience.scientist",),
+    ("kscience.record",),
+    ("kscience.run",),
+    ("kscience.campaigns",),
+    ("kscience.cli", "kscience.jupyter", "kscience.usage"),
+    ("kscience", "kscience.__main__"),
+)
+
+
+def layer_of(module: str) -> int:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or (p != "kscience" and module.startswith(p + ".")) for p in prefixes):
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (or move it into a layer's package)")
+
+
+def test_every_module_imports_only_its_own_layer_and_those_below():
+    upward = [f"{importer}:{line} imports {target}" for importer, target, _, line in imports(module_files())
+              if layer_of(target) > layer_of(importer)]
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_two_faces_do_not_borrow_from_each_other():
+    """The magics call the command line only through its entry point, `kscience.cli.main.main`."""
+    borrowed = [f"{importer} imports {target}" for importer, target, _, _ in imports(module_files())
+                if importer.startswith("kscience.jupyter") and target.startswith("kscience.cli")
+                and target != "kscience.cli.main"]
+    borrowed += [f"{importer} imports {target}" for importer, target, _, _ in imports(module_files())
+                 if importer.startswith("kscience.cli") and target.startswith("kscience.jupyter")]
+    assert not borrowed, "\n".join(borrowed)
+
+
 def test_the_store_and_the_evaluator_do_not_reach_into_each_other_or_the_screens():
     edges = graph(module_files())
     assert not {t for t in edges["kscience.record.store"] if t.startswith("kscience.evaluate")}
     for name, targets in edges.items():
         if name.startswith("kscience.evaluate"):
-            bad = {t for t in targets if t.split(".")[1] in ("jupyter", "cli", "run", "loop", "scientist", "store")}
+            bad = {t for t in targets if t.split(".")[1] in ("jupyter", "cli", "run", "record", "campaigns",
+                                                             "scientist")}
             assert not bad, f"{name} imports {sorted(bad)}"

@@ -20,16 +20,18 @@ import fnmatch
 import math
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 
-from kscience.run.config import RunConfig, check_settings
+from kscience.run.config import ConfigError, RunConfig, add_db_option, add_run_options, check_settings, options_from_args
 from kscience.device import detect
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.problems import ProblemError, builtin_names, load_problem
 from kscience.problems.device_map import mapped_device
 from kscience.problems.kernelbench import _module_constants
 from kscience.run.driver import Run
+from kscience.scientist.llm.factory import default_llm_spec
 from kscience.record.store import Store, StoreError
 
 EXPERIMENTS_PER_ROUND = 3  # the designer's plans chosen per design round (scientist.roles.CHOICE_RULES)
@@ -321,3 +323,45 @@ class Campaign:
         run = Run.create(config, store=self.store)
         self.store.update_run(run.id, campaign_id=self.id)
         return run
+
+
+# --- from a command line: `kscience campaign` and `%kscience campaign` ------------------------------
+CAMPAIGN_HELPS = {
+    "name": "a label for the campaign (each run is named after its problem)",
+    "iterations": "design rounds per problem (default 3)",
+    "max_cost_usd": "stop a problem's run once its LLM calls cost this much",
+    "max_tokens": "stop a problem's run once its LLM calls used this many tokens",
+    "time_limit_s": "stop a problem's run after this long",
+    "overrides": "override a module-level constant in every KernelBench file that has it (repeatable)",
+}
+
+
+def add_campaign_arguments(parser) -> None:
+    parser.add_argument("suite", nargs="*", metavar="PROBLEM",
+                        help="built-in names, KernelBench files, GPU MODE directories, or folders of them "
+                             "(several, or a comma list)")
+    parser.add_argument("--resume", metavar="ID", help="continue a campaign: finished problems are not redone")
+    parser.add_argument("--problems", default="*", metavar="GLOB", help="only problems whose name matches")
+    parser.add_argument("--attempts", type=int, metavar="N",
+                        help="candidate kernels per problem, as whole design rounds (instead of --iterations)")
+    # Every run setting, generated from RunConfig like `kscience run`'s; --name labels the campaign.
+    add_run_options(parser, helps=CAMPAIGN_HELPS)
+    parser.add_argument("--force", action="store_true", help="resume a campaign marked running elsewhere")
+    add_db_option(parser)
+
+
+def campaign_from_args(args, store: Store) -> Campaign:
+    """A new campaign from `add_campaign_arguments`' arguments, or the one --resume names."""
+    if bool(args.suite) == bool(args.resume):
+        raise ConfigError("give a SUITE to start a campaign, or --resume ID to continue one")
+    if args.resume:
+        return Campaign.resume(args.resume, store=store, force=args.force)
+    settings = options_from_args(args)
+    if args.attempts is not None and "iterations" in settings:
+        raise ConfigError("give --attempts or --iterations, not both")
+    if settings.get("llm") is None:
+        settings["llm"], reason = default_llm_spec()
+        print(f"kscience: {reason}", file=sys.stderr)
+    name = settings.pop("name", "")
+    config = CampaignConfig(problems=args.problems, attempts=args.attempts, name=name, **settings)
+    return Campaign.create(",".join(args.suite), config, store=store)

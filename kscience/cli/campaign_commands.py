@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import sys
 
-from kscience.campaigns.campaign import Campaign, CampaignConfig
+from kscience.campaigns.campaign import add_campaign_arguments, campaign_from_args
 from kscience.campaigns.report import campaign_figure, campaign_report, report_json, report_lines
-from kscience.run.config import EXECUTORS, add_db_option, add_run_options, options_from_args
+from kscience.run.config import EXECUTORS, add_db_option
 from kscience.run.events import CandidateEvaluated
 from kscience.campaigns.retime import comparison, comparison_lines, retime
 from kscience.cli.run_commands import open_store_or_explain
-from kscience.scientist.llm.factory import default_llm_spec
 from kscience.usage import UsageError
 
 
@@ -33,31 +32,11 @@ def _setup(build):
         raise UsageError(str(exc)) from None
 
 
-CAMPAIGN_HELPS = {
-    "name": "a label for the campaign (each run is named after its problem)",
-    "iterations": "design rounds per problem (default 3)",
-    "max_cost_usd": "stop a problem's run once its LLM calls cost this much",
-    "max_tokens": "stop a problem's run once its LLM calls used this many tokens",
-    "time_limit_s": "stop a problem's run after this long",
-    "overrides": "override a module-level constant in every KernelBench file that has it (repeatable)",
-}
-
-
 def add_campaign_commands(sub) -> None:
 
     s = sub.add_parser("campaign", help="evolve every problem of a suite, one run each, under one campaign id")
-    s.add_argument("suite", nargs="*", metavar="PROBLEM",
-                   help="built-in names, KernelBench files, GPU MODE directories, or folders of them "
-                        "(several, or a comma list)")
-    s.add_argument("--resume", metavar="ID", help="continue a campaign: finished problems are not redone")
-    s.add_argument("--problems", default="*", metavar="GLOB", help="only problems whose name matches")
-    s.add_argument("--attempts", type=int, metavar="N",
-                   help="candidate kernels per problem, as whole design rounds (instead of --iterations)")
-    # Every run setting, generated from RunConfig like `kscience run`'s; --name labels the campaign.
-    add_run_options(s, helps=CAMPAIGN_HELPS)
-    s.add_argument("--force", action="store_true", help="resume a campaign marked running elsewhere")
+    add_campaign_arguments(s)
     s.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_db_option(s)
     s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("campaigns", help="list stored campaigns, newest first")
@@ -95,28 +74,10 @@ def _status_line(campaign, row, event) -> None:
         print(f"kscience:     {row['name']}: {event.kind} {event.candidate_id} {event.status}{t}", file=sys.stderr)
 
 
-def build_campaign(args, store):
-    """A new campaign from the arguments, or the one --resume names (shared with `%kscience campaign`)."""
-
-    if bool(args.suite) == bool(args.resume):
-        raise UsageError("give a SUITE to start a campaign, or --resume ID to continue one")
-    if args.resume:
-        return _setup(lambda: Campaign.resume(args.resume, store=store, force=args.force))
-    settings = options_from_args(args)
-    if args.attempts is not None and "iterations" in settings:
-        raise UsageError("give --attempts or --iterations, not both")
-    if settings.get("llm") is None:
-        settings["llm"], reason = default_llm_spec()
-        print(f"kscience: {reason}", file=sys.stderr)
-    name = settings.pop("name", "")
-    config = _setup(lambda: CampaignConfig(problems=args.problems, attempts=args.attempts, name=name, **settings))
-    return _setup(lambda: Campaign.create(",".join(args.suite), config, store=store))
-
-
 def cmd_campaign(args) -> int:
 
     with open_store_or_explain(args.db, create=not args.resume) as store:
-        campaign = build_campaign(args, store)
+        campaign = _setup(lambda: campaign_from_args(args, store))
         print(f"kscience: campaign {campaign.id}: {len(campaign.problems())} problems with {campaign.config.llm}, "
               f"{campaign.config.iterations} iterations each, stored in {store.path}", file=sys.stderr)
         campaign.subscribe(_status_line)

@@ -12,7 +12,7 @@ import os
 import sys
 
 from kscience.cli.campaign_commands import add_campaign_commands
-from kscience.run.config import PROBLEM_HELP, add_db_option, add_run_options
+from kscience.run.config import PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
 from kscience.usage import USER_ERRORS
@@ -90,11 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("run", help="evolve a problem's kernel with the scientist")
-    s.add_argument("problem", help=PROBLEM_HELP)
-    s.add_argument("--seed-kernel", metavar="FILE",
-                   help="starting kernel file (default: the problem's own, as `kscience seed` prints it)")
-    add_run_options(s)
-    add_db_option(s)
+    add_run_arguments(s)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(func=cmd_run)
 
@@ -111,11 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("resume", help="continue a stopped, failed or interrupted run")
-    _run_id(s)
-    add_run_options(s, resume=True)
-    s.add_argument("--force", action="store_true",
-                   help="resume a run marked running by a process this host cannot see (another machine)")
-    add_db_option(s)
+    add_resume_arguments(s)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(func=cmd_resume)
 

@@ -14,6 +14,7 @@ end the cell with one `UsageError:` line, which IPython shows without a tracebac
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -25,17 +26,17 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from kscience.cli.campaign_commands import build_campaign
-from kscience.cli.main import build_parser
-from kscience.run.config import check_resume_changes, option_specs, options_from_args
+from kscience.campaigns.campaign import add_campaign_arguments, campaign_from_args
+from kscience.cli.main import main as command_line
+from kscience.run.config import (add_resume_arguments, add_run_arguments, check_resume_changes, option_specs,
+                                 options_from_args)
 from kscience.jupyter import launch
 from kscience.jupyter.campaign_view import CampaignView
 from kscience.jupyter.live import VIEWS, choose_view
 from kscience.jupyter.results import open_run
 from kscience.jupyter.views import show_live
 from kscience.problems import Problem, load_problem
-from kscience.cli.run_commands import open_store_or_explain
-from kscience.record.store import DEFAULT_DB
+from kscience.record.store import DEFAULT_DB, open_store
 from kscience.usage import USER_ERRORS
 
 # Bad input or configuration: shown as one line rather than a traceback.
@@ -127,15 +128,16 @@ class KscienceMagics(Magics):
         %kscience run ... and %kscience resume RUN_ID ... start the run with its live view and
         return the run object; %kscience campaign SUITE ... starts a campaign under a one-row-per-problem
         view and returns it (campaign.wait() blocks until it ends). %kscience --help lists every command and option."""
-        parser = build_parser()
         try:
             argv = shlex.split(line)
         except ValueError as exc:
             raise UsageError(f"cannot split {line!r}: {exc}") from None
+        if not argv or argv[0] not in ("run", "resume", "campaign"):
+            return self._command_line(argv)
         captured = io.StringIO()
         try:
             with contextlib.redirect_stderr(captured):
-                args = parser.parse_args(argv)
+                args = _starting_parser().parse_args(argv)
         except SystemExit as exc:  # argparse exits on --help (0) and on errors (2)
             if exc.code:
                 lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
@@ -147,19 +149,44 @@ class KscienceMagics(Magics):
                 return launch.evolve(args.problem, kernel, db=args.db, **options_from_args(args))
             if args.command == "campaign":
                 return self._cli_campaign(args)
-            if args.command == "resume":
-                changes = options_from_args(args)
-                iterations = changes.pop("iterations", None)
-                return launch.resume(args.run_id, iterations=iterations, db=args.db, force=args.force, **changes)
-            args.func(args)
+            changes = options_from_args(args)
+            iterations = changes.pop("iterations", None)
+            return launch.resume(args.run_id, iterations=iterations, db=args.db, force=args.force, **changes)
+
+    @staticmethod
+    def _command_line(argv: list[str]) -> None:
+        """Any other command is `kscience` itself; its one `kscience: error:` line becomes the UsageError."""
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(captured):
+                code = command_line(argv)
+        except SystemExit as exc:  # --help, --version, or arguments argparse refuses
+            code = 2 if exc.code else 0
+        lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
+        if code == 2:
+            why = next((ln for ln in reversed(lines) if "error: " in ln), "bad arguments to %kscience")
+            raise UsageError(why.split("error: ", 1)[1] if "error: " in why else why)
+        for ln in lines:
+            print(ln, file=sys.stderr)
         return None
 
     @staticmethod
     def _cli_campaign(args):
         """The campaign runs on a thread under a one-row-per-problem view; `.wait()` blocks until it ends."""
-        campaign = build_campaign(args, open_store_or_explain(args.db, create=not args.resume))
+        campaign = campaign_from_args(args, open_store(args.db, create=not args.resume))
         CampaignView(campaign)
         return campaign.start(background=True)
+
+
+def _starting_parser() -> argparse.ArgumentParser:
+    """`%kscience run / resume / campaign`: the same arguments as on the command line (declared with the
+    run settings and the campaign), returning the run or campaign object under its live view."""
+    parser = argparse.ArgumentParser(prog="%kscience", add_help=True)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_run_arguments(sub.add_parser("run", help="evolve a problem's kernel with the scientist"))
+    add_resume_arguments(sub.add_parser("resume", help="continue a stopped, failed or interrupted run"))
+    add_campaign_arguments(sub.add_parser("campaign", help="evolve every problem of a suite, one run each"))
+    return parser
 
 
 def register(ipython) -> None:

@@ -194,6 +194,24 @@ def add_db_option(parser) -> None:
                         help=f"SQLite file (default: $KSCIENCE_DB or ./{DEFAULT_DB})")
 
 
+def add_run_arguments(parser) -> None:
+    """What `kscience run` and `%kscience run` take: the problem, a starting kernel, every setting."""
+    parser.add_argument("problem", help=PROBLEM_HELP)
+    parser.add_argument("--seed-kernel", metavar="FILE",
+                        help="starting kernel file (default: the problem's own, as `kscience seed` prints it)")
+    add_run_options(parser)
+    add_db_option(parser)
+
+
+def add_resume_arguments(parser) -> None:
+    """What `kscience resume` and `%kscience resume` take: the run and the settings a resume may change."""
+    parser.add_argument("run_id", metavar="RUN_ID", help="a run's id, as `kscience runs` lists it (r-...)")
+    add_run_options(parser, resume=True)
+    parser.add_argument("--force", action="store_true",
+                        help="resume a run marked running by a process this host cannot see (another machine)")
+    add_db_option(parser)
+
+
 def add_run_options(parser, *, resume: bool = False, helps: dict | None = None) -> None:
     """Every setting's flag on `parser`; `helps` rewords a setting's help where a command means it
     differently (a campaign's --name labels the campaign, its budgets apply per problem)."""
