@@ -129,7 +129,7 @@ def test_suites_from_folders_and_lists(tmp_path):
 
 
 def test_a_schema_1_database_is_migrated_in_place(tmp_path):
-    from kscience import store as store_module
+    from kscience.record import store as store_module
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
