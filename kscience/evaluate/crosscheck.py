@@ -22,6 +22,10 @@ CLOCK_SLACK_S = 0.05
 # the larger of an absolute allowance and a share of the kernel time.
 GAP_SLACK_US, GAP_SHARE = 50.0, 0.15  # 30 us was crossed (30.4) by an honest joined side stream on an H100
 IDLE_GAP_CAP_US = 200.0  # an idle gap reported above this is not believed (it would hide side work)
+# On a GPU shared with other processes every synchronised call waits for their time slices (about
+# 2 ms on an H100 beside a busy neighbour), timed calls and null calls alike. The null calls' wait is
+# believed up to this multiple of the wait the judge's own empty region saw just before the round.
+CONTENTION_RATIO = 2.0
 # A call's host time may exceed the judge's bracket around the whole command by this much: both
 # read CLOCK_MONOTONIC, and the bracket strictly contains the call.
 WINDOW_SLACK_US = 1.0
@@ -104,10 +108,20 @@ def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool) 
     return None
 
 
-def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float) -> str | None:
-    """On the GPU: the synchronised host clock saw work the timed stream's events did not."""
+def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float,
+                      null_gap_us: float = 0.0, judge_gap_us: float = 0.0) -> str | None:
+    """On the GPU: the synchronised host clock saw work the timed stream's events did not.
+
+    Host time may exceed event time by the wait for the GPU itself: the worker's idle gap (capped,
+    as it reaches the judge after the candidate's import), or, on a GPU other processes share, the
+    median gap of the round's null calls (host minus event of an empty region), believed only up
+    to CONTENTION_RATIO times the gap the judge measured in its own process, which no candidate can
+    slow. Without contention that bound is tens of microseconds, so null calls slowed on purpose
+    hide nothing."""
     ev = statistics.median(events)
-    excess = statistics.median(h - e for e, h in zip(events, hosts)) - min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US)
+    waiting = max(min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US),
+                  min(max(null_gap_us, 0.0), CONTENTION_RATIO * max(judge_gap_us, 0.0)))
+    excess = statistics.median(h - e for e, h in zip(events, hosts)) - waiting
     if excess > max(GAP_SLACK_US, GAP_SHARE * ev):
         return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us): "
                 "work on a side stream or thread was not counted")

@@ -46,6 +46,7 @@ class Round:
     looks: list
     setup_s: float
     prepare_wall_s: float
+    judge_gap_us: float = 0.0  # the judge's own empty-region gap just before the round (GPU)
     doubt: str | None = None  # why the judge does not believe this round, if anything
 
 
@@ -85,6 +86,7 @@ _UNSURE = "the judge's own clock is unsure"
 
 def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> Round:
     warm = [drive.new_seed(session.used_seeds) for _ in range(warm_sets)]
+    judge_gap = 0.0 if session.device.interpreted else session.own_idle_gap_us()
     t0 = time.monotonic()
     # Where the judge cannot read the worker's memory, the worker copies each output as its call
     # returns, and the judge's reads see that copy (timing.py).
@@ -93,7 +95,7 @@ def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> 
     setup_s = _float(session.reply("time", shape).get("setup_s"))
     prepare_wall = time.monotonic() - t0
     calls, looks = drive.run_calls(session, shape, plan, cap, session.used_seeds)
-    return Round(calls, looks, setup_s, prepare_wall)
+    return Round(calls, looks, setup_s, prepare_wall, judge_gap)
 
 
 def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
@@ -107,7 +109,9 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     problem = None
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
-        problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0))
+        nulls = [c.host_us - c.event_us for c in rnd.calls if c.kind == "null"]
+        problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0),
+                                                          statistics.median(nulls) if nulls else 0.0, rnd.judge_gap_us)
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted)
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])

@@ -22,7 +22,7 @@ from kscience.device import Device
 from kscience.evaluate import crosscheck, drive, measure
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
-from kscience.evaluate.harness import flush_bytes
+from kscience.evaluate.harness import flush_bytes, idle_gap_us
 from kscience.evaluate.sandbox import default_rss_limit, start_worker
 from kscience.evaluate.timing import COVER_CYCLES
 from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
@@ -163,6 +163,12 @@ class Session:
             self.reply("import", expect="echo")
             windows.append((time.perf_counter() - t0) * 1e6)
         self.echo_us = statistics.median(windows)
+
+    def own_idle_gap_us(self) -> float:
+        """Host minus event time of an empty region in the judge's own process, on the candidate's
+        GPU: how long a synchronised call waits for the GPU now (other processes' time slices)."""
+        with torch.cuda.device(self.device.torch_device):
+            return idle_gap_us()
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""

@@ -119,3 +119,18 @@ def test_a_doubt_repeated_in_the_second_round_rejects_and_quotes_both(judge, mon
     assert result.status == REJECTED, result.message
     assert "(measured again: the worker reported" in result.message
     assert result.message.count("the judge's own clock saw") == 2
+
+
+def test_a_wait_for_other_processes_on_the_gpu_is_not_taken_for_side_work():
+    """H100 beside a busy neighbour: every synchronised call waited about 2 ms for its time slices,
+    null calls as much as timed ones, and honest kernels were rejected for side work. The null
+    calls' wait is now believed as far as the judge's own empty region confirms it."""
+    from kscience.evaluate.crosscheck import side_work_problem
+    events, hosts = [100.0] * 9, [2100.0] * 9  # 2 ms of host time the events did not see
+    assert side_work_problem(events, hosts, idle_gap_us=15.0)  # the old rule: side work
+    assert side_work_problem(events, hosts, 15.0, null_gap_us=2050.0, judge_gap_us=1900.0) is None
+    # Null calls slowed on purpose by the candidate, on an idle GPU: the judge saw no wait, so
+    # the 2 ms stay unexplained.
+    assert side_work_problem(events, hosts, 15.0, null_gap_us=2050.0, judge_gap_us=12.0)
+    # A neighbour's wait does not cover side work beyond it.
+    assert side_work_problem(events, [2100.0 + 900.0] * 9, 15.0, null_gap_us=2050.0, judge_gap_us=1900.0)
