@@ -152,8 +152,10 @@ def main() -> int:
             rows.append({"dir": name, "solution": label, "status": status, "reason": why,
                          "seconds": round(wall, 1), "as_expected": expected})
             print(f"{name:<44} {label:<34} {status:<14} {wall:6.1f}s  {why[:110]}", flush=True)
-            # Written after every row: a sweep stopped from outside still leaves what it found.
-            out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, settings))
+            # Written after every row, with the resumed rows not reached yet: a sweep stopped from
+            # outside still leaves everything it knows.
+            later = [r for key, r in earlier.items() if key[0] not in {row["dir"] for row in rows}]
+            out.write_text(_markdown(rows + later, device.name, date, commit, time.monotonic() - t_start, settings))
     out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, settings))
     print(f"wrote {out}")
     sandbox.close_spares()
