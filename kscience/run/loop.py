@@ -225,29 +225,21 @@ class Controller:
         if final["status"] != R.OK:
             raise RunError(f"the seed kernel does not pass ({chain[0]['status']}: {chain[0]['message']}) "
                            f"and {self.repairs} repair attempt(s) did not fix it")
-        reference = first_of_kind(candidates, "reference")
-        if reference is None:
-            self.stage("reference", 0)
-            reference = self._add(kind="reference", source=self.reference_source,
-                                  hypothesis="PyTorch eager", iteration=0)
-        if reference["status"] == PENDING:
-            await self.judging.evaluate(reference, counted=False)
-        vendor = first_of_kind(candidates, "vendor")
-        if vendor is None and self.vendor_source:  # where it cannot run, it is stored with the reason
-            self.stage("vendor", 0)
-            vendor = self._add(kind="vendor", source=self.vendor_source, hypothesis=self.problem.vendor_label,
-                               iteration=0)
-        if vendor is not None and vendor["status"] == PENDING:
-            await self.judging.evaluate(vendor, counted=False)
-        if not compiled_baseline_wanted(self.compiled_baseline, final):
-            return
-        compiled = first_of_kind(candidates, "compiled")
-        if compiled is None:
-            self.stage("compiled", 0)
-            compiled = self._add(kind="compiled", source=self.compiled_source,
-                                 hypothesis="torch.compile of PyTorch eager", iteration=0)
-        if compiled["status"] == PENDING:
-            await self.judging.evaluate(compiled, counted=False)
+        await self._baseline(candidates, "reference", self.reference_source, "PyTorch eager")
+        if self.vendor_source:  # where the library cannot run, it is stored with the reason
+            await self._baseline(candidates, "vendor", self.vendor_source, self.problem.vendor_label)
+        if compiled_baseline_wanted(self.compiled_baseline, final):
+            await self._baseline(candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager")
+
+    async def _baseline(self, candidates: list[dict], kind: str, source: str, hypothesis: str) -> None:
+        """A baseline a user would otherwise pick, judged once per run (also after a resume), not
+        counted against --evaluations."""
+        row = first_of_kind(candidates, kind)
+        if row is None:
+            self.stage(kind, 0)
+            row = self._add(kind=kind, source=source, hypothesis=hypothesis, iteration=0)
+        if row["status"] == PENDING:
+            await self.judging.evaluate(row, counted=False)
 
     def _add(self, **fields) -> dict:
         cand = self.store.add_candidate(self.run_id, **fields)
