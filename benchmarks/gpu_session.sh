@@ -16,10 +16,11 @@
 #     queue     an offline run whose evaluations go through queue:DIR to a `kscience worker` here
 #     cpuslots  scaleout.py --cpu-workers 1,2,4,8: interpreter slots, host-side scaling
 #     sparewait spare_wait.py on fp8_blockscale_gemm: the wait for a worker with one and two spares per slot
-# Issue 24 (concurrent experiment lines), about 6 minutes on one H100:
-#   bash benchmarks/gpu_session.sh OUTDIR throughput
+# Issue 24 (concurrent experiment lines), about 16 minutes on one H100 (raise THROUGHPUT_S to 1000):
+#   THROUGHPUT_S=1000 bash benchmarks/gpu_session.sh OUTDIR throughput
 #     throughput  search_throughput.py: one line against K lines (LINES, default 2,8) with a 30 s model,
-#                 WINDOW (default 80) seconds each; on two GPUs add GPUS=2 (then LINES=4,8 is the issue's K)
+#                 WINDOW seconds each (default ten model latencies: a shorter window measures only a
+#                 run's start); on two GPUs add GPUS=2 (then LINES=4,8 is the issue's K)
 # Logs, JSON results and the run database land in OUTDIR. Figures are then made anywhere with
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
 # Issue 25 (keep every win): composition and the baselines a user would pick, then the default profiler:
@@ -85,7 +86,7 @@ for step in $steps; do
     sparewait) timeout "${SPAREWAIT_S:-300}" python3 benchmarks/spare_wait.py --problem fp8_blockscale_gemm \
                  --evaluations "${EVALUATIONS:-6}" --out "$out" 2>&1 | tee "$out/spare-wait.log" ;;
     throughput) timeout "${THROUGHPUT_S:-540}" python3 benchmarks/search_throughput.py --lines "${LINES:-2,8}" \
-                  --window "${WINDOW:-80}" ${GPUS:+--gpus "$GPUS"} --db "$out/search-throughput.db" \
+                  ${WINDOW:+--window "$WINDOW"} ${GPUS:+--gpus "$GPUS"} --db "$out/search-throughput.db" \
                   --out "$out/search-throughput.json" 2>&1 | tee "$out/search-throughput.log"
                 python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
                   "$out/search-throughput.db" ;;

@@ -45,6 +45,9 @@ from kscience.record.snapshot import Snapshot, judged_count  # noqa: E402
 from kscience.record.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store  # noqa: E402
 
 
+MIN_LATENCIES = 5  # a window shorter than this many model answers measures only the start of a run
+
+
 def one_run(db: Path, *, problem: str, lines: int, latency: float, window: float, gpus: int | None,
             cpu_workers: int | None, evaluations: int) -> dict:
     os.environ["KSCIENCE_CACHE"] = tempfile.mkdtemp(prefix="kscience-cache-")  # no kernel compiled by another run
@@ -84,7 +87,8 @@ def main() -> int:
     ap.add_argument("--problem", default="softmax")
     ap.add_argument("--latency", type=float, default=None, help="seconds per model answer (default 30)")
     ap.add_argument("--window", type=float, default=None,
-                    help="seconds each run starts new work for; work in flight then finishes (default 100)")
+                    help="seconds each run starts new work for; work in flight then finishes (default: ten "
+                         "model latencies)")
     ap.add_argument("--lines", default=None, metavar="K,K,...", help="concurrent runs' lines (default 2 x slots)")
     ap.add_argument("--gpus", type=int, default=None, help="evaluation slots on at most N GPUs (default: all)")
     ap.add_argument("--cpu-workers", type=int, default=None, help="interpreter slots without a GPU (default 1)")
@@ -94,9 +98,16 @@ def main() -> int:
     ap.add_argument("--out", help="JSON path (default benchmarks/results/search-throughput-<device>-<date>.json)")
     args = ap.parse_args()
     quick = {"latency": 3.0, "window": 90.0, "cpu_workers": 2} if args.quick else {}
-    for name, default in {"latency": 30.0, "window": 100.0, "cpu_workers": None, **quick}.items():
+    for name, default in {"latency": 30.0, "cpu_workers": None, **quick}.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if args.window is None:
+        args.window = 10 * args.latency
+    if args.window < MIN_LATENCIES * args.latency:
+        # Measured on an H100: a 70 s window with a 30 s model ended every run after 2-3 evaluations.
+        print(f"search_throughput: a {args.window:g} s window is under {MIN_LATENCIES} model latencies; a line "
+              "needs three answers before its first child exists, so this measures start-up, not throughput",
+              file=sys.stderr)
     device = detect()
     slots = LocalExecutor(gpus=args.gpus, cpu_workers=args.cpu_workers)
     n_slots = slots.capacity
