@@ -203,3 +203,20 @@ def test_one_offline_iteration_on_a_published_task_or_a_one_line_refusal(tmp_pat
     summary = json.loads(done.stdout)
     assert summary["run"]["status"] == "finished" and summary["metrics"]["iterations_done"] == 1
     assert summary["metrics"]["n_ok"] >= 2 and summary["metrics"]["n_failed"] == 0, summary["metrics"]
+
+
+def test_inputs_are_bit_identical_whatever_the_thread_count_of_the_process():
+    """The judge and the worker build the same inputs in two processes with different torch thread
+    counts; linalg-eigh's random orthogonal matrices (a CPU QR) rounded differently, and the
+    worker's untouched input was judged modified."""
+    problem = load_problem(str(PUBLISHED / "linalg" / "eigh_py"))
+    shape = {"batch": 16, "n": 512, "cond": 0, "case": "rankdef"}  # the published CPU benchmark shape
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = problem.generate_input(7, "cpu", **shape)
+        torch.set_num_threads(max(2, threads))
+        many = problem.generate_input(7, "cpu", **shape)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one[0], many[0])

@@ -37,6 +37,7 @@ fails on this device (an fp4 GEMM on a GPU without fp4) is a one-line ProblemErr
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import importlib.util
 import inspect
@@ -249,7 +250,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
             # judge and the worker, each generating in its own process, get the same data.
             gpus = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
             with torch.random.fork_rng(devices=gpus), torch.device(device), mapped_device(device), \
-                    outputs.allocations() as made:
+                    outputs.allocations() as made, _one_thread_on_cpu(device):
                 torch.manual_seed(seed)
                 data = reference.generate_input(**shape, seed=seed)
                 found["buffers"] = outputs.buffers(made, data)
@@ -382,6 +383,22 @@ def _probe(task: dict, task_file: Path, shape: Shape, generate_input, call_data,
         output_args, zeroed = tuple(given), tuple(i for i in zeroed if i in given)
     structured = outputs.is_structure(returned) if returned is not None else declared
     return tuple(sorted(output_args)), tuple(zeroed), structured
+
+
+@contextlib.contextmanager
+def _one_thread_on_cpu(device):
+    """The judge and the worker must build bit-identical inputs, and they run with different torch
+    thread counts: a CPU QR or matrix product (linalg-eigh's random orthogonal matrices) rounds
+    differently with another count, and the worker's untouched input looked modified."""
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _tensors(value) -> list:
