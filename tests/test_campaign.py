@@ -175,9 +175,19 @@ CAMPAIGN_SAMPLES = {
 }
 
 
-def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, monkeypatch):
-    from kscience.campaigns.campaign import campaign_from_args
+def _command_line_parser():
     from kscience.cli.main import build_parser
+    return build_parser()
+
+
+def _magic_parser():
+    from kscience.jupyter.magics import _starting_parser
+    return _starting_parser()
+
+
+@pytest.mark.parametrize("parser", [_command_line_parser, _magic_parser], ids=["kscience", "%kscience"])
+def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, parser):
+    from kscience.campaigns.campaign import campaign_from_args
     from kscience.run.config import SETTINGS, RunConfig
 
     assert set(CAMPAIGN_SAMPLES) == set(SETTINGS)
@@ -185,7 +195,7 @@ def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, mon
     argv = ["campaign", "softmax", "rmsnorm", str(write_suite(tmp_path / "s") / "row_sum.py"), "--db", "-"]
     for name, (text, _) in CAMPAIGN_SAMPLES.items():
         argv += [flags[name]] if text is None else [flags[name], text]
-    args = build_parser().parse_args(argv)
+    args = parser().parse_args(argv)
     with Store(str(tmp_path / "k.db")) as store:
         campaign = campaign_from_args(args, store)
         row, problems = store.campaign(campaign.id), campaign.problems()
@@ -197,6 +207,9 @@ def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, mon
         if value is not None and name != "overrides":  # --set reaches only the files that define the name
             assert getattr(run, name) == value, name
     assert run.name == "softmax (k-1)"
+
+
+def test_attempts_and_iterations_together_are_a_usage_error(tmp_path):
     assert main(["campaign", "softmax", "--iterations", "1", "--attempts", "3", "--db", str(tmp_path / "k2.db")]) == 2
 
 
