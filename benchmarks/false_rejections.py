@@ -13,6 +13,10 @@ verdict that is not `ok` is kept with its message. Results: benchmarks/results/f
 
     python benchmarks/false_rejections.py [--count 1000] [--time-limit 450] [--neighbour]
     python benchmarks/false_rejections.py --quick    # the CPU interpreter, a handful of evaluations
+    python benchmarks/false_rejections.py --add-to results/false-rejections-....json  # a second part
+
+A device command may run ten minutes, so a thousand evaluations may take two parts: `--add-to`
+continues a part's round-robin where it stopped and writes the two parts' totals.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import datetime
 import json
 import multiprocessing as mp
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -129,8 +134,11 @@ def main() -> None:
     ap.add_argument("--per-gpu", type=int, default=2, help="judging processes per GPU (default 2: each GPU runs "
                                                             "two evaluations at once, busier than a search)")
     ap.add_argument("--quick", action="store_true", help="the CPU interpreter: 4 evaluations, 2 candidates")
+    ap.add_argument("--add-to", help="an earlier part's results file: continue after it and report the sum")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
+    earlier = json.loads(Path(args.add_to).read_text()) if args.add_to else None
+    first = earlier["achieved"] if earlier else 0
     device = detect()
     on_gpu = not device.interpreted
     if args.quick:
@@ -141,7 +149,7 @@ def main() -> None:
     pool = candidates(on_gpu, args.quick)
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
-    for i in range(args.count):  # round-robin over candidates; each candidate cycles through its shapes
+    for i in range(first, first + args.count):  # round-robin over candidates; each cycles through its shapes
         label, name, source = pool[i % len(pool)]
         jobs.put((i, label, name, i // len(pool), source))
     stop = ctx.Event()
@@ -181,35 +189,53 @@ def main() -> None:
         stop.set()
         busy.join(timeout=30)
     wall = time.monotonic() - t0
-    report(args, device, gpus, len(slots), neighbour, done, wall, stopped_early)
+    report(args, device, gpus, len(slots), neighbour, done, wall, stopped_early, earlier)
 
 
-def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early) -> None:
+def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, earlier=None) -> None:
     by = collections.defaultdict(collections.Counter)
     for r in done:
         by[r["label"]][r["status"]] += 1
     not_ok = [r for r in done if r["status"] != "ok"]
-    print(f"\n{device.name}: {len(done)} evaluations of {args.count} asked, {wall:.0f} s, "
+    walls = {label: [sum(r["wall_s"] for r in done if r["label"] == label), sum(c.values())] for label, c in by.items()}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    parts = [{"achieved": len(done), "wall_s": round(wall, 1), "stopped_by_time_limit": stopped_early,
+              "commit": commit or None}]
+    if earlier:  # the earlier part's figures join this one's
+        for label, counts in earlier["verdicts"].items():
+            by[label].update(counts)
+            per = earlier["wall_per_evaluation_s"].get(label, 0.0)
+            w = walls.setdefault(label, [0.0, 0])
+            w[0] += per * sum(counts.values())
+            w[1] += sum(counts.values())
+        parts = earlier.get("parts", [{k: earlier[k] for k in ("achieved", "wall_s", "stopped_by_time_limit")}]) + parts
+        done_extra = earlier["achieved"]
+        args.count += earlier["asked"]
+        wall += earlier["wall_s"]
+    else:
+        done_extra = 0
+    print(f"\n{device.name}: {len(done) + done_extra} evaluations of {args.count} asked, {wall:.0f} s, "
           f"{n_judges} judging process(es) on {len(gpus)} device(s){', busy neighbour' if neighbour else ''}")
     print(f"{'candidate':34s} {'evaluations':>11s}  verdicts")
     for label, counts in by.items():
         print(f"{label:34s} {sum(counts.values()):11d}  {dict(counts)}")
-    remeasured = sum(1 for r in done if r["remeasured"].startswith("measured"))
-    print(f"not ok: {len(not_ok)}; measured more than once and then believed: {remeasured}")
+    believed = [{k: r[k] for k in ("label", "shape", "remeasured")} for r in done
+                if r["status"] == "ok" and r["remeasured"].startswith("measured")]
+    not_ok = [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok]
+    if earlier:
+        believed, not_ok = earlier["remeasured_then_ok"] + believed, earlier["not_ok"] + not_ok
+    print(f"not ok: {len(not_ok)}; measured more than once and then believed: {len(believed)}")
     stamp = datetime.date.today().isoformat()
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", device.name).strip("_")
     out = Path(args.out) / f"false-rejections-{name}-{stamp}{'-quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "device": device.name, "date": stamp, "torch": torch.__version__, "gpus": len(gpus) if gpus != [None] else 0, "judging_processes": n_judges,
-        "busy_neighbour": neighbour, "asked": args.count, "achieved": len(done), "time_limit_s": args.time_limit,
-        "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
-        "verdicts": {label: dict(c) for label, c in by.items()},
-        "not_ok": [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok],
-        "remeasured_then_ok": [{k: r[k] for k in ("label", "shape", "remeasured")} for r in done
-                               if r["status"] == "ok" and r["remeasured"].startswith("measured")],
-        "wall_per_evaluation_s": {label: round(sum(r["wall_s"] for r in done if r["label"] == label) /
-                                               max(1, sum(by[label].values())), 2) for label in by},
+        "busy_neighbour": neighbour, "asked": args.count, "achieved": len(done) + done_extra,
+        "time_limit_s": args.time_limit, "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
+        "parts": parts, "verdicts": {label: dict(c) for label, c in by.items()}, "not_ok": not_ok,
+        "remeasured_then_ok": believed,
+        "wall_per_evaluation_s": {label: round(w / max(1, n), 2) for label, (w, n) in walls.items()},
     }, indent=1))
     print(f"wrote {out}")
 

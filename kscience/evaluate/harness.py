@@ -158,14 +158,21 @@ def warm_compiler() -> None:
 IDLE_SAMPLES = 25
 
 
-def idle_gap_us() -> float:
-    """Host time minus event time of an empty timed region: the clocks' fixed disagreement."""
+def idle_gap_us(scratch: torch.Tensor | None = None) -> float:
+    """Host time minus event time of an empty timed region: the clocks' fixed disagreement.
+
+    With `scratch`, a one-element kernel runs inside the region. On an H100 shared with busy
+    processes (2026-11-25) a region of two events alone, in a process that had launched no kernel
+    lately, took 13-22 us, while every region with a kernel in it, the worker's calls included,
+    waited 1.5-3 ms for the other processes' time slices; so only the kernel shows the wait."""
     gaps = []
     for _ in range(IDLE_SAMPLES):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         h0 = time.perf_counter()
         start.record()
+        if scratch is not None:
+            scratch.zero_()
         end.record()
         torch.cuda.synchronize()
         gaps.append((time.perf_counter() - h0) * 1e6 - start.elapsed_time(end) * 1e3)

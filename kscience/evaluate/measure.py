@@ -106,13 +106,14 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     events, hosts = [c.event_us for c in timed], [c.host_us for c in timed]
     claimed = statistics.median(events) if events else math.nan
     judged, _ = crosscheck.judge_estimate(rnd.calls)
-    problem = None
+    problem, contention = None, 0.0
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
         nulls = [c.host_us - c.event_us for c in rnd.calls if c.kind == "null"]
+        contention = crosscheck.contention_us(statistics.median(nulls) if nulls else 0.0, rnd.judge_gap_us)
         problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0),
-                                                          statistics.median(nulls) if nulls else 0.0, rnd.judge_gap_us)
-    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted)
+                                                          contention)
+    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, contention)
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
         problem = f"{_UNSURE}: {unsure}" if unsure else None

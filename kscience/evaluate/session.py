@@ -165,10 +165,11 @@ class Session:
         self.echo_us = statistics.median(windows)
 
     def own_idle_gap_us(self) -> float:
-        """Host minus event time of an empty region in the judge's own process, on the candidate's
-        GPU: how long a synchronised call waits for the GPU now (other processes' time slices)."""
+        """Host minus event time of a region with one tiny kernel in the judge's own process, on the
+        candidate's GPU: how long a synchronised call waits for the GPU now (other processes' time
+        slices)."""
         with torch.cuda.device(self.device.torch_device):
-            return idle_gap_us()
+            return idle_gap_us(torch.empty(1, device=self.device.torch_device))
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""
