@@ -181,15 +181,17 @@ def main() -> None:
         done.append(r)
         if r["status"] != "ok":
             print(f"  #{r['i']} {r['label']} {r['shape']}: {r['status']}: {r['message']}")
+    wall = time.monotonic() - t0
+    report(args, device, gpus, len(slots), neighbour, done, wall, stopped_early, earlier)  # before any wait
     for _ in judges:
         jobs.put(None)
     for p in judges:
-        p.join(timeout=120)
+        p.join(timeout=60)
+        if p.is_alive():
+            p.terminate()
     if busy:
         stop.set()
         busy.join(timeout=30)
-    wall = time.monotonic() - t0
-    report(args, device, gpus, len(slots), neighbour, done, wall, stopped_early, earlier)
 
 
 def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, earlier=None) -> None:
