@@ -137,8 +137,8 @@ def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: floa
     waiting = max(min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US), contention_us)
     excess = statistics.median(h - e for e, h in zip(events, hosts)) - waiting
     if excess > max(GAP_SLACK_US, GAP_SHARE * ev, CONTENTION_JITTER * contention_us):
-        return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us): "
-                "work on a side stream or thread was not counted")
+        return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us, "
+                f"wait for the GPU believed {waiting:.1f} us): work on a side stream or thread was not counted")
     return None
 
 

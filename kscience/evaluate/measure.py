@@ -121,10 +121,13 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
         nulls = [c.host_us - c.event_us for c in rnd.calls if c.kind == "null"]
-        contention = crosscheck.contention_us(statistics.median(nulls) if nulls else 0.0, rnd.judge_gap_us)
+        null_gap = statistics.median(nulls) if nulls else 0.0
+        contention = crosscheck.contention_us(null_gap, rnd.judge_gap_us)
         rnd.contention_us = contention
         problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0),
                                                           contention)
+        if problem:  # what the judge knew of other processes' time slices, for whoever reads the verdict
+            problem += f" [null calls waited {null_gap:.0f} us, the judge's own region {rnd.judge_gap_us:.0f} us]"
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, contention)
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
