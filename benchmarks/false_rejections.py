@@ -28,7 +28,6 @@ import datetime
 import json
 import multiprocessing as mp
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -200,9 +199,7 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         by[r["label"]][r["status"]] += 1
     not_ok = [r for r in done if r["status"] != "ok"]
     walls = {label: [sum(r["wall_s"] for r in done if r["label"] == label), sum(c.values())] for label, c in by.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    parts = [{"achieved": len(done), "wall_s": round(wall, 1), "stopped_by_time_limit": stopped_early,
-              "commit": commit or None}]
+    parts = [{"achieved": len(done), "wall_s": round(wall, 1), "stopped_by_time_limit": stopped_early}]
     if earlier:  # the earlier part's figures join this one's
         for label, counts in earlier["verdicts"].items():
             by[label].update(counts)
