@@ -24,7 +24,7 @@ GAP_SLACK_US, GAP_SHARE = 50.0, 0.15  # 30 us was crossed (30.4) by an honest jo
 IDLE_GAP_CAP_US = 200.0  # an idle gap reported above this is not believed (it would hide side work)
 # On a GPU shared with other processes every synchronised call waits for their time slices (about
 # 2 ms on an H100 beside a busy neighbour), timed calls and null calls alike. The null calls' wait is
-# believed up to this multiple of the wait the judge's own empty region saw just before the round.
+# believed up to this multiple of the wait the judge's own region saw (contention_us).
 CONTENTION_RATIO = 2.0
 # That wait varies from call to call by most of a time slice (1.5-3 ms there, 2026-11-25), so the
 # medians of a round's few null and timed calls differed by up to 400 us for honest kernels: where
@@ -119,9 +119,9 @@ def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool,
 def contention_us(null_gap_us: float, judge_gap_us: float) -> float:
     """The wait for other processes' time slices the judge believes: the median gap of the round's
     null calls (host minus event of an empty region), believed only up to CONTENTION_RATIO times the
-    gap the judge measured in its own process just before the round, which no candidate can slow.
-    Without contention that bound is tens of microseconds, so null calls slowed on purpose hide
-    nothing."""
+    wait the judge saw in its own process both before the candidate was imported and just before
+    the round (Session.contention_gap_us), which no candidate can raise. Without contention that
+    bound is tens of microseconds, so null calls slowed on purpose hide nothing."""
     return min(max(null_gap_us, 0.0), CONTENTION_RATIO * max(judge_gap_us, 0.0))
 
 

@@ -50,7 +50,7 @@ class Round:
     looks: list
     setup_s: float
     prepare_wall_s: float
-    judge_gap_us: float = 0.0  # the judge's own empty-region gap just before the round (GPU)
+    judge_gap_us: float = 0.0  # Session.contention_gap_us just before the round (GPU)
     contention_us: float = 0.0  # the believed wait for other processes' time slices (GPU)
     doubt: str | None = None  # why the judge does not believe this round, if anything
 
@@ -97,7 +97,7 @@ _UNSURE = "the judge's own clock is unsure"
 
 def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> Round:
     warm = [drive.new_seed(session.used_seeds) for _ in range(warm_sets)]
-    judge_gap = 0.0 if session.device.interpreted else session.own_idle_gap_us()
+    judge_gap = 0.0 if session.device.interpreted else session.contention_gap_us()
     t0 = time.monotonic()
     # Where the judge cannot read the worker's memory, the worker copies each output as its call
     # returns, and the judge's reads see that copy (timing.py).
@@ -127,7 +127,8 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
         problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0),
                                                           contention)
         if problem:  # what the judge knew of other processes' time slices, for whoever reads the verdict
-            problem += f" [null calls waited {null_gap:.0f} us, the judge's own region {rnd.judge_gap_us:.0f} us]"
+            problem += (f" [null calls waited {null_gap:.0f} us; the judge's own region, the lesser of before the "
+                        f"import and now, {rnd.judge_gap_us:.0f} us]")
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, contention)
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])

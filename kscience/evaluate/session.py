@@ -67,6 +67,8 @@ class Session:
         self.seq = 0
         self.used_seeds: set[int] = set()  # every seed sent to the worker: no content is ever sent twice
         self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
+        # The judge's own wait for the GPU before any candidate code existed (GPU; see contention_gap_us).
+        self.pre_import_gap_us = 0.0
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
 
@@ -163,6 +165,13 @@ class Session:
             self.reply("import", expect="echo")
             windows.append((time.perf_counter() - t0) * 1e6)
         self.echo_us = statistics.median(windows)
+
+    def contention_gap_us(self) -> float:
+        """The wait for other processes' time slices the judge can vouch for: the lesser of its own
+        region's gap now and before the candidate was imported. A candidate's worker that keeps the
+        GPU busy slows the judge's region too (the GPU time-slices between their contexts), so only
+        a wait that was already there before any candidate code ran is another process's."""
+        return min(self.own_idle_gap_us(), self.pre_import_gap_us)
 
     def own_idle_gap_us(self) -> float:
         """Host minus event time of a region with one tiny kernel in the judge's own process, on the

@@ -198,3 +198,14 @@ def test_beside_other_processes_a_rejection_needs_four_doubted_rounds(monkeypatc
     # On a GPU nobody else uses, two doubted rounds still decide.
     verdict, _ = _scripted_rounds(monkeypatch, [SIDE, SIDE, None], contention_us=20.0)
     assert verdict == f"{SIDE} (measured again: {SIDE})"
+
+
+def test_a_wait_the_candidate_could_have_made_is_not_believed():
+    """A worker that keeps the GPU busy from a thread slows the judge's region as well (the GPU
+    time-slices between the two processes), so the judge believes only a wait it already saw
+    before the candidate was imported."""
+    import types
+    fake = types.SimpleNamespace(own_idle_gap_us=lambda: 2100.0, pre_import_gap_us=14.0)
+    assert Session.contention_gap_us(fake) == 14.0
+    fake = types.SimpleNamespace(own_idle_gap_us=lambda: 2100.0, pre_import_gap_us=2300.0)
+    assert Session.contention_gap_us(fake) == 2100.0

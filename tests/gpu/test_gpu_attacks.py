@@ -162,3 +162,33 @@ def test_a_kernel_that_never_ends_times_out_and_the_gpu_recovers(judge, monkeypa
     assert "check" in result.message
     after = judge(_OK_CALL, shapes="tests")
     assert after.status == OK, after.message
+
+
+def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_is_rejected(judge):
+    """The candidate keeps the GPU busy from a thread of its own, so that every synchronised call,
+    null calls and the judge's own region included, waits as if a neighbour were there, and hides
+    0.4 ms of work per call on a side stream inside that wait. The judge believes only a wait it
+    saw before the candidate was imported. (Written 2026-11-25; first run on a GPU still to come.)"""
+    result = judge("""
+        import threading
+
+        _hog, _side = torch.cuda.Stream(), torch.cuda.Stream()
+
+        def _keep_busy():
+            a = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+            with torch.cuda.stream(_hog):
+                while True:
+                    for _ in range(20):
+                        a @ a
+                    _hog.synchronize()
+
+        threading.Thread(target=_keep_busy, daemon=True).start()
+
+        def custom_kernel(data):
+            _side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(_side):
+                y = honest(data[0])
+                torch.cuda._sleep(700_000)  # about 0.4 ms
+            return y
+        """, shapes="benchmarks")
+    assert result.status == REJECTED, result.message
