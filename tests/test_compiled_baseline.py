@@ -63,6 +63,16 @@ def legend(snap: Snapshot) -> list[str]:
     return [t.get_text() for t in timeline_figure(snap).axes[0].get_legend().get_texts()]
 
 
+@pytest.fixture(autouse=True)
+def default_recompile_limit():
+    """dynamo's default limit, restored after a test whose compiled source raised it."""
+    import torch._dynamo
+    before = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 8
+    yield
+    torch._dynamo.config.recompile_limit = before
+
+
 def load_source(source: str) -> dict:
     namespace = {}
     exec(compile(source, "compiled.py", "exec"), namespace)
@@ -73,9 +83,11 @@ def load_source(source: str) -> dict:
 def test_the_compiled_custom_kernel_compiles_the_eager_kernel(monkeypatch):
     problem = load_problem("softmax")
     compiled = []
-    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: compiled.append((fn, mode)) and fn or fn)  # inductor is the GPU run's job
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: compiled.append((fn, mode, dynamic)) and fn or fn)  # inductor: GPU run
     namespace = load_source(compiled_source(problem))
-    assert compiled == [(namespace["_PROBLEM"].eager_kernel, "max-autotune-no-cudagraphs")]
+    # One graph per shape (dynamic=False), and dynamo may compile as often as there are shapes.
+    assert compiled == [(namespace["_PROBLEM"].eager_kernel, "max-autotune-no-cudagraphs", False)]
+    assert torch._dynamo.config.recompile_limit >= len(problem.tests) + len(problem.benchmarks)
     data = problem.generate_input(5, "cpu", **problem.cpu_tests[0])
     assert torch.equal(namespace["custom_kernel"](data), problem.eager_kernel(data))
 
@@ -83,15 +95,16 @@ def test_the_compiled_custom_kernel_compiles_the_eager_kernel(monkeypatch):
 def test_without_an_eager_kernel_the_reference_is_compiled(monkeypatch):
     problem = load_problem("fp8_blockscale_gemm")
     compiled = []
-    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: compiled.append((fn, mode)) and fn or fn)
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: compiled.append((fn, mode, dynamic)) and fn or fn)
     namespace = load_source(compiled_source(problem))
-    assert compiled == [(namespace["_PROBLEM"].ref_kernel, "max-autotune-no-cudagraphs")]
+    assert compiled == [(namespace["_PROBLEM"].ref_kernel, "max-autotune-no-cudagraphs", False)]
+    assert torch._dynamo.config.recompile_limit >= 29  # fp8: 11 test and 18 benchmark shapes
 
 
 def test_the_compiled_model_is_the_reference_model_with_a_compiled_forward(monkeypatch):
     problem = load_problem(str(KERNELBENCH_FILE))
     compiled = []
-    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: compiled.append((fn, mode)) and fn or fn)
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, dynamic=None: compiled.append((fn, mode, dynamic)) and fn or fn)
     namespace = load_source(compiled_source(problem))
     model_new, reference_class = namespace["ModelNew"], namespace["_PROBLEM"].reference_model_class
     assert issubclass(model_new, reference_class)
