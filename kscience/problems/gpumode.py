@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from kscience.problems import outputs
+from kscience.problems import members, outputs
 from kscience.problems.device_map import mapped_device, proxy_torch
 from kscience.problems.files import import_file
 from kscience.problems.spec import Problem, ProblemError, Shape, shape_label
@@ -188,16 +188,6 @@ def _description(task: dict, reference, name: str) -> str:
     return f"GPU MODE problem {name}"
 
 
-def _map_tensors(data, fn):
-    if isinstance(data, torch.Tensor):
-        return fn(data)
-    if isinstance(data, (tuple, list)):
-        return type(data)(_map_tensors(x, fn) for x in data)
-    if isinstance(data, dict):
-        return {k: _map_tensors(v, fn) for k, v in data.items()}
-    return data
-
-
 def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300]
 
@@ -260,7 +250,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         if isinstance(data, torch.Tensor):  # a bare tensor is one input, not a sequence of rows
             bare.append(True)
             return (data.to(device),)
-        return _map_tensors(data, lambda t: t.to(device))
+        return members.map_tensors(data, lambda t: t.to(device))
 
     def call_data(data: list):
         return data[0] if bare else tuple(data)
@@ -276,7 +266,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
             # Under no_grad: a reference built from nn.Modules returns tensors that require grad,
             # which only slows it; the values are the same.
             with mapped_device(device), torch.no_grad():
-                return _map_tensors(reference.ref_kernel(data), torch.Tensor.detach)
+                return members.map_tensors(reference.ref_kernel(data), torch.Tensor.detach)
         except Exception as exc:
             raise ProblemError(f"{reference_file}: ref_kernel failed on {device}: {_first_line(exc)}") from None
 
@@ -288,7 +278,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
             if not structured:
                 raise ProblemError(f"{reference_file}: ref_kernel returned {outputs.describe(expected)} on these "
                                    "inputs, one tensor on the smallest test's")
-            _check_members(expected, f"{reference_file}: ref_kernel returned")
+            members.check_members(expected, f"{reference_file}: ref_kernel returned")
             return outputs.pack(expected)
         return expected
 
@@ -310,8 +300,8 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         got = outputs.unpack(output) if structured and (own or outputs.is_packed(output)) else output
         if isinstance(got, str):
             return f"custom_kernel returned {got}, expected a {_declared(helpers)} of tensors"
-        got = _map_tensors(got, lambda t: t.to(device))
-        nan = _nan_member(got)
+        got = members.map_tensors(got, lambda t: t.to(device))
+        nan = members.nan_member(got)
         if nan:
             return nan
         if own:
@@ -321,7 +311,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
                 return None if verdict[0] else (str(verdict[1]) or "check_implementation failed")
             return str(verdict) if verdict else None  # GPU MODE's '' for a pass, a message otherwise
         try:
-            return _compare_members(got, run_reference(data), rtol, atol)
+            return members.compare_members(got, run_reference(data), rtol, atol)
         except (MemoryError, RuntimeError) as exc:
             if isinstance(exc, RuntimeError) and "alloc" not in str(exc):
                 raise
@@ -376,7 +366,7 @@ def _probe(task: dict, task_file: Path, shape: Shape, generate_input, call_data,
     else:
         return tuple(given or ()), (), declared
     if returned is not None:
-        produced = {outputs.storage_key(t) for t in _tensors(returned)} - {None}
+        produced = {outputs.storage_key(t) for t in members.tensors(returned)} - {None}
         output_args += tuple(i for i, t in enumerate(data) if isinstance(t, torch.Tensor)
                              and i not in output_args and outputs.storage_key(t) in produced)
     if given is not None:
@@ -401,12 +391,6 @@ def _one_thread_on_cpu(device):
         torch.set_num_threads(threads)
 
 
-def _tensors(value) -> list:
-    found = []
-    _map_tensors(value, found.append)
-    return found
-
-
 def _declared(helpers) -> str:
     for name, file in helpers:
         match = _STRUCTURED.search(file.read_text(errors="replace")) if name == "task" else None
@@ -415,58 +399,9 @@ def _declared(helpers) -> str:
     return "tuple"
 
 
-def _check_members(value, what: str) -> None:
-    _, _, members = outputs.members(value)
-    bad = [type(m).__name__ for m in members if not isinstance(m, torch.Tensor)]
-    if bad or not members:
-        raise ProblemError(f"{what} {outputs.describe(value)} holding {', '.join(bad) or 'nothing'}; "
-                           "kscience judges tensors")
-
-
-def _nan_member(got) -> str | None:
-    """NaN never passes, whatever the reference says: unwritten outputs are NaN-poisoned."""
-    _, _, members = outputs.members(got) if outputs.is_structure(got) else (0, [""], [got])
-    for i, t in enumerate(members):
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-            nan = int(torch.isnan(t.float() if t.dtype.itemsize == 1 else t).sum())
-            if nan:
-                where = f"member {i}: " if outputs.is_structure(got) else ""
-                return f"{where}{nan} of {t.numel()} output elements are NaN (unwritten or computed)"
-    return None
-
-
-def _compare_members(got, expected, rtol: float, atol: float) -> str | None:
-    """Each member of `got` close to the same member of `expected` (GPU MODE's verbose_allclose rule)."""
-    if outputs.is_structure(expected) != outputs.is_structure(got) or \
-            (outputs.is_structure(got) and len(got) != len(expected)):
-        return f"custom_kernel returned {outputs.describe(got)}, expected {outputs.describe(expected)}"
-    if isinstance(expected, dict):
-        if not isinstance(got, dict) or set(got) != set(expected):
-            return f"custom_kernel returned keys {sorted(map(str, got))}, expected {sorted(expected)}"
-        pairs = [(key, got[key], expected[key]) for key in expected]
-    elif outputs.is_structure(got):
-        pairs = [(i, out, want) for i, (out, want) in enumerate(zip(got, expected))]
-    else:
-        pairs = [(None, got, expected)]
-    for key, out, want in pairs:
-        where = f"member {key}: " if key is not None else ""
-        if tuple(out.shape) != tuple(want.shape):
-            return f"{where}output shape {tuple(out.shape)}, expected {tuple(want.shape)}"
-        if out.dtype != want.dtype:
-            return f"{where}output dtype {out.dtype}, expected {want.dtype}"
-        a, b = out.double(), want.to(out.device).double()
-        close = torch.isclose(a, b, rtol=rtol, atol=atol)
-        if not bool(close.all()):
-            bad = int((~close).sum())
-            idx = tuple(int(j) for j in torch.nonzero(~close)[0])
-            return (f"{where}{bad} of {a.numel()} elements outside rtol={rtol}, atol={atol}; "
-                    f"first at {idx}: got {float(a[idx]):.6g}, expected {float(b[idx]):.6g}")
-    return None
-
-
 def _device_of(data) -> str:
     found = []
-    _map_tensors(data, lambda t: found.append(t.device))
+    members.map_tensors(data, lambda t: found.append(t.device))
     if not found:  # tensors inside objects (a config, a cache module)
         for value in data if isinstance(data, (tuple, list)) else [data]:
             for t in vars(value).values() if hasattr(value, "__dict__") else []:
