@@ -14,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from kscience.record.snapshot import Snapshot, fmt_sol
+from kscience.record.snapshot import Snapshot
+from kscience.record.text import fmt_sol
 from kscience.record.store import Store
 
 

@@ -19,7 +19,7 @@ from kscience.cli.problem_commands import eval_lines
 from kscience.scientist.offline.kernel_source import Source
 from kscience.scientist.offline.moves import find_knobs, set_knob
 from kscience.scientist.strategy import CandidateView, most_different
-from kscience.record.snapshot import fmt_x, why_chosen_text
+from kscience.record.text import fmt_x, why_chosen_text
 from kscience.record.store import Store
 from kscience.record.summary import budget_parts, llm_text, summary_lines
 from kscience.version import __version__

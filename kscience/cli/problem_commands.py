@@ -12,7 +12,7 @@ from kscience.evaluate.executor import visible_gpus
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest, confinement_line
 from kscience.problems import builtin_names, load_problem, shape_label
-from kscience.record.snapshot import fmt_seconds, fmt_us
+from kscience.record.text import fmt_seconds, fmt_us
 from kscience.usage import UsageError
 
 

@@ -7,7 +7,8 @@ import sys
 
 from kscience.run.events import (CandidateEvaluated, CandidateProfiled, EvaluationWaiting, HypothesesProposed, RunFinished,
                              StageChanged)
-from kscience.record.snapshot import fmt_us, fmt_x, kind_text, speedup
+from kscience.record.snapshot import speedup
+from kscience.record.text import fmt_us, fmt_x, kind_text
 
 _PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",
                  "compiled": "timing torch.compile of PyTorch eager", "vendor": "timing the vendor library path"}

@@ -16,7 +16,8 @@ from kscience.run.config import new_config, options_from_args
 from kscience.record.liveness import display_status
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
-from kscience.record.snapshot import Snapshot, fmt_us, fmt_x, iterations_done, kind_text, run_listing, speedup
+from kscience.record.snapshot import Snapshot, iterations_done, run_listing, speedup
+from kscience.record.text import fmt_us, fmt_x, kind_text
 from kscience.record.store import StoreError, open_store
 from kscience.record.summary import CPU_NOTE, summary_lines
 from kscience.usage import UsageError

@@ -15,7 +15,8 @@ from kscience.record.summary import budget_parts
 from kscience.run.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
 from kscience.record.liveness import display_status
-from kscience.record.snapshot import Snapshot, fmt_us
+from kscience.record.snapshot import Snapshot
+from kscience.record.text import fmt_us
 from kscience.record.summary import summary_lines
 
 LATEST_SHOWN = 6  # newest verdicts listed under the summary

@@ -12,8 +12,8 @@ import difflib
 import html
 
 from kscience.record.liveness import display_status
-from kscience.record.snapshot import (Snapshot, error_text, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, inside_range,
-                               uplift_pct, why_chosen_text)
+from kscience.record.snapshot import Snapshot, error_text, inside_range, uplift_pct
+from kscience.record.text import fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
 from kscience.scientist.briefing import versions_text
 from kscience.record.summary import budget_parts
 

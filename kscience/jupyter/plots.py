@@ -16,7 +16,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kscience.problems import shape_label
-from kscience.record.snapshot import Snapshot, fmt_sol, fmt_us, fmt_x, shape_times, speedup
+from kscience.record.snapshot import Snapshot, shape_times, speedup
+from kscience.record.text import fmt_sol, fmt_us, fmt_x
 
 STATUS_COLOURS = {
     "ok": "#2e7d32", "wrong_answer": "#ef6c00", "compile_error": "#c62828", "runtime_error": "#8e24aa",

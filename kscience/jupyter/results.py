@@ -23,7 +23,8 @@ from kscience.jupyter import panels
 from kscience.jupyter.views import show_live
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.run.driver import Run
-from kscience.record.snapshot import Snapshot, fmt_us, fmt_x, shape_times
+from kscience.record.snapshot import Snapshot, shape_times
+from kscience.record.text import fmt_us, fmt_x
 from kscience.record.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events

@@ -1,6 +1,7 @@
 """The record: what every run leaves behind, and the one reading of it that every view uses.
 
 `store.py` (one SQLite file per set of runs, its schema versions in `schema/`), `snapshot.py` (a
-stored run read back: best kernel, speedups, iterations, predicted vs measured uplift),
-`summary.py` (the end-of-run table) and `liveness.py` (whether the process driving a run is alive).
+stored run read back: best kernel, speedups, iterations, predicted vs measured uplift), `text.py`
+(its numbers and names as a reader sees them), `summary.py` (the end-of-run table) and
+`liveness.py` (whether the process driving a run is alive).
 """

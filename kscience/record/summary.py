@@ -1,13 +1,14 @@
 """The end-of-run table, as plain text lines: what `kscience run`, `kscience show` and a notebook's
 text view all print, so a terminal and a notebook report the same numbers the same way.
 
-One name per thing: "PyTorch eager" (`snapshot.EAGER`) is the problem's eager PyTorch kernel the
+One name per thing: "PyTorch eager" (`text.EAGER`) is the problem's eager PyTorch kernel the
 run times as a baseline (stored as the candidate of kind "reference")."""
 
 from __future__ import annotations
 
 from kscience.record.liveness import display_status
-from kscience.record.snapshot import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural, speedup
+from kscience.record.snapshot import speedup
+from kscience.record.text import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural
 
 CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
 
