@@ -21,7 +21,8 @@ from kscience.run.driver import Run
 from kscience.scientist import compose
 from kscience.scientist.roles import CandidateView, Draft
 from kscience.scientist.strategy import tournament
-from kscience.record.store import SCHEMA_VERSION, Store
+from kscience.record.database import SCHEMA_VERSION
+from kscience.record.store import Store
 from test_loop import FakeExecutor, ScriptedScientist
 
 SOFTMAX = load_problem("softmax")

@@ -414,5 +414,5 @@ def test_a_schema_3_database_gains_slot_times_and_keeps_its_runs(tmp_path):
     with Store(path.with_name("k.db")) as store:
         assert store.slot_times(run.id) == [] and len(store.findings(run.id)) == 3
         assert Snapshot.load(store, run.id).busy_fractions == []
-    from kscience.record.store import SCHEMA_VERSION
+    from kscience.record.database import SCHEMA_VERSION
     assert sqlite3.connect(path.with_name("k.db")).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -6,7 +6,8 @@ import threading
 import pytest
 
 from kscience.record.snapshot import run_listing
-from kscience.record.store import PENDING, SCHEMA_VERSION, Store, StoreError
+from kscience.record.database import SCHEMA_VERSION
+from kscience.record.store import PENDING, Store, StoreError
 
 
 def _run(store: Store, **kw) -> str:

@@ -5,7 +5,8 @@ from pathlib import Path
 
 from kscience.evaluate import compile_facts as cf
 from kscience.evaluate import ncu
-from kscience.record.store import SCHEMA_VERSION, Store
+from kscience.record.database import SCHEMA_VERSION
+from kscience.record.store import Store
 
 DATA = Path(__file__).parent / "data"
 
