@@ -129,11 +129,11 @@ def test_suites_from_folders_and_lists(tmp_path):
 
 
 def test_a_schema_1_database_is_migrated_in_place(tmp_path):
-    from kscience.record import store as store_module
+    from kscience.record import database
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
-    db.executescript((store_module.SCHEMA_DIR / "v1.sql").read_text())
+    db.executescript((database.SCHEMA_DIR / "v1.sql").read_text())
     db.execute("INSERT INTO runs VALUES ('r-old', 'old', 'softmax', '{}', 'offline', 'tournament', 'finished',"
                " '{}', '{}', NULL, NULL, NULL, 1.0, 1.0)")
     db.execute("PRAGMA user_version=1")
@@ -143,7 +143,7 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
         assert store.run("r-old")["campaign_id"] is None and store.run("r-old")["status"] == "finished"
         assert store.list_campaigns() == [] and store.retimes("r-old") == []
         assert store.list_runs()[0]["id"] == "r-old"
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == database.SCHEMA_VERSION
 
 
 def test_campaign_usage_errors_are_one_line(tmp_path, capsys):
