@@ -31,7 +31,8 @@
 # Issue 22 (no false rejection under load), about 9 minutes on one H100 (a busy neighbour beside three judges):
 #   bash benchmarks/gpu_session.sh OUTDIR falserej tests
 #     falserej  false_rejections.py: 1,000 honest evaluations (COUNT) with the GPU busy; target: no rejection
-#               (a second part, ADD_TO=the first part's JSON, continues it and writes the sum)
+#               (a second part, ADD_TO=the first part's JSON, continues it and writes the sum; on several
+#               GPUs NEIGHBOUR=1 keeps the matrix-product neighbour beside the judges as well)
 # Issue 23 (GPU MODE as published), one device call per part, each resuming the last results file:
 #   REFK=.refk RESUME=benchmarks/results/gpumode-sweep-...md ONLY=linalg LIMIT=300 bash benchmarks/gpu_session.sh OUTDIR gpumode
 #     gpumode   gpumode_sweep.py over the extract REFK (git archive of gpu-mode/reference-kernels, COMMIT inside)
@@ -48,7 +49,7 @@ for step in $steps; do
   case $step in
     tests) timeout "${TESTS_S:-560}" python3 -m pytest -v -rfEs --tb=short tests/gpu 2>&1 | tee "$out/gpu-tests.log" ;;
     falserej) timeout "${FALSEREJ_S:-560}" python3 benchmarks/false_rejections.py --count "${COUNT:-1000}" \
-                --time-limit "${FALSEREJ_LIMIT:-420}" --per-gpu "${PER_GPU:-3}" ${ADD_TO:+--add-to "$ADD_TO"} --out "$out" 2>&1 \
+                --time-limit "${FALSEREJ_LIMIT:-420}" --per-gpu "${PER_GPU:-3}" ${ADD_TO:+--add-to "$ADD_TO"} ${NEIGHBOUR:+--neighbour} --out "$out" 2>&1 \
                 | tee "$out/false-rejections.log" ;;
     gpumode) timeout "${GPUMODE_S:-560}" python3 benchmarks/gpumode_sweep.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
                ${RESUME:+--resume "$RESUME"} ${ONLY:+--only "$ONLY"} --time-limit "${LIMIT:-60}" --budget "${BUDGET:-480}" \

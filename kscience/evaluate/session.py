@@ -178,7 +178,7 @@ class Session:
         candidate's GPU: how long a synchronised call waits for the GPU now (other processes' time
         slices)."""
         with torch.cuda.device(self.device.torch_device):
-            return idle_gap_us(torch.empty(1, device=self.device.torch_device))
+            return idle_gap_us(torch.empty(1, device=self.device.torch_device), crosscheck.CONTENTION_QUANTILE)
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""

@@ -156,10 +156,13 @@ def test_the_judges_reference_region_runs_a_kernel():
     seen = []
     fake = types.SimpleNamespace(device=types.SimpleNamespace(torch_device="cpu"))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(session, "idle_gap_us", lambda scratch=None: seen.append(scratch) or 2000.0)
+        mp.setattr(session, "idle_gap_us", lambda scratch=None, quantile=0.5: seen.append((scratch, quantile)) or 2000.0)
         mp.setattr(session.torch.cuda, "device", lambda _: contextlib.nullcontext())
         assert Session.own_idle_gap_us(fake) == 2000.0
-    assert len(seen) == 1 and isinstance(seen[0], session.torch.Tensor) and seen[0].numel() >= 1
+    (scratch, quantile), = seen
+    assert isinstance(scratch, session.torch.Tensor) and scratch.numel() >= 1
+    # read above the median: a bound on what is believed, taken where no candidate can raise it
+    assert quantile == session.crosscheck.CONTENTION_QUANTILE > 0.5
 
 
 def _scripted_rounds(monkeypatch, doubts: list, contention_us: float) -> list:
