@@ -156,27 +156,36 @@ def warm_compiler() -> None:
 
 
 IDLE_SAMPLES = 25
+# After the flush the GPU spins this many cycles more (about 0.15 ms at 2 GHz) before a timed call's
+# start event: the flush alone (tens of microseconds on HBM3) is shorter than a Python launch on a
+# busy host, and any launch time not covered lands inside the event time (timing.Timer.timed_call).
+COVER_CYCLES = 300_000
+gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
 
 
-def idle_gap_us(scratch: torch.Tensor | None = None, quantile: float = 0.5) -> float:
-    """Host time minus event time of an empty timed region (the `quantile` of IDLE_SAMPLES of
-    them): the clocks' fixed disagreement.
+def idle_gap_us(flush: torch.Tensor | None = None, quantile: float = 0.5) -> float:
+    """Host time minus GPU time of an empty timed region (the `quantile` of IDLE_SAMPLES of them).
 
-    With `scratch`, a one-element kernel runs inside the region. On an H100 shared with busy
-    processes (2026-11-25) a region of two events alone, in a process that had launched no kernel
-    lately, took 13-22 us, while every region with a kernel in it, the worker's calls included,
-    waited 1.5-3 ms for the other processes' time slices; so only the kernel shows the wait."""
+    Without `flush`, two events alone: the clocks' fixed disagreement. With it, the region is a
+    worker's null call exactly (the flush overwritten and the spin before the start event, both
+    taken out of the host time as timing.Timer.timed_call does): how long such a call waits for the
+    GPU. On H100s shared with busy processes (2026-11-25) those calls waited 0.4-4 ms for the other
+    processes' time slices while two events, even around a one-element kernel, read 17-41 us: only
+    the same region shows the same wait."""
     gaps = []
     for _ in range(IDLE_SAMPLES):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         torch.cuda.synchronize()
         h0 = time.perf_counter()
+        before.record()
+        if flush is not None:
+            flush.zero_()
+            if gpu_spin is not None:
+                gpu_spin(COVER_CYCLES)
         start.record()
-        if scratch is not None:
-            scratch.zero_()
         end.record()
         torch.cuda.synchronize()
-        gaps.append((time.perf_counter() - h0) * 1e6 - start.elapsed_time(end) * 1e3)
+        gaps.append((time.perf_counter() - h0) * 1e6 - before.elapsed_time(end) * 1e3)
     return sorted(gaps)[min(int(quantile * len(gaps)), len(gaps) - 1)]
 
 

@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from kscience.evaluate.harness import Fault, Harness
+from kscience.evaluate.harness import COVER_CYCLES, Fault, Harness, gpu_spin
 from kscience.evaluate.wire import wire_dtype
 
 _perf_counter = time.perf_counter
@@ -34,11 +34,6 @@ _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
 _copy, _clone = torch.Tensor.copy_, torch.Tensor.clone  # through the class (see harness.py)
 _data_ptr, _stride = torch.Tensor.data_ptr, torch.Tensor.stride
-_gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
-# After the flush the GPU spins this many cycles more (about 0.15 ms at 2 GHz) before the start
-# event: the flush alone (tens of microseconds on HBM3) is shorter than a Python launch on a
-# busy host, and any launch time not covered lands inside the event time.
-COVER_CYCLES = 300_000
 KINDS = ("timed", "null")
 
 
@@ -118,8 +113,8 @@ class Timer:
             h0 = _perf_counter()
             before.record()
             h.flush.zero_()
-            if _gpu_spin is not None:
-                _gpu_spin(COVER_CYCLES)
+            if gpu_spin is not None:
+                gpu_spin(COVER_CYCLES)
             start.record()
             if run:
                 out = h.invoke(self.work, self.cap, pack=False)  # several outputs are packed untimed
