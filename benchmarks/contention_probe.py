@@ -1,13 +1,15 @@
 """What a synchronised region waits for on a GPU shared with busy processes, by what it holds.
 
-The judge believes a worker's wait for other processes' time slices only up to what a region of
-its own waits (crosscheck.contention_us). This measures, beside a matrix-product neighbour and
-K processes that loop the worker's null call (flush, spin, two events), the host-minus-event gap of:
+Why the worker's host clock starts when the GPU reaches a call (harness.reached) rather than at
+submission, and why no region of the judge's own can stand in for a worker's wait. This measures,
+beside a matrix-product neighbour and K processes that loop the worker's null call (flush, spin,
+two events), the host-minus-GPU gap, with the host clock started at submission, of:
   events     two events alone
-  tiny       two events around a one-element kernel (harness.idle_gap_us with scratch)
-  null-call  the worker's null call exactly (timing.Timer.timed_call with nothing to run)
+  tiny       two events around a one-element kernel
+  null-call  the worker's null call (timing.Timer.timed_call with nothing to run)
   spin       a spin before the start event, no flush
-and what the looping processes themselves saw. Prints a table and writes
+and of the null call with the host clock started when the GPU reached it (`reached`, as the
+worker times every call now), and what the looping processes themselves saw. Prints a table and writes
 benchmarks/results/contention-probe-<device>-<date>.json.
 
     python benchmarks/contention_probe.py [--loopers 0,3] [--samples 60]
@@ -26,20 +28,21 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
-from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
+from kscience.evaluate.harness import COVER_CYCLES, flush_bytes, reached
 
 
 def region_gap_us(kind: str, flush: torch.Tensor, scratch: torch.Tensor) -> float:
-    """Host time minus event time of one region of `kind`; the before-to-start GPU time is taken
-    out where the region has one (as timing.Timer.timed_call does)."""
+    """Host time minus GPU time of one region of `kind` (a name of KINDS)."""
     before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     torch.cuda.synchronize()
     h0 = time.perf_counter()
     before.record()
-    if kind == "null-call":
+    if kind.startswith("null-call"):
         flush.zero_()
-    if kind in ("null-call", "spin"):
+    if kind.startswith("null-call") or kind == "spin":
         torch.cuda._sleep(COVER_CYCLES)
+    if kind == "null-call-reached":
+        h0 = reached(before, h0)
     start.record()
     if kind == "tiny":
         scratch.zero_()
@@ -48,7 +51,7 @@ def region_gap_us(kind: str, flush: torch.Tensor, scratch: torch.Tensor) -> floa
     return (time.perf_counter() - h0) * 1e6 - before.elapsed_time(end) * 1e3
 
 
-KINDS = ("events", "tiny", "null-call", "spin")
+KINDS = ("events", "tiny", "null-call", "spin", "null-call-reached")
 
 
 def _neighbour(stop) -> None:
@@ -109,9 +112,9 @@ def main() -> None:
         rows.append(row)
         print(f"neighbour + {k} looper(s): loopers' own null-call gap (median) "
               + ", ".join(f"{x:.0f}" for x in row["loopers_saw_median"]))
-        print(f"  {'region':10} {'median us':>10} {'q75 us':>10} {'min':>8} {'max':>8}")
+        print(f"  {'region':18} {'median us':>10} {'q75 us':>10} {'min':>8} {'max':>8}")
         for kind, v in row["here"].items():
-            print(f"  {kind:10} {v['median']:10.0f} {v['q75']:10.0f} {v['min']:8.0f} {v['max']:8.0f}")
+            print(f"  {kind:18} {v['median']:10.0f} {v['q75']:10.0f} {v['min']:8.0f} {v['max']:8.0f}")
     name = torch.cuda.get_device_name()
     result = {"device": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "samples": args.samples, "rows": rows}

@@ -38,6 +38,7 @@ from kscience.evaluate.judge import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
 
+PARTIAL_EVERY = 50  # evaluations between writes of the results file while the run goes on
 HONEST = "import torch\n\ndef honest(x):\n    return torch.softmax(x.float(), -1).to(torch.bfloat16)\n"
 # The honest kernels of tests/gpu and tests/adversarial, as (label, problem, source, needs a GPU).
 TEST_KERNELS = [
@@ -180,6 +181,9 @@ def main() -> None:
         done.append(r)
         if r["status"] != "ok":
             print(f"  #{r['i']} {r['label']} {r['shape']}: {r['status']}: {r['message']}")
+        if len(done) % PARTIAL_EVERY == 0:
+            report(args, device, gpus, len(slots), neighbour, done, time.monotonic() - t0, stopped_early, earlier,
+                   partial=True)
     wall = time.monotonic() - t0
     report(args, device, gpus, len(slots), neighbour, done, wall, stopped_early, earlier)  # before any wait
     for _ in judges:
@@ -193,7 +197,9 @@ def main() -> None:
         busy.join(timeout=30)
 
 
-def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, earlier=None) -> None:
+def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, earlier=None, partial=False) -> None:
+    """Print the table (unless `partial`) and write the results file; `partial` marks a file written
+    while evaluations go on, so that a run cut off at a device command's limit still leaves one."""
     by = collections.defaultdict(collections.Counter)
     for r in done:
         by[r["label"]][r["status"]] += 1
@@ -208,35 +214,37 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
             w[0] += per * sum(counts.values())
             w[1] += sum(counts.values())
         parts = earlier.get("parts", [{k: earlier[k] for k in ("achieved", "wall_s", "stopped_by_time_limit")}]) + parts
-        done_extra = earlier["achieved"]
-        args.count += earlier["asked"]
+        done_extra, asked = earlier["achieved"], args.count + earlier["asked"]
         wall += earlier["wall_s"]
     else:
-        done_extra = 0
-    print(f"\n{device.name}: {len(done) + done_extra} evaluations of {args.count} asked, {wall:.0f} s, "
-          f"{n_judges} judging process(es) on {len(gpus)} device(s){', busy neighbour' if neighbour else ''}")
-    print(f"{'candidate':34s} {'evaluations':>11s}  verdicts")
-    for label, counts in by.items():
-        print(f"{label:34s} {sum(counts.values()):11d}  {dict(counts)}")
+        done_extra, asked = 0, args.count
+    if not partial:
+        print(f"\n{device.name}: {len(done) + done_extra} evaluations of {asked} asked, {wall:.0f} s, "
+              f"{n_judges} judging process(es) on {len(gpus)} device(s){', busy neighbour' if neighbour else ''}")
+        print(f"{'candidate':34s} {'evaluations':>11s}  verdicts")
+        for label, counts in by.items():
+            print(f"{label:34s} {sum(counts.values()):11d}  {dict(counts)}")
     believed = [{k: r[k] for k in ("label", "shape", "remeasured")} for r in done
                 if r["status"] == "ok" and r["remeasured"].startswith("measured")]
     not_ok = [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok]
     if earlier:
         believed, not_ok = earlier["remeasured_then_ok"] + believed, earlier["not_ok"] + not_ok
-    print(f"not ok: {len(not_ok)}; measured more than once and then believed: {len(believed)}")
+    if not partial:
+        print(f"not ok: {len(not_ok)}; measured more than once and then believed: {len(believed)}")
     stamp = datetime.date.today().isoformat()
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", device.name).strip("_")
     out = Path(args.out) / f"false-rejections-{name}-{stamp}{'-quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "device": device.name, "date": stamp, "torch": torch.__version__, "gpus": len(gpus) if gpus != [None] else 0, "judging_processes": n_judges,
-        "busy_neighbour": neighbour, "asked": args.count, "achieved": len(done) + done_extra,
+        "busy_neighbour": neighbour, "asked": asked, "achieved": len(done) + done_extra, "partial": partial,
         "time_limit_s": args.time_limit, "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
         "parts": parts, "verdicts": {label: dict(c) for label, c in by.items()}, "not_ok": not_ok,
         "remeasured_then_ok": believed,
         "wall_per_evaluation_s": {label: round(w / max(1, n), 2) for label, (w, n) in walls.items()},
     }, indent=1))
-    print(f"wrote {out}")
+    if not partial:
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

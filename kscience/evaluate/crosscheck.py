@@ -22,19 +22,6 @@ CLOCK_SLACK_S = 0.05
 # the larger of an absolute allowance and a share of the kernel time.
 GAP_SLACK_US, GAP_SHARE = 50.0, 0.15  # 30 us was crossed (30.4) by an honest joined side stream on an H100
 IDLE_GAP_CAP_US = 200.0  # an idle gap reported above this is not believed (it would hide side work)
-# On a GPU shared with other processes every synchronised call waits for their time slices (about
-# 2 ms on an H100 beside a busy neighbour), timed calls and null calls alike. The null calls' wait is
-# believed up to this multiple of the wait the judge's own region saw (contention_us).
-CONTENTION_RATIO = 2.0
-# The judge's own region is read at this quantile of its samples. Each sample waits a random part
-# of a time slice, so a median of a few dozen taken in one burst of someone else's load can read
-# far below what the next round's calls wait; this figure only bounds what is believed, and it is
-# taken (before the import at least) where no candidate code can raise it.
-CONTENTION_QUANTILE = 0.75
-# That wait varies from call to call by most of a time slice (1.5-3 ms there, 2026-11-25), so the
-# medians of a round's few null and timed calls differed by up to 400 us for honest kernels: where
-# a wait is believed, this share of it is allowed as well.
-CONTENTION_JITTER = 0.5
 # A call's host time may exceed the judge's bracket around the whole command by this much: both
 # read CLOCK_MONOTONIC, and the bracket strictly contains the call.
 WINDOW_SLACK_US = 1.0
@@ -109,41 +96,42 @@ def untrusted_estimate(each: list[float]) -> str | None:
 
 
 def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool,
-                        contention_us: float = 0.0) -> str | None:
-    """The worker's median against the judge's own estimate of the same calls. On a shared GPU
-    each bracket also holds a time-slice wait that varies by up to the wait itself (an honest fp8
-    seed of 66 us was estimated at 1,775 us beside a busy neighbour on the H100, 2026-11-25), so
-    the believed wait is allowed on top of the slack."""
+                        spread_us: float = 0.0) -> str | None:
+    """The worker's median against the judge's own estimate of the same calls. On a GPU shared
+    with other processes each bracket also holds a wait for their time slices that varies by
+    milliseconds (an honest fp8 seed of 66 us was estimated at 1,775 us beside a busy neighbour on
+    the H100, 2026-11-25), so the spread of the null calls' brackets (`null_spread_us`) is allowed
+    on top of the slack."""
     c = int(interpreted)
-    if judged_us > JUDGE_RATIO[c] * claimed_us + JUDGE_SLACK_US[c] + contention_us:
-        return (f"the worker reported {claimed_us:.1f} us per call, the judge's own clock saw about {judged_us:.1f} us: "
-                "the reported times are not what happened")
+    if judged_us > JUDGE_RATIO[c] * claimed_us + JUDGE_SLACK_US[c] + spread_us:
+        spread = f"; its brackets of null calls spread by {spread_us:.0f} us" if spread_us else ""
+        return (f"the worker reported {claimed_us:.1f} us per call, the judge's own clock saw about {judged_us:.1f} us"
+                f"{spread}: the reported times are not what happened")
     return None
 
 
-def contention_us(null_gap_us: float, judge_gap_us: float) -> float:
-    """The wait for other processes' time slices the judge believes: the median gap of the round's
-    null calls (host minus event of an empty region), believed only up to CONTENTION_RATIO times the
-    wait the judge saw in its own process both before the candidate was imported and just before
-    the round (Session.contention_gap_us), which no candidate can raise. Without contention that
-    bound is tens of microseconds, so null calls slowed on purpose hide nothing."""
-    return min(max(null_gap_us, 0.0), CONTENTION_RATIO * max(judge_gap_us, 0.0))
+def null_spread_us(calls) -> float:
+    """How much the judge's brackets around calls that do nothing varied within a round: tens of
+    microseconds on a GPU of its own, milliseconds where other processes' time slices intervene.
+    A candidate can widen it only by slowing null calls, which lowers the judge's estimate as much
+    already (`judge_estimate`): allowing it opens nothing new."""
+    nulls = [c.window_us for c in calls if c.kind == "null"]
+    return max(nulls) - min(nulls) if len(nulls) >= 2 else 0.0
 
 
-def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float,
-                      contention_us: float = 0.0) -> str | None:
+def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float) -> str | None:
     """On the GPU: the synchronised host clock saw work the timed stream's events did not.
 
-    Host time may exceed event time by the wait for the GPU itself: the worker's idle gap (capped,
-    as it reaches the judge after the candidate's import), or, on a GPU other processes share, the
-    believed wait for their time slices (`contention_us`), with CONTENTION_JITTER of it allowed for
-    the wait's variation."""
+    Host time may exceed event time by the clocks' fixed disagreement, the worker's idle gap
+    (capped, as it reaches the judge after the candidate's import). The worker's host clock starts
+    when the GPU reaches the call (`harness.reached`), so a wait for other processes' time slices
+    is in neither figure."""
     ev = statistics.median(events)
-    waiting = max(min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US), contention_us)
+    waiting = min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US)
     excess = statistics.median(h - e for e, h in zip(events, hosts)) - waiting
-    if excess > max(GAP_SLACK_US, GAP_SHARE * ev, CONTENTION_JITTER * contention_us):
-        return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us, "
-                f"wait for the GPU believed {waiting:.1f} us): work on a side stream or thread was not counted")
+    if excess > max(GAP_SLACK_US, GAP_SHARE * ev):
+        return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us): "
+                "work on a side stream or thread was not counted")
     return None
 
 

@@ -161,32 +161,41 @@ IDLE_SAMPLES = 25
 # busy host, and any launch time not covered lands inside the event time (timing.Timer.timed_call).
 COVER_CYCLES = 300_000
 gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
+_query = torch.cuda.Event.query
 
 
-def idle_gap_us(flush: torch.Tensor | None = None, quantile: float = 0.5) -> float:
-    """Host time minus GPU time of an empty timed region (the `quantile` of IDLE_SAMPLES of them).
+def reached(event, submitted: float) -> float:
+    """The host clock's start for a region whose first GPU work is `event`, recorded at `submitted`:
+    the moment of the last look that found the GPU had not reached it yet.
 
-    Without `flush`, two events alone: the clocks' fixed disagreement. With it, the region is a
-    worker's null call exactly (the flush overwritten and the spin before the start event, both
-    taken out of the host time as timing.Timer.timed_call does): how long such a call waits for the
-    GPU. On H100s shared with busy processes (2026-11-25) those calls waited 0.4-4 ms for the other
-    processes' time slices while two events, even around a one-element kernel, read 17-41 us: only
-    the same region shows the same wait."""
+    A GPU shared with other processes runs their contexts in turn: beside one busy neighbour on an
+    H100 (2026-11-25) every region, even two events alone, waited about 2.4 ms for its turn before
+    its first event ran, and 3.8 ms beside five busy processes, varying from process to process.
+    A host clock started at submission counts that wait as the call's; started here it counts only
+    what happened once the GPU took the region up. It never starts after the event ran, so the host
+    span never comes out shorter than the GPU's."""
+    last = submitted
+    while True:
+        looked = _perf_counter()
+        if _query(event):
+            return last
+        last = looked
+
+
+def idle_gap_us() -> float:
+    """Host time minus event time of an empty timed region (median of IDLE_SAMPLES): the clocks'
+    fixed disagreement, counted from when the GPU reached the region (`reached`)."""
     gaps = []
     for _ in range(IDLE_SAMPLES):
-        before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
-        h0 = time.perf_counter()
-        before.record()
-        if flush is not None:
-            flush.zero_()
-            if gpu_spin is not None:
-                gpu_spin(COVER_CYCLES)
+        h0 = _perf_counter()
         start.record()
+        h0 = reached(start, h0)
         end.record()
         torch.cuda.synchronize()
-        gaps.append((time.perf_counter() - h0) * 1e6 - before.elapsed_time(end) * 1e3)
-    return sorted(gaps)[min(int(quantile * len(gaps)), len(gaps) - 1)]
+        gaps.append((_perf_counter() - h0) * 1e6 - start.elapsed_time(end) * 1e3)
+    return sorted(gaps)[len(gaps) // 2]
 
 
 class Harness:

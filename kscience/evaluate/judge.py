@@ -89,8 +89,6 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
     with session.phase("import"):
         session.echo()  # before any candidate code exists in the worker
-        if not session.device.interpreted:
-            session.pre_import_gap_us = session.own_idle_gap_us()
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
                      "weight_seed": weight_seed}, "import")
         ready = session.reply("import", expect="ready")

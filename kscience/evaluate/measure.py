@@ -30,9 +30,9 @@ import torch
 from kscience.evaluate import crosscheck, drive
 
 ROUNDS = (2, 3)  # at most this many rounds per shape on (GPU, CPU interpreter)
-# Beside other processes on the GPU each call waits a random part of their time slices, and on an
-# H100 about one honest round in 15 was doubted (2026-11-25): 5 of about 900 honest evaluations were
-# rejected after two doubted rounds. There a rejection needs this many doubted rounds in a row.
+# Beside other processes on the GPU the judge's brackets wait milliseconds for their time slices,
+# varying from call to call, and its estimate of a round swings with them: where a round's null
+# brackets spread by more than IDLE_GAP_CAP_US, a rejection needs this many doubted rounds in a row.
 CONTENDED_ROUNDS = 4
 # On the CPU the figure subtracts from each timed bracket the median null bracket, capped at what
 # the candidate cannot inflate (see crosscheck.judge_estimate): the round trip of a message before
@@ -50,8 +50,7 @@ class Round:
     looks: list
     setup_s: float
     prepare_wall_s: float
-    judge_gap_us: float = 0.0  # Session.contention_gap_us just before the round (GPU)
-    contention_us: float = 0.0  # the believed wait for other processes' time slices (GPU)
+    spread_us: float = 0.0  # how much the judge's brackets of null calls varied (crosscheck.null_spread_us)
     doubt: str | None = None  # why the judge does not believe this round, if anything
 
 
@@ -71,7 +70,7 @@ def time_shape(session, res, cap: int, plan: drive.Plan, warm_sets: int) -> str 
         if hard:
             return hard
         rnd.doubt = _doubt(session, rnd, empty_cap)
-        if rnd.contention_us > crosscheck.IDLE_GAP_CAP_US:
+        if rnd.spread_us > crosscheck.IDLE_GAP_CAP_US:
             limit = needed = max(limit, CONTENDED_ROUNDS)
         doubted = [r for r in rounds if r.doubt and not r.doubt.startswith(_UNSURE)]
         if len(doubted) >= needed:
@@ -97,7 +96,6 @@ _UNSURE = "the judge's own clock is unsure"
 
 def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> Round:
     warm = [drive.new_seed(session.used_seeds) for _ in range(warm_sets)]
-    judge_gap = 0.0 if session.device.interpreted else session.contention_gap_us()
     t0 = time.monotonic()
     # Where the judge cannot read the worker's memory, the worker copies each output as its call
     # returns, and the judge's reads see that copy (timing.py).
@@ -106,7 +104,7 @@ def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> 
     setup_s = _float(session.reply("time", shape).get("setup_s"))
     prepare_wall = time.monotonic() - t0
     calls, looks = drive.run_calls(session, shape, plan, cap, session.used_seeds)
-    return Round(calls, looks, setup_s, prepare_wall, judge_gap)
+    return Round(calls, looks, setup_s, prepare_wall)
 
 
 def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
@@ -117,19 +115,12 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     events, hosts = [c.event_us for c in timed], [c.host_us for c in timed]
     claimed = statistics.median(events) if events else math.nan
     judged, _ = crosscheck.judge_estimate(rnd.calls)
-    problem, contention = None, 0.0
+    problem, spread = None, 0.0
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
-        nulls = [c.host_us - c.event_us for c in rnd.calls if c.kind == "null"]
-        null_gap = statistics.median(nulls) if nulls else 0.0
-        contention = crosscheck.contention_us(null_gap, rnd.judge_gap_us)
-        rnd.contention_us = contention
-        problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0),
-                                                          contention)
-        if problem:  # what the judge knew of other processes' time slices, for whoever reads the verdict
-            problem += (f" [null calls waited {null_gap:.0f} us; the judge's own region, the lesser of before the "
-                        f"import and now, {rnd.judge_gap_us:.0f} us]")
-    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, contention)
+        problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0))
+        spread = rnd.spread_us = crosscheck.null_spread_us(rnd.calls)
+    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, spread)
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
         problem = f"{_UNSURE}: {unsure}" if unsure else None

@@ -22,7 +22,7 @@ from kscience.device import Device
 from kscience.evaluate import crosscheck, drive, measure
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
-from kscience.evaluate.harness import COVER_CYCLES, flush_bytes, idle_gap_us
+from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
 from kscience.evaluate.sandbox import default_rss_limit, start_worker
 from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, ProblemError
@@ -66,9 +66,6 @@ class Session:
         self.seq = 0
         self.used_seeds: set[int] = set()  # every seed sent to the worker: no content is ever sent twice
         self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
-        # The judge's own wait for the GPU before any candidate code existed (GPU; see contention_gap_us).
-        self.pre_import_gap_us = 0.0
-        self._own_flush: torch.Tensor | None = None  # the buffer of the judge's own null call (GPU)
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
 
@@ -165,23 +162,6 @@ class Session:
             self.reply("import", expect="echo")
             windows.append((time.perf_counter() - t0) * 1e6)
         self.echo_us = statistics.median(windows)
-
-    def contention_gap_us(self) -> float:
-        """The wait for other processes' time slices the judge can vouch for: the lesser of its own
-        region's gap now and before the candidate was imported. A candidate's worker that keeps the
-        GPU busy slows the judge's region too (the GPU time-slices between their contexts), so only
-        a wait that was already there before any candidate code ran is another process's."""
-        return min(self.own_idle_gap_us(), self.pre_import_gap_us)
-
-    def own_idle_gap_us(self) -> float:
-        """Host minus GPU time of the judge's own null call (a flush of the worker's size and the
-        spin, as every worker call has) on the candidate's GPU: how long such a call waits for the
-        GPU now (other processes' time slices)."""
-        dev = self.device.torch_device
-        with torch.cuda.device(dev):
-            if self._own_flush is None:
-                self._own_flush = torch.empty(flush_bytes(self.device.l2_bytes) // 4, dtype=torch.int32, device=dev)
-            return idle_gap_us(self._own_flush, crosscheck.CONTENTION_QUANTILE)
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""
@@ -322,7 +302,6 @@ class Session:
             raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
 
     def close(self, keep_cache: bool = False) -> None:
-        self._own_flush = None
         self.worker.close(keep_cache)
 
     @contextlib.contextmanager

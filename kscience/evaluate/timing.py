@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from kscience.evaluate.harness import COVER_CYCLES, Fault, Harness, gpu_spin
+from kscience.evaluate.harness import COVER_CYCLES, Fault, Harness, gpu_spin, reached
 from kscience.evaluate.wire import wire_dtype
 
 _perf_counter = time.perf_counter
@@ -103,9 +103,10 @@ class Timer:
 
         The cache flush, then a short spin, are queued just before the start event (the flush as
         `triton.testing.do_bench` does), so the GPU is busy while the host launches the candidate
-        and launch latency stays out of the event time. Their GPU time, measured by their own
-        events, is taken out of the host time, which otherwise spans them, the call and a
-        device-wide synchronisation.
+        and launch latency stays out of the event time. The host clock starts when the GPU reaches
+        the flush (`harness.reached`: not while other processes' time slices hold the GPU), and the
+        flush and spin, measured by their own events, are taken out of the host time, which
+        otherwise spans them, the call and a device-wide synchronisation.
         """
         h, out = self.h, None
         if h.on_gpu:
@@ -115,6 +116,7 @@ class Timer:
             h.flush.zero_()
             if gpu_spin is not None:
                 gpu_spin(COVER_CYCLES)
+            h0 = reached(before, h0)
             start.record()
             if run:
                 out = h.invoke(self.work, self.cap, pack=False)  # several outputs are packed untimed

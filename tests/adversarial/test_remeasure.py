@@ -121,54 +121,108 @@ def test_a_doubt_repeated_in_the_second_round_rejects_and_quotes_both(judge, mon
     assert result.message.count("the judge's own clock saw") == 2
 
 
-def test_a_wait_for_other_processes_on_the_gpu_is_not_taken_for_side_work():
-    """H100 beside a busy neighbour: every synchronised call waited about 2 ms for its time slices,
-    null calls as much as timed ones, and honest kernels were rejected for side work. The null
-    calls' wait is now believed as far as the judge's own empty region confirms it."""
-    from kscience.evaluate.crosscheck import contention_us, forged_time_problem, side_work_problem
-    events, hosts = [100.0] * 9, [2100.0] * 9  # 2 ms of host time the events did not see
-    assert side_work_problem(events, hosts, idle_gap_us=15.0)  # the old rule: side work
-    assert side_work_problem(events, hosts, 15.0, contention_us(2050.0, 1900.0)) is None
-    # Null calls slowed on purpose by the candidate, on an idle GPU: the judge saw no wait, so
-    # the 2 ms stay unexplained.
-    assert side_work_problem(events, hosts, 15.0, contention_us(2050.0, 12.0))
-    # The wait varies by most of a time slice, so an honest round's timed median may sit a few
-    # hundred microseconds above its null median (400 us seen on the H100).
-    assert side_work_problem(events, [2100.0 + 400.0] * 9, 15.0, contention_us(2050.0, 1900.0)) is None
-    # A neighbour's wait does not cover side work beyond it and its variation.
-    assert side_work_problem(events, [2100.0 + 1200.0] * 9, 15.0, contention_us(2050.0, 1900.0))
-    # Without contention the allowance stays tens of microseconds: 100 us of side work is seen.
-    assert side_work_problem(events, [100.0 + 15.0 + 100.0] * 9, 15.0, contention_us(20.0, 15.0))
-    # The judge's own estimate of a call carries the same varying wait: an honest 66 us fp8 seed
-    # was estimated at 1,775 us. The believed wait is allowed; without contention it is not.
-    assert forged_time_problem(66.2, 1774.9, False, contention_us(2300.0, 2100.0)) is None
-    assert forged_time_problem(66.2, 1774.9, False, contention_us(2300.0, 15.0))
+class _SharedGpu:
+    """A GPU that other processes hold for `wait_us` before it takes up this worker's work, with a
+    host clock that advances 5 us per reading: enough of timing.Timer.timed_call's world to run it
+    on the CPU. Times in microseconds."""
+
+    def __init__(self, wait_us: float, kernel_us: float, side_us: float = 0.0):
+        self.clock, self.cursor, self.free_at = 0.0, 0.0, wait_us
+        self.kernel_us, self.side_us = kernel_us, side_us
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                gpu.cursor = self.t = max(gpu.cursor, gpu.clock, gpu.free_at)
+
+            def query(self):
+                return gpu.clock >= self.t
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) / 1000.0
+
+        self.Event = Event
+
+    def now(self) -> float:
+        self.clock += 5.0
+        return self.clock / 1e6
+
+    def run(self, us: float) -> None:
+        self.cursor = max(self.cursor, self.clock, self.free_at) + us
+
+    def synchronize(self) -> None:  # device-wide: waits for the side stream's work too
+        self.clock = max(self.clock, self.cursor + self.side_us) + 5.0
 
 
-def test_the_judges_reference_region_is_a_null_call():
-    """Two events alone, even around a one-element kernel, did not wait for the other processes'
-    time slices on H100s (17-41 us against 0.4-4 ms for the worker's null calls, 2026-11-25): the
-    judge's reference region must be the worker's null call, flush and spin included."""
-    import contextlib
+def _timed_call_on(gpu: _SharedGpu, monkeypatch) -> tuple[float, float]:
     import types
 
-    from kscience.evaluate import session
-    seen = []
-    fake = types.SimpleNamespace(device=types.SimpleNamespace(torch_device="cpu", l2_bytes=50 * 2**20), _own_flush=None)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(session, "idle_gap_us", lambda flush=None, quantile=0.5: seen.append((flush, quantile)) or 2000.0)
-        mp.setattr(session.torch.cuda, "device", lambda _: contextlib.nullcontext())
-        assert Session.own_idle_gap_us(fake) == 2000.0
-        assert Session.own_idle_gap_us(fake) == 2000.0
-    (flush, quantile), (again, _) = seen
-    # the worker's null call exactly: a flush buffer of the worker's size, kept for the next round
-    assert isinstance(flush, session.torch.Tensor) and flush.nbytes == session.flush_bytes(50 * 2**20)
-    assert again is flush
-    # read above the median: a bound on what is believed, taken where no candidate can raise it
-    assert quantile == session.crosscheck.CONTENTION_QUANTILE > 0.5
+    import kscience.evaluate.harness as harness
+    import kscience.evaluate.timing as timing
+    for module in (timing, harness):
+        monkeypatch.setattr(module, "_perf_counter", gpu.now)
+    monkeypatch.setattr(harness, "_query", gpu.Event.query)
+    monkeypatch.setattr(timing, "_Event", gpu.Event)
+    monkeypatch.setattr(timing, "_synchronize", gpu.synchronize)
+    monkeypatch.setattr(timing, "gpu_spin", lambda cycles: gpu.run(150.0))
+    h = types.SimpleNamespace(on_gpu=True, flush=types.SimpleNamespace(zero_=lambda: gpu.run(100.0)),
+                              invoke=lambda work, cap, pack: gpu.run(gpu.kernel_us),
+                              pack_output=lambda out, cap: out)
+    event_us, host_us, _ = timing.Timer.timed_call(types.SimpleNamespace(h=h, work=None, cap=0), True)
+    return event_us, host_us
 
 
-def _scripted_rounds(monkeypatch, doubts: list, contention_us: float) -> list:
+def test_a_wait_for_other_processes_on_the_gpu_is_in_neither_clock(monkeypatch):
+    """H100s beside busy processes (2026-11-25): every synchronised call waited 2.4-4 ms for their
+    time slices before its first event ran, and with the host clock started at submission 275 of
+    1,000 honest evaluations were rejected for side work. The worker's host clock now starts when
+    the GPU reaches the call, so the wait is in neither figure, and side work still shows."""
+    from kscience.evaluate.crosscheck import side_work_problem
+    event_us, host_us = _timed_call_on(_SharedGpu(wait_us=2400.0, kernel_us=100.0), monkeypatch)
+    assert event_us == pytest.approx(100.0)
+    assert 0.0 <= host_us - event_us < 30.0  # the reading steps only, not the 2.4 ms
+    assert side_work_problem([event_us] * 9, [host_us] * 9, idle_gap_us=15.0) is None
+    # 100 us left on a side stream is seen, with or without the neighbour.
+    for wait in (0.0, 2400.0):
+        event_us, host_us = _timed_call_on(_SharedGpu(wait, kernel_us=100.0, side_us=100.0), monkeypatch)
+        assert host_us - event_us >= 100.0
+        assert side_work_problem([event_us] * 9, [host_us] * 9, idle_gap_us=15.0)
+
+
+def test_the_host_clock_never_starts_after_the_gpu_reached_the_call(monkeypatch):
+    """`reached` returns the moment of the last look that found the event not yet run: never
+    later than the event, so the host span is never shorter than the GPU's."""
+    import kscience.evaluate.harness as harness
+    gpu = _SharedGpu(wait_us=1000.0, kernel_us=0.0)
+    monkeypatch.setattr(harness, "_perf_counter", gpu.now)
+    monkeypatch.setattr(harness, "_query", gpu.Event.query)
+    ev = gpu.Event()
+    ev.record()  # runs at 1,000 us, once the other processes' slice ends
+    start = harness.reached(ev, submitted=0.0) * 1e6
+    assert ev.t - 10.0 <= start <= ev.t
+    assert harness.reached(ev, submitted=0.5) == 0.5  # already reached: the submission time stands
+
+
+def test_the_judges_estimate_allows_for_the_spread_of_its_own_null_brackets():
+    """The judge's bracket of a call still holds the wait for other processes, varying by
+    milliseconds: an honest 66 us fp8 seed was estimated at 1,775 us (H100, 2026-11-25). The
+    spread of the round's null brackets is allowed; on a GPU of its own that spread is small."""
+    import types
+
+    from kscience.evaluate.crosscheck import forged_time_problem, null_spread_us
+    calls = [types.SimpleNamespace(kind="null", window_us=w) for w in (900.0, 2500.0, 1700.0)]
+    calls.append(types.SimpleNamespace(kind="timed", window_us=9000.0))
+    assert null_spread_us(calls) == 1600.0
+    assert forged_time_problem(66.2, 1774.9, False, null_spread_us(calls)) is None
+    quiet = [types.SimpleNamespace(kind="null", window_us=w) for w in (240.0, 251.0, 262.0)]
+    message = forged_time_problem(66.2, 1774.9, False, null_spread_us(quiet))
+    assert message and "spread by 22 us" in message
+
+
+def _scripted_rounds(monkeypatch, doubts: list, spread_us: float) -> list:
     """time_shape on the GPU path with each round's doubt given in advance; returns the rounds the
     judge recorded (chosen ones)."""
     import contextlib
@@ -178,7 +232,7 @@ def _scripted_rounds(monkeypatch, doubts: list, contention_us: float) -> list:
     script, recorded = iter(doubts), []
 
     def doubt(session, rnd, empty_cap):
-        rnd.contention_us = contention_us
+        rnd.spread_us = spread_us
         return next(script)
 
     monkeypatch.setattr(measure, "_round", lambda *a: measure.Round([], [], 0.0, 0.0))
@@ -195,23 +249,12 @@ SIDE = "about 900.0 us per call ran outside the timed stream"
 
 
 def test_beside_other_processes_a_rejection_needs_four_doubted_rounds(monkeypatch):
-    """A time-slice wait makes about one honest round in 15 look like side work (H100, 2026-11-25):
-    two doubted rounds in a row rejected 5 honest evaluations in about 900."""
-    verdict, recorded = _scripted_rounds(monkeypatch, [SIDE, SIDE, SIDE, None], contention_us=2300.0)
+    """Where the judge's own brackets of null calls spread by milliseconds, its estimate swings
+    with other processes' time slices: there a rejection needs four doubted rounds in a row."""
+    verdict, recorded = _scripted_rounds(monkeypatch, [SIDE, SIDE, SIDE, None], spread_us=2300.0)
     assert verdict is None and len(recorded) == 1
-    verdict, _ = _scripted_rounds(monkeypatch, [SIDE] * 4, contention_us=2300.0)
+    verdict, _ = _scripted_rounds(monkeypatch, [SIDE] * 4, spread_us=2300.0)
     assert verdict and "measured 4 times beside other processes" in verdict
     # On a GPU nobody else uses, two doubted rounds still decide.
-    verdict, _ = _scripted_rounds(monkeypatch, [SIDE, SIDE, None], contention_us=20.0)
+    verdict, _ = _scripted_rounds(monkeypatch, [SIDE, SIDE, None], spread_us=20.0)
     assert verdict == f"{SIDE} (measured again: {SIDE})"
-
-
-def test_a_wait_the_candidate_could_have_made_is_not_believed():
-    """A worker that keeps the GPU busy from a thread slows the judge's region as well (the GPU
-    time-slices between the two processes), so the judge believes only a wait it already saw
-    before the candidate was imported."""
-    import types
-    fake = types.SimpleNamespace(own_idle_gap_us=lambda: 2100.0, pre_import_gap_us=14.0)
-    assert Session.contention_gap_us(fake) == 14.0
-    fake = types.SimpleNamespace(own_idle_gap_us=lambda: 2100.0, pre_import_gap_us=2300.0)
-    assert Session.contention_gap_us(fake) == 2100.0

@@ -26,3 +26,13 @@ def judge():
         return evaluate(EvalRequest(problem=problem, source=source, shapes=shapes, **fields), gpu=0)
 
     return run
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Print why a test failed the moment it fails: a device command cut off at its time limit
+    loses pytest's closing summary, and with it every reason."""
+    report = (yield).get_result()
+    terminal = item.config.pluginmanager.get_plugin("terminalreporter")
+    if report.failed and terminal is not None:
+        terminal.write_line(f"\n--- {report.nodeid} ({report.when}) failed:\n{report.longreprtext[-3000:]}\n")

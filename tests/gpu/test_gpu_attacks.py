@@ -165,10 +165,9 @@ def test_a_kernel_that_never_ends_times_out_and_the_gpu_recovers(judge, monkeypa
 
 
 def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_is_rejected(judge):
-    """The candidate keeps the GPU busy from a thread of its own, so that every synchronised call,
-    null calls and the judge's own region included, waits as if a neighbour were there, and hides
-    0.4 ms of work per call on a side stream inside that wait. The judge believes only a wait it
-    saw before the candidate was imported. (Written 2026-11-25; first run on a GPU still to come.)"""
+    """The candidate keeps the GPU busy from a thread of its own, as if a neighbour were there, and
+    hopes to hide 0.4 ms of work per call on a side stream inside the wait. The worker's host clock
+    starts when the GPU reaches the call, so no wait is allowed for and the side work shows."""
     result = judge("""
         import threading
 
