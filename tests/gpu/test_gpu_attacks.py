@@ -191,3 +191,50 @@ def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_is_rejected(judge)
             return y
         """, shapes="benchmarks")
     assert result.status == REJECTED, result.message
+
+
+def test_working_the_answer_out_during_the_flush_and_spin_gains_nothing(judge):
+    """A thread of the candidate's watches the fixed input buffer from a side stream and, when new
+    content lands, computes the answer there while the flush and spin (which are not counted) run;
+    the call then only waits for it, padded above the physical floor. The inputs now appear right
+    before the start event, so the thread finds them only while the timed call runs: its work is
+    counted, or the answer it hands over belongs to other inputs. (Written 2026-11-25; first run
+    on a GPU still to come.)"""
+    honest = judge(_OK_CALL, shapes="benchmarks")
+    assert honest.status == OK, honest.message
+    result = judge("""
+        import threading
+        import time
+
+        _side = torch.cuda.Stream()
+        _state = {}
+
+        def _watch():
+            last = None
+            while True:
+                x = _state.get("x")
+                if x is None:
+                    time.sleep(1e-4)
+                    continue
+                with torch.cuda.stream(_side):
+                    head = x.view(-1)[:16].float().cpu()  # waits for the side stream only
+                    if last is None or not torch.equal(head, last):
+                        last = head
+                        y = honest(x)
+                        done = torch.cuda.Event()
+                        done.record(_side)
+                        _state["ready"] = (y, done)
+
+        threading.Thread(target=_watch, daemon=True).start()
+
+        def custom_kernel(data):
+            _state["x"] = data[0]
+            ready = _state.pop("ready", None)
+            if ready is None:
+                return honest(data[0])
+            y, done = ready
+            torch.cuda.current_stream().wait_event(done)
+            torch.cuda._sleep(100_000)  # about 50 us: above the physical floor
+            return y
+        """, shapes="benchmarks")
+    assert result.status != OK or result.geomean_us >= 0.8 * honest.geomean_us, (result.message, honest.message)
