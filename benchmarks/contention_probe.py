@@ -90,6 +90,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=60)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("contention_probe.py needs a CUDA GPU: it measures waits for other processes' time slices")
     ctx = mp.get_context("spawn")
     rows = []
     for k in [int(x) for x in args.loopers.split(",")]:

@@ -28,8 +28,12 @@
 #     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations)
 #     compose-rows     composition.py on softmax, rmsnorm and swiglu
 #     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
-# Issue 22 (no false rejection under load), about 9 minutes on one H100 (a busy neighbour beside three judges):
-#   bash benchmarks/gpu_session.sh OUTDIR falserej tests
+# Issue 22 (no false rejection under load), two device calls of about 9 minutes:
+#   PER_GPU=4 FALSEREJ_LIMIT=380 FALSEREJ_S=460 bash benchmarks/gpu_session.sh OUTDIR probe falserej
+#   (on nvidia-h100-x2 add NEIGHBOUR=1: eight judges reach 1,000 in one call)
+#   TESTS_S=570 bash benchmarks/gpu_session.sh OUTDIR tests
+#     probe     contention_probe.py: what a region waits for beside busy processes, from submission and from
+#               when the GPU reached it (harness.reached), about a minute
 #     falserej  false_rejections.py: 1,000 honest evaluations (COUNT) with the GPU busy; target: no rejection
 #               (a second part, ADD_TO=the first part's JSON, continues it and writes the sum; on several
 #               GPUs NEIGHBOUR=1 keeps the matrix-product neighbour beside the judges as well)
@@ -51,6 +55,8 @@ for step in $steps; do
     falserej) timeout "${FALSEREJ_S:-560}" python3 benchmarks/false_rejections.py --count "${COUNT:-1000}" \
                 --time-limit "${FALSEREJ_LIMIT:-420}" --per-gpu "${PER_GPU:-3}" ${ADD_TO:+--add-to "$ADD_TO"} ${NEIGHBOUR:+--neighbour} --out "$out" 2>&1 \
                 | tee "$out/false-rejections.log" ;;
+    probe) timeout "${PROBE_S:-120}" python3 benchmarks/contention_probe.py --loopers "${LOOPERS:-0,4}" --samples 40 \
+             --out "$out" 2>&1 | tee "$out/contention-probe.log" ;;
     gpumode) timeout "${GPUMODE_S:-560}" python3 benchmarks/gpumode_sweep.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
                ${RESUME:+--resume "$RESUME"} ${ONLY:+--only "$ONLY"} --time-limit "${LIMIT:-60}" --budget "${BUDGET:-480}" \
                --out "$out" 2>&1 | tee "$out/gpumode-sweep.log" ;;
@@ -114,7 +120,7 @@ for step in $steps; do
         --db "$out/composition.db" --out "$out" 2>&1 | tee -a "$out/composition.log"
       python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
         "$out/composition.db" ;;
-    *) echo "unknown step $step (tests, falserej, gpumode, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
+    *) echo "unknown step $step (tests, probe, falserej, gpumode, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
        exit 2 ;;
   esac
 done
