@@ -59,15 +59,15 @@ class Timer:
             h.poison(out)
         h.verify()
 
-    def load(self, source: list, sync: bool = True) -> None:
-        """Copy `source` into the fixed buffers and poison the outputs, on the current stream."""
+    def load(self, source: list) -> None:
         for i in self.copied:
             _copy(self.work[i], source[i])
         self.h.restore_nested(self.work, source)
         for i in self.h.outputs:
             self.h.poison(self.work[i])
-        if sync:
-            self.h.sync()
+        if self.h.l2 is not None:
+            self.h.l2.clear()
+        self.h.sync()
 
     def call(self, cmd: dict) -> dict:
         """One command: load, time one call. Its output stays held (`Harness.sample`) until the next."""
@@ -76,11 +76,10 @@ class Timer:
         kind = cmd.get("kind")
         if kind not in KINDS:
             raise Fault("rejected", "malformed call command")
-        if h.l2 is not None:
-            h.l2.clear()
-        h.sync()
-        # new content, null calls included (same path); loaded inside timed_call
-        event_us, host_us, out = self.timed_call(kind != "null", int(cmd["seed"]))
+        source = h.inputs(int(cmd["seed"]), self.shape)  # new content, null calls included (same path)
+        self.load(source)
+        del source  # a generated set is released before the call, as nothing else is allocated then
+        event_us, host_us, out = self.timed_call(kind != "null")
         h.verify()
         reply = {"event_us": event_us, "host_us": host_us}
         if out is not None:
@@ -99,20 +98,15 @@ class Timer:
                 self.h.poison(t)
         self.last, self.kept, self.h.held = None, None, []
 
-    def timed_call(self, run: bool, seed: int) -> tuple[float, float, torch.Tensor | None]:
-        """(event us, host us, output) of one call on the inputs of `seed`, or of an empty region
-        when not `run`.
+    def timed_call(self, run: bool) -> tuple[float, float, torch.Tensor | None]:
+        """(event us, host us, output) of one call, or of an empty region when not `run`.
 
-        On the GPU the cache flush, then a short spin, are queued before the start event (the
-        flush as `triton.testing.do_bench` does), so the GPU is busy while the host launches the
-        candidate and launch latency stays out of the event time. The call's inputs are generated
-        and copied into the fixed buffers only after them, just before the start event: a thread
-        or a kernel of the candidate's that watches the buffers finds the new content no earlier
-        than the timed region, so nothing can be worked out during the flush and spin, which are
-        not counted. The host clock starts when the GPU reaches the flush (`harness.reached`: not
-        while other processes' time slices hold the GPU), and the flush, spin and loading,
-        measured by their own events, are taken out of the host time, which otherwise spans
-        them, the call and a device-wide synchronisation.
+        The cache flush, then a short spin, are queued just before the start event (the flush as
+        `triton.testing.do_bench` does), so the GPU is busy while the host launches the candidate
+        and launch latency stays out of the event time. The host clock starts when the GPU reaches
+        the flush (`harness.reached`: not while other processes' time slices hold the GPU), and the
+        flush and spin, measured by their own events, are taken out of the host time, which
+        otherwise spans them, the call and a device-wide synchronisation.
         """
         h, out = self.h, None
         if h.on_gpu:
@@ -123,7 +117,6 @@ class Timer:
             if gpu_spin is not None:
                 gpu_spin(COVER_CYCLES)
             h0 = reached(before, h0)
-            self.load(h.inputs(seed, self.shape), sync=False)  # the generated set is freed in stream order
             start.record()
             if run:
                 out = h.invoke(self.work, self.cap, pack=False)  # several outputs are packed untimed
@@ -131,7 +124,6 @@ class Timer:
             _synchronize()  # device-wide: work hidden on side streams lands inside the host time
             host = (_perf_counter() - h0) * 1e6 - before.elapsed_time(start) * 1e3
             return start.elapsed_time(end) * 1e3, host, h.pack_output(out, self.cap)
-        self.load(h.inputs(seed, self.shape))
         h0 = _perf_counter()
         if run:
             out = h.invoke(self.work, self.cap, pack=False)
