@@ -26,6 +26,7 @@ import collections
 import dataclasses
 import datetime
 import json
+import math
 import multiprocessing as mp
 import re
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
+from kscience.evaluate import crosscheck
 from kscience.evaluate.judge import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
@@ -108,7 +110,28 @@ def _judge_loop(gpu, jobs, results) -> None:
         results.put({"i": i, "label": label, "problem": name, "shape": shape_label(shape), "gpu": gpu,
                      "status": r.status, "message": r.message, "wall_s": time.monotonic() - t0,
                      "time_us": r.shapes[-1].time_us if r.shapes else None,
+                     "judge_us": r.shapes[-1].judge_us if r.shapes else None,
+                     "outside_us": r.shapes[-1].outside_us if r.shapes else None,
                      "remeasured": r.shapes[-1].message if r.shapes else ""})
+
+
+def _margins(done: list[dict]) -> dict:
+    """Over the ok GPU evaluations: the median, 99th percentile and largest share of its allowance
+    that each check's figure used (crosscheck.side_work_problem, forged_time_problem without the
+    null spread): how far honest kernels stay from a doubt, not only whether they crossed it."""
+    ok = [r for r in done if r["status"] == "ok" and r.get("outside_us") is not None and r.get("time_us")]
+    if not ok:
+        return {}
+
+    def summary(values: list[float]) -> dict:
+        values = sorted(values)
+        return {"median": round(values[len(values) // 2], 3), "p99": round(values[math.ceil(0.99 * len(values)) - 1], 3),
+                "max": round(values[-1], 3)}
+
+    side = [r["outside_us"] / crosscheck.side_work_allowance_us(r["time_us"]) for r in ok]
+    clock = [r["judge_us"] / (crosscheck.JUDGE_RATIO[0] * r["time_us"] + crosscheck.JUDGE_SLACK_US[0])
+             for r in ok if r.get("judge_us") is not None]
+    return {"side_work": summary(side), "judges_clock": summary(clock) if clock else {}}
 
 
 def _neighbour(gpus: list[int], stop) -> None:
@@ -229,8 +252,12 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
     not_ok = [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok]
     if earlier:
         believed, not_ok = earlier["remeasured_then_ok"] + believed, earlier["not_ok"] + not_ok
+    margins = _margins(done)
     if not partial:
         print(f"not ok: {len(not_ok)}; measured more than once and then believed: {len(believed)}")
+        if margins:
+            print(f"how near the ok evaluations came to a doubt (share of what a check allows; 1 doubts): "
+                  f"side work {margins['side_work']}, judge's clock {margins['judges_clock']}")
     stamp = datetime.date.today().isoformat()
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", device.name).strip("_")
     out = Path(args.out) / f"false-rejections-{name}-{stamp}{'-quick' if args.quick else ''}.json"
@@ -240,7 +267,7 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         "busy_neighbour": neighbour, "asked": asked, "achieved": len(done) + done_extra, "partial": partial,
         "time_limit_s": args.time_limit, "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
         "parts": parts, "verdicts": {label: dict(c) for label, c in by.items()}, "not_ok": not_ok,
-        "remeasured_then_ok": believed,
+        "remeasured_then_ok": believed, "margins_this_part": margins,
         "wall_per_evaluation_s": {label: round(w / max(1, n), 2) for label, (w, n) in walls.items()},
     }, indent=1))
     if not partial:

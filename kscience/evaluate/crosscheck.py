@@ -119,17 +119,25 @@ def null_spread_us(calls) -> float:
     return max(nulls) - min(nulls) if len(nulls) >= 2 else 0.0
 
 
-def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float) -> str | None:
-    """On the GPU: the synchronised host clock saw work the timed stream's events did not.
+def outside_us(events: list[float], hosts: list[float], idle_gap_us: float) -> float:
+    """Median host time minus event time per call, beyond the idle gap: work the timed stream's
+    events did not see. The idle gap is the clocks' fixed disagreement the worker measured, capped
+    as it reaches the judge after the candidate's import. The worker's host clock starts when the
+    GPU reaches the call (`harness.reached`), so a wait for other processes' time slices is in
+    neither figure."""
+    return statistics.median(h - e for e, h in zip(events, hosts)) - min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US)
 
-    Host time may exceed event time by the clocks' fixed disagreement, the worker's idle gap
-    (capped, as it reaches the judge after the candidate's import). The worker's host clock starts
-    when the GPU reaches the call (`harness.reached`), so a wait for other processes' time slices
-    is in neither figure."""
+
+def side_work_allowance_us(event_us: float) -> float:
+    """How much `outside_us` honest launches stay under, for a kernel of `event_us`."""
+    return max(GAP_SLACK_US, GAP_SHARE * event_us)
+
+
+def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float) -> str | None:
+    """On the GPU: the synchronised host clock saw work the timed stream's events did not."""
     ev = statistics.median(events)
-    waiting = min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US)
-    excess = statistics.median(h - e for e, h in zip(events, hosts)) - waiting
-    if excess > max(GAP_SLACK_US, GAP_SHARE * ev):
+    excess = outside_us(events, hosts, idle_gap_us)
+    if excess > side_work_allowance_us(ev):
         return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us): "
                 "work on a side stream or thread was not counted")
     return None

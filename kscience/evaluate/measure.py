@@ -139,8 +139,11 @@ def _record(session, res, rounds: list[Round], chosen: Round | None, empty_cap: 
             figures = _windows(chosen)
             judged = statistics.median(figures)
     else:
-        figures = [c.event_us for c in chosen.calls if c.kind == "timed"]
+        timed = [c for c in chosen.calls if c.kind == "timed"]
+        figures = [c.event_us for c in timed]
         judged, _ = crosscheck.judge_estimate(chosen.calls)
+        res.outside_us = crosscheck.outside_us(figures, [c.host_us for c in timed],
+                                               session.worker_info.get("idle_gap_us", 0.0))
     res.time_us = statistics.median(figures)
     res.mean_us = statistics.fmean(figures)
     res.std_us = statistics.pstdev(figures)

@@ -27,6 +27,7 @@ class ShapeResult:
     n: int = 0
     floor_us: float | None = None  # bytes/peak bandwidth or FLOPs/peak rate, whichever is larger
     judge_us: float | None = None  # the judge's own estimate of the median call, from its clock alone
+    outside_us: float | None = None  # GPU: host minus event time per call beyond the idle gap (the side-work check's figure)
     max_abs_err: float | None = None
     message: str = ""
 

@@ -258,3 +258,18 @@ def test_beside_other_processes_a_rejection_needs_four_doubted_rounds(monkeypatc
     # On a GPU nobody else uses, two doubted rounds still decide.
     verdict, _ = _scripted_rounds(monkeypatch, [SIDE, SIDE, None], spread_us=20.0)
     assert verdict == f"{SIDE} (measured again: {SIDE})"
+
+
+def test_the_side_work_figure_of_a_believed_round_is_recorded():
+    """Each GPU shape keeps the figure the side-work check weighed (`outside_us`), so a benchmark
+    can say how far honest kernels stay from a doubt, not only that none crossed it."""
+    import types
+
+    calls = [types.SimpleNamespace(kind="timed", event_us=100.0, host_us=100.0 + gap, window_us=400.0)
+             for gap in (30.0, 40.0, 50.0)]
+    calls.append(types.SimpleNamespace(kind="null", event_us=0.0, host_us=20.0, window_us=250.0))
+    session = types.SimpleNamespace(device=types.SimpleNamespace(interpreted=False), worker_info={"idle_gap_us": 15.0})
+    res = types.SimpleNamespace()
+    rnd = measure.Round(calls, [], 0.0, 0.0)
+    measure._record(session, res, [rnd], rnd, 0.0)
+    assert res.time_us == 100.0 and res.outside_us == 40.0 - 15.0
