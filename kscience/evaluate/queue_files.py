@@ -28,7 +28,7 @@ import re
 import secrets
 from pathlib import Path
 
-from kscience.evaluate.result import STATUSES, EvalRequest, EvalResult
+from kscience.evaluate.result import STATUSES, EvalRequest, EvalResult, ShapeResult
 
 log = logging.getLogger("kscience.queue")
 
@@ -157,13 +157,11 @@ def parse_result(data: dict, path: Path | None = None) -> tuple[str, str, str, E
 
 
 _NUMBER = (int, float, type(None))
-_SHAPE_TYPES = {"shape": dict, "ok": bool, "phase": str, "time_us": _NUMBER, "mean_us": _NUMBER,
-                "std_us": _NUMBER, "n": int, "floor_us": _NUMBER, "max_abs_err": _NUMBER, "message": str,
-                "judge_us": _NUMBER}
-_RESULT_TYPES = {"status": str, "message": str, "geomean_us": _NUMBER, "shapes": list, "device": dict,
-                 "timing_label": str, "stdout_tail": str, "stderr_tail": str, "wall_s": (int, float),
-                 "phases_s": dict, "failing_shape": (dict, type(None)), "compile_facts": list,
-                 "confinement": dict}
+# What JSON may hold for each annotation of the result dataclasses, which declare the fields.
+_JSON_TYPES = {"str": str, "bool": bool, "int": int, "float": (int, float), "float | None": _NUMBER,
+               "dict": dict, "dict | None": (dict, type(None)), "list": list, "list[ShapeResult]": list}
+_SHAPE_TYPES = {f.name: _JSON_TYPES[f.type] for f in dataclasses.fields(ShapeResult)}
+_RESULT_TYPES = {f.name: _JSON_TYPES[f.type] for f in dataclasses.fields(EvalResult)}
 
 
 def _typed(d: dict, types: dict, what: str) -> None:
