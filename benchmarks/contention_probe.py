@@ -30,6 +30,8 @@ import torch
 from kscience.device import detect
 from kscience.evaluate.harness import COVER_CYCLES, flush_bytes, reached
 
+from false_rejections import busy_neighbour  # this folder is on the path of a script run from it
+
 
 def region_gap_us(kind: str, flush: torch.Tensor, scratch: torch.Tensor) -> float:
     """Host time minus GPU time of one region of `kind` (a name of KINDS)."""
@@ -52,15 +54,6 @@ def region_gap_us(kind: str, flush: torch.Tensor, scratch: torch.Tensor) -> floa
 
 
 KINDS = ("events", "tiny", "null-call", "spin", "null-call-reached")
-
-
-def _neighbour(stop) -> None:
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn_like(a)
-    while not stop.is_set():
-        for _ in range(20):
-            a @ b
-        torch.cuda.synchronize()
 
 
 def _looper(stop, seen) -> None:
@@ -96,7 +89,7 @@ def main() -> None:
     rows = []
     for k in [int(x) for x in args.loopers.split(",")]:
         stop, seen = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_neighbour, args=(stop,))] + [ctx.Process(target=_looper, args=(stop, seen))
+        procs = [ctx.Process(target=busy_neighbour, args=([0], stop))] + [ctx.Process(target=_looper, args=(stop, seen))
                                                                    for _ in range(k)]
         for p in procs:
             p.start()

@@ -129,12 +129,12 @@ def _margins(done: list[dict]) -> dict:
                 "max": round(values[-1], 3)}
 
     side = [r["outside_us"] / crosscheck.side_work_allowance_us(r["time_us"]) for r in ok]
-    clock = [r["judge_us"] / (crosscheck.JUDGE_RATIO[0] * r["time_us"] + crosscheck.JUDGE_SLACK_US[0])
+    clock = [r["judge_us"] / crosscheck.forged_allowance_us(r["time_us"], interpreted=False)
              for r in ok if r.get("judge_us") is not None]
     return {"side_work": summary(side), "judges_clock": summary(clock) if clock else {}}
 
 
-def _neighbour(gpus: list[int], stop) -> None:
+def busy_neighbour(gpus: list[int], stop) -> None:
     """A busy neighbour: back-to-back 4096^3 bf16 matrix products on every GPU until told to stop."""
     mats = []
     for g in gpus:
@@ -176,7 +176,7 @@ def main() -> None:
         label, name, source = pool[i % len(pool)]
         jobs.put((i, label, name, i // len(pool), source))
     stop = ctx.Event()
-    busy = ctx.Process(target=_neighbour, args=(gpus, stop), daemon=True) if neighbour else None
+    busy = ctx.Process(target=busy_neighbour, args=(gpus, stop), daemon=True) if neighbour else None
     if busy:
         busy.start()
     judges = [ctx.Process(target=_judge_loop, args=(g, jobs, results)) for g in slots]

@@ -95,6 +95,12 @@ def untrusted_estimate(each: list[float]) -> str | None:
     return None
 
 
+def forged_allowance_us(claimed_us: float, interpreted: bool, spread_us: float = 0.0) -> float:
+    """The most the judge's estimate may exceed a reported median before the report is doubted."""
+    c = int(interpreted)
+    return JUDGE_RATIO[c] * claimed_us + JUDGE_SLACK_US[c] + spread_us
+
+
 def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool,
                         spread_us: float = 0.0) -> str | None:
     """The worker's median against the judge's own estimate of the same calls. On a GPU shared
@@ -102,8 +108,7 @@ def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool,
     milliseconds (an honest fp8 seed of 66 us was estimated at 1,775 us beside a busy neighbour on
     the H100, 2026-11-25), so the spread of the null calls' brackets (`null_spread_us`) is allowed
     on top of the slack."""
-    c = int(interpreted)
-    if judged_us > JUDGE_RATIO[c] * claimed_us + JUDGE_SLACK_US[c] + spread_us:
+    if judged_us > forged_allowance_us(claimed_us, interpreted, spread_us):
         spread = f"; its brackets of null calls spread by {spread_us:.0f} us" if spread_us else ""
         return (f"the worker reported {claimed_us:.1f} us per call, the judge's own clock saw about {judged_us:.1f} us"
                 f"{spread}: the reported times are not what happened")
