@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
+from kscience.evaluate import contexts
 from kscience.evaluate.harness import COVER_CYCLES, flush_bytes, reached
 
 from false_rejections import busy_neighbour  # this folder is on the path of a script run from it
@@ -95,7 +96,10 @@ def main() -> None:
             p.start()
         try:
             time.sleep(8.0)  # every process has its context and is looping
-            row = {"loopers": k, "here": measure(args.samples)}
+            row = {"loopers": k, "here": measure(args.samples),
+                   # the driver's count of contexts on the GPU, and those the judge would call others':
+                   # this process's own is not among them; the neighbour's and every looper's are
+                   "contexts_listed": contexts.listed(0), "others": contexts.others(0, set())}
             stop.set()
             row["loopers_saw_median"] = [seen.get(timeout=30) for _ in range(k)]
         finally:
@@ -106,7 +110,9 @@ def main() -> None:
                     p.terminate()
         rows.append(row)
         print(f"neighbour + {k} looper(s): loopers' own null-call gap (median) "
-              + ", ".join(f"{x:.0f}" for x in row["loopers_saw_median"]))
+              + ", ".join(f"{x:.0f}" for x in row["loopers_saw_median"])
+              + f"; contexts listed {row['contexts_listed']}, others than this process {row['others']}"
+              f" (expected {k + 2} and {k + 1})")
         print(f"  {'region':18} {'median us':>10} {'q75 us':>10} {'min':>8} {'max':>8}")
         for kind, v in row["here"].items():
             print(f"  {kind:18} {v['median']:10.0f} {v['q75']:10.0f} {v['min']:8.0f} {v['max']:8.0f}")

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
-from kscience.evaluate import crosscheck
+from kscience.evaluate import contexts, crosscheck
 from kscience.evaluate.judge import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
@@ -202,6 +202,9 @@ def main() -> None:
                     jobs.put(None)
             continue
         done.append(r)
+        if len(done) == 1 and on_gpu:  # by now every judge and worker holds its context
+            print("contexts on each GPU by the driver's count (contexts.listed): "
+                  + ", ".join(f"GPU {g}: {contexts.listed(g)}" for g in gpus))
         if r["status"] != "ok":
             print(f"  #{r['i']} {r['label']} {r['shape']}: {r['status']}: {r['message']}")
         if len(done) % PARTIAL_EVERY == 0:

@@ -31,8 +31,9 @@ from kscience.evaluate import crosscheck, drive
 
 ROUNDS = (2, 3)  # at most this many rounds per shape on (GPU, CPU interpreter)
 # Beside other processes on the GPU the judge's brackets wait milliseconds for their time slices,
-# varying from call to call, and its estimate of a round swings with them: where a round's null
-# brackets spread by more than IDLE_GAP_CAP_US, a rejection needs this many doubted rounds in a row.
+# varying from call to call, and its estimate of a round swings with them: where other processes
+# hold contexts on the GPU (contexts.py) and a round's null brackets spread by more than
+# IDLE_GAP_CAP_US, a rejection needs this many doubted rounds in a row.
 CONTENDED_ROUNDS = 4
 # On the CPU the figure subtracts from each timed bracket the median null bracket, capped at what
 # the candidate cannot inflate (see crosscheck.judge_estimate): the round trip of a message before
@@ -51,6 +52,7 @@ class Round:
     setup_s: float
     prepare_wall_s: float
     spread_us: float = 0.0  # how much the judge's brackets of null calls varied (crosscheck.null_spread_us)
+    others: int | None = None  # contexts of other processes on the GPU after the round (contexts.py)
     doubt: str | None = None  # why the judge does not believe this round, if anything
 
 
@@ -70,7 +72,7 @@ def time_shape(session, res, cap: int, plan: drive.Plan, warm_sets: int) -> str 
         if hard:
             return hard
         rnd.doubt = _doubt(session, rnd, empty_cap)
-        if rnd.spread_us > crosscheck.IDLE_GAP_CAP_US:
+        if rnd.others and rnd.spread_us > crosscheck.IDLE_GAP_CAP_US:
             limit = needed = max(limit, CONTENDED_ROUNDS)
         doubted = [r for r in rounds if r.doubt and not r.doubt.startswith(_UNSURE)]
         if len(doubted) >= needed:
@@ -104,7 +106,7 @@ def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> 
     setup_s = _float(session.reply("time", shape).get("setup_s"))
     prepare_wall = time.monotonic() - t0
     calls, looks = drive.run_calls(session, shape, plan, cap, session.used_seeds)
-    return Round(calls, looks, setup_s, prepare_wall)
+    return Round(calls, looks, setup_s, prepare_wall, others=session.others_on_gpu())
 
 
 def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
@@ -119,8 +121,10 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
         problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0))
-        spread = rnd.spread_us = crosscheck.null_spread_us(rnd.calls)
-    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, spread)
+        rnd.spread_us = crosscheck.null_spread_us(rnd.calls)
+        spread = rnd.spread_us if rnd.others else 0.0  # a spread the candidate may have made is no excuse
+    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, spread,
+                                                        unexcused_us=0.0 if rnd.others else rnd.spread_us)
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
         problem = f"{_UNSURE}: {unsure}" if unsure else None

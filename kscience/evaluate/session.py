@@ -19,7 +19,7 @@ import time
 import torch
 
 from kscience.device import Device
-from kscience.evaluate import crosscheck, drive, measure
+from kscience.evaluate import contexts, crosscheck, drive, measure
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
@@ -55,7 +55,7 @@ class Session:
 
     def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
                  keep_spare: bool):
-        self.problem, self.device = problem, device
+        self.problem, self.device, self.gpu = problem, device, gpu
         self.cpu = int(device.interpreted)
         self.deadline = time.monotonic() + timeout_s if timeout_s else math.inf
         self.worker = start_worker(gpu, device.interpreted, default_rss_limit(), keep_spare)
@@ -269,6 +269,13 @@ class Session:
         problem = crosscheck.floor_problem(res.time_us, floor)
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
+
+    def others_on_gpu(self) -> int | None:
+        """Contexts on this evaluation's GPU that neither the judge nor the worker holds (see
+        contexts.py); None where that cannot be known."""
+        if self.gpu is None or self.device.interpreted:
+            return None
+        return contexts.others(self.gpu, self.worker.pids())
 
     def least_call_us(self) -> float:
         """Half the least time a GPU call's flush and spin can take (no GPU clocks above 3 GHz, no

@@ -5,6 +5,7 @@ calls are lengthened by patching what the judge reads (`drive.run_calls`, `Sessi
 each test knows exactly which round was noisy.
 """
 
+import math
 import time
 
 import pytest
@@ -222,9 +223,9 @@ def test_the_judges_estimate_allows_for_the_spread_of_its_own_null_brackets():
     assert message and "spread by 22 us" in message
 
 
-def _scripted_rounds(monkeypatch, doubts: list, spread_us: float) -> list:
-    """time_shape on the GPU path with each round's doubt given in advance; returns the rounds the
-    judge recorded (chosen ones)."""
+def _scripted_rounds(monkeypatch, doubts: list, spread_us: float, others: int | None = 1) -> list:
+    """time_shape on the GPU path with each round's doubt given in advance, beside `others`
+    contexts of other processes; returns the verdict and the rounds the judge recorded."""
     import contextlib
     import types
 
@@ -232,7 +233,7 @@ def _scripted_rounds(monkeypatch, doubts: list, spread_us: float) -> list:
     script, recorded = iter(doubts), []
 
     def doubt(session, rnd, empty_cap):
-        rnd.spread_us = spread_us
+        rnd.spread_us, rnd.others = spread_us, others
         return next(script)
 
     monkeypatch.setattr(measure, "_round", lambda *a: measure.Round([], [], 0.0, 0.0))
@@ -255,9 +256,41 @@ def test_beside_other_processes_a_rejection_needs_four_doubted_rounds(monkeypatc
     assert verdict is None and len(recorded) == 1
     verdict, _ = _scripted_rounds(monkeypatch, [SIDE] * 4, spread_us=2300.0)
     assert verdict and "measured 4 times beside other processes" in verdict
-    # On a GPU nobody else uses, two doubted rounds still decide.
+    # On a GPU nobody else uses, two doubted rounds still decide, however the null brackets spread:
+    # there the candidate spread them.
     verdict, _ = _scripted_rounds(monkeypatch, [SIDE, SIDE, None], spread_us=20.0)
     assert verdict == f"{SIDE} (measured again: {SIDE})"
+    for others in (0, None):
+        verdict, _ = _scripted_rounds(monkeypatch, [SIDE, SIDE, None], spread_us=2300.0, others=others)
+        assert verdict == f"{SIDE} (measured again: {SIDE})"
+
+
+def _forged_round(others: int | None):
+    """A round as a worker that stopped waiting for its GPU reports it (H100, 2026-11-25): 1.1 ms
+    per call by its own clocks, while each call's 5.8 ms of work lands in the brackets after it,
+    null ones included, spreading them by milliseconds."""
+    import types
+
+    calls = []
+    for i in range(12):
+        calls.append(types.SimpleNamespace(kind="timed", event_us=1134.0, host_us=1134.0, window_us=6100.0))
+        calls.append(types.SimpleNamespace(kind="null", event_us=0.0, host_us=20.0,
+                                           window_us=300.0 + (3100.0 if i % 3 == 0 else 0.0)))
+    session = types.SimpleNamespace(device=types.SimpleNamespace(interpreted=False), worker_info={},
+                                    least_call_us=lambda: 20.0)
+    return session, measure.Round(calls, [], 0.0, 0.0, others=others)
+
+
+def test_a_null_spread_is_allowed_only_beside_another_process():
+    """The forged-time check allows the spread of the null brackets only where another process
+    holds a context on the GPU: a worker that stops waiting for its GPU spreads them itself."""
+    for others in (0, None):
+        session, rnd = _forged_round(others)
+        doubt = measure._doubt(session, rnd, math.inf)
+        assert doubt and "the judge's own clock saw about 5800.0 us" in doubt, doubt
+        assert "spread by 3100 us with no other process on the GPU" in doubt
+    session, rnd = _forged_round(1)
+    assert measure._doubt(session, rnd, math.inf) is None  # 5.8 ms is within 2 x 1.1 ms + 0.5 ms + 3.1 ms
 
 
 def test_the_side_work_figure_of_a_believed_round_is_recorded():

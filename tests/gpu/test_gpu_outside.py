@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from kscience.evaluate import crosscheck
+from kscience.evaluate import contexts, crosscheck
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER, EvalRequest
 from kscience.problems import load_problem
@@ -83,10 +83,12 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
 
 
 def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
-    # With the flag off the worker neither synchronises nor uses events, so its host clock sees only
-    # launches. But reading each checked output waits for the GPU, and a full launch queue blocks the
-    # launches, so the worker's own figure was the real time (1,787 us on an H100, 2026-11-23): the
-    # guarantee is that the recorded time is the honest one, which the judge's own clock confirms.
+    # With the flag off the worker neither synchronises nor uses events, so its clock sees only
+    # launches, and each call's work lands in the judge's brackets of the calls after it. On an H100
+    # (2026-11-25) that reported 1.1 ms for 5.8 ms of work, and spread the null brackets by
+    # milliseconds, which the judge then allowed as if other processes held the GPU. It allows a
+    # spread only where the driver lists another process's context (contexts.py): on a GPU of the
+    # test's own the attack is rejected; beside others, the recorded time must agree with the judge.
     result = judge(HEAVY, """
         import gc
         from kscience.evaluate.harness import Harness
@@ -104,6 +106,9 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
             return out
         """, shapes="benchmarks")
     _show(result)
+    if contexts.others(0, set()) == 0:  # only this process: its worker is gone
+        assert result.status == REJECTED, result.message
+        assert "not what happened" in result.message or "not waiting for the GPU" in result.message
     assert result.status in (OK, REJECTED), result.message
     if result.status == OK:  # the judge's clock saw the real work, and the figure is within its tolerance of it
         for s in result.shapes:
