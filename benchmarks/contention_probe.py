@@ -68,6 +68,78 @@ def _looper(stop, seen) -> None:
     seen.put(statistics.median(gaps) if gaps else float("nan"))
 
 
+PATTERNS = ("enqueue-all", "reached-first", "reached-after")
+
+
+def pattern_call(pattern: str, flush: torch.Tensor, launch_us: float = 50.0, cycles: int = 200_000):
+    """(wall us, host minus event us, event us) of one timed call queued as `pattern`: everything
+    queued before any look (enqueue-all, host clock from submission), the host waiting for the GPU
+    to reach the call before it launches the kernel (reached-first), or looking once everything is
+    queued (reached-after). `launch_us` of host work stands for a Python launch; the kernel spins
+    `cycles` (about 100 us)."""
+    before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    torch.cuda.synchronize()
+    t0 = h0 = time.perf_counter()
+    before.record()
+    flush.zero_()
+    torch.cuda._sleep(COVER_CYCLES)
+    if pattern == "reached-first":
+        h0 = reached(before, h0)
+    start.record()
+    while (time.perf_counter() - t0) * 1e6 < launch_us:
+        pass
+    torch.cuda._sleep(cycles)
+    end.record()
+    if pattern == "reached-after":
+        h0 = reached(before, h0)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    event = start.elapsed_time(end) * 1e3
+    return (t1 - t0) * 1e6, (t1 - h0) * 1e6 - before.elapsed_time(start) * 1e3 - event, event
+
+
+def _pattern_looper(pattern: str, stop, seen) -> None:
+    """Another worker timing calls the same way, a little host work between them."""
+    flush = torch.empty(flush_bytes(detect().l2_bytes) // 4, device="cuda")
+    walls = []
+    while not stop.is_set():
+        walls.append(pattern_call(pattern, flush)[0])
+        time.sleep(0.0005)
+    seen.put(statistics.median(walls) if walls else float("nan"))
+
+
+def patterns(samples: int, loopers: int) -> list[dict]:
+    """Each pattern beside the neighbour and `loopers` processes that time calls the same way."""
+    ctx, rows = mp.get_context("spawn"), []
+    for pattern in PATTERNS:
+        stop, seen = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=busy_neighbour, args=([0], stop))] + [
+            ctx.Process(target=_pattern_looper, args=(pattern, stop, seen)) for _ in range(loopers)]
+        for p in procs:
+            p.start()
+        try:
+            time.sleep(8.0)
+            flush = torch.empty(flush_bytes(detect().l2_bytes) // 4, device="cuda")
+            got = [pattern_call(pattern, flush) for _ in range(samples)]
+            stop.set()
+            others = [seen.get(timeout=30) for _ in range(loopers)]
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.terminate()
+        wall, outside = sorted(g[0] for g in got), sorted(g[1] for g in got)
+        rows.append({"pattern": pattern, "loopers": loopers, "wall_median_us": wall[len(wall) // 2],
+                     "outside_median_us": outside[len(outside) // 2], "outside_p90_us": outside[9 * len(outside) // 10],
+                     "event_median_us": statistics.median(g[2] for g in got), "loopers_wall_median_us": others})
+        r = rows[-1]
+        print(f"  {pattern:14} wall {r['wall_median_us']:8.0f} us  outside {r['outside_median_us']:7.0f} "
+              f"(p90 {r['outside_p90_us']:7.0f})  event {r['event_median_us']:6.0f}  loopers' wall "
+              + ", ".join(f"{x:.0f}" for x in others))
+    return rows
+
+
 def measure(samples: int) -> dict:
     flush = torch.empty(flush_bytes(detect().l2_bytes) // 4, device="cuda")
     scratch = torch.empty(1, device="cuda")
@@ -82,10 +154,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loopers", default="0,3", help="numbers of null-call loopers to try (default 0,3)")
     ap.add_argument("--samples", type=int, default=60)
+    ap.add_argument("--patterns", type=int, metavar="K", default=None,
+                    help="instead: time a 100 us call queued each way of PATTERNS beside the neighbour and K "
+                         "processes doing the same, and write contention-patterns-<device>-<date>.json")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("contention_probe.py needs a CUDA GPU: it measures waits for other processes' time slices")
+    if args.patterns is not None:
+        rows = patterns(args.samples, args.patterns)
+        name = torch.cuda.get_device_name()
+        result = {"device": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+                  "samples": args.samples, "rows": rows}
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        path = Path(args.out) / f"contention-patterns-{name.replace(' ', '_')}-{result['date']}.json"
+        path.write_text(json.dumps(result, indent=1))
+        print(f"wrote {path}")
+        return
     ctx = mp.get_context("spawn")
     rows = []
     for k in [int(x) for x in args.loopers.split(",")]:

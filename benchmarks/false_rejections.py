@@ -29,6 +29,7 @@ import json
 import math
 import multiprocessing as mp
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -112,7 +113,8 @@ def _judge_loop(gpu, jobs, results) -> None:
                      "time_us": r.shapes[-1].time_us if r.shapes else None,
                      "judge_us": r.shapes[-1].judge_us if r.shapes else None,
                      "outside_us": r.shapes[-1].outside_us if r.shapes else None,
-                     "remeasured": r.shapes[-1].message if r.shapes else ""})
+                     "remeasured": r.shapes[-1].message if r.shapes else "",
+                     "phases_s": r.phases_s})
 
 
 def _margins(done: list[dict]) -> dict:
@@ -250,6 +252,13 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         print(f"{'candidate':34s} {'evaluations':>11s}  verdicts")
         for label, counts in by.items():
             print(f"{label:34s} {sum(counts.values()):11d}  {dict(counts)}")
+    phases = collections.defaultdict(list)  # where an evaluation's wall went, this part's evaluations
+    for r in done:
+        for name, sec in (r.get("phases_s") or {}).items():
+            phases[name].append(sec)
+    if not partial and phases:
+        print("median seconds per evaluation by phase: "
+              + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items()))
     believed = [{k: r[k] for k in ("label", "shape", "remeasured")} for r in done
                 if r["status"] == "ok" and r["remeasured"].startswith("measured")]
     not_ok = [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok]
@@ -271,6 +280,7 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         "time_limit_s": args.time_limit, "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
         "parts": parts, "verdicts": {label: dict(c) for label, c in by.items()}, "not_ok": not_ok,
         "remeasured_then_ok": believed, "margins_this_part": margins,
+        "phases_median_s_this_part": {k: round(statistics.median(v), 3) for k, v in phases.items()},
         "wall_per_evaluation_s": {label: round(w / max(1, n), 2) for label, (w, n) in walls.items()},
     }, indent=1))
     if not partial:

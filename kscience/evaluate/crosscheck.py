@@ -38,9 +38,13 @@ JUDGE_SLACK_US = (500.0, 50_000.0)
 
 def clock_problem(calls, setup_s: float, prepare_wall_s: float) -> str | None:
     """The worker's numbers against the judge's own brackets: nothing may outlast its bracket."""
-    if not calls or any(not (math.isfinite(c.event_us) and math.isfinite(c.host_us)) or c.host_us < 0 or
-                        c.event_us < 0 or (c.kind != "null" and (c.event_us <= 0 or c.host_us <= 0)) for c in calls):
-        return "non-positive or non-finite time reported"
+    if not calls:
+        return "no time reported"
+    for i, c in enumerate(calls):
+        if (not (math.isfinite(c.event_us) and math.isfinite(c.host_us)) or c.host_us < 0 or c.event_us < 0
+                or (c.kind != "null" and (c.event_us <= 0 or c.host_us <= 0))):
+            return (f"non-positive or non-finite time reported (call {i + 1} of {len(calls)}, {c.kind}: "
+                    f"events {c.event_us} us, host {c.host_us} us)")
     if not math.isfinite(setup_s) or setup_s < 0 or setup_s > prepare_wall_s + CLOCK_SLACK_S:
         return f"worker's clock ({setup_s:.3f}s) ran ahead of the judge's ({prepare_wall_s:.3f}s)"
     for c in calls:
