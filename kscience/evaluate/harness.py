@@ -172,8 +172,9 @@ def reached(event, submitted: float) -> float:
     H100 (2026-11-25) every region, even two events alone, waited about 2.4 ms for its turn before
     its first event ran, and 3.8 ms beside five busy processes, varying from process to process.
     A host clock started at submission counts that wait as the call's; started here it counts only
-    what happened once the GPU took the region up. It never starts after the event ran, so the host
-    span never comes out shorter than the GPU's."""
+    what happened once the GPU took the region up. It starts no later than the host learns the event
+    ran; beside busy processes it now and then learns that a time slice late (3 calls in about 5,000
+    on an H100, 2026-11-25), so `timing.Timer.timed_call` never reports less than the event time."""
     last = submitted
     while True:
         looked = _perf_counter()
