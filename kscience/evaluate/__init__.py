@@ -13,6 +13,7 @@ Trusted side (the process that holds the expected answers and decides):
     drive.py        the timed calls of one round, each on new inputs, and when to stop them
     compare.py      whether an output is right (sampled byte ranges of big tensors)
     crosscheck.py   whether reported times are believable
+    contexts.py     whether other processes share the GPU (the driver's count of contexts)
     sandbox.py      starts, watches and kills the worker process
     executor.py, ray_executor.py   where evaluations run
     result.py       the request and verdict types (plain data: they cross process, Ray and database

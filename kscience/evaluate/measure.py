@@ -51,8 +51,8 @@ class Round:
     looks: list
     setup_s: float
     prepare_wall_s: float
-    spread_us: float = 0.0  # how much the judge's brackets of null calls varied (crosscheck.null_spread_us)
-    others: int | None = None  # contexts of other processes on the GPU after the round (contexts.py)
+    spread_us: float = 0.0  # GPU: how much the judge's brackets of null calls varied (crosscheck.null_spread_us)
+    others: int | None = None  # GPU: contexts of other processes on it after the round (contexts.py)
     doubt: str | None = None  # why the judge does not believe this round, if anything
 
 
@@ -106,7 +106,9 @@ def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> 
     setup_s = _float(session.reply("time", shape).get("setup_s"))
     prepare_wall = time.monotonic() - t0
     calls, looks = drive.run_calls(session, shape, plan, cap, session.used_seeds)
-    return Round(calls, looks, setup_s, prepare_wall, others=session.others_on_gpu())
+    if session.device.interpreted:
+        return Round(calls, looks, setup_s, prepare_wall)
+    return Round(calls, looks, setup_s, prepare_wall, crosscheck.null_spread_us(calls), session.others_on_gpu())
 
 
 def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
@@ -121,7 +123,6 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
         problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0))
-        rnd.spread_us = crosscheck.null_spread_us(rnd.calls)
         spread = rnd.spread_us if rnd.others else 0.0  # a spread the candidate may have made is no excuse
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, spread,
                                                         unexcused_us=0.0 if rnd.others else rnd.spread_us)

@@ -285,6 +285,8 @@ def _forged_round(others: int | None):
     null ones included, spreading them by milliseconds."""
     import types
 
+    from kscience.evaluate import crosscheck
+
     calls = []
     for i in range(12):
         calls.append(types.SimpleNamespace(kind="timed", event_us=1134.0, host_us=1134.0, window_us=6100.0))
@@ -292,7 +294,7 @@ def _forged_round(others: int | None):
                                            window_us=300.0 + (3100.0 if i % 3 == 0 else 0.0)))
     session = types.SimpleNamespace(device=types.SimpleNamespace(interpreted=False), worker_info={},
                                     least_call_us=lambda: 20.0)
-    return session, measure.Round(calls, [], 0.0, 0.0, others=others)
+    return session, measure.Round(calls, [], 0.0, 0.0, crosscheck.null_spread_us(calls), others)
 
 
 def test_a_null_spread_is_allowed_only_beside_another_process():
