@@ -1,8 +1,9 @@
 """How often does the judge reject an honest kernel when every GPU is busy? Target: never.
 
-Evaluates honest candidates over and over: the five built-in seeds, and the honest kernels of the
+Evaluates honest candidates over and over: the five built-in seeds, the honest kernels of the
 test suite (plain PyTorch softmax, a side stream joined before returning, 40 softmaxes in a row, a
-20 ms kernel like GPU MODE's pmpp sort_py reference, the fp8 reference computation). Each
+20 ms kernel like GPU MODE's pmpp sort_py reference, the fp8 reference computation), and with
+--gpumode the published GPU MODE solutions a sweep judged ok. Each
 evaluation times one benchmark shape of its problem (cycling through them all over the run), so a
 thousand evaluations fit in minutes; every one is a full evaluation of that shape: a fresh worker,
 a check, timed calls, rechecks. Judging processes keep every GPU busy with evaluations, two per GPU
@@ -14,6 +15,7 @@ verdict that is not `ok` is kept with its message. Results: benchmarks/results/f
     python benchmarks/false_rejections.py [--count 1000] [--time-limit 450] [--neighbour]
     python benchmarks/false_rejections.py --quick    # the CPU interpreter, a handful of evaluations
     python benchmarks/false_rejections.py --add-to results/false-rejections-....json  # a second part
+    python benchmarks/false_rejections.py --gpumode .refk --sweep results/gpumode-sweep-NVIDIA_H100_80GB_HBM3-2026-11-24.md
 
 A device command may run ten minutes, so a thousand evaluations may take two parts: `--add-to`
 continues a part's round-robin where it stopped and writes the two parts' totals.
@@ -85,12 +87,33 @@ def custom_kernel(data):
 ]
 
 
-def candidates(on_gpu: bool, quick: bool) -> list[tuple[str, str, str]]:
-    """(label, problem, source) of every honest candidate this run evaluates."""
+def candidates(on_gpu: bool, quick: bool, gpumode: list | None = None) -> list[tuple[str, str, str]]:
+    """(label, problem, source) of every honest candidate this run evaluates: the built-in seeds, the
+    honest kernels of the test suite, and `gpumode` (published GPU MODE solutions, see
+    `gpumode_solutions`)."""
     if quick:  # cheap under the interpreter
         return [("softmax seed", "softmax", load_problem("softmax").seed_source), TEST_KERNELS[0][:3]]
     seeds = [(f"{name} seed", name, load_problem(name).seed_source) for name in builtin_names()]
-    return seeds + [k[:3] for k in TEST_KERNELS if on_gpu or not k[3]]
+    return seeds + [k[:3] for k in TEST_KERNELS if on_gpu or not k[3]] + list(gpumode or [])
+
+
+def gpumode_solutions(repo: Path, sweep: Path, max_s: float) -> list[tuple[str, str, str]]:
+    """(label, problem folder, source) of the published GPU MODE solutions that the sweep in `sweep`
+    (a gpumode-sweep-*.md results file) judged ok within `max_s` seconds over every shape: honest
+    kernels from outside kscience, without the minute-long builds (load_inline, large references)
+    that would crowd out every other candidate."""
+    rows = []
+    for line in sweep.read_text().splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]  # "\|" inside a cell is not a border
+        if len(cells) != 5 or cells[2] != "ok" or cells[1] == "(reference)":
+            continue
+        folder, solution, seconds = repo / "problems" / cells[0], cells[1], float(cells[3])
+        file = folder / "solutions" / solution if solution.startswith("correct/") else folder / solution
+        if seconds <= max_s:
+            rows.append((f"gpumode {cells[0]} {solution}", str(folder), file.read_text()))
+    if not rows:
+        raise SystemExit(f"false_rejections: {sweep} lists no solution judged ok within {max_s:.0f} s")
+    return rows
 
 
 def _judge_loop(gpu, jobs, results) -> None:
@@ -106,7 +129,7 @@ def _judge_loop(gpu, jobs, results) -> None:
         shape = shapes[k % len(shapes)]
         trimmed = dataclasses.replace(problem, benchmarks=[shape], cpu_benchmarks=[shape])
         t0 = time.monotonic()
-        r = evaluate(EvalRequest(problem=name, source=source, shapes="benchmarks"), gpu=gpu, problem=trimmed,
+        r = evaluate(EvalRequest(problem=problem.locator, source=source, shapes="benchmarks"), gpu=gpu, problem=trimmed,
                      keep_spare=True)
         results.put({"i": i, "label": label, "problem": name, "shape": shape_label(shape), "gpu": gpu,
                      "status": r.status, "message": r.message, "wall_s": time.monotonic() - t0,
@@ -160,6 +183,11 @@ def main() -> None:
                                                             "two evaluations at once, busier than a search)")
     ap.add_argument("--quick", action="store_true", help="the CPU interpreter: 4 evaluations, 2 candidates")
     ap.add_argument("--add-to", help="an earlier part's results file: continue after it and report the sum")
+    ap.add_argument("--gpumode", type=Path, metavar="REPO", help="also the published GPU MODE solutions that "
+                    "--sweep judged ok, from this reference-kernels extract")
+    ap.add_argument("--sweep", type=Path, metavar="FILE", help="a gpumode-sweep-*.md results file (with --gpumode)")
+    ap.add_argument("--gpumode-max-s", type=float, default=15.0, metavar="SECONDS",
+                    help="only solutions whose sweep evaluation took at most this long (default 15)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
     earlier = json.loads(Path(args.add_to).read_text()) if args.add_to else None
@@ -171,7 +199,10 @@ def main() -> None:
     gpus: list = list(range(torch.cuda.device_count())) if on_gpu else [None]
     slots = [g for g in gpus for _ in range(args.per_gpu)] if on_gpu else gpus
     neighbour = on_gpu and (args.neighbour or len(gpus) == 1)
-    pool = candidates(on_gpu, args.quick)
+    if bool(args.gpumode) != bool(args.sweep):
+        raise SystemExit("false_rejections: --gpumode and --sweep go together")
+    gpumode = gpumode_solutions(args.gpumode, args.sweep, args.gpumode_max_s) if args.gpumode else None
+    pool = candidates(on_gpu, args.quick, gpumode)
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
     for i in range(first, first + args.count):  # round-robin over candidates; each cycles through its shapes
@@ -249,9 +280,10 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
     if not partial:
         print(f"\n{device.name}: {len(done) + done_extra} evaluations of {asked} asked, {wall:.0f} s, "
               f"{n_judges} judging process(es) on {len(gpus)} device(s){', busy neighbour' if neighbour else ''}")
-        print(f"{'candidate':34s} {'evaluations':>11s}  verdicts")
+        width = max([len("candidate")] + [len(label) for label in by])
+        print(f"{'candidate':{width}s} {'evaluations':>11s}  verdicts")
         for label, counts in by.items():
-            print(f"{label:34s} {sum(counts.values()):11d}  {dict(counts)}")
+            print(f"{label:{width}s} {sum(counts.values()):11d}  {dict(counts)}")
     phases = collections.defaultdict(list)  # where an evaluation's wall went, this part's evaluations
     for r in done:
         for name, sec in (r.get("phases_s") or {}).items():
