@@ -12,8 +12,10 @@ worker's processes (`proctree`).
 
 NVML lists the contexts of every process on the device, in any container, under the host's process
 ids, which need not be ours: so its count is what is used, and the judge's and the worker's own
-contexts are counted here, through /proc. Where NVML cannot answer (no NVIDIA driver library, a
-ROCm device) the answer is None, and the judge allows no spread.
+contexts are counted here, through /proc: each of those processes that has an NVIDIA device file
+open counts as one (a context needs them open; a process of the worker's that opened one without a
+context makes the count of others lower, never higher). Where NVML cannot answer (no NVIDIA driver
+library, a ROCm device) the answer is None, and the judge allows no spread.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _nvml():
 
 @functools.lru_cache(maxsize=None)
 def _device(gpu: int):
-    """(NVML handle, minor number of /dev/nvidiaN) of this process's CUDA device `gpu`, or None."""
+    """The NVML handle of this process's CUDA device `gpu`, or None."""
     lib = _nvml()
     if lib is None:
         return None
@@ -45,16 +47,14 @@ def _device(gpu: int):
     if torch.version.hip or not torch.cuda.is_available():
         return None
     props = torch.cuda.get_device_properties(gpu)
-    handle, minor = ctypes.c_void_p(), ctypes.c_uint()
+    handle = ctypes.c_void_p()
     uuid = str(getattr(props, "uuid", ""))
     found = bool(uuid) and lib.nvmlDeviceGetHandleByUUID(
         (uuid if uuid.startswith("GPU-") else f"GPU-{uuid}").encode(), ctypes.byref(handle)) == 0
     if not found and hasattr(props, "pci_bus_id"):
         bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
         found = lib.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(handle)) == 0
-    if not found or lib.nvmlDeviceGetMinorNumber(handle, ctypes.byref(minor)) != 0:
-        return None
-    return handle, minor.value
+    return handle if found else None
 
 
 def listed(gpu: int) -> int | None:
@@ -63,13 +63,14 @@ def listed(gpu: int) -> int | None:
     if dev is None:
         return None
     count = ctypes.c_uint(0)
-    rc = _nvml().nvmlDeviceGetComputeRunningProcesses_v3(dev[0], ctypes.byref(count), None)
+    rc = _nvml().nvmlDeviceGetComputeRunningProcesses_v3(dev, ctypes.byref(count), None)
     return count.value if rc in (0, _INSUFFICIENT_SIZE) else None
 
 
-def holds(pid: int, path: str) -> bool:
-    """Whether process `pid` has `path` open. A process whose descriptors cannot be read counts as
-    holding it (the count of others then comes out lower: the stricter judgement)."""
+def holds(pid: int, prefix: str = "/dev/nvidia") -> bool:
+    """Whether process `pid` has a file open whose path starts with `prefix`. A process whose
+    descriptors cannot be read counts as holding one (the count of others then comes out lower:
+    the stricter judgement)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except FileNotFoundError:
@@ -78,7 +79,7 @@ def holds(pid: int, path: str) -> bool:
         return True
     for fd in fds:
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
                 return True
         except FileNotFoundError:
             continue
@@ -89,9 +90,7 @@ def holds(pid: int, path: str) -> bool:
 
 def others(gpu: int, worker_pids: set[int]) -> int | None:
     """Contexts on `gpu` held by processes other than this one and `worker_pids`; None if unknown."""
-    total, dev = listed(gpu), _device(gpu)
-    if total is None or dev is None:
+    total = listed(gpu)
+    if total is None:
         return None
-    node = f"/dev/nvidia{dev[1]}"
-    ours = sum(holds(pid, node) for pid in worker_pids | {os.getpid()})
-    return max(total - ours, 0)
+    return max(total - sum(holds(pid) for pid in worker_pids | {os.getpid()}), 0)
