@@ -113,22 +113,15 @@ def patterns(samples: int, loopers: int) -> list[dict]:
     ctx, rows = mp.get_context("spawn"), []
     for pattern in PATTERNS:
         stop, seen = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=busy_neighbour, args=([0], stop))] + [
-            ctx.Process(target=_pattern_looper, args=(pattern, stop, seen)) for _ in range(loopers)]
-        for p in procs:
-            p.start()
-        try:
-            time.sleep(8.0)
+
+        def timed() -> tuple[list, list]:
             flush = torch.empty(flush_bytes(detect().l2_bytes) // 4, device="cuda")
             got = [pattern_call(pattern, flush) for _ in range(samples)]
             stop.set()
-            others = [seen.get(timeout=30) for _ in range(loopers)]
-        finally:
-            stop.set()
-            for p in procs:
-                p.join(timeout=10)
-                if p.is_alive():
-                    p.terminate()
+            return got, [seen.get(timeout=30) for _ in range(loopers)]
+
+        got, others = _beside([ctx.Process(target=_pattern_looper, args=(pattern, stop, seen))
+                               for _ in range(loopers)], ctx, stop, timed)
         wall, outside = sorted(g[0] for g in got), sorted(g[1] for g in got)
         rows.append({"pattern": pattern, "loopers": loopers, "wall_median_us": wall[len(wall) // 2],
                      "outside_median_us": outside[len(outside) // 2], "outside_p90_us": outside[9 * len(outside) // 10],
@@ -138,6 +131,32 @@ def patterns(samples: int, loopers: int) -> list[dict]:
               f"(p90 {r['outside_p90_us']:7.0f})  event {r['event_median_us']:6.0f}  loopers' wall "
               + ", ".join(f"{x:.0f}" for x in others))
     return rows
+
+
+def _beside(procs: list, ctx, stop, work):
+    """`work()` once a busy neighbour and `procs` have their contexts and are looping; all stopped after."""
+    procs = [ctx.Process(target=busy_neighbour, args=([0], stop))] + procs
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(8.0)
+        return work()
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+
+
+def _write(out: Path, stem: str, samples: int, rows: list) -> None:
+    name = torch.cuda.get_device_name()
+    result = {"device": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+              "samples": samples, "rows": rows}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}-{name.replace(' ', '_')}-{result['date']}.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
 
 
 def measure(samples: int) -> dict:
@@ -162,37 +181,23 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("contention_probe.py needs a CUDA GPU: it measures waits for other processes' time slices")
     if args.patterns is not None:
-        rows = patterns(args.samples, args.patterns)
-        name = torch.cuda.get_device_name()
-        result = {"device": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-                  "samples": args.samples, "rows": rows}
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        path = Path(args.out) / f"contention-patterns-{name.replace(' ', '_')}-{result['date']}.json"
-        path.write_text(json.dumps(result, indent=1))
-        print(f"wrote {path}")
+        _write(Path(args.out), "contention-patterns", args.samples, patterns(args.samples, args.patterns))
         return
     ctx = mp.get_context("spawn")
     rows = []
     for k in [int(x) for x in args.loopers.split(",")]:
         stop, seen = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=busy_neighbour, args=([0], stop))] + [ctx.Process(target=_looper, args=(stop, seen))
-                                                                   for _ in range(k)]
-        for p in procs:
-            p.start()
-        try:
-            time.sleep(8.0)  # every process has its context and is looping
+
+        def regions() -> dict:
             row = {"loopers": k, "here": measure(args.samples),
                    # the driver's count of contexts on the GPU, and those the judge would call others':
                    # this process's own is not among them; the neighbour's and every looper's are
                    "contexts_listed": contexts.listed(0), "others": contexts.others(0, set())}
             stop.set()
             row["loopers_saw_median"] = [seen.get(timeout=30) for _ in range(k)]
-        finally:
-            stop.set()
-            for p in procs:
-                p.join(timeout=10)
-                if p.is_alive():
-                    p.terminate()
+            return row
+
+        row = _beside([ctx.Process(target=_looper, args=(stop, seen)) for _ in range(k)], ctx, stop, regions)
         rows.append(row)
         print(f"neighbour + {k} looper(s): loopers' own null-call gap (median) "
               + ", ".join(f"{x:.0f}" for x in row["loopers_saw_median"])
@@ -201,13 +206,7 @@ def main() -> None:
         print(f"  {'region':18} {'median us':>10} {'q75 us':>10} {'min':>8} {'max':>8}")
         for kind, v in row["here"].items():
             print(f"  {kind:18} {v['median']:10.0f} {v['q75']:10.0f} {v['min']:8.0f} {v['max']:8.0f}")
-    name = torch.cuda.get_device_name()
-    result = {"device": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "samples": args.samples, "rows": rows}
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    path = Path(args.out) / f"contention-probe-{name.replace(' ', '_')}-{result['date']}.json"
-    path.write_text(json.dumps(result, indent=1))
-    print(f"wrote {path}")
+    _write(Path(args.out), "contention-probe", args.samples, rows)
 
 
 if __name__ == "__main__":
