@@ -50,6 +50,9 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$out/gpu.txt"
+# The host too: runs on machines of one kind have differed sixfold in seconds per evaluation.
+{ echo "cpus $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), $(grep -m1 'model name' /proc/cpuinfo)"
+  nvidia-smi --query-gpu=compute_mode,persistence_mode,clocks_event_reasons.active --format=csv; } | tee -a "$out/gpu.txt"
 for step in $steps; do
   case $step in
     tests) timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short tests/gpu 2>&1 | tee "$out/gpu-tests.log" ;;
