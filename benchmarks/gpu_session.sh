@@ -55,7 +55,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=cs
   nvidia-smi --query-gpu=compute_mode,persistence_mode,clocks_event_reasons.active --format=csv; } | tee -a "$out/gpu.txt"
 for step in $steps; do
   case $step in
-    tests) timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short tests/gpu 2>&1 | tee "$out/gpu-tests.log" ;;
+    tests) timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short --durations=12 tests/gpu 2>&1 | tee "$out/gpu-tests.log" ;;
     falserej) timeout "${FALSEREJ_S:-560}" python3 benchmarks/false_rejections.py --count "${COUNT:-1000}" \
                 --time-limit "${FALSEREJ_LIMIT:-420}" --per-gpu "${PER_GPU:-3}" ${ADD_TO:+--add-to "$ADD_TO"} ${NEIGHBOUR:+--neighbour} \
                 ${REFK:+--gpumode "$REFK" --sweep "${SWEEP:-benchmarks/results/gpumode-sweep-NVIDIA_H100_80GB_HBM3-2026-11-24.md}"} \
