@@ -28,7 +28,10 @@
 #     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations)
 #     compose-rows     composition.py on softmax, rmsnorm and swiglu
 #     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
-# Issue 22 (no false rejection under load), two device calls of about 9 minutes:
+# Issue 22 (no false rejection under load) in one call of about 9 minutes on nvidia-h100-x2, carrying .refk:
+#   REFK=.refk bash benchmarks/gpu_session.sh OUTDIR issue22
+#     issue22   tests/gpu on GPU 0 while false_rejections.py runs on GPU 1 (PER_GPU=6 judges and a neighbour)
+# or in two calls:
 #   NEIGHBOUR=1 PER_GPU=4 FALSEREJ_LIMIT=375 FALSEREJ_S=455 REFK=.refk bash benchmarks/gpu_session.sh OUTDIR falserej
 #   (on nvidia-h100-x2, carrying .refk: eight judges reached 1,000 in one call at 3.5 s an evaluation)
 #   TESTS_S=540 bash benchmarks/gpu_session.sh OUTDIR tests
@@ -61,6 +64,16 @@ for step in $steps; do
                 ${REFK:+--gpumode "$REFK" --sweep "${SWEEP:-benchmarks/results/gpumode-sweep-NVIDIA_H100_80GB_HBM3-2026-11-24.md}"} \
                 --out "$out" 2>&1 \
                 | tee "$out/false-rejections.log" ;;
+    issue22) # both checks of issue 22 in one call on two GPUs: tests/gpu alone on the first, the false
+             # rejections on the second with its neighbour (CUDA_VISIBLE_DEVICES keeps each to its GPU)
+             CUDA_VISIBLE_DEVICES=0 timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short --durations=12 \
+               tests/gpu > "$out/gpu-tests.log" 2>&1 &
+             CUDA_VISIBLE_DEVICES=1 timeout "${FALSEREJ_S:-540}" python3 benchmarks/false_rejections.py \
+               --count "${COUNT:-1000}" --time-limit "${FALSEREJ_LIMIT:-470}" --per-gpu "${PER_GPU:-6}" --neighbour \
+               ${REFK:+--gpumode "$REFK" --sweep "${SWEEP:-benchmarks/results/gpumode-sweep-NVIDIA_H100_80GB_HBM3-2026-11-24.md}"} \
+               --out "$out" > "$out/false-rejections.log" 2>&1
+             wait
+             tail -n 25 "$out/gpu-tests.log"; tail -n 30 "$out/false-rejections.log" ;;
     probe) timeout "${PROBE_S:-120}" python3 benchmarks/contention_probe.py --loopers "${LOOPERS:-0,4}" --samples 40 \
              --out "$out" 2>&1 | tee "$out/contention-probe.log" ;;
     gpumode) timeout "${GPUMODE_S:-560}" python3 benchmarks/gpumode_sweep.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
