@@ -57,6 +57,15 @@ def test_published_vectoradd_with_cuda_inputs_passes_with_its_own_submission():
     assert judge(problem, wrong).status == "wrong_answer"
 
 
+def test_a_compiled_triton_launch_runs_as_written_under_the_interpreter():
+    # Dynamo cannot trace the interpreter's launches: this published submission failed in its fake
+    # tensors until interpreted workers ran torch.compile's function as written.
+    problem = load_problem(str(PUBLISHED / "pmpp" / "vectorsum_py"))
+    assert 'torch.compile(_custom_kernel, mode="reduce-overhead")' in problem.seed_source
+    result = judge(problem, problem.seed_source)
+    assert result.status == "ok", result.message
+
+
 def test_a_check_implementation_of_its_own_is_the_judge_where_allclose_is_wrong():
     """The reference answers +x/|x|; the submission answers -x/|x|, just as right: allclose rejects
     it, the task's own check accepts it, and a vector of the wrong length is still rejected."""

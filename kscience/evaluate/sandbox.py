@@ -53,6 +53,10 @@ def worker_env(workdir: Path, gpu: int | None, interpreted: bool, token: str) ->
     if interpreted:
         env["TRITON_INTERPRET"] = "1"
         env["KSCIENCE_DEVICE"] = "cpu"
+        # torch.compile runs its function as written: Dynamo cannot trace the interpreter's launches
+        # (GPU MODE's pmpp vectorsum, a compiled Triton launch, failed in its fake tensors), and code
+        # compiled for the CPU says nothing about the GPU kernel under test.
+        env["TORCHDYNAMO_DISABLE"] = "1"
     elif gpu is not None:
         import torch
 
