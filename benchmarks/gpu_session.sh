@@ -28,7 +28,8 @@
 #     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations)
 #     compose-rows     composition.py on softmax, rmsnorm and swiglu
 #     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
-# Issue 22 (no false rejection under load) in one call of about 9 minutes on nvidia-h100-x2, carrying .refk:
+# Issue 22 (no false rejection under load) in one call of about 9 minutes on two GPUs (nvidia-h200-x2 where
+# status lists it, else nvidia-h100-x2), carrying .refk:
 #   REFK=.refk bash benchmarks/gpu_session.sh OUTDIR issue22
 #     issue22   tests/gpu on GPU 0 while false_rejections.py runs on GPU 1 (PER_GPU=6 judges and a neighbour)
 # or in two calls:
