@@ -43,6 +43,8 @@ from kscience.evaluate.judge import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
 
+from gpumode_sweep import sweep_rows  # this folder is on the path of a script run from it
+
 PARTIAL_EVERY = 50  # evaluations between writes of the results file while the run goes on
 HONEST = "import torch\n\ndef honest(x):\n    return torch.softmax(x.float(), -1).to(torch.bfloat16)\n"
 # The honest kernels of tests/gpu and tests/adversarial, as (label, problem, source, needs a GPU).
@@ -103,14 +105,11 @@ def gpumode_solutions(repo: Path, sweep: Path, max_s: float) -> list[tuple[str, 
     kernels from outside kscience, without the minute-long builds (load_inline, large references)
     that would crowd out every other candidate."""
     rows = []
-    for line in sweep.read_text().splitlines():
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]  # "\|" inside a cell is not a border
-        if len(cells) != 5 or cells[2] != "ok" or cells[1] == "(reference)":
-            continue
-        folder, solution, seconds = repo / "problems" / cells[0], cells[1], float(cells[3])
-        file = folder / "solutions" / solution if solution.startswith("correct/") else folder / solution
-        if seconds <= max_s:
-            rows.append((f"gpumode {cells[0]} {solution}", str(folder), file.read_text()))
+    for (name, solution), row in sweep_rows(sweep).items():
+        if row["status"] == "ok" and solution != "(reference)" and row["seconds"] <= max_s:
+            folder = repo / "problems" / name
+            file = folder / "solutions" / solution if solution.startswith("correct/") else folder / solution
+            rows.append((f"gpumode {name} {solution}", str(folder), file.read_text()))
     if not rows:
         raise SystemExit(f"false_rejections: {sweep} lists no solution judged ok within {max_s:.0f} s")
     return rows

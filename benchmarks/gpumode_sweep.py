@@ -122,7 +122,7 @@ def main() -> int:
     device = detect()
     folders = sorted(f.parent for f in problems.rglob("task.yml") if (f.parent / "reference.py").is_file())
     chosen = [f for f in folders if not args.only or any(t in str(f.relative_to(problems)) for t in args.only)]
-    earlier = _earlier_rows(args.resume) if args.resume else {}
+    earlier = sweep_rows(args.resume) if args.resume else {}
     rows, t_start = [], time.monotonic()
     date = datetime.date.today().isoformat()
     tag = re.sub(r"\W+", "_", device.name).strip("_")
@@ -162,7 +162,7 @@ def main() -> int:
     return 0
 
 
-def _earlier_rows(path: Path) -> dict:
+def sweep_rows(path: Path) -> dict:
     """{(directory, solution): row} from a results file `_markdown` wrote."""
     rows = {}
     for line in path.read_text().splitlines():

@@ -106,18 +106,18 @@ def forged_allowance_us(claimed_us: float, interpreted: bool, spread_us: float =
 
 
 def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool,
-                        spread_us: float = 0.0, unexcused_us: float = 0.0) -> str | None:
-    """The worker's median against the judge's own estimate of the same calls. On a GPU shared
+                        spread_us: float = 0.0, shared: bool = False) -> str | None:
+    """The worker's median against the judge's own estimate of the same calls. On a GPU `shared`
     with other processes each bracket also holds a wait for their time slices that varies by
     milliseconds (an honest fp8 seed of 66 us was estimated at 1,775 us beside a busy neighbour on
     the H100, 2026-11-25), so there the spread of the null calls' brackets (`null_spread_us`) is
-    allowed on top of the slack. Where no other process holds the GPU, a spread is not allowed
-    and is only named (`unexcused_us`): the candidate made it."""
-    if judged_us > forged_allowance_us(claimed_us, interpreted, spread_us):
-        spread = f"; its brackets of null calls spread by {spread_us:.0f} us" if spread_us else ""
-        if unexcused_us > IDLE_GAP_CAP_US:
-            spread = (f"; its brackets of null calls spread by {unexcused_us:.0f} us with no other process "
-                      "on the GPU")
+    allowed on top of the slack. Elsewhere the candidate made the spread: it is only named."""
+    if judged_us > forged_allowance_us(claimed_us, interpreted, spread_us if shared else 0.0):
+        spread = ""
+        if shared and spread_us:
+            spread = f"; its brackets of null calls spread by {spread_us:.0f} us"
+        elif spread_us > IDLE_GAP_CAP_US:
+            spread = f"; its brackets of null calls spread by {spread_us:.0f} us with no other process on the GPU"
         return (f"the worker reported {claimed_us:.1f} us per call, the judge's own clock saw about {judged_us:.1f} us"
                 f"{spread}: the reported times are not what happened")
     return None

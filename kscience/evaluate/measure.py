@@ -119,13 +119,12 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     events, hosts = [c.event_us for c in timed], [c.host_us for c in timed]
     claimed = statistics.median(events) if events else math.nan
     judged, _ = crosscheck.judge_estimate(rnd.calls)
-    problem, spread = None, 0.0
+    problem = None
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
         problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0))
-        spread = rnd.spread_us if rnd.others else 0.0  # a spread the candidate may have made is no excuse
-    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, spread,
-                                                        unexcused_us=0.0 if rnd.others else rnd.spread_us)
+    problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, rnd.spread_us,
+                                                        shared=bool(rnd.others))
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
         problem = f"{_UNSURE}: {unsure}" if unsure else None

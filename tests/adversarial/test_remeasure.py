@@ -231,9 +231,9 @@ def test_the_judges_estimate_allows_for_the_spread_of_its_own_null_brackets():
     calls = [types.SimpleNamespace(kind="null", window_us=w) for w in (900.0, 2500.0, 1700.0)]
     calls.append(types.SimpleNamespace(kind="timed", window_us=9000.0))
     assert null_spread_us(calls) == 1600.0
-    assert forged_time_problem(66.2, 1774.9, False, null_spread_us(calls)) is None
+    assert forged_time_problem(66.2, 1774.9, False, null_spread_us(calls), shared=True) is None
     quiet = [types.SimpleNamespace(kind="null", window_us=w) for w in (240.0, 251.0, 262.0)]
-    message = forged_time_problem(66.2, 1774.9, False, null_spread_us(quiet))
+    message = forged_time_problem(66.2, 1774.9, False, null_spread_us(quiet), shared=True)
     assert message and "spread by 22 us" in message
 
 
