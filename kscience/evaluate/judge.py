@@ -75,6 +75,11 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         finally:
             with session.phase("close"):  # killing the worker, then reading its compile facts
                 session.close(keep_cache=result.status == R.OK)
+                if not device.interpreted:
+                    # The expected answers of a large shape leave gigabytes in this process's
+                    # allocator cache, which the next candidate's worker then cannot have: six judges
+                    # on one H200 (2026-11-26) left an honest GPU MODE solution 2.7 of 140 GiB.
+                    torch.cuda.empty_cache()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.device.update(session.worker_info)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed

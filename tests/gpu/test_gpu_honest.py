@@ -26,6 +26,18 @@ def test_every_builtin_seed_is_ok_on_the_gpu(name):
     assert all(s.floor_us is None or s.time_us >= s.floor_us for s in timed)
 
 
+def test_the_judge_keeps_no_gpu_memory_between_evaluations(judge):
+    # What the judge computed for a shape is returned to the driver, not kept for the next worker.
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(0)
+    result = judge("""
+        def custom_kernel(data):
+            return honest(data[0])
+        """)
+    assert result.status == OK, result.message
+    assert torch.cuda.memory_reserved(0) <= before
+
+
 def test_plain_pytorch_is_ok_on_the_gpu(judge):
     result = judge("""
         def custom_kernel(data):
