@@ -146,14 +146,33 @@ def side_work_allowance_us(event_us: float) -> float:
     return max(GAP_SLACK_US, GAP_SHARE * event_us)
 
 
-def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float) -> str | None:
-    """On the GPU: the synchronised host clock saw work the timed stream's events did not."""
+def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float,
+                      shared_excess_us: float = 0.0) -> str | None:
+    """On the GPU: the synchronised host clock saw work the timed stream's events did not.
+    `shared_excess_us`: on a GPU shared with other processes, what the round's own null calls
+    showed beyond the idle gap (`null_excess_us`); it is allowed on top."""
     ev = statistics.median(events)
     excess = outside_us(events, hosts, idle_gap_us)
-    if excess > side_work_allowance_us(ev):
-        return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us): "
+    if excess > side_work_allowance_us(ev) + shared_excess_us:
+        beside = f", beyond the {shared_excess_us:.1f} us its null calls showed" if shared_excess_us else ""
+        return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us{beside}): "
                 "work on a side stream or thread was not counted")
     return None
+
+
+def null_excess_us(calls, idle_gap_us: float) -> float:
+    """What the worker's null calls, which run nothing of the candidate's, showed outside their
+    (empty) timed stream, beyond the idle gap, believed up to IDLE_GAP_CAP_US. Beside other
+    processes on a loaded host every synchronised region shows tens of microseconds more than the
+    idle gap measured before the import (two H200s, twelve judges and two neighbours, 2026-11-26:
+    50-63 us for timed calls of 5 us kernels, rejected as side work). A candidate can raise it (a
+    thread of its own keeping the GPU busy), so it is allowed only where another process holds the
+    GPU (contexts.py), and only up to the cap."""
+    nulls = [c for c in calls if c.kind == "null"]
+    if not nulls:
+        return 0.0
+    excess = outside_us([c.event_us for c in nulls], [c.host_us for c in nulls], idle_gap_us)
+    return min(max(excess, 0.0), IDLE_GAP_CAP_US)
 
 
 def floor_problem(time_us: float, floor_us: float) -> str | None:

@@ -122,7 +122,9 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     problem = None
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
-        problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0))
+        idle_gap = session.worker_info.get("idle_gap_us", 0.0)
+        shared_excess = crosscheck.null_excess_us(rnd.calls, idle_gap) if rnd.others else 0.0
+        problem = problem or crosscheck.side_work_problem(events, hosts, idle_gap, shared_excess)
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, rnd.spread_us,
                                                         shared=bool(rnd.others))
     if problem is None and session.device.interpreted:
@@ -146,8 +148,10 @@ def _record(session, res, rounds: list[Round], chosen: Round | None, empty_cap: 
         timed = [c for c in chosen.calls if c.kind == "timed"]
         figures = [c.event_us for c in timed]
         judged, _ = crosscheck.judge_estimate(chosen.calls)
-        res.outside_us = crosscheck.outside_us(figures, [c.host_us for c in timed],
-                                               session.worker_info.get("idle_gap_us", 0.0))
+        idle_gap = session.worker_info.get("idle_gap_us", 0.0)
+        res.outside_us = crosscheck.outside_us(figures, [c.host_us for c in timed], idle_gap)
+        if chosen.others:  # as the side-work check weighed it (_doubt)
+            res.outside_us -= crosscheck.null_excess_us(chosen.calls, idle_gap)
     res.time_us = statistics.median(figures)
     res.mean_us = statistics.fmean(figures)
     res.std_us = statistics.pstdev(figures)

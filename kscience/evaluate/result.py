@@ -27,7 +27,9 @@ class ShapeResult:
     n: int = 0
     floor_us: float | None = None  # bytes/peak bandwidth or FLOPs/peak rate, whichever is larger
     judge_us: float | None = None  # the judge's own estimate of the median call, from its clock alone
-    outside_us: float | None = None  # GPU: host minus event time per call beyond the idle gap (the side-work check's figure)
+    # GPU: host minus event time per call beyond the idle gap, and beside other processes beyond
+    # what the null calls showed as well (the side-work check's figure)
+    outside_us: float | None = None
     max_abs_err: float | None = None
     message: str = ""
 
