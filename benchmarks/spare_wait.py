@@ -3,9 +3,10 @@
 A search evaluates one candidate after another on a slot; each evaluation takes the oldest spare
 worker, started earlier so that its Python and torch imports overlap the evaluations before it.
 If an evaluation is shorter than those imports, one spare is not ready in time and the next
-evaluation waits in its `import` phase (an H100 fp8_blockscale_gemm evaluation waited 2 s). This
+evaluation waits in its `start` phase (an H100 fp8_blockscale_gemm evaluation waited 2 s). This
 evaluates the same seed `--evaluations` times in a row, as a slot does, once per spare count, and
-prints the `import` phase (the wait plus the candidate's own import) and the wall seconds of each.
+prints the `start` phase (the wait), the `import` phase (the candidate's own import and the
+worker's GPU setup) and the wall seconds of each.
 It runs anywhere: under the CPU interpreter the evaluations are short and torch imports slowly, the
 case that two spares are for. Results go to benchmarks/results/spare-wait-<device>-<date>.json.
 
@@ -38,7 +39,8 @@ def series(request: EvalRequest, evaluations: int, spares: int) -> list[dict]:
         result = evaluate(request, keep_spare=True)
         if not result.ok:
             raise SystemExit(f"spare_wait: the seed failed: {result.status}: {result.message}")
-        rows.append({"wall_s": result.wall_s, "import_s": result.phases_s.get("import", 0.0)})
+        rows.append({"wall_s": result.wall_s, "start_s": result.phases_s.get("start", 0.0),
+                     "import_s": result.phases_s.get("import", 0.0)})
     return rows[1:]
 
 
@@ -62,10 +64,12 @@ def main() -> int:
 
     print(f"\n{device.name}  {report['date']}  {args.problem} ({args.shapes} shapes), "
           f"{args.evaluations} evaluations in a row per spare count")
-    print(f"{'spares':>7}{'import s (median)':>19}{'import s (max)':>16}{'wall s (median)':>17}  import s, in order")
+    print(f"{'spares':>7}{'start s (median)':>18}{'start s (max)':>15}{'import s (median)':>19}{'wall s (median)':>17}"
+          "  start s, in order")
     for spares, rows in report["series"].items():
-        waits = [r["import_s"] for r in rows]
-        print(f"{spares:>7}{statistics.median(waits):>19.2f}{max(waits):>16.2f}"
+        waits = [r["start_s"] for r in rows]
+        print(f"{spares:>7}{statistics.median(waits):>18.2f}{max(waits):>15.2f}"
+              f"{statistics.median(r['import_s'] for r in rows):>19.2f}"
               f"{statistics.median(r['wall_s'] for r in rows):>17.2f}  " + " ".join(f"{w:.2f}" for w in waits))
     tag = re.sub(r"[^A-Za-z0-9_.-]", "", device.name.replace(" ", "_"))
     out = Path(args.out) / f"spare-wait-{tag}-{report['date']}.json"

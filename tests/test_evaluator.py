@@ -53,6 +53,10 @@ def test_a_plain_pytorch_candidate_is_ok_and_timed():
     bench = result.shapes[-1]
     assert bench.phase == "benchmark" and bench.time_us > 0 and bench.mean_us > 0 and bench.n >= 3
     assert "geomean" in result.message and result.wall_s > 0
+    # Where the seconds went, the wait for the worker apart from the candidate's import.
+    assert set(result.phases_s) >= {"start", "import", "check", "time", "recheck", "close"}
+    assert sum(result.phases_s.values()) <= result.wall_s
+    assert result.device["gpu_setup_s"] >= 0.0
 
 
 @pytest.mark.parametrize("status, source, words", [

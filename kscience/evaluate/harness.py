@@ -217,6 +217,7 @@ class Harness:
         self.l2, self.flush, self.idle_gap_us = None, None, 0.0
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
         self.settle_s, self.first_read_at = 0.0, 0.0  # the second look waits this long after the first
+        t0 = _perf_counter()
         if self.on_gpu:
             _spin_while_waiting(context_exists=False)
             torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_FRACTION)
@@ -227,6 +228,7 @@ class Harness:
             _spin_while_waiting(context_exists=True)
             self.l2 = _PersistingL2()
             self.idle_gap_us = idle_gap_us()  # measured before the candidate can slow it down
+        self.gpu_setup_s = _perf_counter() - t0  # the context, flush buffer and idle gap: reported, for diagnosis
         # Bound on the instance before the candidate runs: patching the classes later changes
         # neither the check nor what it checks with (and the patch itself is then found).
         self._violation = Integrity(harness_modules + [packed]).violation

@@ -88,17 +88,25 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     return result
 
 
+def _shown(x) -> float | None:
+    x = as_float(x)
+    return round(x, 3) if math.isfinite(x) else None
+
+
 def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.EvalResult) -> None:
     weight_seed = secrets.randbits(31)
     if problem.entry == "ModelNew":  # KernelBench: both models are built from the same secret weight seed
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
-    with session.phase("import"):
+    with session.phase("start"):  # what is left of the worker's own start (a spare has started already)
         session.echo()  # before any candidate code exists in the worker
+    with session.phase("import"):
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
                      "weight_seed": weight_seed}, "import")
         ready = session.reply("import", expect="ready")
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
-                           "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0}
+                           "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0,
+                           # the worker's own figure, sent after the import: shown, never weighed
+                           "gpu_setup_s": _shown(ready.get("gpu_setup_s"))}
     result.confinement["landlock"] = session.worker_info["sandbox"]
     if not math.isfinite(session.worker_info["idle_gap_us"]):
         raise Verdict(R.REJECTED, "malformed ready message")

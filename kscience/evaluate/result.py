@@ -45,7 +45,7 @@ class EvalResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it
-    phases_s: dict = field(default_factory=dict)  # where wall_s went: import, check, time, recheck, finish
+    phases_s: dict = field(default_factory=dict)  # where wall_s went: start, import, check, time, recheck, finish, close
     failing_shape: dict | None = None
     compile_facts: list = field(default_factory=list)  # compile_facts.KernelFacts dicts, read after the worker
     # The isolation layers in force (sandbox.Worker.confinement, Landlock as the worker applied it),

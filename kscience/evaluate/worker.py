@@ -98,7 +98,8 @@ def serve(in_fd: int, out_fd: int) -> None:
         f = call_fault(exc)
         send_json(ch, {"status": f.status, "message": str(f), "seq": seq})
         return
-    send_json(ch, {"status": "ready", "seq": seq, "sandbox": sandbox, "idle_gap_us": h.idle_gap_us})
+    send_json(ch, {"status": "ready", "seq": seq, "sandbox": sandbox, "idle_gap_us": h.idle_gap_us,
+                   "gpu_setup_s": h.gpu_setup_s})
     timer = None
     while True:
         cmd = recv_json(ch)
