@@ -28,14 +28,12 @@
 #     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations)
 #     compose-rows     composition.py on softmax, rmsnorm and swiglu
 #     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
-# Issue 22 (no false rejection under load) in one call of about 9 minutes on two GPUs (nvidia-h200-x2 where
-# status lists it, else nvidia-h100-x2), carrying .refk:
+# Issue 22 (no false rejection under load) in two calls on two GPUs (nvidia-h200-x2 where status lists
+# it, else nvidia-h100-x2), carrying .refk; on 2026-11-26 the first made about 560 evaluations:
 #   REFK=.refk bash benchmarks/gpu_session.sh OUTDIR issue22
 #     issue22   tests/gpu on GPU 0 while false_rejections.py runs on GPU 1 (PER_GPU=6 judges and a neighbour)
-# or in two calls:
-#   NEIGHBOUR=1 PER_GPU=4 FALSEREJ_LIMIT=375 FALSEREJ_S=455 REFK=.refk bash benchmarks/gpu_session.sh OUTDIR falserej
-#   (on nvidia-h100-x2, carrying .refk: eight judges reached 1,000 in one call at 3.5 s an evaluation)
-#   TESTS_S=540 bash benchmarks/gpu_session.sh OUTDIR tests
+#   NEIGHBOUR=1 PER_GPU=6 COUNT=450 FALSEREJ_LIMIT=250 FALSEREJ_S=320 ADD_TO=<the first call's JSON> \
+#     REFK=.refk bash benchmarks/gpu_session.sh OUTDIR falserej     (the rest, on both GPUs)
 #     probe     contention_probe.py: what a region waits for beside busy processes, from submission and from
 #               when the GPU reached it (harness.reached), about a minute
 #     falserej  false_rejections.py: 1,000 honest evaluations (COUNT) with the GPU busy; target: no rejection
