@@ -43,6 +43,8 @@
 # Issue 23 (GPU MODE as published), one device call per part, each resuming the last results file:
 #   REFK=.refk RESUME=benchmarks/results/gpumode-sweep-...md ONLY=linalg LIMIT=300 bash benchmarks/gpu_session.sh OUTDIR gpumode
 #     gpumode   gpumode_sweep.py over the extract REFK (git archive of gpu-mode/reference-kernels, COMMIT inside)
+#   REFK=.refk bash benchmarks/gpu_session.sh OUTDIR graphprobe
+#     graphprobe  graph_probe.py: what pmpp sort's CUDA-graph solution does outside its timed stream (a minute or two)
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs]}
@@ -78,6 +80,8 @@ for step in $steps; do
     gpumode) timeout "${GPUMODE_S:-560}" python3 benchmarks/gpumode_sweep.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
                ${RESUME:+--resume "$RESUME"} ${ONLY:+--only "$ONLY"} --time-limit "${LIMIT:-60}" --budget "${BUDGET:-480}" \
                --out "$out" 2>&1 | tee "$out/gpumode-sweep.log" ;;
+    graphprobe) timeout "${GRAPHPROBE_S:-240}" python3 benchmarks/graph_probe.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
+                  --out "$out" 2>&1 | tee "$out/graph-probe.log" ;;
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;
     runs) timeout "${RUNS_S:-540}" python3 benchmarks/offline_runs.py --iterations "${ITERATIONS:-2}" \
@@ -138,7 +142,7 @@ for step in $steps; do
         --db "$out/composition.db" --out "$out" 2>&1 | tee -a "$out/composition.log"
       python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
         "$out/composition.db" ;;
-    *) echo "unknown step $step (tests, probe, falserej, gpumode, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
+    *) echo "unknown step $step (tests, probe, falserej, gpumode, graphprobe, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
        exit 2 ;;
   esac
 done
