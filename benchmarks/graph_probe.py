@@ -1,9 +1,9 @@
 """What does a call compiled with CUDA graphs do outside its timed stream? A probe for GPU MODE's sort.
 
 Both published solutions of pmpp/sort_py wrap `torch.sort` in `torch.compile(mode="reduce-overhead")`,
-which replays CUDA graphs. On an H100 (2026-11-24) kscience's synchronised host clock saw 17-20% more
-per call than the CUDA events did (57-97 us on 335-583 us), just over what the side-work check allows,
-and rejected them; the plain `torch.sort` reference passed. This times the same sort three ways (eager,
+which replays CUDA graphs. On an H100 (2026-11-24) kscience's synchronised host clock saw more
+per call than the CUDA events did (57-97 us, 15-20% of 335-583 us), just over what the side-work check
+allows, and rejected them. This times the same sort three ways (eager,
 compiled, compiled with CUDA graphs) exactly as the worker times a call (`timing.Timer.timed_call`: the
 flush, the spin, events on the current stream, a device-wide synchronisation, the host clock from when
 the GPU reached the call), prints host minus event per call, then records a few calls of each under
