@@ -176,6 +176,30 @@ def test_a_reference_that_fails_on_this_device_is_a_one_line_error_not_a_judge_f
         f"kscience: error: {folder}/reference.py: ref_kernel failed on cpu: RuntimeError: Invalid scaling configuration"]
 
 
+FP4_TASK = """import torch
+def generate_input(n, seed):
+    bits = torch.randint(0, 255, (128, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+    scales = torch.ones(128, 4).to(torch.float8_e4m3fn)
+    return bits.view(torch.float4_e2m1fn_x2), bits.clone().view(torch.float4_e2m1fn_x2), scales, scales.clone()
+def ref_kernel(d):
+    a, b, sa, sb = d
+    return torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
+"""
+
+
+def test_a_task_whose_inputs_need_a_newer_gpu_says_so(tmp_path):
+    """GPU MODE's nvfp4 references call torch._scaled_mm on fp4 inputs, which only Blackwell computes:
+    the refusal names the type and the compute capability, not only what torch said."""
+    folder = _task(tmp_path / "nvfp4", FP4_TASK)
+    (tmp_path / "k.py").write_text("def custom_kernel(data):\n    return None\n")
+    done = kscience("eval", str(folder), str(tmp_path / "k.py"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(
+        "kscience: error: nvfp4: cannot be evaluated here: its inputs are float4_e2m1fn_x2, which torch computes "
+        "only on NVIDIA GPUs of compute capability 10.0 or newer; this device is the cpu (its reference failed: "
+        "ValueError: Invalid scaling configuration."), done.stderr
+
+
 def kscience(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kscience", *args], capture_output=True, text=True, timeout=600)
 

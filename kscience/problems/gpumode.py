@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from kscience.problems import members, outputs
+from kscience.problems import capability, members, outputs
 from kscience.problems.device_map import mapped_device, proxy_torch
 from kscience.problems.files import import_file
 from kscience.problems.spec import Problem, ProblemError, Shape, shape_label
@@ -268,6 +268,10 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
             with mapped_device(device), torch.no_grad():
                 return members.map_tensors(reference.ref_kernel(data), torch.Tensor.detach)
         except Exception as exc:
+            why = capability.lacking(data, device)
+            if why:
+                raise ProblemError(f"{folder.name}: cannot be evaluated here: {why} "
+                                   f"(its reference failed: {_first_line(exc)})") from None
             raise ProblemError(f"{reference_file}: ref_kernel failed on {device}: {_first_line(exc)}") from None
 
     def ref_kernel(data):
