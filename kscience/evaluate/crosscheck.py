@@ -164,7 +164,7 @@ def null_excess_us(calls, idle_gap_us: float) -> float:
     """What the worker's null calls, which run nothing of the candidate's, showed outside their
     (empty) timed stream, beyond the idle gap, believed up to IDLE_GAP_CAP_US. Beside other
     processes on a loaded host every synchronised region shows tens of microseconds more than the
-    idle gap measured before the import (two H200s, twelve judges and two neighbours, 2026-11-26:
+    idle gap measured before the import (two H200s, twelve judges and a neighbour on both, 2026-11-26:
     50-63 us for timed calls of 5 us kernels, rejected as side work). A candidate can raise it (a
     thread of its own keeping the GPU busy), so it is allowed only where another process holds the
     GPU (contexts.py), and only up to the cap."""

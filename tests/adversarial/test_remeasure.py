@@ -310,7 +310,7 @@ def test_a_null_spread_is_allowed_only_beside_another_process():
 
 
 def _loaded_host_round(others: int | None, side_us: float = 0.0, null_extra_us: float = 0.0):
-    """A round of a 5 us kernel as two H200s with twelve judges and two neighbours showed it
+    """A round of a 5 us kernel as two H200s with twelve judges and a neighbour on both showed it
     (2026-11-26): every synchronised region, null ones included, came back about 55 us after its
     events beyond the 15 us idle gap. `side_us`: work the call leaves outside its stream;
     `null_extra_us`: what a candidate's own thread adds to the null calls."""
