@@ -60,14 +60,14 @@ def device_name() -> str:
     return detect().name
 
 
-def _judge_all(store: Store, jobs: list[tuple[dict, dict]], device: str, executor, on_result) -> None:
+def _judge_all(store: Store, jobs: list[tuple[dict, dict, list | None]], device: str, executor, on_result) -> None:
     """Submit every kernel at once (the executor queues them on its slots); store each verdict as it comes."""
     from concurrent.futures import as_completed
 
 
     futures = {executor.submit(EvalRequest(problem=run["problem"], source=cand["source"],
-                                           overrides=run["overrides"], shapes="all",
-                                           candidate_id=cand["id"])): (run, cand) for run, cand in jobs}
+                                           overrides=run["overrides"], shapes="all", candidate_id=cand["id"],
+                                           tolerance=tolerance)): (run, cand) for run, cand, tolerance in jobs}
     for future in as_completed(futures):
         run, cand = futures[future]
         result = future.result().to_dict()
@@ -85,7 +85,7 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
     for run_id in run_ids(store, target):
         run = store.run(run_id)
         try:
-            load_problem(run["problem"], run["overrides"])  # a problem missing here is said once, per run
+            problem = load_problem(run["problem"], run["overrides"])  # a problem missing here is said once, per run
         except ProblemError as exc:
             unloadable[run_id] = str(exc)
             continue
@@ -94,7 +94,7 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
             if cand["id"] in done:
                 kept += 1
             else:
-                jobs.append((run, cand))
+                jobs.append((run, cand, problem.tolerance_for(cand["kind"])))
     if jobs:
         own = executor is None
         if own:

@@ -43,6 +43,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
     `keep_spare` starts the next evaluation's worker now (see `sandbox.start_worker`)."""
     problem = problem or load_problem(request.problem, request.overrides)
+    if request.tolerance is not None:
+        problem = _with_tolerance(problem, request.tolerance)
     t_start = time.monotonic()
     weak, allowed = weak_points(), request.allow_weak_confinement or weak_confinement_allowed()
     device_ctx = torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext()
@@ -86,6 +88,17 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.wall_s = time.monotonic() - t_start
             result.phases_s = {k: round(v, 3) for k, v in session.phases_s.items()}
     return result
+
+
+def _with_tolerance(problem: Problem, tolerance) -> Problem:
+    """The problem checked at the request's (rtol, atol) instead of its own (a vendor baseline's)."""
+    try:
+        rtol, atol = (float(x) for x in tolerance)
+    except (TypeError, ValueError):
+        raise ProblemError(f"a tolerance is two numbers (rtol, atol), not {tolerance!r}") from None
+    if not all(math.isfinite(x) and x >= 0 for x in (rtol, atol)):
+        raise ProblemError(f"a tolerance is two finite numbers >= 0, not {tolerance!r}")
+    return dataclasses.replace(problem, rtol=rtol, atol=atol)
 
 
 def _shown(x) -> float | None:

@@ -86,5 +86,8 @@ class EvalRequest:
     shapes: str = "all"  # "tests", "benchmarks" or "all"
     timeout_s: float | None = None  # overall cap; phase limits scale from it
     candidate_id: str | None = None  # for bookkeeping by callers only
+    # [rtol, atol] to check with instead of the problem's: a run sets it only for the problem's
+    # vendor-library baseline (Problem.vendor_tolerance), never for a kernel
+    tolerance: list | None = None
     allow_weak_confinement: bool = False  # run even where Landlock or namespaces are missing (the
                                           # verdict then lists them); also KSCIENCE_ALLOW_WEAK_CONFINEMENT=1

@@ -49,6 +49,7 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
         eager_kernel=getattr(mod, "eager_kernel", None),
         vendor_kernel=getattr(mod, "vendor_kernel", None),
         vendor_label=getattr(mod, "VENDOR", ""),
+        vendor_tolerance=getattr(mod, "VENDOR_TOLERANCE", None),
     )
 
 

@@ -52,6 +52,9 @@ class Problem:
     # as a baseline with whatever copies it needs; it raises with the reason where it cannot run.
     vendor_kernel: Callable[[Any], Any] | None = None
     vendor_label: str = ""  # e.g. "cuBLAS block-scaled fp8 (torch._scaled_mm, K-major copies)"
+    # (rtol, atol) the vendor path is judged with where the library computes less exactly than the
+    # problem asks of kernels; it is said wherever the vendor's time is shown
+    vendor_tolerance: tuple[float, float] | None = None
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
     # (data, output) -> None when right, else a one-line reason: the judge calls it, in the trusted
     # process, instead of comparing with ref_kernel's output (answers that are right but not unique,
@@ -60,6 +63,11 @@ class Problem:
     # How the list of inputs is handed to the candidate and the reference: a tuple, except for
     # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
     call_data: Callable[[list], Any] = tuple
+
+    def tolerance_for(self, kind: str) -> list[float] | None:
+        """[rtol, atol] a candidate of this kind is judged with where it is not the problem's own:
+        the vendor-library baseline's, where the problem declares one; None otherwise."""
+        return list(self.vendor_tolerance) if kind == "vendor" and self.vendor_tolerance else None
 
     def shapes(self, which: str, interpreted: bool) -> list[Shape]:
         """Shapes for "tests", "benchmarks" or "all", the small CPU lists under the interpreter."""

@@ -52,6 +52,15 @@ def vendor_source(problem: Problem) -> str | None:
     return head + "def custom_kernel(data):\n    return _PROBLEM.vendor_kernel(data)\n"
 
 
+def vendor_title(problem: Problem) -> str:
+    """The vendor path's label, with the tolerance it is judged at where that is not the kernels'."""
+    if not problem.vendor_tolerance:
+        return problem.vendor_label
+    rtol, atol = problem.vendor_tolerance
+    return (f"{problem.vendor_label}; judged at rtol {rtol:g}, atol {atol:g} "
+            f"(kernels: rtol {problem.rtol:g}, atol {problem.atol:g})")
+
+
 def compiled_source(problem: Problem) -> str:
     """The eager baseline under torch.compile (max-autotune) as a candidate: the baseline a kernel
     must beat to be worth writing by hand."""

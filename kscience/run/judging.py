@@ -97,7 +97,8 @@ class Judging:
             ctx.check_stop()
             ctx.stage("evaluate", cand["iteration"], cand["id"], line)
             request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
-                                    overrides=dict(ctx.problem.overrides), shapes="all", candidate_id=cand["id"])
+                                    overrides=dict(ctx.problem.overrides), shapes="all", candidate_id=cand["id"],
+                                    tolerance=ctx.problem.tolerance_for(cand["kind"]))
             future = self.executor.submit(request)
             try:
                 return (await self._outcome(cand, future, line)).to_dict()

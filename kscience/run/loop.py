@@ -19,7 +19,7 @@ import asyncio
 import threading
 
 from kscience.run import profiling
-from kscience.run.baselines import compiled_baseline_wanted, vendor_source
+from kscience.run.baselines import compiled_baseline_wanted, vendor_source, vendor_title
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
@@ -227,7 +227,7 @@ class Controller:
                            f"and {self.repairs} repair attempt(s) did not fix it")
         await self._baseline(candidates, "reference", self.reference_source, "PyTorch eager")
         if self.vendor_source:  # where the library cannot run, it is stored with the reason
-            await self._baseline(candidates, "vendor", self.vendor_source, self.problem.vendor_label)
+            await self._baseline(candidates, "vendor", self.vendor_source, vendor_title(self.problem))
         if compiled_baseline_wanted(self.compiled_baseline, final):
             await self._baseline(candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager")
 
@@ -287,7 +287,7 @@ class Controller:
         kinds = {c["kind"]: c for c in cands}
         baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
                      (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
-                      ("vendor", f"vendor library: {self.problem.vendor_label}")) if kind != "vendor" or kind in kinds]
+                      ("vendor", f"vendor library: {vendor_title(self.problem)}")) if kind != "vendor" or kind in kinds]
         best = best_candidate(cands)
         self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed),
                                                   leaders=compose.leaders_text(cands, best and best["id"])))
