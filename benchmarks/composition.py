@@ -11,7 +11,9 @@ problem to benchmarks/results/composition-<device>-<date>.{json,md}; rows of ear
 same day and device are kept (one row per problem, iterations and --profile), so the problems can be
 split over several commands.
 
-    python benchmarks/composition.py [--iterations 10] [--problems softmax,matmul] [--profile none]
+    python benchmarks/composition.py [--iterations 10] [--problems softmax,matmul] [--profile none] [--budget S]
+    (--budget: seconds for all the problems; each run gets an even share of what is left as its
+    --time-limit and stops there with what it has, so a device command's limit never loses them all)
     python benchmarks/composition.py --quick      # CPU check of the machinery: softmax, 1 iteration
 """
 
@@ -119,6 +121,7 @@ def main() -> int:
     ap.add_argument("--db", default="composition.db")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--quick", action="store_true", help="CPU check: softmax, 1 iteration")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for all the runs together")
     args = ap.parse_args()
     if args.quick:
         args.problems, args.iterations = "softmax", 1
@@ -130,11 +133,14 @@ def main() -> int:
     title = (f"Per-shape composition and the baselines a user would pick: offline scientist, "
              f"{args.iterations} iterations ({3 * args.iterations} evaluations), {device.name}, {stamp}")
     old = json.loads(stem.with_suffix(".json").read_text()).get("rows", []) if stem.with_suffix(".json").exists() else []
-    rows = []
-    for problem in args.problems.split(","):
+    rows, problems, begun = [], args.problems.split(","), time.perf_counter()
+    for i, problem in enumerate(problems):
         name = f"compose-{problem}-{args.iterations}it-{int(time.time())}"
         cmd = [sys.executable, "-m", "kscience.cli.main", "run", problem, "--llm", "offline", "--iterations",
                str(args.iterations), "--db", args.db, "--name", name, "--profile", args.profile]
+        if args.budget is not None:
+            left = args.budget - (time.perf_counter() - begun)
+            cmd += ["--time-limit", str(max(int(left / (len(problems) - i)), 1))]
         started = time.perf_counter()
         code = subprocess.run(cmd).returncode
         wall = time.perf_counter() - started

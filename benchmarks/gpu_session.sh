@@ -25,7 +25,8 @@
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
 # Issue 25 (keep every win): composition and the baselines a user would pick, then the default profiler:
 #   bash benchmarks/gpu_session.sh OUTDIR compose-gemm compose-rows profile-default
-#     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations)
+#     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations),
+#                      the runs sharing COMPOSE_S less 45 s (each stops with what it has)
 #     compose-rows     composition.py on softmax, rmsnorm and swiglu
 #     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
 # Issue 22 (no false rejection under load) in two calls on two GPUs (nvidia-h200-x2 where status lists
@@ -139,7 +140,7 @@ for step in $steps; do
         profile-default) problems=softmax; flags="--iterations 1 --profile auto" ;;
       esac
       timeout "${COMPOSE_S:-570}" python3 benchmarks/composition.py --problems "$problems" $flags \
-        --db "$out/composition.db" --out "$out" 2>&1 | tee -a "$out/composition.log"
+        --budget "$(( ${COMPOSE_S:-570} - 45 ))" --db "$out/composition.db" --out "$out" 2>&1 | tee -a "$out/composition.log"
       python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
         "$out/composition.db" ;;
     *) echo "unknown step $step (tests, probe, falserej, gpumode, graphprobe, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
