@@ -83,7 +83,8 @@ for step in $steps; do
                --out "$out" 2>&1 | tee "$out/gpumode-sweep.log" ;;
     graphprobe) timeout "${GRAPHPROBE_S:-240}" python3 benchmarks/graph_probe.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
                   --out "$out" 2>&1 | tee "$out/graph-probe.log" ;;
-    evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" --out "$out" \
+    evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" \
+                 ${PROBLEMS:+--problems "$PROBLEMS"} --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;
     runs) timeout "${RUNS_S:-540}" python3 benchmarks/offline_runs.py --iterations "${ITERATIONS:-2}" \
             --db "$out/offline-runs.db" --out "$out" 2>&1 | tee "$out/offline-runs.log"
