@@ -108,7 +108,12 @@ def main() -> int:
     print(f"\n{device.name}  {report['date']}  {args.task} size {args.size}, {args.calls} timed calls per way")
     print(f"{'way':30s}{'event us':>10s}{'host-event us (median)':>24s}{'p90':>8s}{'share':>8s}")
     for way, fn in ways.items():
-        figures = timed_calls(fn, reference.generate_input, args.size, args.calls, flush)
+        try:
+            figures = timed_calls(fn, reference.generate_input, args.size, args.calls, flush)
+        except Exception as exc:  # one way failing (a compile error) leaves the others to measure
+            report["ways"][way] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            print(f"{way:30s}failed: {report['ways'][way]['error']}")
+            continue
         event = statistics.median(e for e, _ in figures)
         gaps = sorted(h - e for e, h in figures)
         gap, p90 = statistics.median(gaps), gaps[int(0.9 * (len(gaps) - 1))]
@@ -117,6 +122,8 @@ def main() -> int:
         report["ways"][way] = {"event_us": event, "outside_median_us": gap, "outside_p90_us": p90, **seen}
         print(f"{way:30s}{event:10.1f}{gap:24.1f}{p90:8.1f}{gap / event:8.2f}")
     for way, r in report["ways"].items():
+        if "error" in r:
+            continue
         print(f"\n{way}: GPU streams {r['streams']}; runtime calls that may wait: "
               f"{r['runtime_calls_that_may_wait'] or 'none'}")
         for a in r["gpu_activities"]:
