@@ -79,9 +79,10 @@ def ref_kernel(data):
 VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales, K-major copies timed)"
 # cuBLAS accumulates blockwise fp8 with Hopper's reduced precision too: on an H100 (2026-11-24) about
 # 300 of 98,304 elements of a test shape missed atol 1e-3 where outputs cancel to near zero (0.621
-# for 0.637). Its time is worth showing as what a user gets, so it is judged at this looser atol,
-# near the 0.08 measured for that accumulation, against outputs of tens in magnitude.
-VENDOR_TOLERANCE = (RTOL, 0.1)
+# for 0.637). Its time is worth showing as what a user gets, so it is judged at a looser atol: one
+# bf16 step at the outputs' typical size (|c| has a median of 20-55 at k >= 1536, where bf16 steps
+# by 0.125-0.25), above the 0.08 Triton's default fp8 accumulation was measured off by (above).
+VENDOR_TOLERANCE = (RTOL, 0.25)
 _VENDOR_PADDED = []  # [bool]: whether this torch wants the 128x128 scale rows padded to 4 (found on the first call)
 
 
