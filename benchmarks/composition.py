@@ -12,8 +12,9 @@ same day and device are kept (one row per problem, iterations and --profile), so
 split over several commands.
 
     python benchmarks/composition.py [--iterations 10] [--problems softmax,matmul] [--profile none] [--budget S]
-    (--budget: seconds for all the problems; each run gets an even share of what is left as its
-    --time-limit and stops there with what it has, so a device command's limit never loses them all)
+    (--budget: seconds for all the problems; each run gets a share of what is left as its --time-limit,
+    by its number of shapes (an evaluation times them all), and stops there with what it has, so a
+    device command's limit never loses them all)
     python benchmarks/composition.py --quick      # CPU check of the machinery: softmax, 1 iteration
 """
 
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 from kscience.device import detect
-from kscience.problems import builtin_names, geomean
+from kscience.problems import builtin_names, geomean, load_problem
 from kscience.scientist import compose
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
@@ -134,13 +135,14 @@ def main() -> int:
              f"{args.iterations} iterations ({3 * args.iterations} evaluations), {device.name}, {stamp}")
     old = json.loads(stem.with_suffix(".json").read_text()).get("rows", []) if stem.with_suffix(".json").exists() else []
     rows, problems, begun = [], args.problems.split(","), time.perf_counter()
+    weights = [len(p.tests) + len(p.benchmarks) for p in map(load_problem, problems)]
     for i, problem in enumerate(problems):
         name = f"compose-{problem}-{args.iterations}it-{int(time.time())}"
         cmd = [sys.executable, "-m", "kscience.cli.main", "run", problem, "--llm", "offline", "--iterations",
                str(args.iterations), "--db", args.db, "--name", name, "--profile", args.profile]
         if args.budget is not None:
             left = args.budget - (time.perf_counter() - begun)
-            cmd += ["--time-limit", str(max(int(left / (len(problems) - i)), 1))]
+            cmd += ["--time-limit", str(max(int(left * weights[i] / sum(weights[i:])), 1))]
         started = time.perf_counter()
         code = subprocess.run(cmd).returncode
         wall = time.perf_counter() - started
