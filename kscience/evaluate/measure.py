@@ -122,15 +122,19 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     problem = None
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
-        idle_gap = session.worker_info.get("idle_gap_us", 0.0)
-        shared_excess = crosscheck.null_excess_us(rnd.calls, idle_gap) if rnd.others else 0.0
-        problem = problem or crosscheck.side_work_problem(events, hosts, idle_gap, shared_excess)
+        problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0),
+                                                          _shared_excess_us(session, rnd))
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, rnd.spread_us,
                                                         shared=bool(rnd.others))
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
         problem = f"{_UNSURE}: {unsure}" if unsure else None
     return problem
+
+
+def _shared_excess_us(session, rnd: Round) -> float:
+    """What the side-work check allows on top beside other processes (crosscheck.null_excess_us); 0 elsewhere."""
+    return crosscheck.null_excess_us(rnd.calls, session.worker_info.get("idle_gap_us", 0.0)) if rnd.others else 0.0
 
 
 def _record(session, res, rounds: list[Round], chosen: Round | None, empty_cap: float) -> None:
@@ -148,10 +152,9 @@ def _record(session, res, rounds: list[Round], chosen: Round | None, empty_cap: 
         timed = [c for c in chosen.calls if c.kind == "timed"]
         figures = [c.event_us for c in timed]
         judged, _ = crosscheck.judge_estimate(chosen.calls)
-        idle_gap = session.worker_info.get("idle_gap_us", 0.0)
-        res.outside_us = crosscheck.outside_us(figures, [c.host_us for c in timed], idle_gap)
-        if chosen.others:  # as the side-work check weighed it (_doubt)
-            res.outside_us -= crosscheck.null_excess_us(chosen.calls, idle_gap)
+        res.outside_us = (crosscheck.outside_us(figures, [c.host_us for c in timed],
+                                                session.worker_info.get("idle_gap_us", 0.0))
+                          - _shared_excess_us(session, chosen))  # as the side-work check weighed it
     res.time_us = statistics.median(figures)
     res.mean_us = statistics.fmean(figures)
     res.std_us = statistics.pstdev(figures)
