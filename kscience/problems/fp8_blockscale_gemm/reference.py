@@ -83,7 +83,7 @@ VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales
 # bf16 step at the outputs' typical size (|c| has a median of 20-55 at k >= 1536, where bf16 steps
 # by 0.125-0.25), above the 0.08 Triton's default fp8 accumulation was measured off by (above).
 VENDOR_TOLERANCE = (RTOL, 0.25)
-_VENDOR_PADDED = []  # [bool]: whether this torch wants the 128x128 scale rows padded to 4 (found on the first call)
+_VENDOR_SCALE_VIEW = []  # [bool]: whether this torch takes the padded 128x128 scales whole (found on the first call)
 
 
 def vendor_kernel(data):
@@ -96,22 +96,23 @@ def vendor_kernel(data):
                            f"{a.device.type}{' (ROCm)' if torch.version.hip else ''}, torch {torch.__version__}")
     a_k = a.contiguous()  # [m, k] row-major
     b_k = b.contiguous().t()  # [k, n] column-major
+    # cuBLAS reads 128x128 scales K-major with the K-block count rounded up to 4 (its "L4"), whatever
+    # strides torch is shown: unpadded scales with k/128 = 2 were accepted on an H200 (2026-11-26) and
+    # 94% of the product came out wrong. So the rows are always padded; torch versions differ only in
+    # whether they take the padded [L4, n/128] tensor whole or its first k/128 rows.
     scale_n, scale_k = b_scale.shape
-    for padded in (_VENDOR_PADDED or [False, True]):
-        if padded:  # rows of the 128x128 scales padded to a multiple of 4 floats (newer torch)
-            room = torch.zeros(scale_n, -(-scale_k // 4) * 4, dtype=b_scale.dtype, device=b_scale.device)
-            room[:, :scale_k] = b_scale
-            sb = room[:, :scale_k].t()
-        else:
-            sb = b_scale.contiguous().t()  # [scale_k, scale_n], strides (1, scale_k)
+    room = torch.zeros(scale_n, -(-scale_k // 4) * 4, dtype=b_scale.dtype, device=b_scale.device)
+    room[:, :scale_k] = b_scale
+    for whole in (_VENDOR_SCALE_VIEW or [True, False]):
+        sb = room.t() if whole else room[:, :scale_k].t()  # strides (1, L4) either way
         try:
             out = torch._scaled_mm(a_k, b_k, scale_a=a_scale, scale_b=sb, out_dtype=torch.bfloat16)
         except RuntimeError:
-            if padded or _VENDOR_PADDED:
+            if not whole or _VENDOR_SCALE_VIEW:
                 raise
             continue
-        if not _VENDOR_PADDED:
-            _VENDOR_PADDED.append(padded)
+        if not _VENDOR_SCALE_VIEW:
+            _VENDOR_SCALE_VIEW.append(whole)
         c.copy_(out)
         return c
     raise RuntimeError("torch._scaled_mm accepted no layout of the 128x128 scales")
