@@ -263,7 +263,9 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         by[r["label"]][r["status"]] += 1
     not_ok = [r for r in done if r["status"] != "ok"]
     walls = {label: [sum(r["wall_s"] for r in done if r["label"] == label), sum(c.values())] for label, c in by.items()}
-    parts = [{"achieved": len(done), "wall_s": round(wall, 1), "stopped_by_time_limit": stopped_early}]
+    setting = {"device": device.name, "gpus": len(gpus) if gpus != [None] else 0, "judging_processes": n_judges,
+               "busy_neighbour": neighbour}  # per part: the parts of one sum may run on different machines
+    parts = [{**setting, "achieved": len(done), "wall_s": round(wall, 1), "stopped_by_time_limit": stopped_early}]
     if earlier:  # the earlier part's figures join this one's
         for label, counts in earlier["verdicts"].items():
             by[label].update(counts)
@@ -271,7 +273,8 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
             w = walls.setdefault(label, [0.0, 0])
             w[0] += per * sum(counts.values())
             w[1] += sum(counts.values())
-        parts = earlier.get("parts", [{k: earlier[k] for k in ("achieved", "wall_s", "stopped_by_time_limit")}]) + parts
+        kept = earlier.get("parts", [{k: earlier[k] for k in ("achieved", "wall_s", "stopped_by_time_limit")}])
+        parts = [{**{k: earlier[k] for k in setting}, **part} for part in kept] + parts
         done_extra, asked = earlier["achieved"], args.count + earlier["asked"]
         wall += earlier["wall_s"]
     else:
@@ -309,8 +312,8 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
     out = Path(args.out) / f"false-rejections-{name}-{stamp}{'-quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "device": device.name, "date": stamp, "torch": torch.__version__, "gpus": len(gpus) if gpus != [None] else 0, "judging_processes": n_judges,
-        "busy_neighbour": neighbour, "asked": asked, "achieved": len(done) + done_extra, "partial": partial,
+        "device": " + ".join(dict.fromkeys(part["device"] for part in parts)), "date": stamp, "torch": torch.__version__,
+        **{k: v for k, v in setting.items() if k != "device"}, "asked": asked, "achieved": len(done) + done_extra, "partial": partial,
         "time_limit_s": args.time_limit, "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
         "parts": parts, "verdicts": {label: dict(c) for label, c in by.items()}, "not_ok": not_ok,
         "remeasured_then_ok": believed, "margins_this_part": margins,

@@ -36,6 +36,32 @@ def test_blockwise_fp8_on_the_cpu_fails_with_the_reason():
         problem.vendor_kernel(data)
 
 
+def _scaled_mm_as_cublas_reads(a, b, scale_a, scale_b, out_dtype):
+    """torch 2.11 checks the 128x128 scales unpadded, but cuBLAS reads each of their n/128 rows as
+    round_up(k/128, 4) floats from where the tensor starts; this stand-in reads them so (on an H100
+    and an H200 that misreading made 94-97% of the product wrong where k/128 = 2 or 18)."""
+    scale_k, scale_n = scale_b.shape
+    assert scale_b.stride() == (1, scale_k), "torch 2.11 refuses any other layout"
+    row = -(-scale_k // 4) * 4
+    flat = scale_b.as_strided((scale_b.untyped_storage().nbytes() // 4,), (1,), 0)
+    read = flat[torch.arange(scale_n)[:, None] * row + torch.arange(scale_k)]  # [n/128, k/128] as read
+    a_deq = a.float() * scale_a.repeat_interleave(128, dim=1)  # [m, k]
+    b_deq = b.t().float() * read.repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:b.shape[1]]
+    return (a_deq @ b_deq.t()).to(out_dtype)
+
+
+@pytest.mark.parametrize("k", [256, 384, 512])  # k/128 = 2 and 3 need padding, 4 does not
+def test_the_fp8_vendor_path_lays_the_scales_out_as_cublas_reads_them(monkeypatch, k):
+    problem = load_problem("fp8_blockscale_gemm")
+    a, b, a_scale, b_scale, c = problem.generate_input(3, "cpu", m=32, n=192, k=k)
+    monkeypatch.setattr(torch, "_scaled_mm", _scaled_mm_as_cublas_reads)
+    from kscience.problems.fp8_blockscale_gemm.reference import cublas_blockwise
+
+    got = cublas_blockwise(a, b, a_scale, b_scale).float()
+    expected = problem.ref_kernel((a, b, a_scale, b_scale, c)).float()
+    assert torch.allclose(got, expected, rtol=2e-2, atol=1e-3)
+
+
 class VendorExecutor(FakeExecutor):
     """Judges the vendor path as the CPU does for fp8: a runtime error with its reason."""
 

@@ -83,7 +83,6 @@ VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales
 # bf16 step at the outputs' typical size (|c| has a median of 20-55 at k >= 1536, where bf16 steps
 # by 0.125-0.25), above the 0.08 Triton's default fp8 accumulation was measured off by (above).
 VENDOR_TOLERANCE = (RTOL, 0.25)
-_VENDOR_SCALE_VIEW = []  # [bool]: whether this torch takes the padded 128x128 scales whole (found on the first call)
 
 
 def vendor_kernel(data):
@@ -94,28 +93,33 @@ def vendor_kernel(data):
     if a.device.type != "cuda" or torch.version.hip is not None:
         raise RuntimeError(f"torch._scaled_mm blockwise fp8 needs an NVIDIA GPU (sm90+, CUDA 12.9+); here: "
                            f"{a.device.type}{' (ROCm)' if torch.version.hip else ''}, torch {torch.__version__}")
-    a_k = a.contiguous()  # [m, k] row-major
-    b_k = b.contiguous().t()  # [k, n] column-major
-    # cuBLAS reads 128x128 scales K-major with the K-block count rounded up to 4 (its "L4"), whatever
-    # strides torch is shown: unpadded scales with k/128 = 2 were accepted on an H200 (2026-11-26) and
-    # 94% of the product came out wrong. So the rows are always padded; torch versions differ only in
-    # whether they take the padded [L4, n/128] tensor whole or its first k/128 rows.
+    c.copy_(cublas_blockwise(a, b, a_scale, b_scale))
+    return c
+
+
+def cublas_blockwise(a, b, a_scale, b_scale):
+    """The bf16 product through `torch._scaled_mm`, with K zero-padded where cuBLAS needs it.
+
+    cuBLAS reads 128x128 scales with rows of k/128 rounded up to 4 floats, while torch 2.11 accepts
+    them only unpadded: where k/128 is not a multiple of 4 (k = 256 and 2304 here), 94-97% of the
+    product came out wrong on an H100 and an H200 (2026-11-26), and a padded layout was refused.
+    Zero-padding K to a multiple of 512 makes the two agree; the padding is timed with the copies."""
+    (m, k), n = a.shape, b.shape[0]
     scale_n, scale_k = b_scale.shape
-    room = torch.zeros(scale_n, -(-scale_k // 4) * 4, dtype=b_scale.dtype, device=b_scale.device)
-    room[:, :scale_k] = b_scale
-    for whole in (_VENDOR_SCALE_VIEW or [True, False]):
-        sb = room.t() if whole else room[:, :scale_k].t()  # strides (1, L4) either way
-        try:
-            out = torch._scaled_mm(a_k, b_k, scale_a=a_scale, scale_b=sb, out_dtype=torch.bfloat16)
-        except RuntimeError:
-            if not whole or _VENDOR_SCALE_VIEW:
-                raise
-            continue
-        if not _VENDOR_SCALE_VIEW:
-            _VENDOR_SCALE_VIEW.append(whole)
-        c.copy_(out)
-        return c
-    raise RuntimeError("torch._scaled_mm accepted no layout of the 128x128 scales")
+    padded_k = -(-scale_k // 4) * 4 * SCALE_BLOCK
+    if padded_k == k:
+        a_k, b_k, sa, sb = a.contiguous(), b.contiguous(), a_scale, b_scale.contiguous()
+    else:
+        def zeros(rows):  # fp8 zero is the zero byte
+            return torch.zeros(rows, padded_k, dtype=torch.uint8, device=a.device).view(a.dtype)
+
+        a_k, b_k = zeros(m), zeros(n)
+        a_k[:, :k], b_k[:, :k] = a, b
+        sa = torch.zeros(padded_k // SCALE_BLOCK, m, device=a.device).t()  # [m, L4], outer-dim-major
+        sb = torch.zeros(scale_n, padded_k // SCALE_BLOCK, device=a.device)  # [n/128, L4]
+        sa[:, :scale_k], sb[:, :scale_k] = a_scale, b_scale
+    # a_k [m, k'] row-major, b_k.t() [k', n] column-major, sb.t() [k'/128, n/128] with strides (1, k'/128)
+    return torch._scaled_mm(a_k, b_k.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
 
 
 def flops(m: int, n: int, k: int) -> float:
