@@ -119,7 +119,8 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0,
                            # the worker's own figure, sent after the import: shown, never weighed
-                           "gpu_setup_s": _shown(ready.get("gpu_setup_s"))}
+                           "gpu_setup_s": _shown(ready.get("gpu_setup_s")),
+                           "waiting": str(ready.get("waiting", "unknown"))[:20]}
     result.confinement["landlock"] = session.worker_info["sandbox"]
     if not math.isfinite(session.worker_info["idle_gap_us"]):
         raise Verdict(R.REJECTED, "malformed ready message")

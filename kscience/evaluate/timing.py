@@ -26,12 +26,10 @@ import time
 
 import torch
 
-from kscience.evaluate.harness import COVER_CYCLES, Fault, Harness, gpu_spin, reached
+from kscience.evaluate.harness import Fault, Harness, covered_region
 from kscience.evaluate.wire import wire_dtype
 
 _perf_counter = time.perf_counter
-_Event = torch.cuda.Event
-_synchronize = torch.cuda.synchronize
 _copy, _clone = torch.Tensor.copy_, torch.Tensor.clone  # through the class (see harness.py)
 _data_ptr, _stride = torch.Tensor.data_ptr, torch.Tensor.stride
 KINDS = ("timed", "null")
@@ -99,39 +97,14 @@ class Timer:
         self.last, self.kept, self.h.held = None, None, []
 
     def timed_call(self, run: bool) -> tuple[float, float, torch.Tensor | None]:
-        """(event us, host us, output) of one call, or of an empty region when not `run`.
-
-        The cache flush, then a short spin, are queued just before the start event (the flush as
-        `triton.testing.do_bench` does), so the GPU is busy while the host launches the candidate
-        and launch latency stays out of the event time. The host clock starts when the GPU reaches
-        the flush (`harness.reached`: not while other processes' time slices hold the GPU), and the
-        flush and spin, measured by their own events, are taken out of the host time, which
-        otherwise spans them, the call and a device-wide synchronisation.
-        """
-        h, out = self.h, None
+        """(event us, host us, output) of one call, or of an empty region when not `run`; on the
+        GPU inside the cover every region has (`harness.covered_region`)."""
+        h = self.h
         if h.on_gpu:
-            before, start, end = (_Event(enable_timing=True) for _ in range(3))
-            h0 = _perf_counter()
-            before.record()
-            h.flush.zero_()
-            if gpu_spin is not None:
-                gpu_spin(COVER_CYCLES)
-            h0 = reached(before, h0)
-            start.record()
-            if run:
-                out = h.invoke(self.work, self.cap, pack=False)  # several outputs are packed untimed
-            end.record()
-            _synchronize()  # device-wide: work hidden on side streams lands inside the host time
-            host = (_perf_counter() - h0) * 1e6 - before.elapsed_time(start) * 1e3
-            event = start.elapsed_time(end) * 1e3
-            # Beside other processes the host now and then learns that the GPU reached `before` a
-            # time slice after the event's own timestamp, so its clock starts late (an H100 with four
-            # busy processes, 2026-11-25: of about 5,000 calls, two came out at -2.2 and -2.9 ms and
-            # one below its event time). It cannot have waited less than the GPU ran the call.
-            return event, max(host, event), h.pack_output(out, self.cap)
+            event, host, out = covered_region(h.flush, lambda: h.invoke(self.work, self.cap, pack=False) if run else None)
+            return event, host, h.pack_output(out, self.cap)  # several outputs are packed untimed
         h0 = _perf_counter()
-        if run:
-            out = h.invoke(self.work, self.cap, pack=False)
+        out = h.invoke(self.work, self.cap, pack=False) if run else None
         host = (_perf_counter() - h0) * 1e6
         return host, host, h.pack_output(out, self.cap)
 

@@ -127,9 +127,13 @@ class _SharedGpu:
     host clock that advances 5 us per reading: enough of timing.Timer.timed_call's world to run it
     on the CPU. Times in microseconds."""
 
-    def __init__(self, wait_us: float, kernel_us: float, side_us: float = 0.0, seen_late_us: float = 0.0):
+    def __init__(self, wait_us: float, kernel_us: float, side_us: float = 0.0, seen_late_us: float = 0.0,
+                 cover_late_us: float = 0.0):
         self.clock, self.cursor, self.free_at = 0.0, 0.0, wait_us
         self.kernel_us, self.side_us, self.seen_late_us = kernel_us, side_us, seen_late_us
+        # The host learns the end of a region that began with the flush this much later (an idle
+        # H100, 2026-11-26: 17-25 us around an empty covered region, 3.7 us around two bare events).
+        self.cover_late_us, self.covered = cover_late_us, False
         gpu = self
 
         class Event:
@@ -154,11 +158,17 @@ class _SharedGpu:
     def run(self, us: float) -> None:
         self.cursor = max(self.cursor, self.clock, self.free_at) + us
 
+    def flush(self, us: float) -> None:
+        self.run(us)
+        self.covered = True
+
     def synchronize(self) -> None:  # device-wide: waits for the side stream's work too
-        self.clock = max(self.clock, self.cursor + self.side_us) + 5.0
+        self.clock = max(self.clock, self.cursor + self.side_us) + 5.0 + self.cover_late_us * self.covered
+        self.covered = False
 
 
-def _timed_call_on(gpu: _SharedGpu, monkeypatch) -> tuple[float, float]:
+def _on(gpu: _SharedGpu, monkeypatch):
+    """The worker's GPU-facing names, pointed at the simulated GPU; returns its flush buffer."""
     import types
 
     import kscience.evaluate.harness as harness
@@ -166,10 +176,17 @@ def _timed_call_on(gpu: _SharedGpu, monkeypatch) -> tuple[float, float]:
     for module in (timing, harness):
         monkeypatch.setattr(module, "_perf_counter", gpu.now)
     monkeypatch.setattr(harness, "_query", gpu.Event.query)
-    monkeypatch.setattr(timing, "_Event", gpu.Event)
-    monkeypatch.setattr(timing, "_synchronize", gpu.synchronize)
-    monkeypatch.setattr(timing, "gpu_spin", lambda cycles: gpu.run(150.0))
-    h = types.SimpleNamespace(on_gpu=True, flush=types.SimpleNamespace(zero_=lambda: gpu.run(100.0)),
+    monkeypatch.setattr(harness, "_Event", gpu.Event)
+    monkeypatch.setattr(harness, "_synchronize", gpu.synchronize)
+    monkeypatch.setattr(harness, "gpu_spin", lambda cycles: gpu.run(150.0))
+    return types.SimpleNamespace(zero_=lambda: gpu.flush(100.0))
+
+
+def _timed_call_on(gpu: _SharedGpu, monkeypatch) -> tuple[float, float]:
+    import types
+
+    import kscience.evaluate.timing as timing
+    h = types.SimpleNamespace(on_gpu=True, flush=_on(gpu, monkeypatch),
                               invoke=lambda work, cap, pack: gpu.run(gpu.kernel_us),
                               pack_output=lambda out, cap: out)
     event_us, host_us, _ = timing.Timer.timed_call(types.SimpleNamespace(h=h, work=None, cap=0), True)
@@ -219,6 +236,22 @@ def test_the_host_clock_never_starts_after_the_gpu_reached_the_call(monkeypatch)
     start = harness.reached(ev, submitted=0.0) * 1e6
     assert ev.t - 10.0 <= start <= ev.t
     assert harness.reached(ev, submitted=0.5) == 0.5  # already reached: the submission time stands
+
+
+def test_the_idle_gap_is_measured_around_the_same_cover_as_every_timed_call(monkeypatch):
+    """On an idle H100 (2026-11-26) the host learnt the end of a covered region 13-21 us later than
+    that of two bare events; with the idle gap taken around bare events, honest seeds came to 0.8-1.3
+    of the side-work allowance and the fp8 seed was rejected at 66 us. The idle gap is now an empty
+    region under the same flush and spin, so only what a call adds counts, and side work still shows."""
+    import kscience.evaluate.harness as harness
+    from kscience.evaluate.crosscheck import side_work_problem
+    gap = harness.idle_gap_us(_on(_SharedGpu(0.0, kernel_us=0.0, cover_late_us=60.0), monkeypatch))
+    event_us, host_us = _timed_call_on(_SharedGpu(0.0, kernel_us=100.0, cover_late_us=60.0), monkeypatch)
+    assert host_us - event_us >= 60.0
+    assert side_work_problem([event_us] * 9, [host_us] * 9, idle_gap_us=gap) is None
+    event_us, host_us = _timed_call_on(_SharedGpu(0.0, kernel_us=100.0, side_us=100.0, cover_late_us=60.0),
+                                       monkeypatch)
+    assert side_work_problem([event_us] * 9, [host_us] * 9, idle_gap_us=gap)
 
 
 def test_the_judges_estimate_allows_for_the_spread_of_its_own_null_brackets():
