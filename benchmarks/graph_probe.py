@@ -31,7 +31,7 @@ import torch
 
 from kscience.device import detect
 from kscience.evaluate import timing
-from kscience.evaluate.harness import _spin_while_waiting, flush_bytes
+from kscience.evaluate.harness import _spin_while_waiting, flush_bytes, idle_gap_us
 
 WARMUP = 5  # CUDA graph trees warm up, record, then replay: every timed call here is a replay
 PROFILED = 5  # calls of each way under the profiler
@@ -106,8 +106,10 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"device": device.name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "task": args.task, "size": args.size, "ways": {}}
-    print(f"\n{device.name}  {report['date']}  {args.task} size {args.size}, {args.calls} timed calls per way")
+              "task": args.task, "size": args.size, "ways": {},
+              "idle_gap_us": idle_gap_us(flush)}  # what an empty covered region shows: the judge's baseline
+    print(f"\n{device.name}  {report['date']}  {args.task} size {args.size}, {args.calls} timed calls per way; "
+          f"an empty covered region shows {report['idle_gap_us']:.1f} us host-event (the side-work check's baseline)")
     print(f"{'way':30s}{'event us':>10s}{'host-event us (median)':>24s}{'p90':>8s}{'share':>8s}")
     for way, fn in ways.items():
         try:
