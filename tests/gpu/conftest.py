@@ -19,11 +19,15 @@ def honest(x):
 
 @pytest.fixture
 def judge():
-    """judge(*source_parts, problem="softmax", shapes="all", **request fields) -> EvalResult."""
+    """judge(*source_parts, problem="softmax", shapes="all", **request fields) -> EvalResult.
+
+    Every evaluation here starts the next one's worker, as a search does (`keep_spare`): without
+    spares each waited 4-6 s for a fresh worker to import torch on an H100 host (2026-11-26), and
+    the suite came near the nine minutes one device command may run."""
 
     def run(*parts: str, problem: str = "softmax", shapes: str = "all", **fields) -> EvalResult:
         source = "\n".join(textwrap.dedent(p) for p in (HONEST,) + parts)
-        return evaluate(EvalRequest(problem=problem, source=source, shapes=shapes, **fields), gpu=0)
+        return evaluate(EvalRequest(problem=problem, source=source, shapes=shapes, **fields), gpu=0, keep_spare=True)
 
     return run
 

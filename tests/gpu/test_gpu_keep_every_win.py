@@ -20,7 +20,7 @@ def test_the_vendor_path_is_correct_or_says_why_not(name):
     # accumulates in reduced precision and missed atol 1e-3 on an H100, 2026-11-24).
     request = EvalRequest(problem=name, source=vendor_source(problem), shapes="all",
                           tolerance=problem.tolerance_for("vendor"))
-    result = evaluate(request, gpu=0, problem=problem)
+    result = evaluate(request, gpu=0, problem=problem, keep_spare=True)
     print(f"{name} vendor: {result.status} {result.geomean_us} us {result.message[:300]}")
     if name == "fp8_blockscale_gemm" and result.status != OK:
         # Older CUDA / GPU: the reason is recorded, and it names the blockwise requirement.
@@ -46,5 +46,6 @@ def test_a_composite_of_two_softmax_kernels_passes_every_shape():
 
     comp = compose.plan(problem, [row("c-a", times_a, problem.seed_source), row("c-b", times_b, narrow)])
     text = compose.source(comp, {"c-a": problem.seed_source, "c-b": narrow})
-    result = evaluate(EvalRequest(problem="softmax", source=text, shapes="all"), gpu=0, problem=problem)
+    result = evaluate(EvalRequest(problem="softmax", source=text, shapes="all"), gpu=0, problem=problem,
+                      keep_spare=True)
     assert result.status == OK, result.message

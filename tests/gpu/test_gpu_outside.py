@@ -273,7 +273,7 @@ def test_the_fp8_seed_is_ok_at_every_pipeline_depth(stages):
     shapes = [{"m": 1024, "n": 7168, "k": 2048}] + [s for s in problem.benchmarks if s["m"] == 6144][:2]
     problem = dataclasses.replace(problem, benchmarks=shapes)
     result = evaluate(EvalRequest(problem="fp8_blockscale_gemm", source=source + _FP8_LAYOUT_PROBE,
-                                  shapes="benchmarks"), gpu=0, problem=problem)
+                                  shapes="benchmarks"), gpu=0, problem=problem, keep_spare=True)
     _show(result)
     assert result.status == OK, result.message
     assert len(result.shapes) == len(shapes)

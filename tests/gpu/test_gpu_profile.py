@@ -83,7 +83,7 @@ def test_the_judge_reports_compile_facts_of_every_seed():
     for name in builtin_names():
         problem = load_problem(name)
         result = evaluate(EvalRequest(problem=name, source=problem.seed_source, shapes="benchmarks"), gpu=0,
-                          problem=problem)
+                          problem=problem, keep_spare=True)
         assert result.ok, result.message
         print(name, json.dumps(result.compile_facts), result.phases_s)
         assert result.compile_facts and all(f["registers"] and f["num_warps"] for f in result.compile_facts)
