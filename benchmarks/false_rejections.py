@@ -136,7 +136,7 @@ def _judge_loop(gpu, jobs, results) -> None:
                      "judge_us": r.shapes[-1].judge_us if r.shapes else None,
                      "outside_us": r.shapes[-1].outside_us if r.shapes else None,
                      "remeasured": r.shapes[-1].message if r.shapes else "",
-                     "phases_s": r.phases_s, "gpu_setup_s": r.device.get("gpu_setup_s")})
+                     "phases_s": r.phases_s, "setup_s": r.device.get("setup_s") or {}})
 
 
 def _margins(done: list[dict]) -> dict:
@@ -290,12 +290,18 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
     for r in done:
         for name, sec in (r.get("phases_s") or {}).items():
             phases[name].append(sec)
-    # Inside the import: the worker's CUDA context, flush buffer and idle gap, by its own clock.
-    setups = [r["gpu_setup_s"] for r in done if r.get("gpu_setup_s") is not None]
+    # Inside the import, by the worker's own clock: device detection, the problem, the CUDA context
+    # with flush buffer and idle gap, the integrity snapshot, the candidate's import.
+    setups = collections.defaultdict(list)
+    for r in done:
+        for step, sec in (r.get("setup_s") or {}).items():
+            if sec is not None:
+                setups[step].append(sec)
+    setup_medians = {k: round(statistics.median(v), 3) for k, v in setups.items()}
     if not partial and phases:
         print("median seconds per evaluation by phase: "
               + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items())
-              + (f" (of the import, the worker's GPU setup: {statistics.median(setups):.2f})" if setups else ""))
+              + (f" (inside the import, by the worker's clock: {setup_medians})" if setup_medians else ""))
     believed = [{k: r[k] for k in ("label", "shape", "remeasured")} for r in done
                 if r["status"] == "ok" and r["remeasured"].startswith("measured")]
     not_ok = [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok]
@@ -318,7 +324,7 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         "parts": parts, "verdicts": {label: dict(c) for label, c in by.items()}, "not_ok": not_ok,
         "remeasured_then_ok": believed, "margins_this_part": margins,
         "phases_median_s_this_part": {k: round(statistics.median(v), 3) for k, v in phases.items()},
-        "gpu_setup_median_s_this_part": round(statistics.median(setups), 3) if setups else None,
+        "worker_setup_median_s_this_part": setup_medians,
         "wall_per_evaluation_s": {label: round(w / max(1, n), 2) for label, (w, n) in walls.items()},
     }, indent=1))
     if not partial:

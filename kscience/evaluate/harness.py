@@ -249,8 +249,13 @@ class Harness:
         from kscience.device import detect
         from kscience.problems import load_problem
 
+        # Where the import's seconds go, by this worker's clock: reported for diagnosis, never weighed.
+        self.setup_s: dict[str, float] = {}
+        t0 = _perf_counter()
         self.device = detect()
+        self.setup_s["device"], t0 = _perf_counter() - t0, _perf_counter()
         self.problem = load_problem(job["problem"], job.get("overrides") or {})
+        self.setup_s["problem"], t0 = _perf_counter() - t0, _perf_counter()
         self.on_gpu = not self.device.interpreted
         if not self.on_gpu and os.environ.get(CPU_THREADS_VAR, "").isdigit():
             torch.set_num_threads(max(1, int(os.environ[CPU_THREADS_VAR])))  # before the candidate runs
@@ -260,7 +265,6 @@ class Harness:
         self.l2, self.flush, self.idle_gap_us, self.waiting = None, None, 0.0, "none"
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
         self.settle_s, self.first_read_at = 0.0, 0.0  # the second look waits this long after the first
-        t0 = _perf_counter()
         if self.on_gpu:
             _spin_while_waiting(context_exists=False)
             torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_FRACTION)
@@ -272,13 +276,15 @@ class Harness:
             self.waiting = waiting_mode()
             self.l2 = _PersistingL2()
             self.idle_gap_us = idle_gap_us(self.flush)  # measured before the candidate can slow it down
-        self.gpu_setup_s = _perf_counter() - t0  # the context, flush buffer and idle gap: reported, for diagnosis
+        self.setup_s["gpu"], t0 = _perf_counter() - t0, _perf_counter()  # context, flush buffer, idle gap
         # Bound on the instance before the candidate runs: patching the classes later changes
         # neither the check nor what it checks with (and the patch itself is then found).
         self._violation = Integrity(harness_modules + [packed]).violation
         self.verify = self._verify
+        self.setup_s["integrity"], t0 = _perf_counter() - t0, _perf_counter()
         self.fn = self._import_candidate(job["source"], job.get("weight_seed", 0))
         self.verify()
+        self.setup_s["candidate"] = _perf_counter() - t0
 
     def _import_candidate(self, source: str, weight_seed: int):
         path = os.path.join(os.getcwd(), "candidate.py")  # Triton's @jit reads the source from a real file

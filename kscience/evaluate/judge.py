@@ -101,6 +101,14 @@ def _with_tolerance(problem: Problem, tolerance) -> Problem:
     return dataclasses.replace(problem, rtol=rtol, atol=atol)
 
 
+def _setup_steps(steps) -> dict[str, float | None]:
+    """The worker's own account of its import (device, problem, gpu, integrity, candidate seconds),
+    kept short: it comes from the candidate's process."""
+    if not isinstance(steps, dict):
+        return {}
+    return {str(k)[:20]: _shown(v) for k, v in list(steps.items())[:8]}
+
+
 def _shown(x) -> float | None:
     x = as_float(x)
     return round(x, 3) if math.isfinite(x) else None
@@ -119,7 +127,7 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0,
                            # the worker's own figure, sent after the import: shown, never weighed
-                           "gpu_setup_s": _shown(ready.get("gpu_setup_s")),
+                           "setup_s": _setup_steps(ready.get("setup_s")),
                            "waiting": str(ready.get("waiting", "unknown"))[:20]}
     result.confinement["landlock"] = session.worker_info["sandbox"]
     if not math.isfinite(session.worker_info["idle_gap_us"]):

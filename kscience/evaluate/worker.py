@@ -99,7 +99,7 @@ def serve(in_fd: int, out_fd: int) -> None:
         send_json(ch, {"status": f.status, "message": str(f), "seq": seq})
         return
     send_json(ch, {"status": "ready", "seq": seq, "sandbox": sandbox, "idle_gap_us": h.idle_gap_us,
-                   "gpu_setup_s": h.gpu_setup_s, "waiting": h.waiting})
+                   "setup_s": h.setup_s, "waiting": h.waiting})
     timer = None
     while True:
         cmd = recv_json(ch)
