@@ -29,8 +29,11 @@
 #                      the runs sharing COMPOSE_S less 45 s (each stops with what it has)
 #     compose-rows     composition.py on softmax, rmsnorm and swiglu
 #     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
-# Issue 22 (no false rejection under load) in two calls on two GPUs (nvidia-h200-x2 where status lists
-# it, else nvidia-h100-x2), carrying .refk; on 2026-11-26 the first made about 560 evaluations:
+# Issue 22 (no false rejection under load) on one H100 (nvidia-h100-x1, which counts half its held time),
+# as on 2026-11-26: `tests evaluator` alone (PROBLEMS=fp8_blockscale_gemm REPEATS=5), then two calls of
+#   NEIGHBOUR=1 PER_GPU=6 COUNT=560 FALSEREJ_LIMIT=470 FALSEREJ_S=540 REFK=.refk ... falserej
+# (the second with ADD_TO=<the first call's JSON>); about 440-560 evaluations per call. Or on two GPUs
+# (nvidia-h200-x2 where status lists it, else nvidia-h100-x2), carrying .refk:
 #   REFK=.refk bash benchmarks/gpu_session.sh OUTDIR issue22
 #     issue22   tests/gpu on GPU 0 while false_rejections.py runs on GPU 1 (PER_GPU=6 judges and a neighbour)
 #   NEIGHBOUR=1 PER_GPU=6 COUNT=450 FALSEREJ_LIMIT=250 FALSEREJ_S=320 ADD_TO=<the first call's JSON> \
