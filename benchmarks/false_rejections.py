@@ -30,7 +30,9 @@ import datetime
 import json
 import math
 import multiprocessing as mp
+import os
 import re
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -214,6 +216,13 @@ def main() -> None:
     judges = [ctx.Process(target=_judge_loop, args=(g, jobs, results)) for g in slots]
     for p in judges:
         p.start()
+
+    def _cut_off(*_):  # a device command's `timeout`: no neighbour may outlive this and load the next step's GPU
+        for child in judges + ([busy] if busy else []):
+            child.terminate()
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, _cut_off)
     t0, done = time.monotonic(), []
     stopped_early = False
     while len(done) < args.count:
