@@ -26,7 +26,7 @@ import torch
 import triton
 
 from kscience.device import detect
-from kscience.evaluate.crosscheck import side_work_allowance_us
+from kscience.evaluate.crosscheck import side_work_share
 from kscience.evaluate.judge import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
@@ -85,8 +85,8 @@ def bench_problem(name: str, repeats: int, spare: bool = True) -> dict:
 
 def _outside_shares(result) -> dict[str, float]:
     """Per timed shape: the time seen outside the timed stream as a share of what the side-work
-    check allows (1 rejects)."""
-    return {shape_label(s.shape): round(s.outside_us / side_work_allowance_us(s.time_us), 3)
+    check allows (above 1 rejects)."""
+    return {shape_label(s.shape): round(side_work_share(s.outside_us, s.time_us), 3)
             for s in result.shapes if s.time_us and s.outside_us is not None}
 
 

@@ -154,7 +154,7 @@ def _margins(done: list[dict]) -> dict:
         return {"median": round(values[len(values) // 2], 3), "p99": round(values[math.ceil(0.99 * len(values)) - 1], 3),
                 "max": round(values[-1], 3)}
 
-    side = [r["outside_us"] / crosscheck.side_work_allowance_us(r["time_us"]) for r in ok]
+    side = [crosscheck.side_work_share(r["outside_us"], r["time_us"]) for r in ok]
     clock = [r["judge_us"] / crosscheck.forged_allowance_us(r["time_us"], interpreted=False)
              for r in ok if r.get("judge_us") is not None]
     return {"side_work": summary(side), "judges_clock": summary(clock) if clock else {}}

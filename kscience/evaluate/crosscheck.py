@@ -146,6 +146,11 @@ def side_work_allowance_us(event_us: float) -> float:
     return max(GAP_SLACK_US, GAP_SHARE * event_us)
 
 
+def side_work_share(outside: float, event_us: float) -> float:
+    """A recorded `outside_us` as a share of what the side-work check allowed it (above 1 rejects)."""
+    return outside / side_work_allowance_us(event_us)
+
+
 def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float,
                       shared_excess_us: float = 0.0) -> str | None:
     """On the GPU: the synchronised host clock saw work the timed stream's events did not.

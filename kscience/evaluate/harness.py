@@ -253,9 +253,9 @@ class Harness:
         self.setup_s: dict[str, float] = {}
         t0 = _perf_counter()
         self.device = detect()
-        self.setup_s["device"], t0 = _perf_counter() - t0, _perf_counter()
+        t0 = self._lap("device", t0)
         self.problem = load_problem(job["problem"], job.get("overrides") or {})
-        self.setup_s["problem"], t0 = _perf_counter() - t0, _perf_counter()
+        t0 = self._lap("problem", t0)
         self.on_gpu = not self.device.interpreted
         if not self.on_gpu and os.environ.get(CPU_THREADS_VAR, "").isdigit():
             torch.set_num_threads(max(1, int(os.environ[CPU_THREADS_VAR])))  # before the candidate runs
@@ -276,15 +276,21 @@ class Harness:
             self.waiting = waiting_mode()
             self.l2 = _PersistingL2()
             self.idle_gap_us = idle_gap_us(self.flush)  # measured before the candidate can slow it down
-        self.setup_s["gpu"], t0 = _perf_counter() - t0, _perf_counter()  # context, flush buffer, idle gap
+        t0 = self._lap("gpu", t0)  # context, flush buffer, idle gap
         # Bound on the instance before the candidate runs: patching the classes later changes
         # neither the check nor what it checks with (and the patch itself is then found).
         self._violation = Integrity(harness_modules + [packed]).violation
         self.verify = self._verify
-        self.setup_s["integrity"], t0 = _perf_counter() - t0, _perf_counter()
+        t0 = self._lap("integrity", t0)
         self.fn = self._import_candidate(job["source"], job.get("weight_seed", 0))
         self.verify()
-        self.setup_s["candidate"] = _perf_counter() - t0
+        self._lap("candidate", t0)
+
+    def _lap(self, step: str, since: float) -> float:
+        """Records the seconds of one import step in `setup_s`; returns when the next one starts."""
+        now = _perf_counter()
+        self.setup_s[step] = now - since
+        return now
 
     def _import_candidate(self, source: str, weight_seed: int):
         path = os.path.join(os.getcwd(), "candidate.py")  # Triton's @jit reads the source from a real file
