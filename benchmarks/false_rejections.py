@@ -117,12 +117,12 @@ def gpumode_solutions(repo: Path, sweep: Path, max_s: float) -> list[tuple[str, 
     return rows
 
 
-def _judge_loop(gpu, jobs, results) -> None:
-    """One judging process: evaluates jobs (index, label, problem, shape index, source) until None."""
+def _judge_loop(gpu, jobs, results, halt) -> None:
+    """One judging process: evaluates jobs (index, label, problem, shape index, source) until None or `halt`."""
     judging_process()
     if gpu is not None:
         torch.cuda.set_device(gpu)
-    while (job := jobs.get()) is not None:
+    while not halt.is_set() and (job := jobs.get()) is not None:
         i, label, name, k, source = job
         problem = load_problem(name)
         interpreted = gpu is None
@@ -206,6 +206,7 @@ def main() -> None:
     pool = candidates(on_gpu, args.quick, gpumode)
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
+    jobs.cancel_join_thread()  # jobs left unread at the time limit must not hold this process at its exit
     for i in range(first, first + args.count):  # round-robin over candidates; each cycles through its shapes
         label, name, source = pool[i % len(pool)]
         jobs.put((i, label, name, i // len(pool), source))
@@ -213,7 +214,11 @@ def main() -> None:
     busy = ctx.Process(target=busy_neighbour, args=(gpus, stop), daemon=True) if neighbour else None
     if busy:
         busy.start()
-    judges = [ctx.Process(target=_judge_loop, args=(g, jobs, results)) for g in slots]
+    # At the time limit `halt` stops every judge after its evaluation under way. (Emptying `jobs` is
+    # not enough: the feeder thread keeps writing queued jobs into the pipe after a get finds it empty,
+    # and on 2026-11-26 the judges went on for 80 s past the limit until the device command's timeout.)
+    halt = ctx.Event()
+    judges = [ctx.Process(target=_judge_loop, args=(g, jobs, results, halt)) for g in slots]
     for p in judges:
         p.start()
 
@@ -228,19 +233,12 @@ def main() -> None:
     while len(done) < args.count:
         if time.monotonic() - t0 > args.time_limit and not stopped_early:
             stopped_early = True  # evaluations under way finish; nothing new starts
-            while True:
-                try:
-                    jobs.get_nowait()
-                except Exception:
-                    break
+            halt.set()
         if stopped_early and all(not p.is_alive() for p in judges):
             break
         try:
             r = results.get(timeout=1.0)
         except Exception:
-            if stopped_early:
-                for _ in judges:
-                    jobs.put(None)
             continue
         done.append(r)
         if len(done) == 1 and on_gpu:  # by now every judge and worker holds its context

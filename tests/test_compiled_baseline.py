@@ -30,16 +30,17 @@ COMPILED_US = 1.0  # faster than every kernel the fake scientist writes: were it
 class GpuExecutor(FakeExecutor):
     """The fake executor as if on a GPU, judging torch.compile of the reference as `compiled_status`."""
 
-    def __init__(self, compiled_status: str = "ok"):
+    def __init__(self, compiled_status: str = "ok", gpu: str = "fake GPU", versions: dict | None = None):
         super().__init__()
         self.compiled_status, self.sources = compiled_status, []
+        self.device = {"name": gpu, "interpreted": False, "versions": versions or {"torch": "2.11.0"}}
 
     def _judge(self, request):
         self.sources.append(request.source)
         if "torch.compile" in request.source:
             request = dataclasses.replace(request, source=fake_kernel(COMPILED_US, self.compiled_status))
         result = super()._judge(request)
-        result.device = {"name": "fake GPU", "interpreted": False}
+        result.device = dict(self.device)
         return result
 
 
@@ -194,3 +195,31 @@ def test_a_resumed_run_does_not_time_it_again(tmp_path):
     assert resumed.start(background=False).status == "finished"
     assert again.sources and not any("torch.compile" in s for s in again.sources)
     assert [c["kind"] for c in run.store.candidates(run.id)].count("compiled") == 1
+
+
+def test_a_later_run_on_the_same_gpu_and_versions_takes_it_from_the_store(tmp_path):
+    # max-autotune took 325 s of a 400 s fp8 run on an H100: a second run of the same store must not pay again
+    first = finished_run(tmp_path, GpuExecutor(), iterations=1)
+    timed = next(c for c in first.store.candidates(first.id) if c["kind"] == "compiled")
+    again = GpuExecutor()
+    second = finished_run(tmp_path, again, iterations=1)
+    assert again.sources and not any("torch.compile" in s for s in again.sources)
+    reused = next(c for c in second.store.candidates(second.id) if c["kind"] == "compiled")
+    assert (reused["status"], reused["geomean_us"]) == ("ok", COMPILED_US)
+    assert reused["message"].startswith(f"timed by run {first.id} ({timed['id']}, ")
+    assert reused["message"].endswith(timed["message"])
+    assert run_metrics(second.store, second.id)["compiled_us"] == COMPILED_US
+
+    # another GPU, other versions, or a failed earlier timing: timed again
+    for executor in (GpuExecutor(gpu="other GPU"), GpuExecutor(versions={"torch": "2.12.0"})):
+        run = finished_run(tmp_path, executor, iterations=1)
+        assert sum("torch.compile" in s for s in executor.sources) == 1, executor.device
+        assert "timed by run" not in next(c for c in run.store.candidates(run.id) if c["kind"] == "compiled")["message"]
+
+
+def test_a_failed_timing_is_not_reused(tmp_path):
+    finished_run(tmp_path, GpuExecutor(compiled_status="compile_error"), iterations=1)
+    again = GpuExecutor()
+    run = finished_run(tmp_path, again, iterations=1)
+    assert sum("torch.compile" in s for s in again.sources) == 1
+    assert next(c for c in run.store.candidates(run.id) if c["kind"] == "compiled")["status"] == "ok"

@@ -121,6 +121,11 @@ class Store(Database):
                            "ORDER BY seq LIMIT 1", (run_id, source))
         return rows[0] if rows else None
 
+    def judged_elsewhere(self, run_id: str, kind: str, source: str) -> list[dict]:
+        """Candidates of `kind` with exactly this source that other runs of this store judged, newest first."""
+        return self._query("SELECT * FROM candidates WHERE run_id<>? AND kind=? AND source=? AND result IS NOT NULL "
+                           "ORDER BY evaluated DESC", (run_id, kind, source))
+
     # --- profiles ----------------------------------------------------------------------------
     def record_profile(self, cand_id: str, *, compile_facts: list | None = None, ncu: dict | None = None,
                        sol: list | None = None, flag: str | None = None, profile_s: float | None = None) -> dict:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 from kscience.run import profiling
-from kscience.run.baselines import compiled_baseline_wanted, vendor_source, vendor_title
+from kscience.run.baselines import REUSED_BASELINES, compiled_baseline_wanted, vendor_source, vendor_title
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
@@ -225,21 +226,44 @@ class Controller:
         if final["status"] != R.OK:
             raise RunError(f"the seed kernel does not pass ({chain[0]['status']}: {chain[0]['message']}) "
                            f"and {self.repairs} repair attempt(s) did not fix it")
-        await self._baseline(candidates, "reference", self.reference_source, "PyTorch eager")
+        device = (final.get("result") or {}).get("device") or {}
+        await self._baseline(candidates, "reference", self.reference_source, "PyTorch eager", device)
         if self.vendor_source:  # where the library cannot run, it is stored with the reason
-            await self._baseline(candidates, "vendor", self.vendor_source, vendor_title(self.problem))
+            await self._baseline(candidates, "vendor", self.vendor_source, vendor_title(self.problem), device)
         if compiled_baseline_wanted(self.compiled_baseline, final):
-            await self._baseline(candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager")
+            await self._baseline(candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager",
+                                 device)
 
-    async def _baseline(self, candidates: list[dict], kind: str, source: str, hypothesis: str) -> None:
+    async def _baseline(self, candidates: list[dict], kind: str, source: str, hypothesis: str,
+                        device: dict) -> None:
         """A baseline a user would otherwise pick, judged once per run (also after a resume), not
-        counted against --evaluations."""
+        counted against --evaluations; torch.compile's is taken from an earlier run where one timed it."""
         row = first_of_kind(candidates, kind)
         if row is None:
             self.stage(kind, 0)
             row = self._add(kind=kind, source=source, hypothesis=hypothesis, iteration=0)
-        if row["status"] == PENDING:
+        if row["status"] != PENDING:
+            return
+        earlier = self._timed_before(kind, source, device) if kind in REUSED_BASELINES else None
+        if earlier is None:
             await self.judging.evaluate(row, counted=False)
+            return
+        when = time.strftime("%Y-%m-%d", time.localtime(earlier["evaluated"]))
+        self.judging.record_verdict(row, dict(earlier["result"], message=(
+            f"timed by run {earlier['run_id']} ({earlier['id']}, {when}) on this device with these versions, "
+            f"reused: {earlier['result']['message']}")))
+
+    def _timed_before(self, kind: str, source: str, device: dict) -> dict | None:
+        """The newest passing verdict another run of this store gave this very baseline source on a GPU of
+        the same name with the same torch, Triton and CUDA/ROCm versions; None where there is none."""
+        if device.get("interpreted") is not False:
+            return None
+        for c in self.store.judged_elsewhere(self.run_id, kind, source):
+            theirs = c["result"].get("device") or {}
+            if (c["status"] == R.OK and theirs.get("name") == device.get("name")
+                    and theirs.get("versions") == device.get("versions")):
+                return c
+        return None
 
     def _add(self, **fields) -> dict:
         cand = self.store.add_candidate(self.run_id, **fields)
