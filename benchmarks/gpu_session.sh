@@ -25,7 +25,7 @@
 #   python -m kscience.jupyter.report --db OUTDIR/offline-runs.db --figures-dir figures
 # Issue 25 (keep every win): composition and the baselines a user would pick, then the default profiler:
 #   bash benchmarks/gpu_session.sh OUTDIR compose-gemm compose-rows profile-default
-#     compose-gemm     composition.py on fp8_blockscale_gemm and matmul, ITERATIONS (default 10: 30 evaluations),
+#     compose-gemm     composition.py on fp8_blockscale_gemm and matmul (or PROBLEMS), ITERATIONS (default 10: 30 evaluations),
 #                      the runs sharing COMPOSE_S less 45 s (each stops with what it has)
 #     compose-rows     composition.py on softmax, rmsnorm and swiglu
 #     profile-default  composition.py --profile auto on softmax, 1 iteration: the prompt must carry the stalls
@@ -44,8 +44,10 @@
 #               (a second part, ADD_TO=the first part's JSON, continues it and writes the sum; on several
 #               GPUs NEIGHBOUR=1 keeps the matrix-product neighbour beside the judges as well; with REFK,
 #               also the GPU MODE solutions the SWEEP file, by default the H100 sweep of 2026-11-24, judged ok)
-# Issue 23 (GPU MODE as published), one device call per part, each resuming the last results file:
-#   REFK=.refk RESUME=benchmarks/results/gpumode-sweep-...md ONLY=linalg LIMIT=300 bash benchmarks/gpu_session.sh OUTDIR gpumode
+# Issue 23 (GPU MODE as published), one device call per part, each resuming the last results file
+# (LIMIT unset: each task's own limit, task.yml's test and benchmark timeouts, up to 1,380 s for eigh,
+# longer than a device command; so the slow tasks one per call with LIMIT=540 GPUMODE_S=585):
+#   REFK=.refk RESUME=benchmarks/results/gpumode-sweep-...md ONLY=linalg/eigh LIMIT=540 bash benchmarks/gpu_session.sh OUTDIR gpumode
 #     gpumode   gpumode_sweep.py over the extract REFK (git archive of gpu-mode/reference-kernels, COMMIT inside)
 #   REFK=.refk bash benchmarks/gpu_session.sh OUTDIR graphprobe
 #     graphprobe  graph_probe.py: what pmpp sort's CUDA-graph solution does outside its timed stream (a minute or two)
@@ -82,7 +84,7 @@ for step in $steps; do
     probe) timeout "${PROBE_S:-120}" python3 benchmarks/contention_probe.py --loopers "${LOOPERS:-0,4}" --samples 40 \
              --out "$out" 2>&1 | tee "$out/contention-probe.log" ;;
     gpumode) timeout "${GPUMODE_S:-560}" python3 benchmarks/gpumode_sweep.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
-               ${RESUME:+--resume "$RESUME"} ${ONLY:+--only "$ONLY"} --time-limit "${LIMIT:-60}" --budget "${BUDGET:-480}" \
+               ${RESUME:+--resume "$RESUME"} ${ONLY:+--only "$ONLY"} ${LIMIT:+--time-limit "$LIMIT"} --budget "${BUDGET:-480}" \
                --out "$out" 2>&1 | tee "$out/gpumode-sweep.log" ;;
     graphprobe) timeout "${GRAPHPROBE_S:-240}" python3 benchmarks/graph_probe.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
                   --out "$out" 2>&1 | tee "$out/graph-probe.log" ;;
@@ -139,8 +141,8 @@ for step in $steps; do
                   "$out/search-throughput.db" ;;
     compose-gemm|compose-rows|profile-default)
       case $step in
-        compose-gemm) problems=fp8_blockscale_gemm,matmul; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
-        compose-rows) problems=softmax,rmsnorm,swiglu; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
+        compose-gemm) problems=${PROBLEMS:-fp8_blockscale_gemm,matmul}; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
+        compose-rows) problems=${PROBLEMS:-softmax,rmsnorm,swiglu}; flags="--iterations ${ITERATIONS:-10} --profile none" ;;
         profile-default) problems=softmax; flags="--iterations 1 --profile auto" ;;
       esac
       timeout "${COMPOSE_S:-570}" python3 benchmarks/composition.py --problems "$problems" $flags \

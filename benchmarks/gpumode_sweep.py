@@ -2,13 +2,14 @@
 
 For each directory holding task.yml and reference.py: every published `solutions/correct/*` and the
 directory's `submission.py` must come out ok, every `solutions/incorrect/*` must not. Each is judged
-as `kscience eval DIR FILE --timeout LIMIT` judges it, in this process (one spare worker started
+as `kscience eval DIR FILE` judges it (within the task's own time limit, task.yml's test and benchmark
+timeouts together, or --time-limit), in this process (one spare worker started
 ahead, so the next evaluation does not wait for its worker's imports); anything escaping the judge
 is recorded as a TRACEBACK row, and a judge that outlives the limit by a minute is stopped. Writes
 benchmarks/results/gpumode-sweep-<device>-<date>.md: one row per (directory, solution) with the
 verdict and its one-line reason, and a count at the top.
 
-    python benchmarks/gpumode_sweep.py --repo /path/to/reference-kernels [--time-limit 60] [--only pmpp]
+    python benchmarks/gpumode_sweep.py --repo /path/to/reference-kernels [--time-limit 240] [--only pmpp]
         [--with-reference]   # also the task's own reference, as a candidate, for every directory
         [--shapes tests]     # correctness only, no timing
         [--budget 330]       # start no evaluation after 330 s; the rest are listed as not run
@@ -43,6 +44,7 @@ from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, load_problem
 
 RESULTS = Path(__file__).parent / "results"
+DEFAULT_LIMIT_S = 60.0  # an evaluation's limit where the task declares none and --time-limit is not given
 
 
 def solutions(folder: Path) -> list[tuple[str, Path, bool]]:
@@ -62,20 +64,26 @@ def _alarm(signum, frame):
     raise _Overran()
 
 
-def judge(folder: Path, source: str, time_limit: float, gpu: int | None, shapes: str = "all") -> tuple[str, str, float]:
-    """(status, one-line reason, seconds) of one evaluation, as `kscience eval` gives it."""
+def judge(folder: Path, source: str, time_limit: float | None, gpu: int | None,
+          shapes: str = "all") -> tuple[str, str, float]:
+    """(status, one-line reason, seconds) of one evaluation, as `kscience eval` gives it. `time_limit`
+    None: the task's own (task.yml's test and benchmark timeouts together), else DEFAULT_LIMIT_S."""
     t0 = time.monotonic()
+    limit = time_limit or DEFAULT_LIMIT_S
     signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(int(time_limit) + 60)  # the judge's own work (inputs, the reference) has no limit of its own
+    signal.alarm(int(limit) + 60)  # the judge's own work (inputs, the reference) has no limit of its own
     try:
         problem = load_problem(str(folder))
-        result = evaluate(EvalRequest(problem=problem.locator, source=source, timeout_s=time_limit, shapes=shapes),
+        if time_limit is None and problem.time_limit_s:
+            limit = problem.time_limit_s
+            signal.alarm(int(limit) + 60)
+        result = evaluate(EvalRequest(problem=problem.locator, source=source, timeout_s=limit, shapes=shapes),
                           gpu=gpu, problem=problem, keep_spare=True)
         status, why = result.status, (result.message or "").splitlines()[0] if result.message else ""
     except ProblemError as exc:
         status, why = "refused", str(exc).splitlines()[0]
     except _Overran:
-        status, why = "timeout", f"the judge itself outlived the {time_limit:g} s limit by a minute"
+        status, why = "timeout", f"the judge itself outlived the {limit:g} s limit by a minute"
     except Exception:  # noqa: BLE001 - the point is to see it
         status, why = "TRACEBACK", traceback.format_exc().strip().splitlines()[-1]
     finally:
@@ -91,8 +99,9 @@ def reference_as_candidate(folder: Path) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repo", required=True, type=Path, help="a checkout of gpu-mode/reference-kernels")
-    p.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
-                   help="the limit of each evaluation (kscience eval --timeout; default 60)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="the limit of each evaluation (kscience eval --timeout); default: the task's own "
+                        f"(task.yml's test and benchmark timeouts together), else {DEFAULT_LIMIT_S:g}")
     p.add_argument("--only", action="append", default=[], metavar="TEXT",
                    help="only directories whose path contains this text (repeatable: any of them)")
     p.add_argument("--with-reference", action="store_true",
@@ -128,7 +137,8 @@ def main() -> int:
     tag = re.sub(r"\W+", "_", device.name).strip("_")
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"gpumode-sweep-{tag}-{date}.md"
-    settings = f"--time-limit {args.time_limit:g} --shapes {args.shapes}" + (" --with-reference" if args.with_reference else "")
+    settings = (f"--time-limit {args.time_limit:g}" if args.time_limit else "the tasks' own time limits") + \
+        f" --shapes {args.shapes}" + (" --with-reference" if args.with_reference else "")
     for folder in folders:
         name = str(folder.relative_to(problems))
         if folder not in chosen and not any(d == name for d, _ in earlier):

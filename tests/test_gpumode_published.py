@@ -118,3 +118,36 @@ def test_a_task_with_several_entry_points_says_why_in_one_line(tmp_path):
         'config: {main: "eval.py"}\ntests: [{n: 1}]\nbenchmarks: [{n: 1}]\n')
     with pytest.raises(ProblemError, match=r"^two_entries: cannot be evaluated: it has 2 submission entry points"):
         load_problem(str(folder))
+
+
+def test_the_tasks_own_time_limits_bound_kscience_eval(tmp_path, monkeypatch):
+    # GPU MODE grants eigh 480 s of tests and 900 s of benchmarks; one kscience evaluation does both
+    eigh = load_problem(str(PUBLISHED / "linalg" / "eigh_py"))
+    assert eigh.time_limit_s == 480 + 900
+    own = DATA / "scaled_add"
+    assert load_problem(str(own)).time_limit_s is None  # declares none: per-phase limits only
+
+    from kscience.cli import problem_commands
+    asked = []
+
+    def fake_evaluate(request, gpu=None, problem=None):
+        asked.append(request.timeout_s)
+        return evaluate(EvalRequest(problem=problem.locator, source="x = ", shapes="tests"), problem=problem)
+
+    monkeypatch.setattr(problem_commands, "evaluate", fake_evaluate)
+    solution = tmp_path / "solution.py"
+    solution.write_text((PUBLISHED / "linalg" / "eigh_py" / "submission.py").read_text())
+    from kscience.cli.main import main
+    main(["eval", str(PUBLISHED / "linalg" / "eigh_py"), str(solution)])
+    main(["eval", str(PUBLISHED / "linalg" / "eigh_py"), str(solution), "--timeout", "30"])
+    main(["eval", str(own), str(solution)])
+    assert asked == [1380.0, 30.0, None]
+
+
+def test_a_time_limit_that_is_not_a_number_of_seconds_is_refused_in_one_line(tmp_path):
+    import shutil
+    shutil.copytree(DATA, tmp_path / "gpumode", ignore=shutil.ignore_patterns("reference-kernels"))
+    folder = tmp_path / "gpumode" / "scaled_add"
+    (folder / "task.yml").write_text((folder / "task.yml").read_text() + "test_timeout: soon\n")
+    with pytest.raises(ProblemError, match=r"task.yml: test_timeout and benchmark_timeout must be positive"):
+        load_problem(str(folder))

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("candidate", help="Python file defining custom_kernel(data) (or ModelNew)")
     s.add_argument("--json", action="store_true", help="print the full verdict as JSON")
     s.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="limit for the whole evaluation (default: per-phase limits only)")
+                   help="limit for the whole evaluation (default: the problem's own where it declares one, "
+                        "as a GPU MODE task.yml does; else per-phase limits only)")
     s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all",
                    help="check the test shapes only, check and time the benchmark shapes only, or both "
                         "(default all)")

@@ -44,7 +44,8 @@ def cmd_eval(args) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read candidate {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
     request = EvalRequest(problem=problem.locator, source=source, overrides=overrides, shapes=args.shapes,
-                          timeout_s=args.timeout, allow_weak_confinement=args.unconfined)
+                          timeout_s=problem.time_limit_s if args.timeout is None else args.timeout,
+                          allow_weak_confinement=args.unconfined)
     result = evaluate(request, gpu=0 if visible_gpus() else None, problem=problem)
     # The sandbox runs the source as candidate.py: name the user's own file instead.
     for name in ("message", "stdout_tail", "stderr_tail"):

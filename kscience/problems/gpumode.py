@@ -340,7 +340,17 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         call_data=call_data,
         seed_source=submission.read_text() if submission.is_file() else None,
         check=check if own or structured else None,
+        time_limit_s=_time_limit(task, task_file),
     )
+
+
+def _time_limit(task: dict, task_file: Path) -> float | None:
+    """Seconds GPU MODE grants one submission's correctness tests and benchmarks together (task.yml's
+    test_timeout and benchmark_timeout, what one kscience evaluation does), or None where neither is set."""
+    limits = [task[key] for key in ("test_timeout", "benchmark_timeout") if key in task]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in limits):
+        raise ProblemError(f"{task_file}: test_timeout and benchmark_timeout must be positive numbers of seconds")
+    return float(sum(limits)) if limits else None
 
 
 def _probe(task: dict, task_file: Path, shape: Shape, generate_input, call_data, found: dict, reference,

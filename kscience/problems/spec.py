@@ -60,6 +60,9 @@ class Problem:
     # process, instead of comparing with ref_kernel's output (answers that are right but not unique,
     # or several tensors packed into one, see problems/outputs.py).
     check: Callable[[Any, Any], str | None] | None = None
+    # The task's own limit on one evaluation, where it declares one (a GPU MODE task.yml's test and
+    # benchmark timeouts together); `kscience eval` applies it unless told another.
+    time_limit_s: float | None = None
     # How the list of inputs is handed to the candidate and the reference: a tuple, except for
     # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
     call_data: Callable[[list], Any] = tuple
