@@ -50,7 +50,8 @@
 #   REFK=.refk RESUME=benchmarks/results/gpumode-sweep-...md ONLY=linalg/eigh LIMIT=540 bash benchmarks/gpu_session.sh OUTDIR gpumode
 #     gpumode   gpumode_sweep.py over the extract REFK (git archive of gpu-mode/reference-kernels, COMMIT inside)
 #   REFK=.refk bash benchmarks/gpu_session.sh OUTDIR graphprobe
-#     graphprobe  graph_probe.py: what pmpp sort's CUDA-graph solution does outside its timed stream (a minute or two)
+#     graphprobe  graph_probe.py: what pmpp sort's CUDA-graph solution does outside its timed stream (a minute or two);
+#                 TASK=pmpp_v2/sort_py for the variant still rejected, COMPILE_THREADS=1 to keep inductor's pool out
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs]}
@@ -87,7 +88,8 @@ for step in $steps; do
                ${RESUME:+--resume "$RESUME"} ${ONLY:+--only "$ONLY"} ${LIMIT:+--time-limit "$LIMIT"} --budget "${BUDGET:-480}" \
                --out "$out" 2>&1 | tee "$out/gpumode-sweep.log" ;;
     graphprobe) timeout "${GRAPHPROBE_S:-240}" python3 benchmarks/graph_probe.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
-                  --out "$out" 2>&1 | tee "$out/graph-probe.log" ;;
+                  ${TASK:+--task "$TASK"} ${COMPILE_THREADS:+--compile-threads "$COMPILE_THREADS"} \
+                  --out "$out" 2>&1 | tee -a "$out/graph-probe.log" ;;
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" \
                  ${PROBLEMS:+--problems "$PROBLEMS"} --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;
