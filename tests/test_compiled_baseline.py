@@ -19,7 +19,7 @@ from kscience.jupyter.panels import leaderboard_html
 from kscience.jupyter.plots import timeline_figure
 from kscience.problems import load_problem
 from kscience.run.driver import Run
-from kscience.record.snapshot import Snapshot, run_listing, run_metrics
+from kscience.record.snapshot import Snapshot, first_of_kind, run_listing, run_metrics
 from kscience.record.store import Store
 from kscience.record.summary import summary_lines
 
@@ -200,21 +200,21 @@ def test_a_resumed_run_does_not_time_it_again(tmp_path):
 def test_a_later_run_on_the_same_gpu_and_versions_takes_it_from_the_store(tmp_path):
     # max-autotune took 325 s of a 400 s fp8 run on an H100: a second run of the same store must not pay again
     first = finished_run(tmp_path, GpuExecutor(), iterations=1)
-    timed = next(c for c in first.store.candidates(first.id) if c["kind"] == "compiled")
+    timed = first_of_kind(first.store.candidates(first.id), "compiled")
     again = GpuExecutor()
     second = finished_run(tmp_path, again, iterations=1)
     assert again.sources and not any("torch.compile" in s for s in again.sources)
-    reused = next(c for c in second.store.candidates(second.id) if c["kind"] == "compiled")
+    reused = first_of_kind(second.store.candidates(second.id), "compiled")
     assert (reused["status"], reused["geomean_us"]) == ("ok", COMPILED_US)
     assert reused["message"].startswith(f"timed by run {first.id} ({timed['id']}, ")
     assert reused["message"].endswith(timed["message"])
     assert run_metrics(second.store, second.id)["compiled_us"] == COMPILED_US
 
-    # another GPU, other versions, or a failed earlier timing: timed again
+    # another GPU, or other versions: timed again
     for executor in (GpuExecutor(gpu="other GPU"), GpuExecutor(versions={"torch": "2.12.0"})):
         run = finished_run(tmp_path, executor, iterations=1)
         assert sum("torch.compile" in s for s in executor.sources) == 1, executor.device
-        assert "timed by run" not in next(c for c in run.store.candidates(run.id) if c["kind"] == "compiled")["message"]
+        assert "timed by run" not in first_of_kind(run.store.candidates(run.id), "compiled")["message"]
 
 
 def test_a_failed_timing_is_not_reused(tmp_path):
@@ -222,4 +222,4 @@ def test_a_failed_timing_is_not_reused(tmp_path):
     again = GpuExecutor()
     run = finished_run(tmp_path, again, iterations=1)
     assert sum("torch.compile" in s for s in again.sources) == 1
-    assert next(c for c in run.store.candidates(run.id) if c["kind"] == "compiled")["status"] == "ok"
+    assert first_of_kind(run.store.candidates(run.id), "compiled")["status"] == "ok"

@@ -5,11 +5,14 @@ They ask for tensors and generators on 'cuda' explicitly, which kscience maps to
 those that define a check_implementation of their own are judged by it.
 """
 
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from kscience.cli import problem_commands
+from kscience.cli.main import main
 from kscience.evaluate.compare import check_output
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
@@ -127,7 +130,6 @@ def test_the_tasks_own_time_limits_bound_kscience_eval(tmp_path, monkeypatch):
     own = DATA / "scaled_add"
     assert load_problem(str(own)).time_limit_s is None  # declares none: per-phase limits only
 
-    from kscience.cli import problem_commands
     asked = []
 
     def fake_evaluate(request, gpu=None, problem=None):
@@ -137,7 +139,6 @@ def test_the_tasks_own_time_limits_bound_kscience_eval(tmp_path, monkeypatch):
     monkeypatch.setattr(problem_commands, "evaluate", fake_evaluate)
     solution = tmp_path / "solution.py"
     solution.write_text((PUBLISHED / "linalg" / "eigh_py" / "submission.py").read_text())
-    from kscience.cli.main import main
     main(["eval", str(PUBLISHED / "linalg" / "eigh_py"), str(solution)])
     main(["eval", str(PUBLISHED / "linalg" / "eigh_py"), str(solution), "--timeout", "30"])
     main(["eval", str(own), str(solution)])
@@ -145,7 +146,6 @@ def test_the_tasks_own_time_limits_bound_kscience_eval(tmp_path, monkeypatch):
 
 
 def test_a_time_limit_that_is_not_a_number_of_seconds_is_refused_in_one_line(tmp_path):
-    import shutil
     shutil.copytree(DATA, tmp_path / "gpumode", ignore=shutil.ignore_patterns("reference-kernels"))
     folder = tmp_path / "gpumode" / "scaled_add"
     (folder / "task.yml").write_text((folder / "task.yml").read_text() + "test_timeout: soon\n")
