@@ -80,6 +80,10 @@ def judge(folder: Path, source: str, time_limit: float | None, gpu: int | None,
         result = evaluate(EvalRequest(problem=problem.locator, source=source, timeout_s=limit, shapes=shapes),
                           gpu=gpu, problem=problem, keep_spare=True)
         status, why = result.status, (result.message or "").splitlines()[0] if result.message else ""
+        if status == "timeout":  # how far it got: a limit too short by a little or by far
+            kinds = {"all": ("tests", "benchmarks"), "tests": ("tests",), "benchmarks": ("benchmarks",)}[shapes]
+            total = sum(len(problem.shapes(kind, gpu is None)) for kind in kinds)
+            why += f" ({len(result.shapes)} of {total} shapes judged; phases {result.phases_s})"
     except ProblemError as exc:
         status, why = "refused", str(exc).splitlines()[0]
     except _Overran:

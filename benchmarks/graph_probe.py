@@ -125,9 +125,9 @@ def main() -> int:
     ap.add_argument("--compile-threads", type=int, default=None, help="inductor's compile workers (default its own)")
     args = ap.parse_args()
     if args.compile_threads is not None:
-        import torch._inductor.config
+        from torch._inductor import config as inductor_config
 
-        torch._inductor.config.compile_threads = args.compile_threads
+        inductor_config.compile_threads = args.compile_threads
     if not torch.cuda.is_available():
         raise SystemExit("graph_probe: needs a CUDA GPU (it measures CUDA graph replays)")
     folder = Path(args.repo) / "problems" / args.task

@@ -272,3 +272,16 @@ def test_worker_is_pinned_to_the_physical_gpu_an_inherited_visibility_list_names
     assert env["CUDA_VISIBLE_DEVICES"] == "6"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert worker_env(tmp_path, 1, False, "token")["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_worker_compiles_in_its_own_process_not_in_a_pool_beside_the_timed_calls(tmp_path):
+    import subprocess
+    import sys
+
+    from kscience.evaluate.sandbox import worker_env
+
+    env = worker_env(tmp_path, None, False, "token")
+    probe = "import torch._inductor.config as c; print(c.compile_threads)"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"  # inductor's own default here would be one per core

@@ -45,6 +45,8 @@ class Plan:
     max_seconds: float
     target_rse: float
     checks: int  # timed calls read and rechecked: call i is read with probability checks / i
+    few_n: int  # fewer calls than min_n suffice once the timed calls have taken enough_s seconds
+    enough_s: float
 
 
 class Unreadable(Exception):
@@ -93,7 +95,8 @@ def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tup
         n = len(timed_us)
         rse = median_rse(timed_us) if n >= plan.min_n else 1.0
         spent = time.monotonic() - t_loop - aside_s  # null calls and reading outputs are not timing
-        settled = n >= plan.min_n and (n >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
+        enough = n >= plan.min_n or (n >= plan.few_n and spent > plan.enough_s)
+        settled = enough and (n >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
         if settled and not nulls:
             break
         kind = "null" if nulls and (settled or (n > 0 and _random.randrange(4) == 0)) else "timed"

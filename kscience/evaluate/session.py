@@ -37,6 +37,11 @@ WARMUP = (3, 1)
 NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
 CHECKS = (3, 3)  # timed calls read and rechecked per shape: about CHECKS * (1 + ln(n / CHECKS)) of n
 WARM_SETS = 2  # input sets the warm-up cycles through (never timed)
+# A shape whose calls take seconds (GPU MODE's linalg: 9.6 s per call of an eigendecomposition of
+# 640 matrices on an H100) is timed as GPU MODE's own eval.py times it: the correctness call just
+# made on that shape is its warm-up, and timing stops after FEW_N calls once they add up to ENOUGH_S.
+SLOW_CALL_S = 1.0
+FEW_N, ENOUGH_S = 3, 10.0
 ECHOES = 5  # round trips timed before the candidate is imported (measure.py caps null calls with them)
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
@@ -68,6 +73,7 @@ class Session:
         self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
+        self.check_call_s = 0.0  # the judge's clock around the last correctness call, inputs included
 
     # --- the channel -------------------------------------------------------------------------
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
@@ -176,6 +182,19 @@ class Session:
         """The answer, computed here and nowhere else."""
         return self.problem.ref_kernel(self.problem.call_data(data))
 
+    def answer_or_size(self, data: list, shape: dict) -> torch.Tensor:
+        """The answer, or where the problem's own check judges an output alone (GPU MODE's linalg
+        residuals), only the answer's size, from the reference on the meta device: the reference
+        there is a factorisation as slow as the candidate's. Inputs or a reference that cannot
+        run on the meta device give the answer itself."""
+        if self.problem.checks_alone:
+            try:
+                meta = self.problem.generate_input(0, "meta", **shape)
+                return self.problem.ref_kernel(self.problem.call_data(list(meta)))
+            except ProblemError:
+                pass
+        return self.expected(data)
+
     def _expect(self, expected: torch.Tensor) -> int:
         return max(_OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
 
@@ -221,11 +240,14 @@ class Session:
         data = self.inputs(seed, shape)
         guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
         pristine = {i: data[i].clone() for i in guarded}
-        expected = self.expected(data)
+        expected = self.answer_or_size(data, shape)
         cap = self._expect(expected)
+        t0 = time.monotonic()
         self.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap, "whole_output": whole},
                  "check", shape)
-        if self.reply("check", shape).get("inputs") != guarded:
+        reply = self.reply("check", shape)
+        self.check_call_s = time.monotonic() - t0
+        if reply.get("inputs") != guarded:
             self.worker.kill()
             raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
         return data, guarded, pristine, expected, cap
@@ -238,14 +260,15 @@ class Session:
 
     def judge_output(self, data: list, out: torch.Tensor, expected: torch.Tensor | None) -> tuple[bool, str, float]:
         """The problem's own check where it has one (answers that are right but not unique, such as
-        eigenvectors; `expected` is then unused), else closeness to the reference. Either way NaN
-        never passes."""
+        eigenvectors; `expected` is then unused, or compared member by member where the answer is
+        several tensors; None: the check computes it), else closeness to the reference. Either way
+        NaN never passes."""
         if self.problem.check is None:
             return check_output(out, expected, self.problem.rtol, self.problem.atol)
         if out.is_floating_point() and bool(torch.isnan(out.float()).any()):
             return False, "output contains NaN (unwritten or computed)", float("inf")
         try:
-            why = self.problem.check(self.problem.call_data(data), out)
+            why = self.problem.check(self.problem.call_data(data), out, expected)
         except ProblemError:  # the problem's own reference failed (out of memory, say): not this output's fault
             raise
         except Exception as exc:  # the problem's checker failing on this output is a wrong answer
@@ -256,7 +279,9 @@ class Session:
     def time(self, res: R.ShapeResult, cap: int) -> None:
         """Time a checked benchmark shape into `res` (measure.py), or end with a Verdict."""
         c = self.cpu
-        plan = drive.Plan(WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE, CHECKS[c])
+        slow = not c and self.check_call_s > SLOW_CALL_S  # the correctness call just made on this shape
+        plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
+                          CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S)
         try:
             problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
         except drive.Unreadable as exc:

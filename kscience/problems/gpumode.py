@@ -295,9 +295,10 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
     task_check = getattr(reference, "check_implementation", None)
     own = callable(task_check) and _match_reference_kwargs(task_check) is None
 
-    def check(data, output):
+    def check(data, output, answer=None):
         """GPU MODE's check of one output: the task's own on (copied data, the output on the data's
-        device), else closeness to the reference member by member. None when right, else why."""
+        device), else closeness to `answer` (ref_kernel's, computed now if not given) member by
+        member. None when right, else why."""
         device = _device_of(data)
         # A task may declare several outputs and return one tensor (amd-moe), unseen when the
         # probe could not run its reference: without an own check, the reference decides.
@@ -315,7 +316,11 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
                 return None if verdict[0] else (str(verdict[1]) or "check_implementation failed")
             return str(verdict) if verdict else None  # GPU MODE's '' for a pass, a message otherwise
         try:
-            return members.compare_members(got, run_reference(data), rtol, atol)
+            if answer is None:
+                answer = run_reference(data)
+            elif outputs.is_packed(answer):
+                answer = outputs.unpack(answer)
+            return members.compare_members(got, answer, rtol, atol)
         except (MemoryError, RuntimeError) as exc:
             if isinstance(exc, RuntimeError) and "alloc" not in str(exc):
                 raise
@@ -340,6 +345,7 @@ def load_gpumode_dir(path: Path, overrides: dict) -> Problem:
         call_data=call_data,
         seed_source=submission.read_text() if submission.is_file() else None,
         check=check if own or structured else None,
+        checks_alone=own,
         time_limit_s=_time_limit(task, task_file),
     )
 

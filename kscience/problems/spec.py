@@ -56,10 +56,14 @@ class Problem:
     # problem asks of kernels; it is said wherever the vendor's time is shown
     vendor_tolerance: tuple[float, float] | None = None
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
-    # (data, output) -> None when right, else a one-line reason: the judge calls it, in the trusted
-    # process, instead of comparing with ref_kernel's output (answers that are right but not unique,
-    # or several tensors packed into one, see problems/outputs.py).
-    check: Callable[[Any, Any], str | None] | None = None
+    # (data, output, answer or None) -> None when right, else a one-line reason: the judge calls it,
+    # in the trusted process, instead of comparing with ref_kernel's output (answers that are right
+    # but not unique, or several tensors packed into one, see problems/outputs.py). Given no answer,
+    # it computes one where it needs it.
+    check: Callable[[Any, Any, Any], str | None] | None = None
+    # `check` judges an output by itself and never needs ref_kernel's answer (a GPU MODE task's own
+    # check_implementation): the judge then only sizes the answer, on the meta device.
+    checks_alone: bool = False
     # The task's own limit on one evaluation, where it declares one (a GPU MODE task.yml's test and
     # benchmark timeouts together); `kscience eval` applies it unless told another.
     time_limit_s: float | None = None
