@@ -254,7 +254,7 @@ class Harness:
         t0 = _perf_counter()
         self.device = detect()
         t0 = self._lap("device", t0)
-        self.problem = load_problem(job["problem"], job.get("overrides") or {})
+        self.problem = load_problem(job["problem"], job.get("overrides") or {}, job.get("probed"))
         t0 = self._lap("problem", t0)
         self.on_gpu = not self.device.interpreted
         if not self.on_gpu and os.environ.get(CPU_THREADS_VAR, "").isdigit():

@@ -21,7 +21,7 @@ from kscience.evaluate import compile_cache, peek
 from kscience.evaluate import result as R
 from kscience.evaluate.sandbox import weak_confinement_allowed, weak_points
 from kscience.evaluate.session import Session, Verdict, as_float, plural
-from kscience.problems import Problem, ProblemError, geomean, load_problem
+from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts
 from kscience.redact import redact
 
 JUDGE_THREADS = 4  # torch's CPU threads in a process that only judges (see judging_process)
@@ -122,7 +122,7 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         session.echo()  # before any candidate code exists in the worker
     with session.phase("import"):
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
-                     "weight_seed": weight_seed}, "import")
+                     "weight_seed": weight_seed, "probed": probed_facts(problem)}, "import")
         ready = session.reply("import", expect="ready")
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0,

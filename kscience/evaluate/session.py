@@ -73,7 +73,7 @@ class Session:
         self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
-        self.check_call_s = 0.0  # the judge's clock around the last correctness call, inputs included
+        self.check_call_s = 0.0  # the judge's clock around the last correctness call, less building its inputs
 
     # --- the channel -------------------------------------------------------------------------
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
@@ -237,7 +237,11 @@ class Session:
         """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
         the answer, the output cap), once the worker said which inputs it handed back."""
         seed = drive.new_seed(self.used_seeds)
+        t0 = time.monotonic()
         data = self.inputs(seed, shape)
+        if not self.cpu:
+            torch.cuda.synchronize()
+        made_s = time.monotonic() - t0  # the worker builds the same inputs inside its call command
         guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
         pristine = {i: data[i].clone() for i in guarded}
         expected = self.answer_or_size(data, shape)
@@ -246,7 +250,7 @@ class Session:
         self.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap, "whole_output": whole},
                  "check", shape)
         reply = self.reply("check", shape)
-        self.check_call_s = time.monotonic() - t0
+        self.check_call_s = time.monotonic() - t0 - made_s
         if reply.get("inputs") != guarded:
             self.worker.kill()
             raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)

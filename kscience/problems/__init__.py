@@ -10,12 +10,12 @@ from pathlib import Path
 from types import ModuleType
 
 from kscience.problems.files import import_file
-from kscience.problems.gpumode import load_gpumode_dir
+from kscience.problems.gpumode import load_gpumode_dir, probed_facts
 from kscience.problems.kernelbench import load_kernelbench_file
 from kscience.problems.spec import Problem, ProblemError, Shape, geomean, shape_label
 
 __all__ = ["Problem", "ProblemError", "Shape", "geomean", "shape_label", "builtin_names",
-           "load_problem", "import_file", "from_reference_module"]
+           "load_problem", "import_file", "from_reference_module", "probed_facts"]
 
 _HERE = Path(__file__).parent
 
@@ -60,8 +60,8 @@ def _load_builtin(name: str) -> Problem:
     return from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None)
 
 
-def load_problem(locator: str, overrides: dict | None = None) -> Problem:
-    """A built-in name, a KernelBench .py file, or a GPU MODE directory."""
+def load_problem(locator: str, overrides: dict | None = None, probed: dict | None = None) -> Problem:
+    """A built-in name, a KernelBench .py file, or a GPU MODE directory (`probed`: see load_gpumode_dir)."""
     overrides = dict(overrides or {})
     if locator in builtin_names():
         if overrides:
@@ -69,7 +69,7 @@ def load_problem(locator: str, overrides: dict | None = None) -> Problem:
         return _load_builtin(locator)
     path = Path(locator).expanduser()
     if path.is_dir():
-        return load_gpumode_dir(path.resolve(), overrides)
+        return load_gpumode_dir(path.resolve(), overrides, probed)
     if path.is_file() and path.suffix == ".py":
         return load_kernelbench_file(path.resolve(), overrides)
     known = ", ".join(builtin_names())
