@@ -152,14 +152,16 @@ def side_work_share(outside: float, event_us: float) -> float:
 
 
 def side_work_problem(events: list[float], hosts: list[float], idle_gap_us: float,
-                      shared_excess_us: float = 0.0) -> str | None:
+                      shared_excess_us: float = 0.0, reference_us: float = 0.0) -> str | None:
     """On the GPU: the synchronised host clock saw work the timed stream's events did not.
     `shared_excess_us`: on a GPU shared with other processes, what the round's own null calls
-    showed beyond the idle gap (`null_excess_us`); it is allowed on top."""
+    showed beyond the idle gap (`null_excess_us`); `reference_us`: what the problem's reference
+    showed outside its own events on the shape (`reference_outside.py`). Both are allowed on top."""
     ev = statistics.median(events)
     excess = outside_us(events, hosts, idle_gap_us)
-    if excess > side_work_allowance_us(ev) + shared_excess_us:
+    if excess > side_work_allowance_us(ev) + shared_excess_us + reference_us:
         beside = f", beyond the {shared_excess_us:.1f} us its null calls showed" if shared_excess_us else ""
+        beside += f" and the {reference_us:.1f} us the reference showed" if reference_us else ""
         return (f"about {excess:.1f} us per call ran outside the timed stream (event time {ev:.1f} us{beside}): "
                 "work on a side stream or thread was not counted")
     return None

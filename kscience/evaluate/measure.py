@@ -28,6 +28,7 @@ import time
 import torch
 
 from kscience.evaluate import crosscheck, drive
+from kscience.problems import shape_label
 
 ROUNDS = (2, 3)  # at most this many rounds per shape on (GPU, CPU interpreter)
 # Beside other processes on the GPU the judge's brackets wait milliseconds for their time slices,
@@ -71,7 +72,7 @@ def time_shape(session, res, cap: int, plan: drive.Plan, warm_sets: int) -> str 
         hard = crosscheck.clock_problem(rnd.calls, rnd.setup_s, rnd.prepare_wall_s)
         if hard:
             return hard
-        rnd.doubt = _doubt(session, rnd, empty_cap)
+        rnd.doubt = _doubt(session, rnd, empty_cap, shape)
         if rnd.others and rnd.spread_us > crosscheck.IDLE_GAP_CAP_US:
             limit = needed = max(limit, CONTENDED_ROUNDS)
         doubted = [r for r in rounds if r.doubt and not r.doubt.startswith(_UNSURE)]
@@ -111,7 +112,7 @@ def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> 
     return Round(calls, looks, setup_s, prepare_wall, crosscheck.null_spread_us(calls), session.others_on_gpu())
 
 
-def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
+def _doubt(session, rnd: Round, empty_cap: float, shape: dict) -> str | None:
     """What host noise could have raised against this round, or None. The worker's figure is
     compared with the judge's plain estimate (null brackets uncapped, so host load that slows
     null calls as much as timed ones cancels); the CPU figure is the capped estimate."""
@@ -122,8 +123,10 @@ def _doubt(session, rnd: Round, empty_cap: float) -> str | None:
     problem = None
     if not session.device.interpreted:
         problem = crosscheck.unwaited_problem(rnd.calls, session.least_call_us())
-        problem = problem or crosscheck.side_work_problem(events, hosts, session.worker_info.get("idle_gap_us", 0.0),
-                                                          _shared_excess_us(session, rnd))
+        gap, shared = session.worker_info.get("idle_gap_us", 0.0), _shared_excess_us(session, rnd)
+        if not problem and crosscheck.side_work_problem(events, hosts, gap, shared):
+            # what the trusted reference shows outside its own events is no candidate's side work
+            problem = crosscheck.side_work_problem(events, hosts, gap, shared, session.reference_outside_us(shape))
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, rnd.spread_us,
                                                         shared=bool(rnd.others))
     if problem is None and session.device.interpreted:
@@ -154,7 +157,8 @@ def _record(session, res, rounds: list[Round], chosen: Round | None, empty_cap: 
         judged, _ = crosscheck.judge_estimate(chosen.calls)
         res.outside_us = (crosscheck.outside_us(figures, [c.host_us for c in timed],
                                                 session.worker_info.get("idle_gap_us", 0.0))
-                          - _shared_excess_us(session, chosen))  # as the side-work check weighed it
+                          - _shared_excess_us(session, chosen)  # as the side-work check weighed it
+                          - session.reference_outside.get(shape_label(res.shape), 0.0))
     res.time_us = statistics.median(figures)
     res.mean_us = statistics.fmean(figures)
     res.std_us = statistics.pstdev(figures)

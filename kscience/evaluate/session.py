@@ -19,13 +19,13 @@ import time
 import torch
 
 from kscience.device import Device
-from kscience.evaluate import contexts, crosscheck, drive, measure
+from kscience.evaluate import contexts, crosscheck, drive, measure, reference_outside
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
 from kscience.evaluate.sandbox import default_rss_limit, start_worker
 from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
-from kscience.problems import Problem, ProblemError
+from kscience.problems import Problem, ProblemError, shape_label
 from kscience.redact import redact
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
@@ -73,6 +73,7 @@ class Session:
         self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
+        self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, less building its inputs
 
     # --- the channel -------------------------------------------------------------------------
@@ -181,6 +182,14 @@ class Session:
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
         return self.problem.ref_kernel(self.problem.call_data(data))
+
+    def reference_outside_us(self, shape: dict) -> float:
+        """What the reference shows outside its own events on `shape`, timed here (reference_outside.py)."""
+        key = shape_label(shape)
+        if key not in self.reference_outside:
+            data = self.inputs(drive.new_seed(self.used_seeds), shape)
+            self.reference_outside[key] = reference_outside.outside_us(self.problem, data, self.device.l2_bytes)
+        return self.reference_outside[key]
 
     def answer_or_size(self, data: list, shape: dict) -> torch.Tensor:
         """The answer, or where the problem's own check judges an output alone (GPU MODE's linalg
