@@ -99,29 +99,20 @@ def untrusted_estimate(each: list[float]) -> str | None:
     return None
 
 
-def forged_allowance_us(claimed_us: float, interpreted: bool, spread_us: float = 0.0, build_us: float = 0.0) -> float:
+def forged_allowance_us(claimed_us: float, interpreted: bool, spread_us: float = 0.0) -> float:
     """The most the judge's estimate may exceed a reported median before the report is doubted."""
     c = int(interpreted)
-    return JUDGE_RATIO[c] * claimed_us + JUDGE_SLACK_US[c] + spread_us + BUILD_SHARE * build_us
-
-
-# Every command, null or timed, builds its inputs inside the judge's bracket, so the estimate
-# (timed minus null brackets) carries their jitter: GPU MODE's pmpp_v2 sort builds a million
-# numbers row by row from Python, and on an idle H100 (2026-11-26) honest calls of 0.2-0.6 ms were
-# estimated at 1.1-4.5 ms with null brackets spread by 2-13 ms. Twice the judge's own time to build
-# the shape's inputs is allowed on top, as it caps null calls on the CPU (measure.py).
-BUILD_SHARE = 2.0
+    return JUDGE_RATIO[c] * claimed_us + JUDGE_SLACK_US[c] + spread_us
 
 
 def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool,
-                        spread_us: float = 0.0, shared: bool = False, build_us: float = 0.0) -> str | None:
+                        spread_us: float = 0.0, shared: bool = False) -> str | None:
     """The worker's median against the judge's own estimate of the same calls. On a GPU `shared`
     with other processes each bracket also holds a wait for their time slices that varies by
     milliseconds (an honest fp8 seed of 66 us was estimated at 1,775 us beside a busy neighbour on
     the H100, 2026-11-25), so there the spread of the null calls' brackets (`null_spread_us`) is
-    allowed on top of the slack. Elsewhere the candidate made the spread: it is only named.
-    `build_us`: the judge's own time to build the shape's inputs (see BUILD_SHARE)."""
-    if judged_us > forged_allowance_us(claimed_us, interpreted, spread_us if shared else 0.0, build_us):
+    allowed on top of the slack. Elsewhere the candidate made the spread: it is only named."""
+    if judged_us > forged_allowance_us(claimed_us, interpreted, spread_us if shared else 0.0):
         spread = ""
         if shared and spread_us:
             spread = f"; its brackets of null calls spread by {spread_us:.0f} us"

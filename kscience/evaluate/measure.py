@@ -128,8 +128,7 @@ def _doubt(session, rnd: Round, empty_cap: float, shape: dict) -> str | None:
             # what the trusted reference shows outside its own events is no candidate's side work
             problem = crosscheck.side_work_problem(events, hosts, gap, shared, session.reference_outside_us(shape))
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, rnd.spread_us,
-                                                        shared=bool(rnd.others),
-                                                        build_us=session.build_us.get(shape_label(shape), 0.0))
+                                                        shared=bool(rnd.others))
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
         problem = f"{_UNSURE}: {unsure}" if unsure else None

@@ -74,7 +74,6 @@ class Session:
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
         self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
-        self.build_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, less building its inputs
 
     # --- the channel -------------------------------------------------------------------------
@@ -261,7 +260,6 @@ class Session:
                  "check", shape)
         reply = self.reply("check", shape)
         self.check_call_s = time.monotonic() - t0 - made_s
-        self.build_us[shape_label(shape)] = made_s * 1e6
         if reply.get("inputs") != guarded:
             self.worker.kill()
             raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
