@@ -430,3 +430,31 @@ def test_what_the_reference_itself_shows_outside_its_events_is_not_side_work():
     assert measure._doubt(session, round_of([400.0 + 15 + 20] * 9), 0.0, shape) is None and asked == []
     assert measure._doubt(session, round_of(honest), 0.0, shape) is None and asked == [shape]
     assert "side stream" in measure._doubt(session, round_of(hiding), 0.0, shape)
+
+
+def test_the_judge_times_the_reference_as_a_worker_times_a_call(monkeypatch):
+    """reference_outside.py: the reference's own host-minus-event time beyond the idle gap, both
+    measured under the same cover; a reference that leaves work beside its stream shows it."""
+    import contextlib
+    import types
+
+    import kscience.evaluate.harness as harness
+    from kscience.evaluate import reference_outside
+
+    class _SideOnce(_SharedGpu):  # side work only where the reference leaves some
+        def synchronize(self):
+            super().synchronize()
+            self.side_us = 0.0
+
+    monkeypatch.setattr(harness, "spinning", contextlib.nullcontext)
+    for side in (0.0, 80.0):
+        gpu = _SideOnce(0.0, kernel_us=0.0, cover_late_us=60.0)
+        flush = _on(gpu, monkeypatch)
+        monkeypatch.setattr(reference_outside.torch, "empty", lambda *a, **k: flush)
+
+        def reference(data, gpu=gpu, side=side):
+            gpu.run(300.0)
+            gpu.side_us = side
+
+        problem = types.SimpleNamespace(call_data=tuple, ref_kernel=reference)
+        assert reference_outside.outside_us(problem, [], l2_bytes=1 << 20) == pytest.approx(side, abs=15.0)
