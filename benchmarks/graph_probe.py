@@ -15,8 +15,9 @@ torch.profiler and lists every GPU activity with its stream and every CUDA runti
     (--task: any task whose generate_input takes `size` and `seed` and returns a tensor or a tuple of
     them, as pmpp_v2/sort_py's (input, output) does; --compile-threads: inductor's compile workers,
     default its own, one process per core. Each way's line also counts the processes below this one
-    while it was timed: inductor's pool still starting is one suspected source of the host noise that
-    had pmpp_v2 sort rejected on an idle H100 on 2026-11-26.)
+    while it was timed. On an H100 (2026-11-26) pmpp_v2 sort showed host minus event 37-52 us eager,
+    60-89 us compiled and 80 us as published, with or without inductor's pool: the pool is not
+    what had it rejected; see docs/gpumode.md.)
 """
 
 from __future__ import annotations
