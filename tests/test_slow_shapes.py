@@ -118,3 +118,25 @@ def test_a_packed_answer_with_the_longest_header_unpacks_from_its_header_alone()
     first, second = outputs.unpack(big)
     assert first.untyped_storage().data_ptr() == big.untyped_storage().data_ptr()  # a view: nothing was copied
     assert torch.equal(first, torch.arange(3_000_000, dtype=torch.float32)) and torch.equal(second, torch.ones(2, 3))
+
+
+@pytest.mark.usefixtures("gpumode_modules")
+def test_a_task_whose_inputs_the_meta_device_cannot_build_has_its_answer_computed_instead(tmp_path):
+    folder = tmp_path / "item"
+    folder.mkdir()
+    (folder / "task.yml").write_text("tests: [{n: 8}]\nbenchmarks: [{n: 8}]\n")
+    (folder / "reference.py").write_text(
+        "import torch\n\n"
+        "def generate_input(n, seed):\n    gen = torch.Generator(device='cuda')\n    gen.manual_seed(seed)\n"
+        "    x = torch.randn(n, device='cuda', generator=gen)\n"
+        "    return (x * (1 + int(x.abs().argmax())),)  # .item(): no value on the meta device\n\n"
+        "def ref_kernel(data):\n    (x,) = data\n    return x.sort().values\n\n"
+        "def check_implementation(data, output):\n    (x,) = data\n"
+        "    return '' if torch.equal(output, x.sort().values) else 'not sorted'\n")
+    problem = load_problem(str(folder))
+    assert problem.checks_alone
+    right = "def custom_kernel(data):\n    (x,) = data\n    return x.sort().values\n"
+    assert evaluate(EvalRequest(problem=problem.locator, source=right, shapes="tests"), problem=problem).status == "ok"
+    wrong = evaluate(EvalRequest(problem=problem.locator, source=right.replace(".values", ".values.flip(0)"),
+                                 shapes="tests"), problem=problem)
+    assert wrong.status == "wrong_answer" and "not sorted" in wrong.message
