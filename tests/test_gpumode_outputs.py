@@ -17,6 +17,8 @@ from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, load_problem, probed_facts
 from kscience.problems import outputs
 
+from gpumode_tasks import task_folder
+
 PUBLISHED = Path(__file__).parent / "data" / "gpumode" / "reference-kernels"
 VECTORADD_V2 = PUBLISHED / "pmpp_v2" / "vectoradd_py"
 pytestmark = pytest.mark.usefixtures("gpumode_modules")  # tests/conftest.py
@@ -84,7 +86,7 @@ def ref_kernel(data):
 
 
 def test_several_outputs_without_an_own_check_are_compared_member_by_member_on_every_timed_call(tmp_path):
-    folder = _task(tmp_path / "two", TWO_OUTPUTS.replace("from typing", "from task import output_t\nfrom typing"),
+    folder = task_folder(tmp_path / "two", TWO_OUTPUTS.replace("from typing", "from task import output_t\nfrom typing"),
                    "cpu_benchmarks: [{n: 3000}]\n")
     (folder / "task.py").write_text(TWO_OUTPUTS.split("\n\n")[0])
     problem = load_problem(str(folder))
@@ -121,7 +123,7 @@ def test_a_task_declaring_a_tuple_whose_reference_returns_one_tensor_judges_one_
                  "def generate_input(n, seed):\n    g = torch.Generator(device='cuda')\n    g.manual_seed(seed)\n"
                  "    return (torch.randn(n, device='cuda', generator=g),)\n"
                  "def ref_kernel(data):\n    (x,) = data\n    return x * 2 + 0 * x.sum().item()\n")
-    folder = _task(tmp_path / "moe_like", reference)
+    folder = task_folder(tmp_path / "moe_like", reference)
     (folder / "task.py").write_text("import torch\nfrom typing import TypeVar, Tuple, Dict\n"
                                     "output_t = TypeVar('output_t', bound=Tuple[torch.Tensor, Dict])\n")
     problem = load_problem(str(folder))
@@ -144,13 +146,6 @@ def test_pack_and_unpack_keep_structure_and_refuse_malformed_bytes():
     assert outputs.unpack(forged).startswith("a malformed packed output")
 
 
-def _task(folder: Path, reference: str, yml: str = "") -> Path:
-    folder.mkdir()
-    (folder / "reference.py").write_text(reference)
-    (folder / "task.yml").write_text("tests: [{n: 4}]\nbenchmarks: [{n: 4}]\n" + yml)
-    return folder
-
-
 @pytest.mark.parametrize("reference, yml, reason", [
     ("import aiter_not_installed_here\ndef generate_input(n, seed): pass\ndef ref_kernel(d): pass\n", "",
      "cannot be evaluated: its reference needs aiter_not_installed_here, not installed here"),
@@ -160,12 +155,12 @@ def _task(folder: Path, reference: str, yml: str = "") -> Path:
 ])
 def test_what_kscience_cannot_provide_is_refused_in_one_line(tmp_path, reference, yml, reason):
     with pytest.raises(ProblemError) as info:
-        load_problem(str(_task(tmp_path / "needs", reference, yml)))
+        load_problem(str(task_folder(tmp_path / "needs", reference, yml)))
     assert reason in str(info.value) and "\n" not in str(info.value)
 
 
 def test_a_reference_that_fails_on_this_device_is_a_one_line_error_not_a_judge_failure(tmp_path):
-    folder = _task(tmp_path / "nofp4", "import torch\n"
+    folder = task_folder(tmp_path / "nofp4", "import torch\n"
                    "def generate_input(n, seed):\n    return torch.ones(n), torch.ones(n)\n"
                    "def ref_kernel(d):\n    raise RuntimeError('Invalid scaling configuration\\nmore')\n")
     (tmp_path / "k.py").write_text("def custom_kernel(data):\n    return data[0] + data[1]\n")
@@ -190,7 +185,7 @@ def ref_kernel(d):
 def test_a_task_whose_inputs_need_a_newer_gpu_says_so(tmp_path):
     """GPU MODE's nvfp4 references call torch._scaled_mm on fp4 inputs, which only Blackwell computes:
     the refusal names the type and the compute capability, not only what torch said."""
-    folder = _task(tmp_path / "nvfp4", FP4_TASK)
+    folder = task_folder(tmp_path / "nvfp4", FP4_TASK)
     (tmp_path / "k.py").write_text("def custom_kernel(data):\n    return None\n")
     done = kscience("eval", str(folder), str(tmp_path / "k.py"))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -14,6 +14,8 @@ from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import load_problem, outputs
 
+from gpumode_tasks import task_folder
+
 PUBLISHED = Path(__file__).parent / "data" / "gpumode" / "reference-kernels"
 
 
@@ -82,18 +84,16 @@ def test_a_task_with_its_own_check_never_has_its_reference_run_on_real_inputs_by
 
 @pytest.mark.usefixtures("gpumode_modules")
 def test_several_outputs_compared_with_the_reference_run_it_once_per_checked_call(tmp_path):
-    folder, log = tmp_path / "two", tmp_path / "reference-calls"
-    folder.mkdir()
-    (folder / "task.yml").write_text("tests: [{n: 8}, {n: 9}]\nbenchmarks: [{n: 8}]\n")
-    (folder / "task.py").write_text("import torch\nfrom typing import TypeVar\n"
-                                    "output_t = TypeVar('output_t', bound=tuple[torch.Tensor, torch.Tensor])\n")
-    (folder / "reference.py").write_text(
+    log = tmp_path / "reference-calls"
+    folder = task_folder(tmp_path / "two", (
         "import torch\nfrom task import output_t\n\n"
         "def generate_input(n, seed):\n    gen = torch.Generator(device='cuda')\n    gen.manual_seed(seed)\n"
         "    return (torch.randn(n, device='cuda', generator=gen),)\n\n"
         "def ref_kernel(data):\n    (x,) = data\n"
         f"    if x.device.type != 'meta':\n        open({str(log)!r}, 'a').write('.')\n"
-        "    return x + 1, x * 2\n")
+        "    return x + 1, x * 2\n"))
+    (folder / "task.py").write_text("import torch\nfrom typing import TypeVar\n"
+                                    "output_t = TypeVar('output_t', bound=tuple[torch.Tensor, torch.Tensor])\n")
     problem = load_problem(str(folder))
     assert problem.several_outputs and not problem.checks_alone
     right = "def custom_kernel(data):\n    (x,) = data\n    return x + 1, x * 2\n"
@@ -122,17 +122,14 @@ def test_a_packed_answer_with_the_longest_header_unpacks_from_its_header_alone()
 
 @pytest.mark.usefixtures("gpumode_modules")
 def test_a_task_whose_inputs_the_meta_device_cannot_build_has_its_answer_computed_instead(tmp_path):
-    folder = tmp_path / "item"
-    folder.mkdir()
-    (folder / "task.yml").write_text("tests: [{n: 8}]\nbenchmarks: [{n: 8}]\n")
-    (folder / "reference.py").write_text(
+    folder = task_folder(tmp_path / "item", (
         "import torch\n\n"
         "def generate_input(n, seed):\n    gen = torch.Generator(device='cuda')\n    gen.manual_seed(seed)\n"
         "    x = torch.randn(n, device='cuda', generator=gen)\n"
         "    return (x * (1 + int(x.abs().argmax())),)  # .item(): no value on the meta device\n\n"
         "def ref_kernel(data):\n    (x,) = data\n    return x.sort().values\n\n"
         "def check_implementation(data, output):\n    (x,) = data\n"
-        "    return '' if torch.equal(output, x.sort().values) else 'not sorted'\n")
+        "    return '' if torch.equal(output, x.sort().values) else 'not sorted'\n"))
     problem = load_problem(str(folder))
     assert problem.checks_alone
     right = "def custom_kernel(data):\n    (x,) = data\n    return x.sort().values\n"
