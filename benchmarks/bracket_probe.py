@@ -6,7 +6,11 @@ median bracket of timed commands less the median bracket of null ones. On an idl
 0.2-0.6 ms. This evaluates one solution as `kscience eval` does, keeps every round the judge
 measured, and prints for each shape and round the brackets of both kinds (median, 10th and 90th
 percentile) beside the worker's event and host times, so a systematic excess of timed commands
-can be told from jitter in both. The rounds go to OUT as JSON.
+can be told from jitter in both. The rounds go to OUT as JSON. Its answer on that H100 (same day,
+at 1662842): jitter. Every command's bracket was 17-480 ms, nearly all of it the build of the
+inputs (a Python loop over rows), and timed brackets differed from null ones by -15 to +25 ms at
+calls of 0.2-5 ms; brackets less the worker's host time were as large for null calls as for
+timed ones. Hence crosscheck.BUILD_SHARE; the table's `build` column is the judge's own build.
 
     python benchmarks/bracket_probe.py --repo .refk --task pmpp_v2/sort_py [--solution submission.py]
         [--problem softmax] [--shapes benchmarks] [--out DIR]
@@ -38,10 +42,10 @@ def spread(values: list[float]) -> dict:
     return {"n": len(values), "median": statistics.median(values), "p10": at(0.1), "p90": at(0.9)}
 
 
-def describe(shape: dict, rnd) -> dict:
+def describe(shape: dict, rnd, build_us: float) -> dict:
     timed = [c for c in rnd.calls if c.kind == "timed"]
     nulls = [c for c in rnd.calls if c.kind == "null"]
-    return {"shape": shape_label(shape), "doubt": rnd.doubt,
+    return {"shape": shape_label(shape), "doubt": rnd.doubt, "build_us": build_us,
             "timed_window_us": spread([c.window_us for c in timed]),
             "null_window_us": spread([c.window_us for c in nulls]),
             "event_us": spread([c.event_us for c in timed]), "host_us": spread([c.host_us for c in timed]),
@@ -73,7 +77,7 @@ def main() -> int:
 
     def kept(session, rnd, empty_cap, shape):
         rnd.doubt = doubt(session, rnd, empty_cap, shape)  # measure sets it again from the same call
-        rounds.append(describe(shape, rnd))
+        rounds.append(describe(shape, rnd, session.build_us(shape)))
         return rnd.doubt
 
     measure._doubt = kept
@@ -81,18 +85,20 @@ def main() -> int:
     device = detect()
     print(f"{device.name}  {label}: {result.status}  {result.message[:200]}")
     print(f"{'shape':40s}{'event':>9s}{'host':>9s}{'timed br.':>11s}{'null br.':>10s}{'t-n':>9s}"
-          f"{'t-host':>9s}{'n-host':>9s}{'null p10-p90':>16s}  doubt")
+          f"{'t-host':>9s}{'n-host':>9s}{'null p10-p90':>16s}{'build':>10s}  doubt")
     for r in rounds:
         t, n = r["timed_window_us"], r["null_window_us"]
         print(f"{r['shape'][:39]:40s}{r['event_us']['median']:9.1f}{r['host_us']['median']:9.1f}{t['median']:11.1f}"
               f"{n.get('median', float('nan')):10.1f}{t['median'] - n.get('median', float('nan')):9.1f}"
               f"{r['timed_window_less_host_us']['median']:9.1f}"
               f"{r['null_window_less_host_us'].get('median', float('nan')):9.1f}"
-              f"{n.get('p10', float('nan')):8.0f}-{n.get('p90', float('nan')):<7.0f}  {(r['doubt'] or '')[:60]}")
+              f"{n.get('p10', float('nan')):8.0f}-{n.get('p90', float('nan')):<7.0f}{r['build_us']:10.1f}"
+              f"  {(r['doubt'] or '')[:60]}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]", "", device.name.replace(" ", "_"))
-    path = out / f"bracket-probe-{name}-{datetime.date.today().isoformat()}.json"
+    what = re.sub(r"[^A-Za-z0-9_.-]+", "-", label)
+    path = out / f"bracket-probe-{what}-{name}-{datetime.date.today().isoformat()}.json"
     path.write_text(json.dumps({"device": device.name, "candidate": label, "status": result.status,
                                 "message": result.message, "rounds": rounds}, indent=1))
     print(f"wrote {path}")

@@ -136,6 +136,7 @@ def _judge_loop(gpu, jobs, results, halt) -> None:
                      "status": r.status, "message": r.message, "wall_s": time.monotonic() - t0,
                      "time_us": r.shapes[-1].time_us if r.shapes else None,
                      "judge_us": r.shapes[-1].judge_us if r.shapes else None,
+                     "build_us": r.shapes[-1].build_us if r.shapes else None,
                      "outside_us": r.shapes[-1].outside_us if r.shapes else None,
                      "remeasured": r.shapes[-1].message if r.shapes else "",
                      "phases_s": r.phases_s, "setup_s": r.device.get("setup_s") or {}})
@@ -155,7 +156,7 @@ def _margins(done: list[dict]) -> dict:
                 "max": round(values[-1], 3)}
 
     side = [crosscheck.side_work_share(r["outside_us"], r["time_us"]) for r in ok]
-    clock = [r["judge_us"] / crosscheck.forged_allowance_us(r["time_us"], interpreted=False)
+    clock = [r["judge_us"] / crosscheck.forged_allowance_us(r["time_us"], interpreted=False, build_us=r.get("build_us") or 0.0)
              for r in ok if r.get("judge_us") is not None]
     return {"side_work": summary(side), "judges_clock": summary(clock) if clock else {}}
 

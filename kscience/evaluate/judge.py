@@ -118,8 +118,16 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     weight_seed = secrets.randbits(31)
     if problem.entry == "ModelNew":  # KernelBench: both models are built from the same secret weight seed
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
+    interpreted = session.device.interpreted
+    tests = problem.shapes("tests", interpreted) if request.shapes in ("tests", "all") else []
+    benches = problem.shapes("benchmarks", interpreted) if request.shapes in ("benchmarks", "all") else []
     with session.phase("start"):  # what is left of the worker's own start (a spare has started already)
         session.echo()  # before any candidate code exists in the worker
+    with session.phase("builds"):  # likewise
+        for shape in benches:
+            session.build_us(shape)
+        if not interpreted:
+            torch.cuda.empty_cache()  # the inputs just built are the worker's memory from now on
     with session.phase("import"):
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
                      "weight_seed": weight_seed, "probed": probed_facts(problem)}, "import")
@@ -138,9 +146,6 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         pid = session.worker.serving_pid()
         session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
     session.worker_info["judge_reads"] = session.peek_pid is not None
-    interpreted = session.device.interpreted
-    tests = problem.shapes("tests", interpreted) if request.shapes in ("tests", "all") else []
-    benches = problem.shapes("benchmarks", interpreted) if request.shapes in ("benchmarks", "all") else []
     for shape in tests:
         with session.phase("check"):
             result.shapes.append(session.check(shape, "test")[0])

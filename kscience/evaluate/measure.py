@@ -128,7 +128,7 @@ def _doubt(session, rnd: Round, empty_cap: float, shape: dict) -> str | None:
             # what the trusted reference shows outside its own events is no candidate's side work
             problem = crosscheck.side_work_problem(events, hosts, gap, shared, session.reference_outside_us(shape))
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, rnd.spread_us,
-                                                        shared=bool(rnd.others))
+                                                        shared=bool(rnd.others), build_us=session.build_us(shape))
     if problem is None and session.device.interpreted:
         unsure = crosscheck.untrusted_estimate(crosscheck.judge_estimate(rnd.calls, empty_cap)[1])
         problem = f"{_UNSURE}: {unsure}" if unsure else None
@@ -163,6 +163,7 @@ def _record(session, res, rounds: list[Round], chosen: Round | None, empty_cap: 
     res.mean_us = statistics.fmean(figures)
     res.std_us = statistics.pstdev(figures)
     res.judge_us = judged
+    res.build_us = session.build_us(res.shape)
     res.n = len(figures)
     if len(rounds) > 1:  # the doubts the judge measured past, for the record
         res.message = f"measured {len(rounds)} times: " + "; ".join(r.doubt for r in rounds if r.doubt)[:300]
@@ -174,16 +175,8 @@ def _windows(rnd: Round) -> list[float]:
 
 def _empty_cap_us(session, shape: dict) -> float:
     """What a null call's bracket can honestly cost at most (see NULL_SLACK_US), from what the
-    judge measured itself: the pristine round trip, and building and copying the inputs here."""
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        data = session.inputs(drive.new_seed(session.used_seeds), shape)
-        for t in data:
-            if isinstance(t, torch.Tensor):
-                t.clone().fill_(0)
-        best = min(best, time.perf_counter() - t0)
-    return session.echo_us + 2 * best * 1e6 + NULL_SLACK_US
+    judge measured itself before the import: the pristine round trip, and building and copying the inputs."""
+    return session.echo_us + 2 * session.build_us(shape) + NULL_SLACK_US
 
 
 def _float(x) -> float:

@@ -27,6 +27,7 @@ class ShapeResult:
     n: int = 0
     floor_us: float | None = None  # bytes/peak bandwidth or FLOPs/peak rate, whichever is larger
     judge_us: float | None = None  # the judge's own estimate of the median call, from its clock alone
+    build_us: float | None = None  # the judge's own time to build the shape's inputs (inside every call's bracket)
     # GPU: host minus event time per call beyond the idle gap, and beside other processes beyond
     # what the null calls showed as well (the side-work check's figure)
     outside_us: float | None = None

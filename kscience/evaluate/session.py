@@ -43,6 +43,9 @@ WARM_SETS = 2  # input sets the warm-up cycles through (never timed)
 SLOW_CALL_S = 1.0
 FEW_N, ENOUGH_S = 3, 10.0
 ECHOES = 5  # round trips timed before the candidate is imported (measure.py caps null calls with them)
+# The judge builds each timed shape's inputs this many times before the import (the least counts:
+# the first pays for loading kernels), stopping after BUILDS_S once it has two.
+BUILDS, BUILDS_S = 3, 1.0
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
 
@@ -74,6 +77,7 @@ class Session:
         self.timeout_s = timeout_s
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
         self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
+        self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, less building its inputs
 
     # --- the channel -------------------------------------------------------------------------
@@ -178,6 +182,27 @@ class Session:
     # --- answers -----------------------------------------------------------------------------
     def inputs(self, seed: int, shape: dict) -> list:
         return list(self.problem.generate_input(seed, self.device.torch_device, **shape))
+
+    def build_us(self, shape: dict) -> float:
+        """The judge's own least time to build `shape`'s inputs and copy them once, as the worker
+        does inside every call command (null ones included). The judge asks before the candidate is
+        imported (judge.py), so no candidate code can have slowed it: the CPU's null calls are capped
+        with it (measure.py) and the forged-time check allows a share of it (crosscheck.BUILD_SHARE)."""
+        key = shape_label(shape)
+        if key not in self.builds_us:
+            best, stop = math.inf, time.monotonic() + BUILDS_S
+            for i in range(BUILDS):
+                t0 = time.perf_counter()
+                for t in self.inputs(drive.new_seed(self.used_seeds), shape):
+                    if isinstance(t, torch.Tensor):
+                        t.clone().fill_(0)
+                if not self.cpu:
+                    torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t0)
+                if i and time.monotonic() > stop:
+                    break
+            self.builds_us[key] = best * 1e6
+        return self.builds_us[key]
 
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
