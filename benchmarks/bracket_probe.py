@@ -13,7 +13,8 @@ calls of 0.2-5 ms; brackets less the worker's host time were as large for null c
 timed ones. Hence crosscheck.BUILD_SHARE; the table's `build` column is the judge's own build.
 
     python benchmarks/bracket_probe.py --repo .refk --task pmpp_v2/sort_py [--solution submission.py]
-        [--problem softmax] [--shapes benchmarks] [--out DIR]
+        [--problem softmax] [--shapes benchmarks] [--spare] [--out DIR]
+    (--spare: the next evaluation's worker starts during this one, as in a sweep or a run)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 from pathlib import Path
 
 from kscience.device import detect
-from kscience.evaluate import measure
+from kscience.evaluate import crosscheck, measure, sandbox
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import load_problem, shape_label
@@ -42,10 +43,12 @@ def spread(values: list[float]) -> dict:
     return {"n": len(values), "median": statistics.median(values), "p10": at(0.1), "p90": at(0.9)}
 
 
-def describe(shape: dict, rnd, build_us: float) -> dict:
+def describe(shape: dict, rnd, build_us: float, idle_gap_us: float) -> dict:
     timed = [c for c in rnd.calls if c.kind == "timed"]
     nulls = [c for c in rnd.calls if c.kind == "null"]
-    return {"shape": shape_label(shape), "doubt": rnd.doubt, "build_us": build_us,
+    return {"shape": shape_label(shape), "doubt": rnd.doubt, "build_us": build_us, "idle_gap_us": idle_gap_us,
+            "others": rnd.others, "outside_us": crosscheck.outside_us([c.event_us for c in timed] or [0.0],
+                                                                        [c.host_us for c in timed] or [0.0], idle_gap_us),
             "timed_window_us": spread([c.window_us for c in timed]),
             "null_window_us": spread([c.window_us for c in nulls]),
             "event_us": spread([c.event_us for c in timed]), "host_us": spread([c.host_us for c in timed]),
@@ -60,6 +63,7 @@ def main() -> int:
     ap.add_argument("--solution", default="submission.py", help="a file of the task's folder")
     ap.add_argument("--problem", help="a built-in problem instead, judged with its seed")
     ap.add_argument("--shapes", default="benchmarks", choices=("tests", "benchmarks", "all"))
+    ap.add_argument("--spare", action="store_true", help="start the next evaluation's worker during this one")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
     if args.problem:
@@ -77,15 +81,19 @@ def main() -> int:
 
     def kept(session, rnd, empty_cap, shape):
         rnd.doubt = doubt(session, rnd, empty_cap, shape)  # measure sets it again from the same call
-        rounds.append(describe(shape, rnd, session.build_us(shape)))
+        rounds.append(describe(shape, rnd, session.build_us(shape), session.worker_info.get("idle_gap_us", 0.0)))
         return rnd.doubt
 
     measure._doubt = kept
-    result = evaluate(EvalRequest(problem=problem.locator, source=source, shapes=args.shapes), problem=problem)
+    result = evaluate(EvalRequest(problem=problem.locator, source=source, shapes=args.shapes), problem=problem,
+                      keep_spare=args.spare)
+    if args.spare:
+        label += " (with a spare starting)"
+        sandbox.close_spares()
     device = detect()
     print(f"{device.name}  {label}: {result.status}  {result.message[:200]}")
     print(f"{'shape':40s}{'event':>9s}{'host':>9s}{'timed br.':>11s}{'null br.':>10s}{'t-n':>9s}"
-          f"{'t-host':>9s}{'n-host':>9s}{'null p10-p90':>16s}{'build':>10s}  doubt")
+          f"{'t-host':>9s}{'n-host':>9s}{'null p10-p90':>16s}{'build':>10s}{'outside':>9s}  doubt")
     for r in rounds:
         t, n = r["timed_window_us"], r["null_window_us"]
         print(f"{r['shape'][:39]:40s}{r['event_us']['median']:9.1f}{r['host_us']['median']:9.1f}{t['median']:11.1f}"
@@ -93,7 +101,7 @@ def main() -> int:
               f"{r['timed_window_less_host_us']['median']:9.1f}"
               f"{r['null_window_less_host_us'].get('median', float('nan')):9.1f}"
               f"{n.get('p10', float('nan')):8.0f}-{n.get('p90', float('nan')):<7.0f}{r['build_us']:10.1f}"
-              f"  {(r['doubt'] or '')[:60]}")
+              f"{r['outside_us']:9.1f}  {(r['doubt'] or '')[:60]}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]", "", device.name.replace(" ", "_"))

@@ -23,7 +23,7 @@ from kscience.evaluate import contexts, crosscheck, drive, measure, reference_ou
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
-from kscience.evaluate.sandbox import default_rss_limit, start_worker
+from kscience.evaluate.sandbox import default_rss_limit, spares_held, start_worker
 from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, ProblemError, shape_label
 from kscience.redact import redact
@@ -319,7 +319,8 @@ class Session:
         plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
                           CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S)
         try:
-            problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
+            with spares_held(self.worker):
+                problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
         except drive.Unreadable as exc:
             raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
         if problem:

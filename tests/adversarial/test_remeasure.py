@@ -501,3 +501,33 @@ def test_the_judge_times_the_reference_as_a_worker_times_a_call(monkeypatch):
 
         problem = types.SimpleNamespace(call_data=tuple, ref_kernel=reference)
         assert reference_outside.outside_us(problem, [], l2_bytes=1 << 20) == pytest.approx(side, abs=15.0)
+
+
+def test_a_slots_spares_are_stopped_while_its_evaluation_times_a_shape(monkeypatch):
+    """A spare importing beside a timed call disturbed both clocks on an H100 (2026-11-26: an honest
+    sort's time outside its events went from 35-48 us to 55-103 us). The slot's spares are stopped
+    while a shape is timed and run again afterwards, so they still import between evaluations."""
+    from kscience.evaluate import proctree, sandbox
+    from kscience.evaluate.judge import evaluate
+    from kscience.evaluate.result import EvalRequest
+
+    seen, time_shape = [], measure.time_shape
+
+    def timing(session, *a, **k):
+        for _, spare in sandbox._spares[session.worker.slot]:
+            # frozen as a cgroup, or each of its processes stopped by SIGSTOP
+            seen.append(spare._stopped == {-1} or bool(spare._stopped) and all(map(proctree.stopped, spare.pids())))
+        return time_shape(session, *a, **k)
+
+    sandbox.close_spares()
+    monkeypatch.setattr(measure, "time_shape", timing)
+    source = "import torch\n\ndef custom_kernel(data):\n    return torch.softmax(data[0].float(), -1).to(torch.bfloat16)\n"
+    try:
+        result = evaluate(EvalRequest(problem="softmax", source=source, shapes="benchmarks"), keep_spare=True)
+        spares = [spare for queue in sandbox._spares.values() for _, spare in queue]
+        running = [not spare._stopped and not any(map(proctree.stopped, spare.pids())) for spare in spares]
+    finally:
+        sandbox.close_spares()
+    assert result.status == OK, result.message
+    assert len(seen) >= sandbox.SPARES_PER_SLOT and all(seen), seen
+    assert len(running) == sandbox.SPARES_PER_SLOT and all(running)
