@@ -205,8 +205,14 @@ class Session:
         return self.builds_us[key]
 
     def expected(self, data: list) -> torch.Tensor:
-        """The answer, computed here and nowhere else."""
-        return self.problem.ref_kernel(self.problem.call_data(data))
+        """The answer, computed here and nowhere else. On the GPU the reference's working memory is
+        handed back at once: GPU MODE's mla-decode decompresses its whole KV cache (tens of GiB),
+        which this process's allocator would otherwise keep from the worker on the same GPU (an
+        H200, 2026-11-26: the worker ran out with 4 of 140 GiB free)."""
+        answer = self.problem.ref_kernel(self.problem.call_data(data))
+        if not self.cpu:
+            torch.cuda.empty_cache()
+        return answer
 
     def reference_outside_us(self, shape: dict) -> float:
         """What the reference shows outside its own events on `shape`, timed here (reference_outside.py)."""
