@@ -453,6 +453,14 @@ class Harness:
         self.held, self.settle_s = [out] + [data[i] for i in guarded], min(max(call_s, 0.01), 0.05) if whole else 0.0
         self.first_read_at = _perf_counter()
 
+    def give_back_memory(self) -> None:
+        """The allocator's cache back to the GPU, once a checked call was read or a shape's timed
+        calls are over: the judge computes the next answers on the same GPU, and GPU MODE's
+        mla-decode reference needs tens of GiB for that (an H200, 2026-11-26: the judge ran out
+        beside a worker holding its cache). Never between timed calls, whose allocations it would time."""
+        if self.on_gpu:
+            torch.cuda.empty_cache()
+
     def sample(self, ch: Channel, cmd: dict) -> None:
         """The held tensors' bytes at the judge's ranges, one frame each; then they are let go."""
         _sleep(max(0.0, self.settle_s - (_perf_counter() - self.first_read_at)))  # the round trip counts

@@ -119,9 +119,12 @@ def serve(in_fd: int, out_fd: int) -> None:
             elif cmd.get("cmd") == "finish" and timer is not None:
                 timer.finish()
                 timer = None
+                h.give_back_memory()
                 send_json(ch, {"status": "ok", "seq": seq})
             elif cmd.get("cmd") == "sample":
                 h.sample(ch, cmd)
+                if timer is None:  # a checked call's output, read
+                    h.give_back_memory()
             else:
                 return
         except BaseException as exc:  # a fault surfacing at synchronize() lands here too
