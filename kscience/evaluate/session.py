@@ -324,6 +324,8 @@ class Session:
         slow = not c and self.check_call_s > SLOW_CALL_S  # the correctness call just made on this shape
         plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
                           CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S)
+        if not c:  # what checking the shape left in this process's allocator is the worker's to time with
+            torch.cuda.empty_cache()
         try:
             with spares_held(self.worker):
                 problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
