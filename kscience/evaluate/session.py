@@ -43,8 +43,9 @@ WARM_SETS = 2  # input sets the warm-up cycles through (never timed)
 SLOW_CALL_S = 1.0
 FEW_N, ENOUGH_S = 3, 10.0
 ECHOES = 5  # round trips timed before the candidate is imported (measure.py caps null calls with them)
-# The judge builds each timed shape's inputs this many times before the import (the least counts:
-# the first pays for loading kernels), stopping after BUILDS_S once it has two.
+# The judge builds each timed shape's inputs up to this many times before the import, the least
+# counting (the first pays for loading kernels, milliseconds), and no more once BUILDS_S have passed:
+# one build of a second or more is mostly its own work.
 BUILDS, BUILDS_S = 3, 1.0
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
@@ -191,15 +192,15 @@ class Session:
         key = shape_label(shape)
         if key not in self.builds_us:
             best, stop = math.inf, time.monotonic() + BUILDS_S
-            for i in range(BUILDS):
+            for _ in range(BUILDS):
                 t0 = time.perf_counter()
                 for t in self.inputs(drive.new_seed(self.used_seeds), shape):
                     if isinstance(t, torch.Tensor):
-                        t.clone().fill_(0)
+                        t.clone()  # the worker copies each set into its fixed buffers
                 if not self.cpu:
                     torch.cuda.synchronize()
                 best = min(best, time.perf_counter() - t0)
-                if i and time.monotonic() > stop:
+                if time.monotonic() > stop:
                     break
             self.builds_us[key] = best * 1e6
         return self.builds_us[key]
