@@ -54,7 +54,7 @@
 #                 TASK=pmpp_v2/sort_py for the variant still rejected, COMPILE_THREADS=1 to keep inductor's pool out
 #   REFK=.refk TASK=pmpp_v2/sort_py SOLUTION=submission.py bash benchmarks/gpu_session.sh OUTDIR bracketprobe
 #     bracketprobe  bracket_probe.py: the judge's brackets of timed and null commands, round by round, beside the
-#                   worker's times (why honest sorts are judged "not what happened"; under a minute)
+#                   worker's times and the judge's own build time (under a minute; SPARE=1: a spare starts beside it)
 # The two-GPU scale-out measurement is separate: python3 benchmarks/scaleout.py on two GPUs.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs]}
@@ -94,7 +94,8 @@ for step in $steps; do
                   ${TASK:+--task "$TASK"} ${COMPILE_THREADS:+--compile-threads "$COMPILE_THREADS"} \
                   --out "$out" 2>&1 | tee -a "$out/graph-probe.log" ;;
     bracketprobe) timeout "${BRACKETPROBE_S:-240}" python3 benchmarks/bracket_probe.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
-                    ${TASK:+--task "$TASK"} ${SOLUTION:+--solution "$SOLUTION"} --out "$out" 2>&1 | tee -a "$out/bracket-probe.log" ;;
+                    ${TASK:+--task "$TASK"} ${SOLUTION:+--solution "$SOLUTION"} ${SPARE:+--spare} --out "$out" 2>&1 \
+                    | tee -a "$out/bracket-probe.log" ;;
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" \
                  ${PROBLEMS:+--problems "$PROBLEMS"} --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;
