@@ -25,8 +25,6 @@ import math
 import statistics
 import time
 
-import torch
-
 from kscience.evaluate import crosscheck, drive
 from kscience.problems import shape_label
 
