@@ -1,7 +1,9 @@
 """Every problem directory of GPU MODE's reference-kernels, judged by `kscience eval` with its own solutions.
 
 For each directory holding task.yml and reference.py: every published `solutions/correct/*` and the
-directory's `submission.py` must come out ok, every `solutions/incorrect/*` must not. Each is judged
+directory's `submission.py` must come out ok, every published wrong one (`solutions/wrong/*`, as
+reference-kernels names them: empty kernels, a bf16 matmul, a sum that skips elements; or
+`solutions/incorrect/*`) must not. Each is judged
 as `kscience eval DIR FILE` judges it (within the task's own time limit, task.yml's test and benchmark
 timeouts together, or --time-limit), in this process (one spare worker started
 ahead, so the next evaluation does not wait for its worker's imports); anything escaping the judge
@@ -44,6 +46,8 @@ from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, load_problem
 
 RESULTS = Path(__file__).parent / "results"
+WRONG = ("wrong", "incorrect")  # folders of published solutions that must not come out ok
+NOT_A_VERDICT = ("ok", "TRACEBACK", "refused", "not run")  # what a wrong solution must not get
 DEFAULT_LIMIT_S = 60.0  # an evaluation's limit where the task declares none and --time-limit is not given
 
 
@@ -52,8 +56,13 @@ def solutions(folder: Path) -> list[tuple[str, Path, bool]]:
     found = [(f"correct/{f.name}", f, True) for f in sorted((folder / "solutions" / "correct").glob("*.py"))]
     if (folder / "submission.py").is_file():
         found.append(("submission.py", folder / "submission.py", True))
-    found += [(f"incorrect/{f.name}", f, False) for f in sorted((folder / "solutions" / "incorrect").glob("*.py"))]
+    for kind in WRONG:
+        found += [(f"{kind}/{f.name}", f, False) for f in sorted((folder / "solutions" / kind).glob("*.py"))]
     return found
+
+
+def must_fail(label: str) -> bool:
+    return label.split("/")[0] in WRONG
 
 
 class _Overran(BaseException):  # not an Exception: no handler in the task or the judge may swallow it
@@ -162,7 +171,7 @@ def main() -> int:
             else:
                 source = reference_as_candidate(folder) if label == "(reference)" else file.read_text()
                 status, why, wall = judge(folder, source, args.time_limit, gpu, args.shapes)
-            expected = status == "ok" if should_pass else status not in ("ok", "TRACEBACK")
+            expected = status == "ok" if should_pass else status not in NOT_A_VERDICT
             rows.append({"dir": name, "solution": label, "status": status, "reason": why,
                          "seconds": round(wall, 1), "as_expected": expected})
             print(f"{name:<44} {label:<34} {status:<14} {wall:6.1f}s  {why[:110]}", flush=True)
@@ -184,20 +193,19 @@ def sweep_rows(path: Path) -> dict:
         if len(cells) != 5 or cells[0] in ("directory", "---") or not re.fullmatch(r"[\d.]+", cells[3]):
             continue
         name, label, status, seconds, reason = cells
-        expected = status == "ok" if not label.startswith("incorrect/") else status not in ("ok", "TRACEBACK")
+        expected = status not in NOT_A_VERDICT if must_fail(label) else status == "ok"
         rows[(name, label)] = {"dir": name, "solution": label, "status": status, "seconds": float(seconds),
                                "reason": reason.replace("\\|", "|"), "as_expected": expected}
     return rows
 
 
 def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: float, settings: str) -> str:
-    correct = [r for r in rows if r["solution"] not in ("(none)", "(reference)")
-               and not r["solution"].startswith("incorrect/")]
+    correct = [r for r in rows if r["solution"] not in ("(none)", "(reference)") and not must_fail(r["solution"])]
     as_candidate = [r for r in rows if r["solution"] == "(reference)"]
     dirs = sorted({r["dir"] for r in rows})
     ok_dirs = sorted({r["dir"] for r in correct if r["status"] == "ok"})
     tracebacks = [r for r in rows if r["status"] == "TRACEBACK"]
-    wrong_kept = [r for r in rows if r["solution"].startswith("incorrect/")]
+    wrong_kept = [r for r in rows if must_fail(r["solution"])]
     lines = [
         f"# GPU MODE reference-kernels through `kscience eval` — {device}, {date}",
         "",
@@ -209,7 +217,7 @@ def _markdown(rows: list[dict], device: str, date: str, commit: str, seconds: fl
         f"{sum(r['status'] == 'ok' for r in correct)}, refused before running: "
         f"{sum(r['status'] == 'refused' for r in correct)}, not run (budget spent): "
         f"{sum(r['status'] == 'not run' for r in correct)}",
-        f"- incorrect/* solutions: {len(wrong_kept)}, judged wrong as they should be: "
+        f"- published wrong solutions (wrong/* and incorrect/*): {len(wrong_kept)}, judged not ok as they should be: "
         f"{sum(r['as_expected'] for r in wrong_kept)}",
         f"- evaluator tracebacks: {len(tracebacks)}",
         *([f"- each task's reference as a candidate: {len(as_candidate)}, ok: "

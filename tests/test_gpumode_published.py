@@ -106,6 +106,15 @@ def test_published_histogram_own_check_on_cpu_inputs():
     assert problem.check(data, counts.roll(1)) is not None
 
 
+def test_a_published_wrong_solution_is_not_ok():
+    """reference-kernels publishes wrong solutions beside the right ones, under `solutions/wrong/`:
+    histogram's returns an uninitialised tensor of the right size and dtype."""
+    folder = PUBLISHED / "pmpp" / "histogram_py"
+    problem = load_problem(str(folder))
+    result = judge(problem, (folder / "solutions" / "wrong" / "empty.py").read_text())
+    assert result.status == "wrong_answer", result.message
+
+
 def test_published_cholesky_through_the_judge_with_its_own_submission():
     problem = load_problem(str(PUBLISHED / "linalg" / "cholesky_py"))
     assert judge(problem, problem.seed_source).status == "ok"
