@@ -77,11 +77,10 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         finally:
             with session.phase("close"):  # killing the worker, then reading its compile facts
                 session.close(keep_cache=result.status == R.OK)
-                if not device.interpreted:
-                    # The expected answers of a large shape leave gigabytes in this process's
-                    # allocator cache, which the next candidate's worker then cannot have: six judges
-                    # on one H200 (2026-11-26) left an honest GPU MODE solution 2.7 of 140 GiB.
-                    torch.cuda.empty_cache()
+                # The expected answers of a large shape leave gigabytes in this process's allocator
+                # cache, which the next candidate's worker then cannot have: six judges on one H200
+                # (2026-11-26) left an honest GPU MODE solution 2.7 of 140 GiB.
+                session.give_back_memory()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.device.update(session.worker_info)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed
@@ -126,8 +125,7 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     with session.phase("builds"):  # likewise
         for shape in benches:
             session.build_us(shape)
-        if not interpreted:
-            torch.cuda.empty_cache()  # the inputs just built are the worker's memory from now on
+        session.give_back_memory()
     with session.phase("import"):
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
                      "weight_seed": weight_seed, "probed": probed_facts(problem)}, "import")

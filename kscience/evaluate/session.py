@@ -79,7 +79,7 @@ class Session:
         self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
         self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
         self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
-        self.check_call_s = 0.0  # the judge's clock around the last correctness call, less building its inputs
+        self.check_call_s = 0.0  # the judge's clock around the last correctness call, the worker's input build included
 
     # --- the channel -------------------------------------------------------------------------
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
@@ -206,14 +206,15 @@ class Session:
         return self.builds_us[key]
 
     def expected(self, data: list) -> torch.Tensor:
-        """The answer, computed here and nowhere else. On the GPU the reference's working memory is
-        handed back at once: GPU MODE's mla-decode decompresses its whole KV cache (tens of GiB),
-        which this process's allocator would otherwise keep from the worker on the same GPU (an
-        H200, 2026-11-26: the worker ran out with 4 of 140 GiB free)."""
-        answer = self.problem.ref_kernel(self.problem.call_data(data))
+        """The answer, computed here and nowhere else."""
+        return self.problem.ref_kernel(self.problem.call_data(data))
+
+    def give_back_memory(self) -> None:
+        """This process's allocator cache back to the GPU, before the worker runs on it: GPU MODE's
+        mla-decode reference decompresses its whole KV cache (tens of GiB), which the cache would
+        otherwise keep from the worker (an H200, 2026-11-26: the worker ran out with 4 of 140 GiB free)."""
         if not self.cpu:
             torch.cuda.empty_cache()
-        return answer
 
     def reference_outside_us(self, shape: dict) -> float:
         """What the reference shows outside its own events on `shape`, timed here (reference_outside.py)."""
@@ -221,6 +222,8 @@ class Session:
         if key not in self.reference_outside:
             data = self.inputs(drive.new_seed(self.used_seeds), shape)
             self.reference_outside[key] = reference_outside.outside_us(self.problem, data, self.device.l2_bytes)
+            del data
+            self.give_back_memory()  # the worker times its next round on this GPU
         return self.reference_outside[key]
 
     def answer_or_size(self, data: list, shape: dict) -> torch.Tensor:
@@ -276,20 +279,17 @@ class Session:
         """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
         the answer, the output cap), once the worker said which inputs it handed back."""
         seed = drive.new_seed(self.used_seeds)
-        t0 = time.monotonic()
         data = self.inputs(seed, shape)
-        if not self.cpu:
-            torch.cuda.synchronize()
-        made_s = time.monotonic() - t0  # the worker builds the same inputs inside its call command
         guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
         pristine = {i: data[i].clone() for i in guarded}
         expected = self.answer_or_size(data, shape)
         cap = self._expect(expected)
+        self.give_back_memory()
         t0 = time.monotonic()
         self.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap, "whole_output": whole},
                  "check", shape)
         reply = self.reply("check", shape)
-        self.check_call_s = time.monotonic() - t0 - made_s
+        self.check_call_s = time.monotonic() - t0
         if reply.get("inputs") != guarded:
             self.worker.kill()
             raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
@@ -322,11 +322,11 @@ class Session:
     def time(self, res: R.ShapeResult, cap: int) -> None:
         """Time a checked benchmark shape into `res` (measure.py), or end with a Verdict."""
         c = self.cpu
-        slow = not c and self.check_call_s > SLOW_CALL_S  # the correctness call just made on this shape
+        # the correctness call just made on this shape, less building its inputs inside that call
+        slow = not c and self.check_call_s - self.build_us(res.shape) / 1e6 > SLOW_CALL_S
         plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
                           CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S)
-        if not c:  # what checking the shape left in this process's allocator is the worker's to time with
-            torch.cuda.empty_cache()
+        self.give_back_memory()  # what checking the shape left in this process's allocator
         try:
             with spares_held(self.worker):
                 problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
