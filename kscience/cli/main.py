@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from kscience.cli.campaign_commands import add_campaign_commands
 from kscience.run.config import PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments
@@ -34,7 +36,7 @@ exit codes:
   0    success: the candidate is correct, the run finished
   1    the candidate is not correct, or the run failed or stopped (it can be resumed)
   2    bad arguments, an unknown problem or an unusable database (one line on stderr)
-  130  interrupted (Ctrl-C); a run can be resumed
+  130  interrupted (Ctrl-C or SIGTERM); a run can be resumed
 
 examples:
   kscience problems
@@ -132,9 +134,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Commands that start judges and workers: before they do, what a killed kscience process left goes.
+EVALUATING = {"run", "resume", "campaign", "eval", "worker"}
+
+
+SLOTS_AFTER_S = 0.2  # the run notices its interruption before its evaluations in flight end unjudged
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a batch scheduler's time limit, a `kill`) does what Ctrl-C does in a terminal: this
+    process is interrupted, keeping its work for a resume, and the slot processes stop their
+    evaluations (Ctrl-C reaches them through the process group) once it has noticed."""
+    from kscience.evaluate.slot import interrupt_all
+
+    threading.Timer(SLOTS_AFTER_S, interrupt_all).start()
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminated)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in EVALUATING:
+        from kscience.evaluate.leftovers import reclaim_and_say
+
+        reclaim_and_say(lambda line: print(line, file=sys.stderr))
     try:
         return args.func(args)
     except USER_ERRORS as exc:

@@ -15,6 +15,11 @@ def cmd_worker(args) -> int:
                         poll_s=args.poll, say=lambda line: print(line, file=sys.stderr, flush=True))
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot serve {args.directory}: {exc}") from None
-    done = worker.run(once=args.once)
+    try:
+        done = worker.run(once=args.once)
+    except KeyboardInterrupt:
+        print(f"kscience worker: interrupted after {worker.done} evaluation(s); unfinished requests are back in "
+              f"the queue; continue with: kscience worker {args.directory}", file=sys.stderr)
+        return 130
     print(f"kscience worker: {done} evaluation(s) done", file=sys.stderr)
     return 0

@@ -48,6 +48,19 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
+def _parents(version: int) -> list:
+    """Where this process makes worker cgroups: v2, the directories of its own cgroup; v1,
+    (controller, directory) for each of the memory, pids and freezer hierarchies mounted."""
+    own, found = _own_paths(), []
+    for mount, kind, options in _mounts():
+        if version == 2 and kind == "cgroup2" and "" in own:
+            found.append(Path(mount + own[""]))
+        if version == 1 and kind == "cgroup":
+            found += [(c, Path(mount + own[c])) for c in _V1_CONTROLLERS
+                      if c in options and c in own and c not in {f[0] for f in found}]
+    return found
+
+
 def _write(path: Path, value: str) -> bool:
     try:
         path.write_text(value)
@@ -66,20 +79,16 @@ class Cgroup:
     def create(cls, name: str, memory_bytes: int, max_pids: int) -> "Cgroup | None":
         if os.environ.get("KSCIENCE_SANDBOX_CGROUP", "1") == "0":
             return None
-        own = _own_paths()
-        for mount, kind, options in _mounts():
-            if kind == "cgroup2" and "" in own:
-                group = cls._make_v2(Path(mount + own[""]), name, memory_bytes, max_pids)
-                if group:
-                    return group
+        for parent in _parents(2):
+            group = cls._make_v2(parent, name, memory_bytes, max_pids)
+            if group:
+                return group
         dirs = {}
-        for mount, kind, options in _mounts():
-            for c in _V1_CONTROLLERS:
-                if kind == "cgroup" and c in options and c in own and c not in dirs:
-                    d = Path(mount + own[c]) / name
-                    with contextlib.suppress(OSError):
-                        d.mkdir()
-                        dirs[c] = d
+        for c, parent in _parents(1):
+            d = parent / name
+            with contextlib.suppress(OSError):
+                d.mkdir()
+                dirs[c] = d
         group = cls(1, dirs)
         if "memory" in dirs and not _write(dirs["memory"] / "memory.limit_in_bytes", str(memory_bytes)):
             group.remove()
@@ -91,8 +100,20 @@ class Cgroup:
             return None
         if "memory" not in dirs:
             return group.remove()
-        group.sweep_stale()
         return group
+
+    @classmethod
+    def named(cls, prefix: str) -> "dict[str, Cgroup]":
+        """The worker cgroups whose names start with `prefix`, as this process would make them
+        (a dead judge's, to remove), by name."""
+        found: dict[str, Cgroup] = {}
+        for parent in _parents(2):
+            for d in parent.glob(f"{prefix}*"):
+                found.setdefault(d.name, cls(2, {"": d}))
+        for c, parent in _parents(1):
+            for d in parent.glob(f"{prefix}*"):
+                found.setdefault(d.name, cls(1, {})).dirs[c] = d
+        return found
 
     @classmethod
     def _make_v2(cls, parent: Path, name: str, memory_bytes: int, max_pids: int) -> "Cgroup | None":
@@ -108,7 +129,6 @@ class Cgroup:
         if not (_write(d / "memory.max", str(memory_bytes)) and _write(d / "pids.max", str(max_pids))):
             return group.remove()
         _write(d / "memory.swap.max", "0")  # where swap exists, it must not stretch the cap
-        group.sweep_stale()
         return group
 
     def describe(self) -> str:
@@ -174,15 +194,6 @@ class Cgroup:
             if frozen:
                 self.freeze(False, timeout_s=0.5)
             time.sleep(0.01)
-
-    def sweep_stale(self, older_than_s: float = 3600.0) -> None:
-        """Remove empty worker cgroups an earlier judge left (one killed before it could clean
-        up). Only old ones: a fresh empty one may belong to a worker that is about to join it."""
-        for d in self.dirs.values():
-            for sibling in d.parent.glob("kscience-*"):
-                with contextlib.suppress(OSError):
-                    if sibling != d and time.time() - sibling.stat().st_mtime > older_than_s:
-                        sibling.rmdir()  # fails, harmlessly, while it has members
 
     def remove(self) -> None:
         """Delete the cgroup(s); members that are still exiting get a moment."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kscience.evaluate import queue_files as Q
 from kscience.evaluate.executor import LocalExecutor
+from kscience.evaluate.slot import EvaluationInterrupted
 from kscience.problems import ProblemError
 
 LEASE_S = 120.0
@@ -112,13 +113,16 @@ class Worker:
 
     # --- results -----------------------------------------------------------------------------
     def _finish(self, ident: str) -> None:
-        future, nonce, request = self.in_flight.pop(ident)
+        future, nonce, request = self.in_flight[ident]
         try:
             outcome = future.result()
             outcome.device["host"] = socket.gethostname()  # which machine of a cluster judged it
             line = f"{outcome.status}: {outcome.message} ({outcome.wall_s:.1f} s on {outcome.device.get('name')})"
         except ProblemError as exc:
             outcome, line = str(exc), f"problem error: {exc}"
+        except EvaluationInterrupted:  # a signal stopped the slot: `run` hands the request back to the queue
+            raise KeyboardInterrupt from None
+        del self.in_flight[ident]
         worker = {"host": socket.gethostname(), "pid": os.getpid()}
         Q.write_atomic(self.root / "results" / f"{ident}.json",
                        Q.result_file(ident, nonce, request, outcome, worker, time.time()))

@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
-from kscience.evaluate import compile_cache, compile_facts, confine, proctree
+from kscience.evaluate import compile_cache, compile_facts, confine, leftovers, lifeline, proctree
 from kscience.evaluate.cgroup import Cgroup
 from kscience.evaluate.wire import Channel, widen_pipe
 from kscience.redact import SECRET_NAME, redact
@@ -84,7 +85,7 @@ def namespaces_available() -> bool:
 
 
 def _unshare_prefix() -> list[str]:
-    return ["unshare", "--user", "--map-current-user", "--net", "--pid", "--fork", "--mount-proc",
+    return ["unshare", "--user", "--map-current-user", "--net", "--pid", "--ipc", "--fork", "--mount-proc",
             "--kill-child"]
 
 
@@ -125,7 +126,8 @@ class Worker:
     """A disposable worker process: `channel` talks to it; `close()` kills it and everything it started."""
 
     def __init__(self, gpu: int | None, interpreted: bool, rss_limit_bytes: int):
-        self.workdir = Path(tempfile.mkdtemp(prefix="kscience-eval-"))
+        leftovers.guard()  # before anything exists that a killed judge would leave behind
+        self.workdir = Path(tempfile.mkdtemp(prefix=leftovers.folder_prefix()))
         self.token = secrets.token_hex(16)
         self.killed_for: str | None = None
         self.cache_entry: str | None = None
@@ -135,18 +137,20 @@ class Worker:
         ours, theirs = os.pipe(), os.pipe()  # trusted->worker, worker->trusted
         for fd in (ours[1], theirs[0]):
             widen_pipe(fd)
-        cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1])]
+        watched = lifeline.read_end()  # the reaper ends the worker's tree when this process ends
+        cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1]), str(watched)]
         self.namespaced = namespaces_available()
         if self.namespaced:
             cmd = _unshare_prefix() + cmd
-        self.cgroup = Cgroup.create(f"kscience-{self.token[:16]}", rss_limit_bytes, MAX_PIDS)
+        self.cgroup = Cgroup.create(leftovers.cgroup_name(self.token[:16]), rss_limit_bytes, MAX_PIDS)
         if self.cgroup:  # join before anything else runs, so no child is ever outside it
             cmd = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; '
                    'exec "$@"', "sh", *self.cgroup.procs_files, "--", *cmd]
         self.proc = subprocess.Popen(
-            cmd, cwd=self.workdir, env=worker_env(self.workdir, gpu, interpreted, self.token),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(ours[0], theirs[1]), start_new_session=True, close_fds=True)
+            cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=dict(worker_env(self.workdir, gpu, interpreted, self.token), **{leftovers.OWNER_VAR: lifeline.owner_tag()}),
+            pass_fds=(ours[0], theirs[1], watched), start_new_session=True, close_fds=True)
+        _live.add(self)
         os.close(ours[0])
         os.close(theirs[1])
         self.channel = Channel(theirs[0], ours[1], nonblocking=True)
@@ -309,6 +313,7 @@ class Worker:
         with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL was sent; do not hang on a zombie
             self.proc.wait(timeout=10)
         self.channel.close()
+        _live.discard(self)
         self.stdout.join(timeout=2)
         self.stderr.join(timeout=2)
         self.compile_facts = self._compile_facts()
@@ -349,6 +354,7 @@ def default_rss_limit() -> int:
 SPARES_PER_SLOT = 2
 _spares: dict[tuple, list[tuple[str, Worker]]] = {}  # slot -> [(environment fingerprint, worker)], oldest first
 _spares_lock = threading.Lock()
+_live: "weakref.WeakSet[Worker]" = weakref.WeakSet()  # every worker of this process not yet closed
 
 
 def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_spare: bool = False) -> Worker:
@@ -399,4 +405,12 @@ def close_spares() -> None:
         spares = [worker for queue in _spares.values() for _, worker in queue]
         _spares.clear()
     for worker in spares:
+        worker.close()
+
+
+def close_all() -> None:
+    """Kill every worker of this process, spares and the ones evaluating, thawing what is frozen:
+    what a judge does when it is told to stop (a signal) or its own parent has died."""
+    close_spares()
+    for worker in list(_live):
         worker.close()

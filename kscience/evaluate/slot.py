@@ -10,6 +10,12 @@ evaluation costs only a request and a result, both plain JSON, on a private pair
 The slot process is as trusted as the judge: it is this package's own code, and it sees only
 requests from its parent. A process that dies (the OOM killer, a kill by hand) is replaced
 and its evaluation run again once; a second loss is a "crashed" result, never a hang.
+
+A slot process ends with its parent: it watches the parent's lifeline (lifeline.py) and, the
+parent gone however it went, kills its workers and exits. SIGINT and SIGTERM (a Ctrl-C, which
+reaches the whole process group, or its parent's `interrupt_all` on SIGTERM) end the evaluation
+in flight unjudged: its worker is killed, nothing is sent back, and the parent is not given a
+verdict for it but an `EvaluationInterrupted`, so the candidate stays pending for a resume.
 """
 
 from __future__ import annotations
@@ -19,9 +25,13 @@ import json
 import os
 import subprocess
 import sys
+import signal
 import threading
+import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
+
+from kscience.evaluate import lifeline
 
 from kscience.evaluate.harness import CPU_THREADS_VAR
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
@@ -39,6 +49,23 @@ def _visibility(gpu: int | None) -> dict:
     return {var: inherited[gpu] if gpu < len(inherited) else str(gpu)}
 
 
+INTERRUPTED_EXIT = 130  # a slot process stopped by SIGINT or SIGTERM
+_started: "weakref.WeakSet[JudgeProcess]" = weakref.WeakSet()
+
+
+class EvaluationInterrupted(RuntimeError):
+    """The slot was told to stop (a signal) while it judged: the evaluation has no verdict."""
+
+
+def interrupt_all() -> None:
+    """Tell every slot process of this process to stop now (what Ctrl-C does to the process group)."""
+    for judge in list(_started):
+        proc = judge._proc
+        if proc is not None and proc.poll() is None:
+            judge._interrupted = True
+            proc.send_signal(signal.SIGTERM)
+
+
 class JudgeProcess:
     """One slot's trusted process. `evaluate` is called by one thread at a time (the slot's)."""
 
@@ -49,6 +76,7 @@ class JudgeProcess:
         self._conn_in: Connection | None = None
         self._conn_out: Connection | None = None
         self._lock = threading.Lock()
+        self._interrupted = False
 
     def _start(self) -> None:
         to_child, from_child = os.pipe(), os.pipe()
@@ -59,9 +87,11 @@ class JudgeProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "kscience.evaluate.slot", str(to_child[0]), str(from_child[1]),
-             "none" if self.gpu is None else "0"],
+             "none" if self.gpu is None else "0", str(lifeline.read_end())],
             # Its chatter (library warnings) goes to stderr: stdout may carry a command's JSON.
-            env=env, stdin=subprocess.DEVNULL, stdout=2, pass_fds=(to_child[0], from_child[1]), close_fds=True)
+            env=env, stdin=subprocess.DEVNULL, stdout=2, close_fds=True,
+            pass_fds=(to_child[0], from_child[1], lifeline.read_end()))
+        _started.add(self)
         os.close(to_child[0])
         os.close(from_child[1])
         self._conn_out = Connection(to_child[1], readable=False)
@@ -82,6 +112,9 @@ class JudgeProcess:
                     break
                 except (EOFError, OSError):
                     code = self._reap()
+                    if self._interrupted or code in (INTERRUPTED_EXIT, -signal.SIGINT, -signal.SIGTERM):
+                        self._interrupted = False
+                        raise EvaluationInterrupted("the evaluation was interrupted (SIGINT or SIGTERM)") from None
                     if attempt == 2:
                         return EvalResult(status=CRASHED, message=f"the judge process of this slot died twice "
                                                                   f"(last exit code {code})")
@@ -119,10 +152,36 @@ class JudgeProcess:
                 self._proc = None
 
 
-def serve(conn_in: Connection, conn_out: Connection, gpu: int | None) -> None:
-    from kscience.evaluate.judge import evaluate, judging_process
+def _stop(*_) -> None:
+    raise KeyboardInterrupt
 
-    judging_process(int(os.environ.get(CPU_THREADS_VAR, 0)) or None)
+
+def _parent_gone() -> None:
+    from kscience.evaluate.sandbox import close_all
+
+    close_all()
+    os._exit(1)
+
+
+def serve(conn_in: Connection, conn_out: Connection, gpu: int | None, parent_lifeline: int) -> None:
+    from kscience.evaluate.judge import evaluate, judging_process
+    from kscience.evaluate.sandbox import close_all
+
+    lifeline.watch(parent_lifeline, _parent_gone)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        judging_process(int(os.environ.get(CPU_THREADS_VAR, 0)) or None)
+        _serve(conn_in, conn_out, gpu, evaluate)
+    except KeyboardInterrupt:  # the evaluation in flight ends unjudged; the parent knows why
+        close_all()
+        os._exit(INTERRUPTED_EXIT)
+    except BrokenPipeError:  # the parent left while this judged
+        close_all()
+        os._exit(1)
+
+
+def _serve(conn_in: Connection, conn_out: Connection, gpu: int | None, evaluate) -> None:
     while True:
         try:
             request = EvalRequest(**json.loads(conn_in.recv_bytes()))
@@ -139,4 +198,4 @@ def serve(conn_in: Connection, conn_out: Connection, gpu: int | None) -> None:
 
 if __name__ == "__main__":
     serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
-          None if sys.argv[3] == "none" else int(sys.argv[3]))
+          None if sys.argv[3] == "none" else int(sys.argv[3]), int(sys.argv[4]))

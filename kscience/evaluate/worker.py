@@ -1,11 +1,12 @@
-"""The untrusted side's process: `python -m kscience.evaluate.worker IN_FD OUT_FD`.
+"""The untrusted side's process: `python -m kscience.evaluate.worker IN_FD OUT_FD LIFELINE_FD`.
 
 Started by `sandbox.Worker`. Inside its own PID namespace the process is PID 1, which the
 kernel shields from most signals (even an `abort()` would not end it as expected) and which
 inherits every orphan; elsewhere it makes itself a child subreaper, which also inherits every
 orphan below it. Either way it forks first and stays behind only to reap, to kill what the
 worker left behind once the worker has ended, and to report how the real worker ended, as an
-exit code of 128 + signal number. The worker then moves the channel
+exit code of 128 + signal number; it also watches the judge's lifeline (lifeline.py), so the
+worker's tree ends the moment the judge does, however the judge died. The worker then moves the channel
 to unpredictable descriptor numbers, confines itself, and answers the judge's commands:
 
   echo                  -> (before the job only) an acknowledgement: the judge times the round
@@ -28,9 +29,18 @@ import os
 import sys
 
 
-def _reap_until(child: int) -> None:
+def _reap_until(child: int, judge_lifeline: int) -> None:
     """The reaper's whole job: collect every exit below it until the worker's own, then kill
-    whatever the worker left behind (orphans re-parent here, `setsid` or not) and exit."""
+    whatever the worker left behind (orphans re-parent here, `setsid` or not) and exit. Should
+    the judge die first (any signal, SIGKILL too), the same at once: nobody is left to ask."""
+    from kscience.evaluate.lifeline import watch
+    from kscience.evaluate.proctree import kill_children_until_none
+
+    def judge_gone():
+        kill_children_until_none()
+        os._exit(137)  # as PID 1 of the namespace, the kernel kills whatever is still in it
+
+    watch(judge_lifeline, judge_gone)
     while True:
         try:
             pid, status = os.wait()
@@ -38,8 +48,6 @@ def _reap_until(child: int) -> None:
             os._exit(1)
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
-            from kscience.evaluate.proctree import kill_children_until_none
-
             kill_children_until_none()
             os._exit(128 - code if code < 0 else code)
 
@@ -135,7 +143,7 @@ def serve(in_fd: int, out_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    in_fd, out_fd = int(sys.argv[1]), int(sys.argv[2])
+    in_fd, out_fd, judge_lifeline = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     # PID 1 of a namespace adopts orphans anyway; elsewhere the reaper asks the kernel to. The
     # fork happens either way: the judge takes the reaper's first child for the serving process.
     if os.getpid() != 1:
@@ -144,7 +152,8 @@ if __name__ == "__main__":
     if child:
         os.close(in_fd)
         os.close(out_fd)
-        _reap_until(child)
+        _reap_until(child, judge_lifeline)
+    os.close(judge_lifeline)
     serve(in_fd, out_fd)
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and threads get no say

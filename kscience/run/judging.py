@@ -184,7 +184,11 @@ class Judging:
         wrapped = asyncio.wrap_future(future)
         started, said, said_at = time.monotonic(), None, 0.0
         while True:
-            done, _ = await asyncio.wait({wrapped}, timeout=WAIT_LOOK_S)
+            try:
+                done, _ = await asyncio.wait({wrapped}, timeout=WAIT_LOOK_S)
+            except asyncio.CancelledError:  # the caller takes the outcome from `future`: this copy goes unread
+                wrapped.cancel()
+                raise
             if done:
                 return wrapped.result()
             state = self.executor.wait_state(future)

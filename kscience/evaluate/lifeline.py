@@ -1,0 +1,90 @@
+"""A process's lifeline: how everything it starts learns that it died, however it died.
+
+Each process that starts others (a command, a slot's judge, a worker's reaper) holds the write
+end of one pipe, which no child inherits; the children it starts get the read end. The kernel
+closes the write end when the process ends - SIGKILL and a crash included - so each child sees
+end-of-file and ends itself and what it started. A parent-death signal (PR_SET_PDEATHSIG) would
+fire when the *thread* that started the child ends, so a pool thread's exit would kill a slot;
+a pipe belongs to the process.
+
+Names of what a process leaves on disk or in the cgroup tree carry its owner tag (pid and start
+time: a recycled pid is not the same owner), so a later process can tell what a dead one left.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_pipe: tuple[int, int] | None = None
+_pipe_pid: int | None = None
+_lock = threading.Lock()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot; None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """This process as an owner: "PID.START", unique for as long as the machine runs."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}.{start_ticks(pid)}"
+
+
+def owner_alive(tag: str) -> bool:
+    """Whether the process a tag names still runs (a zombie or a recycled pid does not count)."""
+    pid, _, start = tag.partition(".")
+    if not pid.isdigit() or start_ticks(int(pid)) is None or str(start_ticks(int(pid))) != start:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+def read_end() -> int:
+    """The read end of this process's lifeline, to pass (pass_fds) to a child that must die with it."""
+    global _pipe, _pipe_pid
+    with _lock:
+        if _pipe is None or _pipe_pid != os.getpid():
+            _pipe, _pipe_pid = os.pipe(), os.getpid()  # both ends close-on-exec: pass_fds opens one
+        return _pipe[0]
+
+
+def _forget_in_child() -> None:
+    """A forked child (a notebook's multiprocessing) must not hold its parent's write end open."""
+    global _pipe, _pipe_pid
+    if _pipe is not None:
+        for fd in _pipe:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _pipe, _pipe_pid = None, None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def watch(fd: int, on_death) -> threading.Thread:
+    """Call `on_death()` in a thread once the process holding the other end of `fd` is gone."""
+    def wait():
+        while True:
+            try:
+                if not os.read(fd, 1):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        on_death()
+
+    thread = threading.Thread(target=wait, name="kscience-lifeline", daemon=True)
+    thread.start()
+    return thread
