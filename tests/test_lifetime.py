@@ -1,0 +1,156 @@
+"""Killing kscience leaves nothing behind: every command stopped with SIGTERM or SIGKILL at several
+moments leaves no process, sandbox folder or cgroup; SIGTERM ends like Ctrl-C (one line that says
+how to continue, no traceback); a judge killed while it holds a worker frozen leaves nothing
+frozen; and a command removes what a killed one left."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+from kscience.evaluate import leftovers, lifeline, sandbox
+from lifetime import HANGING, ROOT, Command
+
+pytestmark = pytest.mark.skipif(not sandbox.namespaces_available() or not shutil.which("unshare"),
+                                reason="needs unprivileged user/PID namespaces (unshare) for the sandboxed worker")
+
+
+def _assert_clean_stop(rc: int, err: str, hint: str) -> None:
+    assert rc == 130, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert hint in err, err[-2000:]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_eval_killed_while_checking_leaves_nothing(tmp_path, sig):
+    (tmp_path / "hang.py").write_text(HANGING)
+    cmd = Command(tmp_path, "eval", "softmax", "hang.py")
+    cmd.wait_for_worker()
+    time.sleep(1.0)  # the worker imports the candidate and spins in its checked call
+    rc, err = cmd.kill(sig)
+    if sig == signal.SIGTERM:
+        _assert_clean_stop(rc, err, "kscience: interrupted")
+    cmd.assert_nothing_left()
+
+
+def test_eval_killed_while_importing_leaves_nothing(tmp_path):
+    (tmp_path / "hang.py").write_text(HANGING)
+    cmd = Command(tmp_path, "eval", "softmax", "hang.py")
+    time.sleep(0.5)  # Python and torch are still importing
+    rc, err = cmd.kill(signal.SIGTERM)
+    assert "Traceback" not in err, err[-3000:]
+    cmd.assert_nothing_left()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_run_killed_while_judging_leaves_nothing(tmp_path, sig):
+    cmd = Command(tmp_path, "run", "softmax", "--iterations", "3", "--llm", "offline", "--db", "k.db")
+    cmd.wait_for_worker()
+    rc, err = cmd.kill(sig)
+    if sig == signal.SIGTERM:
+        _assert_clean_stop(rc, err, "continue with: kscience resume")
+        run_id = err.split("kscience resume ")[1].split()[0]
+        resumed = subprocess.run([sys.executable, "-m", "kscience", "runs", "--db", "k.db"], cwd=tmp_path,
+                                 capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert run_id in resumed.stdout and "stopped" in resumed.stdout, resumed.stdout
+    cmd.assert_nothing_left()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_campaign_killed_while_judging_leaves_nothing(tmp_path, sig):
+    cmd = Command(tmp_path, "campaign", "softmax", "--iterations", "1", "--llm", "offline", "--db", "k.db")
+    cmd.wait_for_worker()
+    rc, err = cmd.kill(sig)
+    if sig == signal.SIGTERM:
+        _assert_clean_stop(rc, err, "continue with: kscience campaign --resume")
+    cmd.assert_nothing_left()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_worker_killed_between_evaluations_leaves_nothing(tmp_path, sig):
+    cmd = Command(tmp_path, "worker", str(tmp_path / "queue"), "--poll", "0.1")
+    cmd.wait_for(lambda: (tmp_path / "queue" / "requests").is_dir(), what="the queue folder")
+    time.sleep(0.5)  # watching an empty queue
+    rc, err = cmd.kill(sig)
+    if sig == signal.SIGTERM:
+        _assert_clean_stop(rc, err, f"continue with: kscience worker {tmp_path / 'queue'}")
+    cmd.assert_nothing_left()
+
+
+FROZEN_JUDGE = """
+import sys, time
+from kscience.evaluate.sandbox import Worker
+w = Worker(None, True, 2 << 30)
+time.sleep(3)  # the worker imports torch
+assert w.freeze(), "not frozen"
+print("frozen", flush=True)
+time.sleep(600)
+"""
+
+
+def test_judge_killed_while_holding_a_worker_frozen_leaves_nothing_frozen(tmp_path):
+    """The guardian thaws and kills what the judge froze, removes its cgroup and its folder."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", FROZEN_JUDGE], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(ROOT)))
+    assert proc.stdout.readline().strip() == "frozen"
+    cmd = Command.__new__(Command)
+    cmd.tmp, cmd.owners, cmd.proc = tmp, set(), proc
+    assert cmd.sandboxes()
+    proc.kill()
+    proc.wait()
+    cmd.assert_nothing_left()
+
+
+def test_a_command_removes_what_a_killed_one_left(tmp_path, monkeypatch):
+    """Folders of an owner that no longer runs go (and are named); a live owner's stay."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_tag = f"{dead.stdout.strip()}.1"  # a start time no process of that pid has
+    left = tmp_path / f"{leftovers.FOLDER_PREFIX}{dead_tag}-abc"
+    mine = tmp_path / f"{leftovers.FOLDER_PREFIX}{lifeline.owner_tag()}-def"
+    for d in (left, mine):
+        d.mkdir()
+        (d / "candidate.py").write_text("x = 1\n")
+    said = []
+    leftovers.reclaim_and_say(said.append)
+    assert not left.exists() and mine.exists()
+    assert len(said) == 1 and str(left) in said[0], said
+
+
+SHM_COUNTER = """
+import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
+_KEY, _IPC_CREAT = 0x4B5343, 0o1000
+if _libc.shmget(_KEY, 0, 0o600) >= 0:  # a segment an earlier evaluation left
+    raise RuntimeError("found the segment of an earlier evaluation")
+assert _libc.shmget(_KEY, 1 << 20, _IPC_CREAT | 0o600) >= 0, ctypes.get_errno()
+"""
+
+
+def _host_shm_keys() -> set[int]:
+    with open("/proc/sysvipc/shm") as f:
+        return {int(line.split()[0]) for line in f.read().splitlines()[1:] if line.split()}
+
+
+def test_shared_memory_does_not_outlive_an_evaluation():
+    """A private IPC namespace: a keyed System V segment is gone with its evaluation, so nothing
+    the host can see stays and no count can be kept across evaluations."""
+    from kscience.evaluate.judge import evaluate
+    from kscience.evaluate.result import EvalRequest
+    from kscience.problems import load_problem
+
+    source = textwrap.dedent(SHM_COUNTER) + load_problem("softmax").seed_source
+    for _ in range(2):
+        result = evaluate(EvalRequest(problem="softmax", source=source, shapes="tests"))
+        assert result.status == "ok", result.message
+        assert 0x4B5343 not in _host_shm_keys()
