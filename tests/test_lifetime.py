@@ -1,7 +1,7 @@
 """Killing kscience leaves nothing behind: every command stopped with SIGTERM or SIGKILL at several
 moments leaves no process, sandbox folder or cgroup; SIGTERM ends like Ctrl-C (one line that says
 how to continue, no traceback); a judge killed while it holds a worker frozen leaves nothing
-frozen; and a command removes what a killed one left."""
+frozen; and a command removes what a killed one left. What a candidate can reach: test_reach.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 
 import pytest
@@ -125,32 +124,3 @@ def test_a_command_removes_what_a_killed_one_left(tmp_path, monkeypatch):
     leftovers.reclaim_and_say(said.append)
     assert not left.exists() and mine.exists()
     assert len(said) == 1 and str(left) in said[0], said
-
-
-SHM_COUNTER = """
-import ctypes
-_libc = ctypes.CDLL(None, use_errno=True)
-_KEY, _IPC_CREAT = 0x4B5343, 0o1000
-if _libc.shmget(_KEY, 0, 0o600) >= 0:  # a segment an earlier evaluation left
-    raise RuntimeError("found the segment of an earlier evaluation")
-assert _libc.shmget(_KEY, 1 << 20, _IPC_CREAT | 0o600) >= 0, ctypes.get_errno()
-"""
-
-
-def _host_shm_keys() -> set[int]:
-    with open("/proc/sysvipc/shm") as f:
-        return {int(line.split()[0]) for line in f.read().splitlines()[1:] if line.split()}
-
-
-def test_shared_memory_does_not_outlive_an_evaluation():
-    """A private IPC namespace: a keyed System V segment is gone with its evaluation, so nothing
-    the host can see stays and no count can be kept across evaluations."""
-    from kscience.evaluate.judge import evaluate
-    from kscience.evaluate.result import EvalRequest
-    from kscience.problems import load_problem
-
-    source = textwrap.dedent(SHM_COUNTER) + load_problem("softmax").seed_source
-    for _ in range(2):
-        result = evaluate(EvalRequest(problem="softmax", source=source, shapes="tests"))
-        assert result.status == "ok", result.message
-        assert 0x4B5343 not in _host_shm_keys()

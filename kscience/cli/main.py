@@ -17,6 +17,8 @@ from kscience.cli.campaign_commands import add_campaign_commands
 from kscience.run.config import PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
+from kscience.evaluate.leftovers import reclaim_and_say
+from kscience.evaluate.slot import interrupt_all
 from kscience.usage import USER_ERRORS
 from kscience.version import __version__
 from kscience.cli.worker_command import cmd_worker
@@ -145,8 +147,6 @@ def _terminated(signum, frame) -> None:
     """SIGTERM (a batch scheduler's time limit, a `kill`) does what Ctrl-C does in a terminal: this
     process is interrupted, keeping its work for a resume, and the slot processes stop their
     evaluations (Ctrl-C reaches them through the process group) once it has noticed."""
-    from kscience.evaluate.slot import interrupt_all
-
     threading.Timer(SLOTS_AFTER_S, interrupt_all).start()
     raise KeyboardInterrupt
 
@@ -156,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in EVALUATING:
-        from kscience.evaluate.leftovers import reclaim_and_say
-
         reclaim_and_say(lambda line: print(line, file=sys.stderr))
     try:
         return args.func(args)

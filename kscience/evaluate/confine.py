@@ -10,6 +10,10 @@ cannot be lifted once applied:
 * scopes (ABI 6+): no signals to processes outside the sandbox (the judge, the user's shell)
   and no connecting to abstract UNIX sockets of processes outside it.
 
+A seccomp filter then takes userfaultfd away, whether asked for by its system call or through
+/dev/userfaultfd (the USERFAULTFD_IOC_NEW ioctl): memory whose faults a candidate resolves at
+will could stall any reader of it, the judge's reads of worker memory included.
+
 Where the kernel lacks Landlock (or an ABI level) the worker runs without that layer and says
 so in the evaluation's device record; process groups, the scrubbed environment, the memory
 watchdog and (where available) namespaces still hold.
@@ -18,8 +22,11 @@ watchdog and (where available) namespaces still hold.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import platform
 import resource
+import struct
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same numbers on x86-64 and arm64
 _RULE_PATH_BENEATH = 1
@@ -97,3 +104,50 @@ def restrict(writable: list[str]) -> str:
         os.close(ruleset)
     layers = ["files"] + (["tcp"] if net else []) + (["scopes"] if scoped else [])
     return f"landlock v{abi} ({', '.join(layers)})"
+
+
+# seccomp: (audit arch, userfaultfd, ioctl) per machine; x86-64 also refuses the x32 numbers.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 323, 16), "aarch64": (0xC00000B7, 282, 29)}
+_USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00), the device's one ioctl
+_X32_BIT = 0x40000000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _bpf(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k)
+
+
+def no_userfaultfd() -> str:
+    """Install the seccomp filter (needs no_new_privs, which Landlock already set); say what was done."""
+    machine = _SECCOMP_ARCH.get(platform.machine())
+    if machine is None:
+        return f"seccomp off (no filter for {platform.machine()})"
+    arch, nr_userfaultfd, nr_ioctl = machine
+    deny = _RET_ERRNO | errno.EPERM
+    prog = b"".join([
+        _bpf(_LD_W_ABS, 4),                      # seccomp_data.arch
+        _bpf(_JEQ_K, arch, 1, 0),
+        _bpf(_RET_K, deny),                      # another ABI (32-bit calls) is not for candidates
+        _bpf(_LD_W_ABS, 0),                      # seccomp_data.nr
+        _bpf(_JGE_K, _X32_BIT, 5, 0),            # the x32 numbers of the same calls
+        _bpf(_JEQ_K, nr_userfaultfd, 4, 0),
+        _bpf(_JEQ_K, nr_ioctl, 1, 0),
+        _bpf(_RET_K, _RET_ALLOW),
+        _bpf(_LD_W_ABS, 24),                     # args[1], low word: the ioctl's request (an int to the kernel)
+        _bpf(_JEQ_K, _USERFAULTFD_IOC_NEW, 0, 1),
+        _bpf(_RET_K, deny),
+        _bpf(_RET_K, _RET_ALLOW),
+    ])
+    buf = ctypes.create_string_buffer(prog)
+    fprog = _SockFprog(len(prog) // 8, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) or \
+            libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0):
+        return f"seccomp off (errno {ctypes.get_errno()})"
+    return "seccomp (no userfaultfd)"

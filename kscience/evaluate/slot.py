@@ -35,6 +35,7 @@ from kscience.evaluate import lifeline
 
 from kscience.evaluate.harness import CPU_THREADS_VAR
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
+from kscience.evaluate.sandbox import close_all
 from kscience.problems import ProblemError
 
 
@@ -157,15 +158,12 @@ def _stop(*_) -> None:
 
 
 def _parent_gone() -> None:
-    from kscience.evaluate.sandbox import close_all
-
     close_all()
     os._exit(1)
 
 
 def serve(conn_in: Connection, conn_out: Connection, gpu: int | None, parent_lifeline: int) -> None:
     from kscience.evaluate.judge import evaluate, judging_process
-    from kscience.evaluate.sandbox import close_all
 
     lifeline.watch(parent_lifeline, _parent_gone)
     signal.signal(signal.SIGTERM, _stop)

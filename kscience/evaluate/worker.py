@@ -93,7 +93,7 @@ def serve(in_fd: int, out_fd: int) -> None:
 
     confine.set_limits()
     ch = Channel(_hide(in_fd), _hide(out_fd), nonblocking=False)
-    sandbox = confine.restrict(_writable_paths())
+    sandbox = f"{confine.restrict(_writable_paths())}, {confine.no_userfaultfd()}"
     harness.warm_compiler()  # a spare does this before its job exists
     job = recv_json(ch)
     while job.get("cmd") == "echo":
