@@ -3,7 +3,7 @@ tests/gpu/test_gpu_lifetime.py.
 
 Each command runs with a TMPDIR of its own, so its processes (commands, slot judges, guardians,
 workers, whatever a candidate starts) are those whose environment names that folder, and what
-it leaves on disk is what that folder still holds. Its cgroups carry the owner tags of its
+it leaves on disk is what that folder's sandbox folder still holds. Its cgroups carry the owner tags of its
 sandbox folders' names (kscience.evaluate.leftovers).
 """
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from kscience.evaluate.cgroup import Cgroup
-from kscience.evaluate.leftovers import CGROUP_PREFIX, FOLDER_PREFIX
+from kscience.evaluate.leftovers import CGROUP_PREFIX, FOLDER_PREFIX, sandbox_root
 
 ROOT = Path(__file__).resolve().parents[1]
 GONE_WITHIN_S = 10.0  # after the kill, everything of the command must be gone by then
@@ -63,7 +63,7 @@ class Command:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def sandboxes(self) -> list[Path]:
-        found = list(self.tmp.glob(f"{FOLDER_PREFIX}*"))
+        found = list(sandbox_root(self.tmp).glob(f"{FOLDER_PREFIX}*"))
         self.owners |= {d.name[len(FOLDER_PREFIX):].split("-", 1)[0] for d in found}
         return found
 

@@ -115,8 +115,8 @@ def test_a_command_removes_what_a_killed_one_left(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_tag = f"{dead.stdout.strip()}.1"  # a start time no process of that pid has
-    left = tmp_path / f"{leftovers.FOLDER_PREFIX}{dead_tag}-abc"
-    mine = tmp_path / f"{leftovers.FOLDER_PREFIX}{lifeline.owner_tag()}-def"
+    left = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{dead_tag}-abc"
+    mine = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{lifeline.owner_tag()}-def"
     for d in (left, mine):
         d.mkdir()
         (d / "candidate.py").write_text("x = 1\n")

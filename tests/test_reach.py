@@ -72,3 +72,46 @@ def test_no_userfaultfd_in_the_sandbox():
     result = judged(USERFAULTFD)
     assert result.status == "ok", result.message
     assert "seccomp (no userfaultfd)" in str(result.confinement), result.confinement
+
+
+SNOOP = """
+import os
+_readable, _unreadable = {readable!r}, {unreadable!r}
+for _path in _unreadable:
+    try:
+        if os.path.isdir(_path):
+            os.listdir(_path)
+        else:
+            open(_path, "rb").read()
+    except PermissionError:
+        continue
+    raise RuntimeError(f"read {{_path}}")
+for _path in _readable:
+    open(_path, "rb").read()  # what is not hidden stays readable: a problem file beside the database
+"""
+
+
+def test_a_candidate_reads_no_other_sandbox_queue_or_database(tmp_path, monkeypatch):
+    """Another sandbox's source, the sandboxes' folder, a queue's pending request and the run
+    database are unreadable; a file beside the database is not."""
+    from kscience.evaluate.leftovers import folder_prefix, sandbox_root
+
+    sibling = sandbox_root() / f"{folder_prefix()}sibling"  # a live owner's: no command removes it meanwhile
+    sibling.mkdir(exist_ok=True)
+    (sibling / "candidate.py").write_text("SECRET = 1\n")
+    queue = tmp_path / "queue"
+    (queue / "requests").mkdir(parents=True)
+    (queue / "requests" / "r.json").write_text('{"nonce": "secret"}')
+    (tmp_path / "k.db").write_bytes(b"SQLite format 3\0")
+    (tmp_path / "problem.py").write_text("x = 1\n")
+    monkeypatch.delenv(sandbox.UNREADABLE_VAR, raising=False)
+    sandbox.hide_from_workers(queue, tmp_path / "k.db")
+    try:
+        unreadable = [str(sibling / "candidate.py"), str(sandbox_root()), str(queue / "requests" / "r.json"),
+                      str(queue), str(tmp_path / "k.db")]
+        result = judged(SNOOP.format(readable=[str(tmp_path / "problem.py")], unreadable=unreadable))
+    finally:
+        (sibling / "candidate.py").unlink()
+        sibling.rmdir()
+    assert result.status == "ok", result.message
+    assert "reads" in str(result.confinement), result.confinement

@@ -12,12 +12,15 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from kscience.cli.campaign_commands import add_campaign_commands
+from kscience.record.store import default_db
 from kscience.run.config import PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
 from kscience.evaluate.leftovers import reclaim_and_say
+from kscience.evaluate.sandbox import hide_from_workers
 from kscience.evaluate.slot import interrupt_all
 from kscience.usage import USER_ERRORS
 from kscience.version import __version__
@@ -157,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in EVALUATING:
         reclaim_and_say(lambda line: print(line, file=sys.stderr))
+        if hasattr(args, "db"):  # the candidates this command judges may not read the runs stored beside theirs
+            db = str(Path(args.db or default_db()).expanduser())
+            hide_from_workers(*(db + suffix for suffix in ("", "-wal", "-shm", "-journal")))
     try:
         return args.func(args)
     except USER_ERRORS as exc:

@@ -6,6 +6,8 @@ cannot be lifted once applied:
 * files (ABI 1+): the rest of the filesystem becomes read-only; the candidate may write only
   in its sandbox folder (which holds its private compile caches) and the few device nodes GPU
   runtimes open for writing. The user's home, the project, /tmp and cgroupfs are out of reach.
+  It may read anything but what the judge names: other sandboxes, the kept compile caches, the
+  run's database, a queue folder (`readable_everywhere_but`).
 * TCP (ABI 4+): no connecting or binding, even where no network namespace could be made.
 * scopes (ABI 6+): no signals to processes outside the sandbox (the judge, the user's shell)
   and no connecting to abstract UNIX sockets of processes outside it.
@@ -31,12 +33,14 @@ import struct
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same numbers on x86-64 and arm64
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
+UNREADABLE_VAR = "KSCIENCE_WORKER_UNREADABLE"  # paths a worker may not read, os.pathsep-separated
 
-# Filesystem rights that change something (ABI v1). Reading and executing stay allowed everywhere.
-_WRITE_FILE, _REMOVE_DIR, _REMOVE_FILE = 1 << 1, 1 << 4, 1 << 5
+# Filesystem rights (ABI v1): those that change something, and reading files and listing folders.
+# Executing stays allowed everywhere (what runs must still be read, and reads are ruled).
+_WRITE_FILE, _READ_FILE, _READ_DIR, _REMOVE_DIR, _REMOVE_FILE = 1 << 1, 1 << 2, 1 << 3, 1 << 4, 1 << 5
 _MAKE_RIGHTS = sum(1 << b for b in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 _REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3
-_FILE_RIGHTS = _WRITE_FILE | _TRUNCATE  # the only write rights that apply to a single file
+_FILE_RIGHTS = _WRITE_FILE | _TRUNCATE | _READ_FILE  # the only rights that apply to a single file
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
 _SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 
@@ -66,17 +70,53 @@ def landlock_abi() -> int:
     return max(abi, 0)
 
 
-def restrict(writable: list[str]) -> str:
-    """Apply every Landlock layer the kernel offers.
+def _within(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
-    Returns what was applied, e.g. "landlock v6 (files, tcp, scopes)", or why Landlock is off.
+
+def readable_everywhere_but(hidden: list[str]) -> list[str]:
+    """Landlock only grants, so "all but `hidden`" is built from grants: the paths readable with
+    everything below them that together cover every path that exists now outside `hidden`. A
+    folder above a hidden path is not granted itself (a grant would reach below it), so it cannot
+    be listed, and an entry made in it later is not readable; each of its entries but the hidden
+    one is granted. The worker's imports are found by then (its finders listed their folders)."""
+    hidden = [os.path.realpath(h) for h in hidden]
+    granted, todo = [], ["/"]
+    while todo:
+        path = todo.pop()
+        if _within(path, hidden):
+            continue
+        if not any(h != path and _within(h, [path]) for h in hidden):
+            granted.append(path)
+            continue
+        try:
+            names = os.listdir(path)
+        except OSError:
+            continue
+        for name in names:
+            entry = os.path.join(path, name)
+            if os.path.islink(entry):  # a rule binds the link's target, which must be outside every hidden path
+                target = os.path.realpath(entry)
+                if not _within(target, hidden) and not any(_within(h, [target]) for h in hidden):
+                    granted.append(target)
+            else:
+                todo.append(entry)
+    return granted
+
+
+def restrict(writable: list[str], unreadable: list[str] = ()) -> str:
+    """Apply every Landlock layer the kernel offers: writes only to `writable`, reads anywhere
+    but `unreadable` (what is writable stays readable, inside an unreadable path too).
+
+    Returns what was applied, e.g. "landlock v6 (files, reads, tcp, scopes)", or why Landlock is off.
     """
     libc = ctypes.CDLL(None, use_errno=True)
     abi = landlock_abi()
     if abi < 1:
         return f"landlock off (kernel says errno {ctypes.get_errno()})"
+    reads = _READ_FILE | _READ_DIR if unreadable else 0
     fs = _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_RIGHTS | (_REFER if abi >= 2 else 0) | \
-        (_TRUNCATE if abi >= 3 else 0)
+        (_TRUNCATE if abi >= 3 else 0) | reads
     net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
     scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0
     attr = _RulesetAttr(fs, net, scoped)
@@ -84,15 +124,18 @@ def restrict(writable: list[str]) -> str:
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return f"landlock off (create_ruleset errno {ctypes.get_errno()})"
+    rules = [(p, fs) for p in writable] + [(p, reads) for p in (readable_everywhere_but(list(unreadable)) if reads else [])]
     try:
-        for path in writable:
-            if not os.path.exists(path):
-                continue
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        for path, rights in rules:
             try:
-                allowed = fs if os.path.isdir(path) else fs & _FILE_RIGHTS
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone since it was listed, or never made
+            try:
+                allowed = rights if os.path.isdir(path) else rights & _FILE_RIGHTS
                 rule = _PathBeneathAttr(allowed, fd)
-                if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)):
+                if allowed and libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule),
+                                            ctypes.c_uint32(0)):
                     return f"landlock off (add_rule {path} errno {ctypes.get_errno()})"
             finally:
                 os.close(fd)
@@ -102,7 +145,7 @@ def restrict(writable: list[str]) -> str:
             return f"landlock off (restrict_self errno {ctypes.get_errno()})"
     finally:
         os.close(ruleset)
-    layers = ["files"] + (["tcp"] if net else []) + (["scopes"] if scoped else [])
+    layers = ["files"] + (["reads"] if reads else []) + (["tcp"] if net else []) + (["scopes"] if scoped else [])
     return f"landlock v{abi} ({', '.join(layers)})"
 
 

@@ -1,6 +1,7 @@
 """What a judge leaves when it dies, and who removes it (the trusted side).
 
-A judge's workers name their sandbox folders `kscience-eval-OWNER-...` and their cgroups
+A judge's workers name their sandbox folders `kscience-eval-OWNER-...` (in one folder per user in
+TMPDIR, `sandbox_root()`, which candidates cannot read: see confine.py) and their cgroups
 `kscience-OWNER-...`, and carry `KSCIENCE_EVAL_OWNER=OWNER` in their environment, where OWNER
 is the judge's owner tag (lifeline.py). Two removers use that:
 
@@ -35,6 +36,14 @@ CGROUP_PREFIX = "kscience-"
 OWNER_VAR = "KSCIENCE_EVAL_OWNER"
 
 _guardian: tuple[int, subprocess.Popen] | None = None  # (pid of the judge it guards, the guardian)
+
+
+def sandbox_root(tmp: Path | None = None) -> Path:
+    """The folder in TMPDIR (or `tmp`) that holds every sandbox folder of this user, private to
+    the user. It stays when empty: another process may be about to make a sandbox in it."""
+    root = Path(tmp or tempfile.gettempdir()) / f"kscience-sandboxes-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root
 
 
 def folder_prefix() -> str:
@@ -74,7 +83,7 @@ def reclaim(owner: str | None = None) -> list[str]:
     removed = []
     groups = {name: g for name, g in Cgroup.named(CGROUP_PREFIX).items()
               if _is_left(_owner(name, CGROUP_PREFIX), owner)}
-    folders = [d for d in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*")
+    folders = [d for d in sandbox_root().glob(f"{FOLDER_PREFIX}*")
                if _is_left(_owner(d.name, FOLDER_PREFIX), owner)]
     owners = {_owner(n, CGROUP_PREFIX) for n in groups} | {_owner(d.name, FOLDER_PREFIX) for d in folders}
     owners |= {owner} if owner else set()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kscience.evaluate import queue_files as Q
 from kscience.evaluate.executor import LocalExecutor
+from kscience.evaluate.sandbox import hide_from_workers
 from kscience.evaluate.slot import EvaluationInterrupted
 from kscience.problems import ProblemError
 
@@ -36,6 +37,7 @@ class Worker:
     def __init__(self, directory: str | Path, *, gpus: int | None = None, cpu_workers: int | None = None,
                  lease_s: float = LEASE_S, poll_s: float = 1.0, say=print):
         self.root = Q.prepare(Path(directory))
+        hide_from_workers(self.root)  # its nonces and pending sources are not for the candidates it judges
         self.lease_s, self.poll_s, self.say = lease_s, poll_s, say
         self.name = f"{socket.gethostname()} pid {os.getpid()}"
         self.executor = LocalExecutor(gpus=gpus, cpu_workers=cpu_workers)

@@ -8,10 +8,12 @@ watchdog over the whole tree (RLIMIT_AS would break CUDA contexts, which reserve
 ranges); a scrubbed environment with HOME, TMPDIR, the working directory and the compile caches
 in a throw-away folder (compile_cache.py); no inherited descriptors except the channel, which
 the worker moves to unpredictable numbers; a random token in the environment; and, where the
-kernel allows unprivileged user namespaces, new network, PID and mount namespaces (no network,
-the trusted process is invisible in the worker's /proc, and every process of the namespace dies
-with the worker). Writes outside the sandbox are blocked inside the worker with Landlock
-(see confine.py). `Worker.confinement()` says which of these were in force.
+kernel allows unprivileged user namespaces, new network, PID, mount and IPC namespaces (no
+network, no System V IPC or POSIX message queue shared with the host or outliving the worker,
+the trusted process is invisible in the worker's /proc, and every process of the namespace
+dies with the worker). Writes outside the sandbox, and reads of other sandboxes, kept compile caches,
+the run's database and a queue folder, are blocked inside the worker with Landlock (see
+confine.py). `Worker.confinement()` says which of these were in force.
 """
 
 from __future__ import annotations
@@ -43,6 +45,23 @@ _KEEP = re.compile(r"^(PATH|LANG|LC_[A-Z]+|TZ|LD_LIBRARY_PATH|CUDA_HOME|CUDA_PAT
                    r"KSCIENCE_DEVICE|KSCIENCE_CPU_THREADS|PYTHONPATH)$")
 TAIL_BYTES = 4096
 MAX_PIDS = int(os.environ.get("KSCIENCE_WORKER_MAX_PIDS", 4096))  # processes and threads, where a cgroup caps them
+
+
+UNREADABLE_VAR = confine.UNREADABLE_VAR
+
+
+def hide_from_workers(*paths) -> None:
+    """Keep `paths` (a run's database, a queue folder) out of every worker's reach from now on, this
+    process's and its slot processes' (they inherit the environment)."""
+    known = [p for p in os.environ.get(UNREADABLE_VAR, "").split(os.pathsep) if p]
+    os.environ[UNREADABLE_VAR] = os.pathsep.join(dict.fromkeys(known + [os.path.abspath(p) for p in paths]))
+
+
+def unreadable() -> list[str]:
+    """What a worker may not read: every sandbox (its own is let back in as writable), the kept
+    compile caches of other sources, and what the commands hid (`hide_from_workers`)."""
+    hidden = [p for p in os.environ.get(UNREADABLE_VAR, "").split(os.pathsep) if p]
+    return [str(leftovers.sandbox_root()), str(compile_cache.store_root())] + hidden
 
 
 def worker_env(workdir: Path, gpu: int | None, interpreted: bool, token: str) -> dict:
@@ -127,7 +146,7 @@ class Worker:
 
     def __init__(self, gpu: int | None, interpreted: bool, rss_limit_bytes: int):
         leftovers.guard()  # before anything exists that a killed judge would leave behind
-        self.workdir = Path(tempfile.mkdtemp(prefix=leftovers.folder_prefix()))
+        self.workdir = Path(tempfile.mkdtemp(prefix=leftovers.folder_prefix(), dir=leftovers.sandbox_root()))
         self.token = secrets.token_hex(16)
         self.killed_for: str | None = None
         self.cache_entry: str | None = None
@@ -148,7 +167,8 @@ class Worker:
                    'exec "$@"', "sh", *self.cgroup.procs_files, "--", *cmd]
         self.proc = subprocess.Popen(
             cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(worker_env(self.workdir, gpu, interpreted, self.token), **{leftovers.OWNER_VAR: lifeline.owner_tag()}),
+            env=dict(worker_env(self.workdir, gpu, interpreted, self.token), **{leftovers.OWNER_VAR: lifeline.owner_tag(),
+                     UNREADABLE_VAR: os.pathsep.join(unreadable())}),
             pass_fds=(ours[0], theirs[1], watched), start_new_session=True, close_fds=True)
         _live.add(self)
         os.close(ours[0])
@@ -165,7 +185,7 @@ class Worker:
 
     def confinement(self) -> dict:
         """The layers the trusted side put in place itself (Landlock is reported by the worker)."""
-        return {"namespaces": "user, net, pid, mount" if self.namespaced else "off",
+        return {"namespaces": "user, net, pid, ipc, mount" if self.namespaced else "off",
                 "cgroup": self.cgroup.describe() if self.cgroup else "off",
                 "reaper": "pid 1 of the namespace" if self.namespaced else "subreaper",
                 "memory_cap": "cgroup" if self.cgroup else "watchdog over the process tree",

@@ -93,7 +93,8 @@ def serve(in_fd: int, out_fd: int) -> None:
 
     confine.set_limits()
     ch = Channel(_hide(in_fd), _hide(out_fd), nonblocking=False)
-    sandbox = f"{confine.restrict(_writable_paths())}, {confine.no_userfaultfd()}"
+    unreadable = [p for p in os.environ.get(confine.UNREADABLE_VAR, "").split(os.pathsep) if p]
+    sandbox = f"{confine.restrict(_writable_paths(), unreadable)}, {confine.no_userfaultfd()}"
     harness.warm_compiler()  # a spare does this before its job exists
     job = recv_json(ch)
     while job.get("cmd") == "echo":
