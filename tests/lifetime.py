@@ -28,6 +28,23 @@ def custom_kernel(data):
         pass
 """
 
+# Appended to an honest kernel: from its second call on (the first timed one, after the shape's
+# check) it says so with a file in its sandbox, where the test sees it, and runs slowly.
+SLOW_AFTER_CHECK = """
+import time as _time
+
+_honest, _calls = custom_kernel, [0]
+
+
+def custom_kernel(data):
+    _calls[0] += 1
+    if _calls[0] == 2:
+        open("timing.started", "w").close()
+    if _calls[0] >= 2:
+        _time.sleep(0.05)
+    return _honest(data)
+"""
+
 
 def processes_using(tmp: Path) -> dict[int, str]:
     """Every process whose environment has TMPDIR inside `tmp`: the command's whole tree."""
@@ -79,6 +96,11 @@ class Command:
     def wait_for_worker(self, timeout_s: float = 120.0) -> None:
         """Until a worker's sandbox exists (the judge has started a worker: imports, checks, timing)."""
         self.wait_for(lambda: self.sandboxes(), timeout_s, "sandbox folder")
+
+    def wait_for_timing(self, timeout_s: float = 120.0) -> None:
+        """Until a candidate built on SLOW_AFTER_CHECK is in its timed calls."""
+        self.wait_for(lambda: any((d / "timing.started").exists() for d in self.sandboxes()), timeout_s,
+                      "timed call")
 
     def kill(self, sig: int) -> tuple[int, str]:
         """Send `sig` to the command; return its exit code and stderr once it ended."""

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from kscience.evaluate import leftovers, lifeline, sandbox
-from lifetime import HANGING, ROOT, Command
+from lifetime import HANGING, ROOT, SLOW_AFTER_CHECK, Command
 
 pytestmark = pytest.mark.skipif(not sandbox.namespaces_available() or not shutil.which("unshare"),
                                 reason="needs unprivileged user/PID namespaces (unshare) for the sandboxed worker")
@@ -34,6 +34,19 @@ def test_eval_killed_while_checking_leaves_nothing(tmp_path, sig):
     cmd = Command(tmp_path, "eval", "softmax", "hang.py")
     cmd.wait_for_worker()
     time.sleep(1.0)  # the worker imports the candidate and spins in its checked call
+    rc, err = cmd.kill(sig)
+    if sig == signal.SIGTERM:
+        _assert_clean_stop(rc, err, "kscience: interrupted")
+    cmd.assert_nothing_left()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_eval_killed_while_timing_leaves_nothing(tmp_path, sig):
+    from kscience.problems import load_problem
+
+    (tmp_path / "slow.py").write_text(load_problem("softmax").seed_source + SLOW_AFTER_CHECK)
+    cmd = Command(tmp_path, "eval", "softmax", "slow.py", "--shapes", "benchmarks")
+    cmd.wait_for_timing()
     rc, err = cmd.kill(sig)
     if sig == signal.SIGTERM:
         _assert_clean_stop(rc, err, "kscience: interrupted")

@@ -124,7 +124,8 @@ def restrict(writable: list[str], unreadable: list[str] = ()) -> str:
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return f"landlock off (create_ruleset errno {ctypes.get_errno()})"
-    rules = [(p, fs) for p in writable] + [(p, reads) for p in (readable_everywhere_but(list(unreadable)) if reads else [])]
+    readable = readable_everywhere_but(list(unreadable)) if reads else []
+    rules = [(p, fs) for p in writable] + [(p, reads) for p in readable]
     try:
         for path, rights in rules:
             try:

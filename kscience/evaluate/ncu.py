@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kscience.evaluate import leftovers, lifeline
 from kscience.evaluate.sandbox import worker_env
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "Occupancy",
@@ -145,13 +146,18 @@ def profile(problem: str, source: str, shape: dict, *, overrides: dict | None = 
     if not available(say):
         return None
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kscience-ncu-") as trusted, \
-            tempfile.TemporaryDirectory(prefix="kscience-profile-") as work:
+    # Named and marked as a worker's are, so that this process's guardian (and, failing it, the next
+    # command) ends the profiled processes and removes the folders should this process die.
+    leftovers.guard()
+    prefix, root = leftovers.folder_prefix(), leftovers.sandbox_root()
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}ncu-", dir=root) as trusted, \
+            tempfile.TemporaryDirectory(prefix=f"{prefix}profile-", dir=root) as work:
         log = Path(trusted) / "report.csv"
         (Path(work) / "candidate.py").write_text(source)
         args = ["--problem", problem, "--source", str(Path(work) / "candidate.py"), "--shape", json.dumps(shape),
                 "--overrides", json.dumps(overrides or {})]
-        env = worker_env(Path(work), gpu, False, secrets.token_hex(8))
+        env = dict(worker_env(Path(work), gpu, False, secrets.token_hex(8)),
+                   **{leftovers.OWNER_VAR: lifeline.owner_tag()})
         # A session of its own: on a timeout the profiled process dies with ncu, not only ncu.
         proc = subprocess.Popen(command(ncu_path(), log, args), cwd=work, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -165,10 +165,10 @@ class Worker:
         if self.cgroup:  # join before anything else runs, so no child is ever outside it
             cmd = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; '
                    'exec "$@"', "sh", *self.cgroup.procs_files, "--", *cmd]
+        env = dict(worker_env(self.workdir, gpu, interpreted, self.token),
+                   **{leftovers.OWNER_VAR: lifeline.owner_tag(), UNREADABLE_VAR: os.pathsep.join(unreadable())})
         self.proc = subprocess.Popen(
-            cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(worker_env(self.workdir, gpu, interpreted, self.token), **{leftovers.OWNER_VAR: lifeline.owner_tag(),
-                     UNREADABLE_VAR: os.pathsep.join(unreadable())}),
+            cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             pass_fds=(ours[0], theirs[1], watched), start_new_session=True, close_fds=True)
         _live.add(self)
         os.close(ours[0])
