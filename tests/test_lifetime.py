@@ -97,6 +97,24 @@ def test_worker_killed_between_evaluations_leaves_nothing(tmp_path, sig):
     cmd.assert_nothing_left()
 
 
+def test_worker_stopped_mid_evaluation_hands_the_request_back(tmp_path):
+    from kscience.evaluate import queue_files
+    from kscience.evaluate.queue_executor import QueueExecutor
+    from kscience.evaluate.result import EvalRequest
+
+    queue = tmp_path / "queue"
+    with QueueExecutor(queue, poll_s=3600) as executor:
+        executor.submit(EvalRequest(problem="softmax", source=HANGING, shapes="tests", candidate_id="c-hang"))
+        cmd = Command(tmp_path, "worker", str(queue), "--poll", "0.1")
+        cmd.wait_for_worker()
+        time.sleep(1.0)  # the candidate spins in its checked call
+        rc, err = cmd.kill(signal.SIGTERM)
+        _assert_clean_stop(rc, err, f"continue with: kscience worker {queue}")
+        assert "handed back to the queue" in err, err[-2000:]
+        assert len(queue_files.queue_files(queue / "requests")) == 1 and not queue_files.queue_files(queue / "claims")
+        cmd.assert_nothing_left()
+
+
 FROZEN_JUDGE = """
 import sys, time
 from kscience.evaluate.sandbox import Worker

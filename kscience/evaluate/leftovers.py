@@ -87,7 +87,7 @@ def reclaim(owner: str | None = None) -> list[str]:
                if _is_left(_owner(d.name, FOLDER_PREFIX), owner)]
     owners = {_owner(n, CGROUP_PREFIX) for n in groups} | {_owner(d.name, FOLDER_PREFIX) for d in folders}
     owners |= {owner} if owner else set()
-    for _ in range(3):  # a process forking while it is killed leaves a child: look again
+    for _ in range(3 if owners else 0):  # a process forking while it is killed leaves a child: look again
         pids = _processes_of(owners) - {os.getpid()}
         if not pids:
             break
