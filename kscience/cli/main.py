@@ -155,15 +155,16 @@ def _terminated(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _terminated)
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in EVALUATING:
-        reclaim_and_say(lambda line: print(line, file=sys.stderr))
-        if hasattr(args, "db"):  # the candidates this command judges may not read the runs stored beside theirs
-            db = str(Path(args.db or default_db()).expanduser())
-            hide_from_workers(*(db + suffix for suffix in ("", "-wal", "-shm", "-journal")))
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
+        if args.command in EVALUATING:
+            reclaim_and_say(lambda line: print(line, file=sys.stderr))
+            if hasattr(args, "db"):  # the candidates this command judges may not read the runs stored beside theirs
+                db = str(Path(args.db or default_db()).expanduser())
+                hide_from_workers(*(db + suffix for suffix in ("", "-wal", "-shm", "-journal")))
         return args.func(args)
     except USER_ERRORS as exc:
         print(f"kscience: error: {exc}", file=sys.stderr)
@@ -174,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `kscience show ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if in_main_thread:  # a caller's own handler (a test calling main) comes back
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
