@@ -62,27 +62,22 @@ def test_eval_killed_while_importing_leaves_nothing(tmp_path):
     cmd.assert_nothing_left()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_run_killed_while_judging_leaves_nothing(tmp_path, sig):
-    cmd = Command(tmp_path, "run", "softmax", "--iterations", "3", "--llm", "offline", "--db", "k.db")
-    cmd.wait_for_worker()
-    rc, err = cmd.kill(sig)
-    if sig == signal.SIGTERM:
-        _assert_clean_stop(rc, err, "continue with: kscience resume")
-        run_id = err.split("kscience resume ")[1].split()[0]
-        resumed = subprocess.run([sys.executable, "-m", "kscience", "runs", "--db", "k.db"], cwd=tmp_path,
-                                 capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        assert run_id in resumed.stdout and "stopped" in resumed.stdout, resumed.stdout
-    cmd.assert_nothing_left()
+SEARCHES = {"run": (["run", "softmax", "--iterations", "3"], "continue with: kscience resume"),
+            "campaign": (["campaign", "softmax", "--iterations", "1"], "continue with: kscience campaign --resume")}
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_campaign_killed_while_judging_leaves_nothing(tmp_path, sig):
-    cmd = Command(tmp_path, "campaign", "softmax", "--iterations", "1", "--llm", "offline", "--db", "k.db")
+@pytest.mark.parametrize("command", sorted(SEARCHES))
+def test_search_killed_while_judging_leaves_nothing(tmp_path, command, sig):
+    args, hint = SEARCHES[command]
+    cmd = Command(tmp_path, *args, "--llm", "offline", "--db", "k.db")
     cmd.wait_for_worker()
     rc, err = cmd.kill(sig)
     if sig == signal.SIGTERM:
-        _assert_clean_stop(rc, err, "continue with: kscience campaign --resume")
+        _assert_clean_stop(rc, err, hint)
+        stored = subprocess.run([sys.executable, "-m", "kscience", "runs", "--db", "k.db"], cwd=tmp_path,
+                                capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert "stopped" in stored.stdout, stored.stdout  # kept for a resume
     cmd.assert_nothing_left()
 
 

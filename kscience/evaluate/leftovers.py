@@ -130,12 +130,7 @@ def guard() -> None:
 
 def _guardian_main(fd: int, owner: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the judge is the judge's to handle
-    while True:
-        try:
-            if not os.read(fd, 1):
-                break
-        except InterruptedError:
-            continue
+    lifeline.wait_for_end(fd)
     reclaim(owner)
 
 

@@ -72,17 +72,22 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
+def wait_for_end(fd: int) -> None:
+    """Return once the process holding the other end of `fd` is gone."""
+    while True:
+        try:
+            if not os.read(fd, 1):
+                return
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+
+
 def watch(fd: int, on_death) -> threading.Thread:
     """Call `on_death()` in a thread once the process holding the other end of `fd` is gone."""
     def wait():
-        while True:
-            try:
-                if not os.read(fd, 1):
-                    break
-            except InterruptedError:
-                continue
-            except OSError:
-                break
+        wait_for_end(fd)
         on_death()
 
     thread = threading.Thread(target=wait, name="kscience-lifeline", daemon=True)

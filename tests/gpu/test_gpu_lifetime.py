@@ -23,38 +23,33 @@ def custom_kernel(data):
 """
 
 
-def _clean_stop(rc: int, err: str, hint: str) -> None:
-    assert rc == 130 and "Traceback" not in err and hint in err, err[-3000:]
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_gpu_eval_killed_while_the_device_spins(tmp_path, sig):
+def while_the_device_spins(tmp_path):
     (tmp_path / "spin.py").write_text(GPU_SPIN)
     cmd = Command(tmp_path, "eval", "softmax", "spin.py")
     cmd.wait_for_worker()
     time.sleep(8.0)  # the worker imports torch, makes its CUDA context and spins in its checked call
-    rc, err = cmd.kill(sig)
-    if sig == signal.SIGTERM:
-        _clean_stop(rc, err, "kscience: interrupted")
-    cmd.assert_nothing_left()
+    return cmd, "kscience: interrupted"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_gpu_eval_killed_while_timing(tmp_path, sig):
+def while_timing(tmp_path):
     (tmp_path / "slow.py").write_text(load_problem("softmax").seed_source + SLOW_AFTER_CHECK)
     cmd = Command(tmp_path, "eval", "softmax", "slow.py", "--shapes", "benchmarks")
     cmd.wait_for_timing(timeout_s=300)
-    rc, err = cmd.kill(sig)
-    if sig == signal.SIGTERM:
-        _clean_stop(rc, err, "kscience: interrupted")
-    cmd.assert_nothing_left()
+    return cmd, "kscience: interrupted"
+
+
+def while_a_run_judges(tmp_path):
+    cmd = Command(tmp_path, "run", "softmax", "--iterations", "2", "--llm", "offline", "--db", "k.db")
+    cmd.wait_for_worker(timeout_s=300)
+    return cmd, "continue with: kscience resume"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_gpu_run_killed_while_judging(tmp_path, sig):
-    cmd = Command(tmp_path, "run", "softmax", "--iterations", "2", "--llm", "offline", "--db", "k.db")
-    cmd.wait_for_worker(timeout_s=300)
+@pytest.mark.parametrize("moment", [while_the_device_spins, while_timing, while_a_run_judges],
+                         ids=lambda f: f.__name__)
+def test_gpu_command_killed_leaves_nothing(tmp_path, moment, sig):
+    cmd, hint = moment(tmp_path)
     rc, err = cmd.kill(sig)
     if sig == signal.SIGTERM:
-        _clean_stop(rc, err, "continue with: kscience resume")
+        assert rc == 130 and "Traceback" not in err and hint in err, err[-3000:]
     cmd.assert_nothing_left()
