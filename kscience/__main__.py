@@ -1,7 +1,5 @@
 """`python -m kscience`: the same command line as the `kscience` script."""
 
-import sys
+from kscience.cli import entry
 
-from kscience.cli.main import main
-
-sys.exit(main())
+entry()

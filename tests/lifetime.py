@@ -76,8 +76,10 @@ class Command:
         self.tmp.mkdir(exist_ok=True)
         self.owners: set[str] = set()
         full_env = dict(os.environ, TMPDIR=str(self.tmp), PYTHONPATH=str(ROOT), **(env or {}))
+        # A session of its own, as a command started in a terminal has: Ctrl-C goes to its group.
         self.proc = subprocess.Popen([sys.executable, "-m", "kscience", *args], cwd=tmp_path, env=full_env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
 
     def sandboxes(self) -> list[Path]:
         found = list(sandbox_root(self.tmp).glob(f"{FOLDER_PREFIX}*"))
@@ -103,9 +105,13 @@ class Command:
                       "timed call")
 
     def kill(self, sig: int) -> tuple[int, str]:
-        """Send `sig` to the command; return its exit code and stderr once it ended."""
+        """Send `sig` to the command (SIGINT to its process group, as a terminal's Ctrl-C does);
+        return its exit code and stderr once it ended."""
         self.sandboxes()
-        self.proc.send_signal(sig)
+        if sig == signal.SIGINT:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
         try:
             _, err = self.proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "kscience"
 LAZY_ALLOWED = {
     ("kscience", "kscience.jupyter.magics"): "IPython (the jupyter extra), loaded by %load_ext only",
     ("kscience", "kscience.jupyter.results"): "kscience.open_run: the notebook side, loaded when asked",
+    ("kscience.cli", "kscience.cli.main"): "the command's signal handlers are in place before it loads",
     ("kscience.jupyter.views", "kscience.jupyter.dashboard"): "ipywidgets, only where widgets render",
     ("kscience.jupyter.results", "kscience.jupyter.plots"): "matplotlib, only when a run is drawn",
     ("kscience.jupyter.results", "kscience.jupyter.static"): "matplotlib, only when a run is drawn",

@@ -53,11 +53,12 @@ def test_eval_killed_while_timing_leaves_nothing(tmp_path, sig):
     cmd.assert_nothing_left()
 
 
-def test_eval_killed_while_importing_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_eval_stopped_while_importing_leaves_nothing(tmp_path, sig):
     (tmp_path / "hang.py").write_text(HANGING)
     cmd = Command(tmp_path, "eval", "softmax", "hang.py")
     time.sleep(0.5)  # Python and torch are still importing
-    rc, err = cmd.kill(signal.SIGTERM)
+    rc, err = cmd.kill(sig)
     assert "Traceback" not in err, err[-3000:]
     cmd.assert_nothing_left()
 
@@ -66,14 +67,14 @@ SEARCHES = {"run": (["run", "softmax", "--iterations", "3"], "continue with: ksc
             "campaign": (["campaign", "softmax", "--iterations", "1"], "continue with: kscience campaign --resume")}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 @pytest.mark.parametrize("command", sorted(SEARCHES))
 def test_search_killed_while_judging_leaves_nothing(tmp_path, command, sig):
     args, hint = SEARCHES[command]
     cmd = Command(tmp_path, *args, "--llm", "offline", "--db", "k.db")
     cmd.wait_for_worker()
     rc, err = cmd.kill(sig)
-    if sig == signal.SIGTERM:
+    if sig != signal.SIGKILL:
         _assert_clean_stop(rc, err, hint)
         stored = subprocess.run([sys.executable, "-m", "kscience", "runs", "--db", "k.db"], cwd=tmp_path,
                                 capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -2,3 +2,22 @@
 group of commands: `problem_commands.py`, `run_commands.py` (with `progress.py`, the live lines of a
 run), `campaign_commands.py` and `worker_command.py`.
 """
+
+
+def entry() -> None:
+    """The `kscience` command. A Ctrl-C or SIGTERM while it still loads (seconds, for torch) ends it
+    quietly: nothing has started yet, and `main` handles them from then on."""
+    import os
+    import signal
+    import sys
+
+    def loading(signum, frame):
+        print("kscience: interrupted", file=sys.stderr)
+        os._exit(130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # a background job's SIGINT stays ignored
+            signal.signal(sig, loading)
+    from kscience.cli.main import main
+
+    sys.exit(main())

@@ -146,10 +146,10 @@ EVALUATING = {"run", "resume", "campaign", "eval", "worker"}
 SLOTS_AFTER_S = 0.2  # the run notices its interruption before its evaluations in flight end unjudged
 
 
-def _terminated(signum, frame) -> None:
-    """SIGTERM (a batch scheduler's time limit, a `kill`) does what Ctrl-C does in a terminal: this
-    process is interrupted, keeping its work for a resume, and the slot processes stop their
-    evaluations (Ctrl-C reaches them through the process group) once it has noticed."""
+def _interrupted(signum, frame) -> None:
+    """Ctrl-C, and SIGTERM (a batch scheduler's time limit, a `kill`) alike: this process is
+    interrupted, keeping its work for a resume, and once it has noticed, its slot processes (in
+    process groups of their own) end their evaluations unjudged."""
     threading.Timer(SLOTS_AFTER_S, interrupt_all).start()
     raise KeyboardInterrupt
 
@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
+    previous = {sig: signal.signal(sig, _interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
+                if in_main_thread and signal.getsignal(sig) is not signal.SIG_IGN}  # a background job's stays ignored
     try:
         if args.command in EVALUATING:
             reclaim_and_say(lambda line: print(line, file=sys.stderr))
@@ -176,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     finally:
-        if in_main_thread:  # a caller's own handler (a test calling main) comes back
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():  # a caller's own handlers (a test calling main) come back
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

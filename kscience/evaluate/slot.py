@@ -12,9 +12,8 @@ requests from its parent. A process that dies (the OOM killer, a kill by hand) i
 and its evaluation run again once; a second loss is a "crashed" result, never a hang.
 
 A slot process ends with its parent: it watches the parent's lifeline (lifeline.py) and, the
-parent gone however it went, kills its workers and exits. SIGINT and SIGTERM (a Ctrl-C, which
-reaches the whole process group, or its parent's `interrupt_all` on SIGTERM) end the evaluation
-in flight unjudged: its worker is killed, nothing is sent back, and the parent is not given a
+parent gone however it went, kills its workers and exits. SIGTERM (its parent's `interrupt_all`,
+on the parent's Ctrl-C or SIGTERM) or SIGINT end the evaluation in flight unjudged: its worker is killed, nothing is sent back, and the parent is not given a
 verdict for it but an `EvaluationInterrupted`, so the candidate stays pending for a resume.
 """
 
@@ -91,7 +90,10 @@ class JudgeProcess:
              "none" if self.gpu is None else "0", str(lifeline.read_end())],
             # Its chatter (library warnings) goes to stderr: stdout may carry a command's JSON.
             env=env, stdin=subprocess.DEVNULL, stdout=2, close_fds=True,
-            pass_fds=(to_child[0], from_child[1], lifeline.read_end()))
+            pass_fds=(to_child[0], from_child[1], lifeline.read_end()),
+            # Its own process group: a terminal's Ctrl-C reaches the parent alone, which decides
+            # (`interrupt_all`); one landing while this process imports would print a traceback.
+            process_group=0)
         _started.add(self)
         os.close(to_child[0])
         os.close(from_child[1])
