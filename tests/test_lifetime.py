@@ -138,16 +138,19 @@ def test_judge_killed_while_holding_a_worker_frozen_leaves_nothing_frozen(tmp_pa
 
 
 def test_a_command_removes_what_a_killed_one_left(tmp_path, monkeypatch):
-    """Folders of an owner that no longer runs go (and are named); a live owner's stay."""
+    """Folders of an owner that no longer runs go (and are named); a live owner's stay, and so do
+    those of another PID namespace's owner (whether it runs cannot be told from here)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_tag = f"{dead.stdout.strip()}.1"  # a start time no process of that pid has
-    left = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{dead_tag}-abc"
+    dead = subprocess.run([sys.executable, "-c", "from kscience.evaluate.lifeline import owner_tag; print(owner_tag())"],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    pid, start, namespace = dead.stdout.strip().split(".")
+    left = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{dead.stdout.strip()}-abc"
     mine = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{lifeline.owner_tag()}-def"
-    for d in (left, mine):
+    elsewhere = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{pid}.{start}.{int(namespace) + 1}-ghi"
+    for d in (left, mine, elsewhere):
         d.mkdir()
         (d / "candidate.py").write_text("x = 1\n")
     said = []
     leftovers.reclaim_and_say(said.append)
-    assert not left.exists() and mine.exists()
+    assert not left.exists() and mine.exists() and elsewhere.exists()
     assert len(said) == 1 and str(left) in said[0], said

@@ -57,8 +57,7 @@ def cgroup_name(token: str) -> str:
 def _owner(name: str, prefix: str) -> str | None:
     """The owner tag in a leftover's name; None for a name this scheme did not make."""
     tag = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
-    pid, _, start = tag.partition(".")
-    return tag if pid.isdigit() and start.isdigit() else None
+    return tag if lifeline.parse_tag(tag) else None
 
 
 def _is_left(tag: str | None, owner: str | None) -> bool:

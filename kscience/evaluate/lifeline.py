@@ -8,7 +8,8 @@ fire when the *thread* that started the child ends, so a pool thread's exit woul
 a pipe belongs to the process.
 
 Names of what a process leaves on disk or in the cgroup tree carry its owner tag (pid and start
-time: a recycled pid is not the same owner), so a later process can tell what a dead one left.
+time: a recycled pid is not the same owner; and PID namespace), so a later process can tell what
+a dead one left.
 """
 
 from __future__ import annotations
@@ -30,16 +31,29 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
-def owner_tag(pid: int | None = None) -> str:
-    """This process as an owner: "PID.START", unique for as long as the machine runs."""
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}.{start_ticks(pid)}"
+def _pid_namespace() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def owner_tag() -> str:
+    """This process as an owner: "PID.START.PIDNS", unique for as long as the machine runs (a
+    process of another PID namespace, a container sharing TMPDIR, has a tag of its own)."""
+    return f"{os.getpid()}.{start_ticks(os.getpid())}.{_pid_namespace()}"
+
+
+def parse_tag(tag: str) -> tuple[int, int, int] | None:
+    """(pid, start, PID namespace) of an owner tag; None for text that is not one."""
+    parts = tag.split(".")
+    return tuple(int(p) for p in parts) if len(parts) == 3 and all(p.isdigit() for p in parts) else None
 
 
 def owner_alive(tag: str) -> bool:
-    """Whether the process a tag names still runs (a zombie or a recycled pid does not count)."""
-    pid, _, start = tag.partition(".")
-    if not pid.isdigit() or start_ticks(int(pid)) is None or str(start_ticks(int(pid))) != start:
+    """Whether the process a tag names may still run: it does here (not a zombie, not a recycled
+    pid), or it belongs to another PID namespace, where this process cannot tell."""
+    pid, start, namespace = parse_tag(tag) or (0, 0, 0)
+    if namespace != _pid_namespace():
+        return True
+    if start_ticks(pid) != start:
         return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

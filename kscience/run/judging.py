@@ -103,8 +103,9 @@ class Judging:
             try:
                 return (await self._outcome(cand, future, line)).to_dict()
             except asyncio.CancelledError:
-                # Ctrl-C: a started evaluation runs to its end in its own process anyway (the executor
-                # waits for it on shutdown), so keep its verdict rather than redo it. Its verdict is
+                # Interrupted: a started evaluation runs to its end in its own process anyway (the executor
+                # waits for it on shutdown), so keep its verdict rather than redo it; one that the command's
+                # Ctrl-C or SIGTERM ended unjudged raises here, and its candidate stays pending for a resume. Its verdict is
                 # stored and announced like any other, so every view shows the candidate a user saw judged.
                 if not future.cancel():
                     with contextlib.suppress(Exception):
