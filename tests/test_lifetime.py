@@ -141,8 +141,9 @@ def test_a_command_removes_what_a_killed_one_left(tmp_path, monkeypatch):
     """Folders of an owner that no longer runs go (and are named); a live owner's stay, and so do
     those of another PID namespace's owner (whether it runs cannot be told from here)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.run([sys.executable, "-c", "from kscience.evaluate.lifeline import owner_tag; print(owner_tag())"],
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    tag_of_a_process = "from kscience.evaluate.lifeline import owner_tag; print(owner_tag())"
+    dead = subprocess.run([sys.executable, "-c", tag_of_a_process], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     pid, start, namespace = dead.stdout.strip().split(".")
     left = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{dead.stdout.strip()}-abc"
     mine = leftovers.sandbox_root() / f"{leftovers.FOLDER_PREFIX}{lifeline.owner_tag()}-def"

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from kscience.evaluate import sandbox
+from kscience.evaluate import confine, sandbox
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import load_problem
@@ -104,7 +104,7 @@ def test_a_candidate_reads_no_other_sandbox_queue_or_database(tmp_path, monkeypa
     (queue / "requests" / "r.json").write_text('{"nonce": "secret"}')
     (tmp_path / "k.db").write_bytes(b"SQLite format 3\0")
     (tmp_path / "problem.py").write_text("x = 1\n")
-    monkeypatch.delenv(sandbox.UNREADABLE_VAR, raising=False)
+    monkeypatch.delenv(confine.UNREADABLE_VAR, raising=False)
     sandbox.hide_from_workers(queue, tmp_path / "k.db")
     try:
         unreadable = [str(sibling / "candidate.py"), str(sandbox_root()), str(queue / "requests" / "r.json"),

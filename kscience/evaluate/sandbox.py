@@ -11,9 +11,10 @@ the worker moves to unpredictable numbers; a random token in the environment; an
 kernel allows unprivileged user namespaces, new network, PID, mount and IPC namespaces (no
 network, no System V IPC or POSIX message queue shared with the host or outliving the worker,
 the trusted process is invisible in the worker's /proc, and every process of the namespace
-dies with the worker). Writes outside the sandbox, and reads of other sandboxes, kept compile caches,
-the run's database and a queue folder, are blocked inside the worker with Landlock (see
-confine.py). `Worker.confinement()` says which of these were in force.
+dies with the worker). Writes outside the sandbox, and reads of other sandboxes, kept compile
+caches, the run's database and a queue folder, are blocked inside the worker with Landlock, and
+userfaultfd with seccomp (see confine.py). `Worker.confinement()` says which of these were in
+force.
 """
 
 from __future__ import annotations
@@ -47,20 +48,18 @@ TAIL_BYTES = 4096
 MAX_PIDS = int(os.environ.get("KSCIENCE_WORKER_MAX_PIDS", 4096))  # processes and threads, where a cgroup caps them
 
 
-UNREADABLE_VAR = confine.UNREADABLE_VAR
-
-
 def hide_from_workers(*paths) -> None:
     """Keep `paths` (a run's database, a queue folder) out of every worker's reach from now on, this
     process's and its slot processes' (they inherit the environment)."""
-    known = [p for p in os.environ.get(UNREADABLE_VAR, "").split(os.pathsep) if p]
-    os.environ[UNREADABLE_VAR] = os.pathsep.join(dict.fromkeys(known + [os.path.abspath(p) for p in paths]))
+    known = [p for p in os.environ.get(confine.UNREADABLE_VAR, "").split(os.pathsep) if p]
+    both = dict.fromkeys(known + [os.path.abspath(p) for p in paths])
+    os.environ[confine.UNREADABLE_VAR] = os.pathsep.join(both)
 
 
 def unreadable() -> list[str]:
     """What a worker may not read: every sandbox (its own is let back in as writable), the kept
     compile caches of other sources, and what the commands hid (`hide_from_workers`)."""
-    hidden = [p for p in os.environ.get(UNREADABLE_VAR, "").split(os.pathsep) if p]
+    hidden = [p for p in os.environ.get(confine.UNREADABLE_VAR, "").split(os.pathsep) if p]
     return [str(leftovers.sandbox_root()), str(compile_cache.store_root())] + hidden
 
 
@@ -165,8 +164,8 @@ class Worker:
         if self.cgroup:  # join before anything else runs, so no child is ever outside it
             cmd = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; '
                    'exec "$@"', "sh", *self.cgroup.procs_files, "--", *cmd]
-        env = dict(worker_env(self.workdir, gpu, interpreted, self.token),
-                   **{leftovers.OWNER_VAR: lifeline.owner_tag(), UNREADABLE_VAR: os.pathsep.join(unreadable())})
+        env = dict(worker_env(self.workdir, gpu, interpreted, self.token), **{
+            leftovers.OWNER_VAR: lifeline.owner_tag(), confine.UNREADABLE_VAR: os.pathsep.join(unreadable())})
         self.proc = subprocess.Popen(
             cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             pass_fds=(ours[0], theirs[1], watched), start_new_session=True, close_fds=True)

@@ -13,8 +13,9 @@ and its evaluation run again once; a second loss is a "crashed" result, never a 
 
 A slot process ends with its parent: it watches the parent's lifeline (lifeline.py) and, the
 parent gone however it went, kills its workers and exits. SIGTERM (its parent's `interrupt_all`,
-on the parent's Ctrl-C or SIGTERM) or SIGINT end the evaluation in flight unjudged: its worker is killed, nothing is sent back, and the parent is not given a
-verdict for it but an `EvaluationInterrupted`, so the candidate stays pending for a resume.
+on the parent's Ctrl-C or SIGTERM) or SIGINT end the evaluation in flight unjudged: its worker
+is killed, nothing is sent back, and the parent gets no verdict for it but an
+`EvaluationInterrupted`, so the candidate stays pending for a resume.
 """
 
 from __future__ import annotations
@@ -22,16 +23,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
-import signal
 import threading
 import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from kscience.evaluate import lifeline
-
 from kscience.evaluate.harness import CPU_THREADS_VAR
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 from kscience.evaluate.sandbox import close_all
@@ -173,12 +173,11 @@ def serve(conn_in: Connection, conn_out: Connection, gpu: int | None, parent_lif
     try:
         judging_process(int(os.environ.get(CPU_THREADS_VAR, 0)) or None)
         _serve(conn_in, conn_out, gpu, evaluate)
-    except KeyboardInterrupt:  # the evaluation in flight ends unjudged; the parent knows why
+    except (KeyboardInterrupt, BrokenPipeError) as stop:  # the evaluation in flight ends unjudged
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
         close_all()
-        os._exit(INTERRUPTED_EXIT)
-    except BrokenPipeError:  # the parent left while this judged
-        close_all()
-        os._exit(1)
+        os._exit(INTERRUPTED_EXIT if isinstance(stop, KeyboardInterrupt) else 1)  # BrokenPipe: the parent left
 
 
 def _serve(conn_in: Connection, conn_out: Connection, gpu: int | None, evaluate) -> None:

@@ -6,8 +6,9 @@ inherits every orphan; elsewhere it makes itself a child subreaper, which also i
 orphan below it. Either way it forks first and stays behind only to reap, to kill what the
 worker left behind once the worker has ended, and to report how the real worker ended, as an
 exit code of 128 + signal number; it also watches the judge's lifeline (lifeline.py), so the
-worker's tree ends the moment the judge does, however the judge died. The worker then moves the channel
-to unpredictable descriptor numbers, confines itself, and answers the judge's commands:
+worker's tree ends the moment the judge does, however the judge died. The worker then moves the
+channel to unpredictable descriptor numbers, confines itself (Landlock, then a seccomp filter),
+and answers the judge's commands:
 
   echo                  -> (before the job only) an acknowledgement: the judge times the round
                            trip of a worker that holds no candidate code yet
