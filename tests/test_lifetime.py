@@ -28,27 +28,29 @@ def _assert_clean_stop(rc: int, err: str, hint: str) -> None:
     assert hint in err, err[-2000:]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_eval_killed_while_checking_leaves_nothing(tmp_path, sig):
+def while_checking(tmp_path) -> Command:
     (tmp_path / "hang.py").write_text(HANGING)
     cmd = Command(tmp_path, "eval", "softmax", "hang.py")
     cmd.wait_for_worker()
     time.sleep(1.0)  # the worker imports the candidate and spins in its checked call
-    rc, err = cmd.kill(sig)
-    if sig == signal.SIGTERM:
-        _assert_clean_stop(rc, err, "kscience: interrupted")
-    cmd.assert_nothing_left()
+    return cmd
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_eval_killed_while_timing_leaves_nothing(tmp_path, sig):
+def while_timing(tmp_path) -> Command:
     from kscience.problems import load_problem
 
     (tmp_path / "slow.py").write_text(load_problem("softmax").seed_source + SLOW_AFTER_CHECK)
     cmd = Command(tmp_path, "eval", "softmax", "slow.py", "--shapes", "benchmarks")
     cmd.wait_for_timing()
+    return cmd
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("moment", [while_checking, while_timing], ids=lambda f: f.__name__)
+def test_eval_stopped_mid_evaluation_leaves_nothing(tmp_path, moment, sig):
+    cmd = moment(tmp_path)
     rc, err = cmd.kill(sig)
-    if sig == signal.SIGTERM:
+    if sig != signal.SIGKILL:
         _assert_clean_stop(rc, err, "kscience: interrupted")
     cmd.assert_nothing_left()
 
