@@ -82,8 +82,10 @@ def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tup
     checks)) reads for n calls, every call equally likely to be among the last `checks` kept by
     a reservoir, and all of them are rechecked). The choice is drawn once a call has returned, and
     the output is read at once, before the worker is told anything more: copied out of its memory
-    by the judge itself where that is possible (`session.peek_pid`, host tensors), else sent by the
-    worker at byte ranges drawn now.
+    by the judge itself, with the whole worker frozen, where that is possible (`session.peek_pid`,
+    the CPU), else sent by the worker at byte ranges drawn now. Which of the two is the judge's
+    choice: an output on any device but the evaluation's is no answer. Raises peek.Stuck when the
+    judge's own read did not return in time.
     """
     timed_us: list[float] = []  # event times of the timed calls: the figure is their median
     nulls = plan.nulls
@@ -143,8 +145,11 @@ def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
     out_shape, dtype = where["shape"], _DTYPES[str(where["dtype"])]
     if math.prod(out_shape) * torch.empty((), dtype=dtype).element_size() > cap:
         raise Unreadable(f"the output of a timed {kind} call is far larger than the answer")
-    if session.peek_pid is not None and where.get("device") == "cpu":
-        with session.worker.frozen():  # nothing the candidate left running can write meanwhile
+    if where.get("device") != session.device.torch_device:  # the judge, not the worker, picks how to read
+        raise Unreadable(f"the worker said the output of a timed {kind} call lies on {str(where.get('device'))[:20]}, "
+                         f"not on {session.device.torch_device}")
+    if session.peek_pid is not None:
+        with session.worker.frozen():  # the whole worker: no candidate code runs until the bytes are copied
             whole = peek.read_tensor(session.peek_pid, where, cap)
         if whole is None:
             raise Unreadable(f"the output of a timed {kind} call could not be read where the worker said it was")

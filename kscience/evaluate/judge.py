@@ -142,7 +142,11 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         raise Verdict(R.REJECTED, f"the worker could not confine itself ({session.worker_info['sandbox'][:200]})")
     if session.device.interpreted:  # outputs live in host memory, where the judge can read them itself
         pid = session.worker.serving_pid()
-        session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
+        try:
+            session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
+        except peek.Stuck as exc:
+            session.worker.kill()  # which also lets the abandoned read return
+            raise Verdict(R.REJECTED, str(exc)) from None
     session.worker_info["judge_reads"] = session.peek_pid is not None
     for shape in tests:
         with session.phase("check"):

@@ -19,7 +19,7 @@ import time
 import torch
 
 from kscience.device import Device
-from kscience.evaluate import contexts, crosscheck, drive, measure, reference_outside
+from kscience.evaluate import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
@@ -332,6 +332,9 @@ class Session:
                 problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
         except drive.Unreadable as exc:
             raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
+        except peek.Stuck as exc:
+            self.worker.kill()  # which also lets the abandoned read return
+            raise Verdict(R.REJECTED, str(exc), res.shape) from None
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
         floor = self.device.floor_seconds(self.problem.flops(**res.shape), self.problem.bytes_moved(**res.shape),

@@ -36,7 +36,12 @@ KINDS = ("timed", "null")
 
 
 class Timer:
-    """One shape's fixed buffers, from `prepare` to `finish`."""
+    """One shape's fixed buffers, from `prepare` to `finish`. Slotted and watched like the harness
+    (see harness.Harness): what runs between a call's return and the judge's read is only this
+    class's and the harness's own methods."""
+
+    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "last", "kept", "copy_outputs")
+    FIXED = ("h", "shape", "cap", "work", "copied", "copy_outputs")
 
     def __init__(self, h: Harness, cmd: dict):
         self.h, self.shape, self.cap = h, cmd["shape"], cmd["max_output_bytes"]
@@ -50,6 +55,7 @@ class Timer:
         self.last: torch.Tensor | None = None
         self.kept: torch.Tensor | None = None  # the copy `sample` reads, when the judge asked for copies
         self.copy_outputs = bool(cmd.get("copy_outputs"))
+        h.integrity.watch("timer", self, self.FIXED)  # before the warm-up runs candidate code
         for w in range(cmd["warmup"]):
             self.load(h.inputs(warm_seeds[w % len(warm_seeds)], self.shape))
             out = h.invoke(self.work, self.cap)
@@ -81,6 +87,7 @@ class Timer:
         h.verify()
         reply = {"event_us": event_us, "host_us": host_us}
         if out is not None:
+            h.not_a_view(out, self.work)  # an input handed back from a timed call is no answer either
             self.kept = _clone(out) if self.copy_outputs else None  # after the clocks stopped
             self.last, h.held = out, [out if self.kept is None else self.kept]
             # Where the output lies. The judge reads host memory itself; on the GPU it asks for
