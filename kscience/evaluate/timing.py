@@ -84,11 +84,14 @@ class Timer:
         self.load(source)
         del source  # a generated set is released before the call, as nothing else is allocated then
         event_us, host_us, out = self.timed_call(kind != "null")
+        # The copy the judge will read is taken first, before the integrity check gives any thread
+        # the candidate left running more time to write the output.
+        kept = _clone(out) if out is not None and self.copy_outputs else None
         h.verify()
         reply = {"event_us": event_us, "host_us": host_us}
         if out is not None:
             h.not_a_view(out, self.work)  # an input handed back from a timed call is no answer either
-            self.kept = _clone(out) if self.copy_outputs else None  # after the clocks stopped
+            self.kept = kept
             self.last, h.held = out, [out if self.kept is None else self.kept]
             # Where the output lies. The judge reads host memory itself; on the GPU it asks for
             # the bytes at ranges it draws (`sample`) before anything else runs here.

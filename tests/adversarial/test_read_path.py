@@ -12,90 +12,23 @@ import threading
 import types
 
 import pytest
+from read_path_attacks import ANSWER_ELSEWHERE, ANSWER_IN_SYNC, FIND
 
 from kscience.evaluate import drive, peek
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
-
-# The running harness, found by walking up from the candidate's call, and whether this call is timed.
-_FIND = """
-import sys
-from kscience.evaluate.harness import Harness
-
-def _harness():
-    f = sys._getframe(1)
-    while f is not None:
-        o = f.f_locals.get("self")
-        for h in (o, getattr(o, "h", None)):
-            if type(h) is Harness:
-                return h
-        f = f.f_back
-
-def _timed():
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_name == "timed_call":
-            return True
-        if f.f_code.co_name == "check":
-            return False
-        f = f.f_back
-    return False
-"""
-
-# Timed calls return zeros; the harness's `sync`, replaced on the instance, writes the answer into
-# whatever the harness holds for the judge: the moment the judge asks the worker for the bytes.
-_ANSWER_IN_SYNC = _FIND + """
-_saved = []
-
-def _answer_then_sync(h):
-    def sync():
-        if _saved and h.held and tuple(h.held[0].shape) == tuple(_saved[0].shape):
-            h.held[0].copy_(honest(_saved[0]))
-    return sync
-
-def custom_kernel(data):
-    (x,) = data
-    if not _timed():
-        _saved.clear()
-        return honest(x)
-    h = _harness()
-    _saved[:] = [x.clone()]
-    try:
-        h.sync = _answer_then_sync(h)
-    except AttributeError:  # the instance takes no attribute of its own
-        pass
-    return torch.zeros_like(x)
-"""
-
-# As above, and the output packing, replaced on the instance, hands the judge a tensor that says it
-# lies on another device, so the judge asks the worker for it instead of reading the memory itself.
-_ANSWER_ELSEWHERE = _ANSWER_IN_SYNC + """
-class _Elsewhere(torch.Tensor):
-    @property
-    def device(self):
-        return torch.device("meta")
-
-def custom_kernel(data, _plain=custom_kernel):
-    out = _plain(data)
-    if _timed():
-        try:
-            _harness().pack_output = lambda o, max_bytes: None if o is None else o.as_subclass(_Elsewhere)
-        except AttributeError:
-            pass
-    return out
-"""
 
 
 def test_an_answer_computed_in_the_harness_sync_while_the_worker_is_read_is_wrong(judge, monkeypatch):
     # The worker's own read path (the GPU's, and the CPU's where the kernel refuses the judge's reads).
     monkeypatch.setattr(peek, "can_read", lambda pid: False)
-    result = judge(_ANSWER_IN_SYNC, shapes="benchmarks")
+    result = judge(ANSWER_IN_SYNC, shapes="benchmarks")
     assert not result.device.get("judge_reads")
     assert result.status == WRONG_ANSWER, result.message
     assert "timed call" in result.message
 
 
 def test_an_output_that_claims_another_device_is_still_read_by_the_judge(judge):
-    result = judge(_ANSWER_ELSEWHERE, shapes="benchmarks")
+    result = judge(ANSWER_ELSEWHERE, shapes="benchmarks")
     assert result.device.get("judge_reads"), "the judge could not read the worker's memory on this machine"
     assert result.status == WRONG_ANSWER, result.message
     assert "timed call" in result.message
@@ -112,7 +45,7 @@ def test_a_reported_device_that_is_not_the_evaluations_is_refused():
 def test_a_replaced_fixed_attribute_of_the_harness_is_rejected(judge):
     # Slots fixed once the harness is built (here the outputs it poisons before every call) are
     # checked on the instance, as module globals and class attributes are.
-    result = judge(_FIND, """
+    result = judge(FIND, """
         def custom_kernel(data):
             _harness().outputs = frozenset()
             return honest(data[0])
@@ -124,7 +57,7 @@ def test_a_replaced_fixed_attribute_of_the_harness_is_rejected(judge):
 def test_an_input_handed_back_from_timed_calls_is_wrong(judge):
     # The answer is written over the input and the input returned: right values, no output of its
     # own. Checked calls (where the view would be seen) get a real output.
-    result = judge(_FIND, """
+    result = judge(FIND, """
         def custom_kernel(data):
             (x,) = data
             if not _timed():
