@@ -69,3 +69,40 @@ def custom_kernel(data, _plain=custom_kernel):
             pass
     return out
 """
+
+# Timed calls return a tensor over memory registered with userfaultfd (missing pages, no handler):
+# any read of it waits for ever, the judge's own `process_vm_readv` included. Prints USERFAULTFD
+# UNAVAILABLE and stays honest where the sandbox cannot create a full userfaultfd.
+USERFAULTFD = """
+import ctypes
+import mmap
+import os
+
+_SYSCALL = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine)
+_UFFDIO_API, _UFFDIO_REGISTER, _MODE_MISSING = 0xC018AA3F, 0xC020AA00, 1
+_libc = ctypes.CDLL(None, use_errno=True)
+_keep = []
+
+def _blocking_memory(nbytes):
+    fd = _libc.syscall(_SYSCALL, os.O_CLOEXEC) if _SYSCALL else -1
+    if fd < 0:
+        return None
+    api = (ctypes.c_uint64 * 3)(0xAA, 0, 0)
+    region = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    register = (ctypes.c_uint64 * 4)(start, len(region), _MODE_MISSING, 0)
+    if _libc.ioctl(fd, _UFFDIO_API, api) or _libc.ioctl(fd, _UFFDIO_REGISTER, register):
+        return None
+    _keep.append((fd, region))
+    return region
+
+def custom_kernel(data):
+    (x,) = data
+    if not _timed():
+        return honest(x)
+    region = _blocking_memory(x.numel() * x.element_size())
+    if region is None:
+        print("USERFAULTFD UNAVAILABLE", flush=True)
+        return honest(x)
+    return torch.frombuffer(region, dtype=x.dtype, count=x.numel()).view(x.shape)
+"""

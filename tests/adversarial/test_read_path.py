@@ -12,7 +12,7 @@ import threading
 import types
 
 import pytest
-from read_path_attacks import ANSWER_ELSEWHERE, ANSWER_IN_SYNC, FIND
+from read_path_attacks import ANSWER_ELSEWHERE, ANSWER_IN_SYNC, FIND, USERFAULTFD
 
 from kscience.evaluate import drive, peek
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
@@ -126,3 +126,17 @@ def test_honest_kernels_are_still_ok_on_both_read_paths(judge, monkeypatch):
     monkeypatch.setattr(peek, "can_read", lambda pid: False)
     result = judge(source, shapes="benchmarks")
     assert result.status == OK, result.message
+
+
+def test_memory_registered_with_userfaultfd_does_not_hang_the_judge(judge, monkeypatch):
+    import ctypes
+    import os
+
+    if os.uname().machine != "x86_64" or ctypes.CDLL(None, use_errno=True).syscall(323, os.O_CLOEXEC) < 0:
+        pytest.skip("no full userfaultfd for this process")
+    monkeypatch.setattr(peek, "READ_S", 2.0)
+    result = judge(FIND, USERFAULTFD, shapes="benchmarks")
+    if "USERFAULTFD UNAVAILABLE" in result.stdout_tail:
+        pytest.skip("the sandbox keeps the candidate from creating a full userfaultfd")
+    assert result.status == REJECTED, result.message
+    assert "did not finish" in result.message
