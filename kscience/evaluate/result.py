@@ -52,6 +52,8 @@ class EvalResult:
     # The isolation layers in force (sandbox.Worker.confinement, Landlock as the worker applied it),
     # "weak": required layers this machine lacked, "allowed_weak": whether the run accepted that.
     confinement: dict = field(default_factory=dict)
+    # The judge's secret seed of the order it ran the shapes in (judge.shape_order reproduces it)
+    shape_order_seed: int | None = None
 
     @property
     def ok(self) -> bool:
