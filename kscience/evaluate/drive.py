@@ -13,6 +13,7 @@ the judge's window for that command.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import secrets
 import time
@@ -74,6 +75,19 @@ def new_seed(used: set[int]) -> int:
 
 
 def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tuple[list[Call], list[Look]]:
+    """`_run_calls` with this process's garbage collector paused: a full collection of the judge's
+    own objects (a torch process holds hundreds of thousands) inside one bracket would add its
+    pause to that call's estimate alone."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_calls(session, shape, plan, cap, used)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tuple[list[Call], list[Look]]:
     """Drive one shape's timed calls through `session` (a `session.Session`), after `prepare`.
 
     Every command carries a seed new to this evaluation (`used` holds every seed sent so far).

@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from kscience.evaluate.harness import Fault, Harness, covered_region
+from kscience.evaluate.harness import Fault, Harness, covered_region, settle_garbage_collector
 from kscience.evaluate.wire import wire_dtype
 
 _perf_counter = time.perf_counter
@@ -61,6 +61,7 @@ class Timer:
             out = h.invoke(self.work, self.cap)
             h.sync()
             h.poison(out)
+        settle_garbage_collector()  # what compiling on the warm-up made
         h.verify()
 
     def load(self, source: list) -> None:
