@@ -53,8 +53,10 @@ def test_a_plain_pytorch_candidate_is_ok_and_timed():
     bench = result.shapes[-1]
     assert bench.phase == "benchmark" and bench.time_us > 0 and bench.mean_us > 0 and bench.n >= 3
     assert "geomean" in result.message and result.wall_s > 0
-    # Where the seconds went, the wait for the worker apart from the candidate's import.
-    assert set(result.phases_s) >= {"start", "import", "check", "time", "recheck", "close"}
+    # Where the seconds went, the wait for the worker apart from the candidate's import, and the
+    # judge's own work (building inputs, computing answers, reading timed outputs) apart from the worker's.
+    assert set(result.phases_s) >= {"start", "import", "check", "time", "recheck", "close", "inputs", "reference",
+                                    "reads"}
     assert sum(result.phases_s.values()) <= result.wall_s
     # The worker's own account of the import, step by step (shown, never weighed).
     steps = result.device["setup_s"]

@@ -131,7 +131,8 @@ def _run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tu
         # Check-or-not is drawn only now, after the call returned, and the output is read at once.
         if _random.randrange(len(timed_us)) < plan.checks:
             t_read = time.monotonic()
-            looks.append(_read(session, shape, reply.get("out"), cmd["seed"], kind, cap))
+            with session.phase("reads"):
+                looks.append(_read(session, shape, reply.get("out"), cmd["seed"], kind, cap))
             aside_s += time.monotonic() - t_read  # reading is not timing
     session.ask({"cmd": "finish"}, "time", shape)
     session.reply("time", shape)
