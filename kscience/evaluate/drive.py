@@ -54,6 +54,10 @@ class Unreadable(Exception):
     """The worker pointed the judge at memory that does not hold a tensor of the promised size."""
 
 
+class Unstoppable(Exception):
+    """Not every process of the worker could be stopped for the judge's read of its memory."""
+
+
 @dataclasses.dataclass
 class Look:
     """What the judge read of one timed call's output, right after the call returned."""
@@ -99,7 +103,7 @@ def _run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tu
     by the judge itself, with the whole worker frozen, where that is possible (`session.peek_pid`,
     the CPU), else sent by the worker at byte ranges drawn now. Which of the two is the judge's
     choice: an output on any device but the evaluation's is no answer. Raises peek.Stuck when the
-    judge's own read did not return in time.
+    judge's own read did not return in time, Unstoppable when the worker could not be stopped for it.
     """
     timed_us: list[float] = []  # event times of the timed calls: the figure is their median
     nulls = plan.nulls
@@ -164,7 +168,11 @@ def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
         raise Unreadable(f"the worker said the output of a timed {kind} call lies on {str(where.get('device'))[:20]}, "
                          f"not on {session.device.torch_device}")
     if session.peek_pid is not None:
-        with session.worker.frozen():  # the whole worker: no candidate code runs until the bytes are copied
+        # The whole worker stopped: no candidate code runs until the bytes are copied.
+        with session.worker.frozen() as stopped:
+            if not stopped:
+                raise Unstoppable("the worker's processes could not all be stopped to read the output "
+                                  f"of a timed {kind} call")
             whole = peek.read_tensor(session.peek_pid, where, cap)
         if whole is None:
             raise Unreadable(f"the output of a timed {kind} call could not be read where the worker said it was")

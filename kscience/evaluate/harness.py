@@ -277,8 +277,8 @@ class Harness:
     once the harness is built are checked on the instance as the module's functions are (`FIXED`)."""
 
     __slots__ = ("setup_s", "device", "problem", "on_gpu", "outputs", "l2", "flush", "idle_gap_us", "waiting",
-                 "held", "settle_s", "first_read_at", "integrity", "fn")
-    FIXED = ("device", "problem", "on_gpu", "outputs", "l2", "flush", "integrity")
+                 "held", "settle_s", "first_read_at", "_violation", "watch", "verify", "fn")
+    FIXED = ("device", "problem", "on_gpu", "outputs", "l2", "flush", "_violation", "watch", "verify")
 
     def __init__(self, job: dict, harness_modules: list):
         from kscience.device import detect
@@ -312,10 +312,11 @@ class Harness:
             self.l2 = _PersistingL2()
             self.idle_gap_us = idle_gap_us(self.flush)  # measured before the candidate can slow it down
         t0 = self._lap("gpu", t0)  # context, flush buffer, idle gap
-        # Made before the candidate runs: patching the classes later changes neither the check
-        # nor what it checks with (and the patch itself is then found).
-        self.integrity = Integrity(harness_modules + [packed])
-        self.integrity.watch("harness", self, self.FIXED)
+        # Bound on the instance before the candidate runs: patching the classes later changes
+        # neither the check nor what it checks with (and the patch itself is then found).
+        integrity = Integrity(harness_modules + [packed])
+        self._violation, self.watch, self.verify = integrity.violation, integrity.watch, self._verify
+        self.watch("harness", self, self.FIXED)
         t0 = self._lap("integrity", t0)
         self.fn = self._import_candidate(job["source"], job.get("weight_seed", 0))
         settle_garbage_collector()
@@ -369,9 +370,9 @@ class Harness:
         return mapped_device(self.device.torch_device)
 
     # --- primitives shared with the timing loop ----------------------------------------------
-    def verify(self) -> None:
+    def _verify(self) -> None:
         """Reject a candidate that has rewired what the harness measures with."""
-        found = self.integrity.violation()
+        found = self._violation()
         if found is None and self.l2 is not None and self.l2.reserved():
             found = "candidate reserved persisting L2 cache, which survives the flush between timed calls"
         if found:

@@ -336,7 +336,7 @@ class Session:
                 problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
         except drive.Unreadable as exc:
             raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
-        except peek.Stuck as exc:
+        except (peek.Stuck, drive.Unstoppable) as exc:
             self.worker.kill()  # which also lets the abandoned read return
             raise Verdict(R.REJECTED, str(exc), res.shape) from None
         if problem:

@@ -55,7 +55,7 @@ class Timer:
         self.last: torch.Tensor | None = None
         self.kept: torch.Tensor | None = None  # the copy `sample` reads, when the judge asked for copies
         self.copy_outputs = bool(cmd.get("copy_outputs"))
-        h.integrity.watch("timer", self, self.FIXED)  # before the warm-up runs candidate code
+        h.watch("timer", self, self.FIXED)  # before the warm-up runs candidate code
         for w in range(cmd["warmup"]):
             self.load(h.inputs(warm_seeds[w % len(warm_seeds)], self.shape))
             out = h.invoke(self.work, self.cap)

@@ -140,3 +140,19 @@ def test_memory_registered_with_userfaultfd_does_not_hang_the_judge(judge, monke
         pytest.skip("the sandbox keeps the candidate from creating a full userfaultfd")
     assert result.status == REJECTED, result.message
     assert "did not finish" in result.message
+
+
+def test_a_worker_that_cannot_all_be_stopped_is_not_read(judge, monkeypatch):
+    # The judge reads only a worker it has stopped whole: else a process the candidate left
+    # running could write the output while it is read.
+    from kscience.evaluate.sandbox import Worker
+
+    real = Worker.freeze
+    monkeypatch.setattr(Worker, "freeze", lambda self, keep_serving=False, thorough=False:
+                        real(self, keep_serving, thorough) and keep_serving)
+    result = judge("""
+        def custom_kernel(data):
+            return honest(data[0])
+        """, shapes="benchmarks")
+    assert result.status == REJECTED, result.message
+    assert "could not all be stopped" in result.message

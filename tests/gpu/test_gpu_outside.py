@@ -62,7 +62,6 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
     # timing.py to harness.py on 2026-11-26, and an attack on the old place alone forged nothing).
     result = judge(HEAVY, """
         import gc
-        import types
         import kscience.evaluate.harness as H
         import kscience.evaluate.timing as T
         from kscience.evaluate.harness import Harness
@@ -77,7 +76,7 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
             if not _done:
                 for o in gc.get_objects():
                     if type(o) is Harness:
-                        o.integrity = types.SimpleNamespace(violation=lambda: None, watch=lambda *a: None)
+                        o.verify = lambda: None
                 for module in (H, T):
                     if hasattr(module, "_Event"):
                         module._Event = _Quick
@@ -96,7 +95,6 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
     # test's own the attack is rejected; beside others, the recorded time must agree with the judge.
     result = judge(HEAVY, """
         import gc
-        import types
         from kscience.evaluate.harness import Harness
 
         _done = []
@@ -106,7 +104,7 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
             if not _done:
                 for o in gc.get_objects():
                     if type(o) is Harness:
-                        o.integrity = types.SimpleNamespace(violation=lambda: None, watch=lambda *a: None)
+                        o.verify = lambda: None
                         o.on_gpu = False
                 _done.append(1)
             return out
