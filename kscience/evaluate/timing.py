@@ -44,6 +44,7 @@ class Timer:
     FIXED = ("h", "shape", "cap", "work", "copied", "copy_outputs")
 
     def __init__(self, h: Harness, cmd: dict):
+        h.watch("timer", None, ())  # the previous shape's buffers are let go before these are made
         self.h, self.shape, self.cap = h, cmd["shape"], cmd["max_output_bytes"]
         t0 = _perf_counter()
         warm_seeds = list(cmd["seeds"])
@@ -121,4 +122,5 @@ class Timer:
 
     def finish(self) -> None:
         self.release()
+        self.h.watch("timer", None, ())  # nothing holds the buffers once the worker drops this timer
         self.h.sync()

@@ -156,3 +156,22 @@ def test_a_worker_that_cannot_all_be_stopped_is_not_read(judge, monkeypatch):
         """, shapes="benchmarks")
     assert result.status == REJECTED, result.message
     assert "could not all be stopped" in result.message
+
+
+def test_watching_a_timer_keeps_nothing_of_it_once_it_is_let_go():
+    import gc
+    import weakref
+
+    from kscience.evaluate.integrity import Integrity
+
+    class Buffers:
+        __slots__ = ("work", "__weakref__")
+
+    integrity, held = Integrity([]), Buffers()
+    held.work = [1]
+    integrity.watch("timer", held, ("work",))
+    gone = weakref.ref(held)
+    integrity.watch("timer", None, ())
+    del held
+    gc.collect()
+    assert gone() is None and integrity.violation() is None
