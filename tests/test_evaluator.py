@@ -14,7 +14,7 @@ import pytest
 import kscience.evaluate.judge as judge_module
 import kscience.evaluate.session as session_module
 from kscience.cli.main import main as cli_main
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge import evaluate, shape_order
 from kscience.evaluate.result import (COMPILE_ERROR, CRASHED, OK, REJECTED, RUNTIME_ERROR, STATUSES, TIMEOUT,
                                       WRONG_ANSWER, EvalRequest, EvalResult, ShapeResult)
 from kscience.problems import builtin_names, geomean, load_problem
@@ -84,7 +84,8 @@ def test_a_timeout_has_its_status(monkeypatch):
     result = softmax("import time\ndef custom_kernel(data):\n    time.sleep(60)\n")
     assert result.status == TIMEOUT, result.message
     assert "timed out: the judge's 5 s limit for checking correctness ran out" == result.message
-    assert result.failing_shape == load_problem("softmax").cpu_tests[0]
+    # the first shape of this evaluation's own order (judge.shape_order)
+    assert result.failing_shape == shape_order(load_problem("softmax").cpu_tests, result.shape_order_seed, "tests")[0]
 
 
 def test_the_overall_timeout_caps_every_phase():
