@@ -29,7 +29,8 @@ def test_the_published_sort_submissions_are_ok_every_time(task):
     source = (PUBLISHED / task / "submission.py").read_text()
     verdicts = []
     for _ in range(EVALUATIONS):
-        request = EvalRequest(problem=problem.locator, source=source, timeout_s=problem.time_limit_s)  # as `kscience eval`
+        # with the task's own time limit, as `kscience eval` gives it
+        request = EvalRequest(problem=problem.locator, source=source, timeout_s=problem.time_limit_s)
         result = evaluate(request, gpu=0, problem=problem, keep_spare=True)
         verdicts.append((result.status, result.message, result.wall_s, result.phases_s))
         print(f"{task}: {result.status} in {result.wall_s:.1f} s {result.phases_s}: {result.message}")
