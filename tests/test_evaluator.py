@@ -14,7 +14,7 @@ import pytest
 import kscience.evaluate.judge as judge_module
 import kscience.evaluate.session as session_module
 from kscience.cli.main import main as cli_main
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge import evaluate, shape_order
 from kscience.evaluate.result import (COMPILE_ERROR, CRASHED, OK, REJECTED, RUNTIME_ERROR, STATUSES, TIMEOUT,
                                       WRONG_ANSWER, EvalRequest, EvalResult, ShapeResult)
 from kscience.problems import builtin_names, geomean, load_problem
@@ -53,8 +53,10 @@ def test_a_plain_pytorch_candidate_is_ok_and_timed():
     bench = result.shapes[-1]
     assert bench.phase == "benchmark" and bench.time_us > 0 and bench.mean_us > 0 and bench.n >= 3
     assert "geomean" in result.message and result.wall_s > 0
-    # Where the seconds went, the wait for the worker apart from the candidate's import.
-    assert set(result.phases_s) >= {"start", "import", "check", "time", "recheck", "close"}
+    # Where the seconds went, the wait for the worker apart from the candidate's import, and the
+    # judge's own work (building inputs, computing answers, reading timed outputs) apart from the worker's.
+    assert set(result.phases_s) >= {"start", "import", "check", "time", "recheck", "close", "inputs", "reference",
+                                    "reads"}
     assert sum(result.phases_s.values()) <= result.wall_s
     # The worker's own account of the import, step by step (shown, never weighed).
     steps = result.device["setup_s"]
@@ -82,7 +84,8 @@ def test_a_timeout_has_its_status(monkeypatch):
     result = softmax("import time\ndef custom_kernel(data):\n    time.sleep(60)\n")
     assert result.status == TIMEOUT, result.message
     assert "timed out: the judge's 5 s limit for checking correctness ran out" == result.message
-    assert result.failing_shape == load_problem("softmax").cpu_tests[0]
+    # the first shape of this evaluation's own order (judge.shape_order)
+    assert result.failing_shape == shape_order(load_problem("softmax").cpu_tests, result.shape_order_seed, "tests")[0]
 
 
 def test_the_overall_timeout_caps_every_phase():

@@ -13,6 +13,7 @@ the judge's window for that command.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import secrets
 import time
@@ -53,6 +54,10 @@ class Unreadable(Exception):
     """The worker pointed the judge at memory that does not hold a tensor of the promised size."""
 
 
+class Unstoppable(Exception):
+    """Not every process of the worker could be stopped for the judge's read of its memory."""
+
+
 @dataclasses.dataclass
 class Look:
     """What the judge read of one timed call's output, right after the call returned."""
@@ -74,6 +79,19 @@ def new_seed(used: set[int]) -> int:
 
 
 def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tuple[list[Call], list[Look]]:
+    """`_run_calls` with this process's garbage collector paused: a full collection of the judge's
+    own objects (a torch process holds hundreds of thousands) inside one bracket would add its
+    pause to that call's estimate alone."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_calls(session, shape, plan, cap, used)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tuple[list[Call], list[Look]]:
     """Drive one shape's timed calls through `session` (a `session.Session`), after `prepare`.
 
     Every command carries a seed new to this evaluation (`used` holds every seed sent so far).
@@ -82,8 +100,10 @@ def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tup
     checks)) reads for n calls, every call equally likely to be among the last `checks` kept by
     a reservoir, and all of them are rechecked). The choice is drawn once a call has returned, and
     the output is read at once, before the worker is told anything more: copied out of its memory
-    by the judge itself where that is possible (`session.peek_pid`, host tensors), else sent by the
-    worker at byte ranges drawn now.
+    by the judge itself, with the whole worker frozen, where that is possible (`session.peek_pid`,
+    the CPU), else sent by the worker at byte ranges drawn now. Which of the two is the judge's
+    choice: an output on any device but the evaluation's is no answer. Raises peek.Stuck when the
+    judge's own read did not return in time, Unstoppable when the worker could not be stopped for it.
     """
     timed_us: list[float] = []  # event times of the timed calls: the figure is their median
     nulls = plan.nulls
@@ -115,7 +135,8 @@ def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tup
         # Check-or-not is drawn only now, after the call returned, and the output is read at once.
         if _random.randrange(len(timed_us)) < plan.checks:
             t_read = time.monotonic()
-            looks.append(_read(session, shape, reply.get("out"), cmd["seed"], kind, cap))
+            with session.phase("reads"):
+                looks.append(_read(session, shape, reply.get("out"), cmd["seed"], kind, cap))
             aside_s += time.monotonic() - t_read  # reading is not timing
     session.ask({"cmd": "finish"}, "time", shape)
     session.reply("time", shape)
@@ -143,8 +164,15 @@ def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
     out_shape, dtype = where["shape"], _DTYPES[str(where["dtype"])]
     if math.prod(out_shape) * torch.empty((), dtype=dtype).element_size() > cap:
         raise Unreadable(f"the output of a timed {kind} call is far larger than the answer")
-    if session.peek_pid is not None and where.get("device") == "cpu":
-        with session.worker.frozen():  # nothing the candidate left running can write meanwhile
+    if where.get("device") != session.device.torch_device:  # the judge, not the worker, picks how to read
+        raise Unreadable(f"the worker said the output of a timed {kind} call lies on {str(where.get('device'))[:20]}, "
+                         f"not on {session.device.torch_device}")
+    if session.peek_pid is not None:
+        # The whole worker stopped: no candidate code runs until the bytes are copied.
+        with session.worker.frozen() as stopped:
+            if not stopped:
+                raise Unstoppable("the worker's processes could not all be stopped to read the output "
+                                  f"of a timed {kind} call")
             whole = peek.read_tensor(session.peek_pid, where, cap)
         if whole is None:
             raise Unreadable(f"the output of a timed {kind} call could not be read where the worker said it was")

@@ -7,7 +7,10 @@ channel, and the interpreter's trace hooks and torch's override modes. After the
 after every call it compares them again; any difference ends the evaluation as `rejected`.
 
 Binding names early is not enough on its own: a candidate can reach the running harness
-through `sys.modules` and replace a module global or a class attribute. What this cannot see
+through `sys.modules` and replace a module global or a class attribute, or find the harness's
+objects through the garbage collector and set attributes on them. The harness's classes are
+slotted, so no method can be shadowed on an instance, and the slots fixed once an object is built
+are watched (`watch`) as module globals are. What this cannot see
 is native-level tampering (ctypes writes into the interpreter's memory) or a change that is
 undone before the next comparison; the judge's wall-clock cross-checks are the backstop.
 """
@@ -19,7 +22,7 @@ import gc
 import sys
 import threading
 import time
-from types import FunctionType, ModuleType
+from types import FunctionType, GetSetDescriptorType, MemberDescriptorType, ModuleType
 
 import torch
 
@@ -28,7 +31,7 @@ _vars, _getattr, _list = vars, getattr, list
 
 _TENSOR_METHODS = ("clone", "copy_", "fill_", "zero_", "contiguous", "cpu", "detach", "view", "reshape",
                    "numpy", "untyped_storage", "data_ptr", "is_floating_point", "numel", "element_size",
-                   "to", "__torch_function__", "__torch_dispatch__")
+                   "to", "__torch_function__", "__torch_dispatch__", "device", "dtype", "shape", "layout")
 
 
 def _fixed_points() -> list[tuple[object, str, str]]:
@@ -49,7 +52,8 @@ def _members(owner) -> list[tuple[object, str, str]]:
     label = owner.__name__
     out = []
     for name, value in list(vars(owner).items()):
-        if isinstance(value, (FunctionType, type, staticmethod, classmethod)) or callable(value):
+        if isinstance(value, (FunctionType, type, staticmethod, classmethod, property, MemberDescriptorType,
+                              GetSetDescriptorType)) or callable(value):
             out.append((owner, name, f"{label}.{name}"))
             if isinstance(value, type) and value.__module__ == getattr(owner, "__name__", None):
                 out += _members(value)
@@ -72,6 +76,12 @@ class Integrity:
             self._points.append((owner, mapping, name, label, own[name] if mapping is not None else
                                  _getattr(owner, name, None)))
         self._gc_callbacks = _list(gc.callbacks)
+        self._watched: dict[str, list[tuple[object, str, object]]] = {}
+
+    def watch(self, key: str, obj, names) -> None:
+        """Check from now on that the attributes `names` of `obj` keep the objects they hold now;
+        watching another object under the same `key` lets the previous one go (a shape's buffers)."""
+        self._watched[key] = [(obj, name, _getattr(obj, name)) for name in names]
 
     def violation(self) -> str | None:
         """A one-line description of the first thing found changed, or None."""
@@ -79,6 +89,10 @@ class Integrity:
             current = mapping.get(name) if mapping is not None else _getattr(owner, name, None)
             if current is not original:
                 return f"candidate replaced {label}"
+        for key, points in self._watched.items():
+            for obj, name, original in points:
+                if _getattr(obj, name, None) is not original:
+                    return f"candidate replaced the {key}'s {name}"
         if sys.gettrace() is not None or sys.getprofile() is not None:
             return "candidate installed a trace or profile hook"
         if threading.gettrace() is not None or threading.getprofile() is not None:

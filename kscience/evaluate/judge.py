@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import random
 import secrets
 import time
 
@@ -89,6 +90,20 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     return result
 
 
+def order_seed() -> int:
+    """The seed of one evaluation's shape order, from the OS's randomness in this process."""
+    return secrets.randbits(63)
+
+
+def shape_order(shapes: list, seed: int, which: str) -> list:
+    """`shapes` in the order an evaluation with `seed` (EvalResult.shape_order_seed) runs them:
+    fresh for every evaluation, so no kernel can count on having seen one shape before another
+    (a table filled by an earlier shape's call), and the same again for the recorded seed."""
+    shuffled = list(shapes)
+    random.Random(f"{seed}:{which}").shuffle(shuffled)
+    return shuffled
+
+
 def _with_tolerance(problem: Problem, tolerance) -> Problem:
     """The problem checked at the request's (rtol, atol) instead of its own (a vendor baseline's)."""
     try:
@@ -118,8 +133,11 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     if problem.entry == "ModelNew":  # KernelBench: both models are built from the same secret weight seed
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
     interpreted = session.device.interpreted
+    result.shape_order_seed = order_seed()
     tests = problem.shapes("tests", interpreted) if request.shapes in ("tests", "all") else []
     benches = problem.shapes("benchmarks", interpreted) if request.shapes in ("benchmarks", "all") else []
+    tests = shape_order(tests, result.shape_order_seed, "tests")
+    benches = shape_order(benches, result.shape_order_seed, "benchmarks")
     with session.phase("start"):  # what is left of the worker's own start (a spare has started already)
         session.echo()  # before any candidate code exists in the worker
     with session.phase("builds"):  # likewise
@@ -142,7 +160,11 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         raise Verdict(R.REJECTED, f"the worker could not confine itself ({session.worker_info['sandbox'][:200]})")
     if session.device.interpreted:  # outputs live in host memory, where the judge can read them itself
         pid = session.worker.serving_pid()
-        session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
+        try:
+            session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
+        except peek.Stuck as exc:
+            session.worker.kill()  # which also lets the abandoned read return
+            raise Verdict(R.REJECTED, str(exc)) from None
     session.worker_info["judge_reads"] = session.peek_pid is not None
     for shape in tests:
         with session.phase("check"):

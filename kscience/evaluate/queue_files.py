@@ -158,7 +158,8 @@ def parse_result(data: dict, path: Path | None = None) -> tuple[str, str, str, E
 
 _NUMBER = (int, float, type(None))
 # What JSON may hold for each annotation of the result dataclasses, which declare the fields.
-_JSON_TYPES = {"str": str, "bool": bool, "int": int, "float": (int, float), "float | None": _NUMBER,
+_JSON_TYPES = {"str": str, "bool": bool, "int": int, "int | None": (int, type(None)), "float": (int, float),
+               "float | None": _NUMBER,
                "dict": dict, "dict | None": (dict, type(None)), "list": list, "list[ShapeResult]": list}
 _SHAPE_TYPES = {f.name: _JSON_TYPES[f.type] for f in dataclasses.fields(ShapeResult)}
 _RESULT_TYPES = {f.name: _JSON_TYPES[f.type] for f in dataclasses.fields(EvalResult)}

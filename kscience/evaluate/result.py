@@ -46,12 +46,17 @@ class EvalResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it
-    phases_s: dict = field(default_factory=dict)  # where wall_s went: start, import, check, time, recheck, finish, close
+    # Where wall_s went, each phase without those inside it: start, builds, import, check, time,
+    # reads (the judge's reads of timed outputs), recheck, inputs and reference (the judge building
+    # inputs and computing answers, wherever it does), finish, close
+    phases_s: dict = field(default_factory=dict)
     failing_shape: dict | None = None
     compile_facts: list = field(default_factory=list)  # compile_facts.KernelFacts dicts, read after the worker
     # The isolation layers in force (sandbox.Worker.confinement, Landlock as the worker applied it),
     # "weak": required layers this machine lacked, "allowed_weak": whether the run accepted that.
     confinement: dict = field(default_factory=dict)
+    # The judge's secret seed of the order it ran the shapes in (judge.shape_order reproduces it)
+    shape_order_seed: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,7 @@ import time
 import torch
 
 from kscience.device import Device
-from kscience.evaluate import contexts, crosscheck, drive, measure, reference_outside
+from kscience.evaluate import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate import result as R
 from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
@@ -69,6 +69,7 @@ class Session:
         self.deadline = time.monotonic() + timeout_s if timeout_s else math.inf
         self.worker = start_worker(gpu, device.interpreted, default_rss_limit(), keep_spare)
         self.phases_s: dict[str, float] = {}
+        self._inner_s: list[float] = []  # seconds of phases nested in each open phase (see `phase`)
         self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
         self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
@@ -182,7 +183,8 @@ class Session:
 
     # --- answers -----------------------------------------------------------------------------
     def inputs(self, seed: int, shape: dict) -> list:
-        return list(self.problem.generate_input(seed, self.device.torch_device, **shape))
+        with self.phase("inputs"):
+            return list(self.problem.generate_input(seed, self.device.torch_device, **shape))
 
     def build_us(self, shape: dict) -> float:
         """The judge's own least time to build `shape`'s inputs and copy them once, as the worker
@@ -207,7 +209,8 @@ class Session:
 
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
-        return self.problem.ref_kernel(self.problem.call_data(data))
+        with self.phase("reference"):
+            return self.problem.ref_kernel(self.problem.call_data(data))
 
     def give_back_memory(self) -> None:
         """This process's allocator cache back to the GPU, before the worker runs on it: GPU MODE's
@@ -221,7 +224,8 @@ class Session:
         key = shape_label(shape)
         if key not in self.reference_outside:
             data = self.inputs(drive.new_seed(self.used_seeds), shape)
-            self.reference_outside[key] = reference_outside.outside_us(self.problem, data, self.device.l2_bytes)
+            with self.phase("reference"):
+                self.reference_outside[key] = reference_outside.outside_us(self.problem, data, self.device.l2_bytes)
             del data
             self.give_back_memory()  # the worker times its next round on this GPU
         return self.reference_outside[key]
@@ -232,7 +236,7 @@ class Session:
         there is a factorisation as slow as the candidate's. Inputs or a reference that cannot
         run on the meta device give the answer itself."""
         if self.problem.checks_alone:
-            with contextlib.suppress(ProblemError):  # the meta device could not run it: fall through
+            with contextlib.suppress(ProblemError), self.phase("reference"):  # the meta device failed: fall through
                 meta = self.problem.generate_input(0, "meta", **shape)
                 return self.problem.ref_kernel(self.problem.call_data(list(meta)))
         return self.expected(data)
@@ -332,6 +336,9 @@ class Session:
                 problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
         except drive.Unreadable as exc:
             raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
+        except (peek.Stuck, drive.Unstoppable) as exc:
+            self.worker.kill()  # which also lets the abandoned read return
+            raise Verdict(R.REJECTED, str(exc), res.shape) from None
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
         floor = self.device.floor_seconds(self.problem.flops(**res.shape), self.problem.bytes_moved(**res.shape),
@@ -384,12 +391,18 @@ class Session:
 
     @contextlib.contextmanager
     def phase(self, name: str):
-        """Adds the wall time of the block to `phases_s[name]`: where an evaluation's seconds go."""
+        """Adds the wall time of the block to `phases_s[name]`: where an evaluation's seconds go.
+        A phase inside another counts for itself alone (the judge's reference inside a check), so
+        the phases add up to no more than the evaluation's wall time."""
         t0 = time.monotonic()
+        self._inner_s.append(0.0)
         try:
             yield
         finally:
-            self.phases_s[name] = self.phases_s.get(name, 0.0) + time.monotonic() - t0
+            spent = time.monotonic() - t0
+            self.phases_s[name] = self.phases_s.get(name, 0.0) + spent - self._inner_s.pop()
+            if self._inner_s:
+                self._inner_s[-1] += spent
 
 
 _DOING = {"import": "importing the candidate", "check": "checking correctness", "time": "timing",

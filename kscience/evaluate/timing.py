@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from kscience.evaluate.harness import Fault, Harness, covered_region
+from kscience.evaluate.harness import Fault, Harness, covered_region, settle_garbage_collector
 from kscience.evaluate.wire import wire_dtype
 
 _perf_counter = time.perf_counter
@@ -36,9 +36,15 @@ KINDS = ("timed", "null")
 
 
 class Timer:
-    """One shape's fixed buffers, from `prepare` to `finish`."""
+    """One shape's fixed buffers, from `prepare` to `finish`. Slotted and watched like the harness
+    (see harness.Harness): what runs between a call's return and the judge's read is only this
+    class's and the harness's own methods."""
+
+    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "last", "kept", "copy_outputs")
+    FIXED = ("h", "shape", "cap", "work", "copied", "copy_outputs")
 
     def __init__(self, h: Harness, cmd: dict):
+        h.watch("timer", None, ())  # the previous shape's buffers are let go before these are made
         self.h, self.shape, self.cap = h, cmd["shape"], cmd["max_output_bytes"]
         t0 = _perf_counter()
         warm_seeds = list(cmd["seeds"])
@@ -50,11 +56,13 @@ class Timer:
         self.last: torch.Tensor | None = None
         self.kept: torch.Tensor | None = None  # the copy `sample` reads, when the judge asked for copies
         self.copy_outputs = bool(cmd.get("copy_outputs"))
+        h.watch("timer", self, self.FIXED)  # before the warm-up runs candidate code
         for w in range(cmd["warmup"]):
             self.load(h.inputs(warm_seeds[w % len(warm_seeds)], self.shape))
             out = h.invoke(self.work, self.cap)
             h.sync()
             h.poison(out)
+        settle_garbage_collector()  # what compiling on the warm-up made
         h.verify()
 
     def load(self, source: list) -> None:
@@ -78,10 +86,14 @@ class Timer:
         self.load(source)
         del source  # a generated set is released before the call, as nothing else is allocated then
         event_us, host_us, out = self.timed_call(kind != "null")
+        # The copy the judge will read is taken first, before the integrity check gives any thread
+        # the candidate left running more time to write the output.
+        kept = _clone(out) if out is not None and self.copy_outputs else None
         h.verify()
         reply = {"event_us": event_us, "host_us": host_us}
         if out is not None:
-            self.kept = _clone(out) if self.copy_outputs else None  # after the clocks stopped
+            h.not_a_view(out, self.work)  # an input handed back from a timed call is no answer either
+            self.kept = kept
             self.last, h.held = out, [out if self.kept is None else self.kept]
             # Where the output lies. The judge reads host memory itself; on the GPU it asks for
             # the bytes at ranges it draws (`sample`) before anything else runs here.
@@ -110,4 +122,5 @@ class Timer:
 
     def finish(self) -> None:
         self.release()
+        self.h.watch("timer", None, ())  # nothing holds the buffers once the worker drops this timer
         self.h.sync()

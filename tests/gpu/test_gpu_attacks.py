@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from read_path_attacks import ANSWER_ELSEWHERE, ANSWER_IN_SYNC
 
-from kscience.evaluate.result import CRASHED, OK, REJECTED, RUNTIME_ERROR, TIMEOUT
+from kscience.evaluate.result import CRASHED, OK, REJECTED, RUNTIME_ERROR, TIMEOUT, WRONG_ANSWER
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -28,6 +29,16 @@ def test_work_left_on_a_side_stream_is_rejected(judge):
         """)
     assert result.status == REJECTED, result.message
     assert "outside the timed stream" in result.message
+
+
+@pytest.mark.parametrize("attack", [ANSWER_IN_SYNC, ANSWER_ELSEWHERE], ids=["in_sync", "elsewhere"])
+def test_an_answer_computed_while_the_worker_is_read_gains_nothing(judge, attack):
+    # Timed calls return zeros; the harness's sync or output packing, replaced on the instance,
+    # would write the answer while the judge asks the worker for the output's bytes.
+    result = judge(attack, shapes="benchmarks")
+    assert result.status in (WRONG_ANSWER, REJECTED), result.message
+    if result.status == WRONG_ANSWER:
+        assert "timed call" in result.message
 
 
 _DRIVER = """

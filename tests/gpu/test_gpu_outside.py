@@ -74,6 +74,7 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
 
         def custom_kernel(data):
             if not _done:
+                gc.unfreeze()  # what the worker froze is hidden from get_objects
                 for o in gc.get_objects():
                     if type(o) is Harness:
                         o.verify = lambda: None
@@ -102,6 +103,7 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
         def custom_kernel(data):
             out = heavy(data[0])
             if not _done:
+                gc.unfreeze()  # what the worker froze is hidden from get_objects
                 for o in gc.get_objects():
                     if type(o) is Harness:
                         o.verify = lambda: None
@@ -143,6 +145,7 @@ def test_forged_times_written_on_the_channel_are_rejected(judge):
         from kscience.evaluate.wire import Channel
 
         def _forge():
+            gc.unfreeze()  # what the worker froze is hidden from get_objects
             for o in gc.get_objects():
                 if type(o) is Channel and "send" not in vars(o):
                     def send(payload, deadline=float("inf"), _real=o.send):

@@ -1,0 +1,22 @@
+"""An evaluation's phases (EvalResult.phases_s): a phase inside another counts for itself alone."""
+
+import types
+
+import kscience.evaluate.session as session_module
+from kscience.evaluate.session import Session
+
+
+def test_a_nested_phase_is_taken_out_of_the_phase_around_it(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(session_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    session = types.SimpleNamespace(phases_s={}, _inner_s=[])
+    with Session.phase(session, "check"):
+        clock[0] += 1.0
+        with Session.phase(session, "reference"):
+            clock[0] += 2.0
+            with Session.phase(session, "inputs"):
+                clock[0] += 4.0
+        with Session.phase(session, "inputs"):
+            clock[0] += 8.0
+    assert session.phases_s == {"check": 1.0, "reference": 2.0, "inputs": 12.0}
+    assert sum(session.phases_s.values()) == clock[0] and session._inner_s == []
