@@ -12,10 +12,11 @@ from types import ModuleType
 from kscience.problems.files import import_file
 from kscience.problems.gpumode import load_gpumode_dir, probed_facts
 from kscience.problems.kernelbench import load_kernelbench_file
+from kscience.problems.libraries import Library, forbidden_entry_points
 from kscience.problems.spec import Problem, ProblemError, Shape, geomean, shape_label
 
 __all__ = ["Problem", "ProblemError", "Shape", "geomean", "shape_label", "builtin_names",
-           "load_problem", "import_file", "from_reference_module", "probed_facts"]
+           "load_problem", "import_file", "from_reference_module", "probed_facts", "Library"]
 
 _HERE = Path(__file__).parent
 
@@ -29,6 +30,9 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
     missing = [n for n in ("generate_input", "ref_kernel", "TESTS", "BENCHMARKS") if not hasattr(mod, n)]
     if missing:
         raise ProblemError(f"{locator}: reference module lacks {', '.join(missing)}")
+    libraries = tuple(getattr(mod, "LIBRARIES", ()))
+    if not all(isinstance(lib, Library) for lib in libraries):
+        raise ProblemError(f"{locator}: LIBRARIES holds kscience.problems.libraries.Library entries only")
     return Problem(
         name=name,
         description=getattr(mod, "DESCRIPTION", (mod.__doc__ or name).strip().splitlines()[0]),
@@ -50,7 +54,18 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
         vendor_kernel=getattr(mod, "vendor_kernel", None),
         vendor_label=getattr(mod, "VENDOR", ""),
         vendor_tolerance=getattr(mod, "VENDOR_TOLERANCE", None),
+        libraries=libraries,
+        forbidden_calls=_forbidden_calls(mod, locator, libraries),
     )
+
+
+def _forbidden_calls(mod: ModuleType, locator: str, libraries: tuple[Library, ...]) -> tuple[str, ...]:
+    """LIBRARY_CALLS = "forbidden": no candidate may call the libraries' entry points, nor FORBIDDEN_CALLS
+    (the vendor's, e.g. torch.mm); "allowed" (the default): it may."""
+    rule = getattr(mod, "LIBRARY_CALLS", "allowed")
+    if rule not in ("allowed", "forbidden"):
+        raise ProblemError(f"{locator}: LIBRARY_CALLS is 'allowed' or 'forbidden', not {rule!r}")
+    return forbidden_entry_points(libraries, tuple(getattr(mod, "FORBIDDEN_CALLS", ()))) if rule == "forbidden" else ()
 
 
 def _load_builtin(name: str) -> Problem:

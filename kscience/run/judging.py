@@ -25,7 +25,7 @@ from kscience.run.events import CandidateEvaluated, CandidateProfiled, Candidate
 from kscience.run.line import EvaluationsSpent, Stopped, source_diff
 from kscience.scientist import compose
 from kscience.record.snapshot import best_candidate, first_of_kind, judged_count
-from kscience.record.store import PENDING
+from kscience.record.store import BASELINE_KINDS, PENDING
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
@@ -98,7 +98,8 @@ class Judging:
             ctx.stage("evaluate", cand["iteration"], cand["id"], line)
             request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
                                     overrides=dict(ctx.problem.overrides), shapes="all", candidate_id=cand["id"],
-                                    tolerance=ctx.problem.tolerance_for(cand["kind"]))
+                                    tolerance=ctx.problem.tolerance_for(cand["kind"], cand["hypothesis"]),
+                                    baseline=cand["kind"] in BASELINE_KINDS)
             future = self.executor.submit(request)
             try:
                 return (await self._outcome(cand, future, line)).to_dict()

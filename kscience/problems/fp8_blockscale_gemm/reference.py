@@ -83,6 +83,10 @@ VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales
 # bf16 step at the outputs' typical size (|c| has a median of 20-55 at k >= 1536, where bf16 steps
 # by 0.125-0.25), above the 0.08 Triton's default fp8 accumulation was measured off by (above).
 VENDOR_TOLERANCE = (RTOL, 0.25)
+# The vendor path is cuBLAS's blockwise fp8 GEMM: no candidate may call it, so a kernel reported as the
+# model's is never cuBLAS's.
+LIBRARY_CALLS = "forbidden"
+FORBIDDEN_CALLS = ("torch._scaled_mm",)
 
 
 def vendor_kernel(data):
