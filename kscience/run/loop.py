@@ -261,22 +261,21 @@ class Controller:
             f"reused: {earlier['result']['message']}")))
 
     async def _library_baseline(self, candidates: list[dict], lib) -> None:
-        """A library a user would install instead, timed as a baseline; where its package is not installed
-        here the run says so in one line, stores that as the row's reason, and goes on."""
+        """A library a user would install instead, timed as a baseline. Where its package is not installed here
+        the run says so in one line and goes on without it; where it cannot run on the device, its row keeps the
+        reason, as the vendor path's does."""
         row = next((c for c in candidates if c["kind"] == "library" and self.problem.library_named(c["hypothesis"])
                     is lib), None)
-        if row is not None and row["status"] != PENDING:
-            return
-        missing = missing_line(lib)
         if row is None:
-            self.stage("library", 0, missing or lib.name)
+            missing = missing_line(lib)
+            if missing:
+                self.stage("library missing", 0, missing)
+                return
+            self.stage("library", 0, lib.name)
             row = self._add(kind="library", source=library_candidate(lib), hypothesis=library_title(self.problem, lib),
                             iteration=0)
-        if missing:
-            self.judging.record_verdict(row, R.EvalResult(status=R.RUNTIME_ERROR, message=f"not evaluated: {missing}")
-                                        .to_dict())
-            return
-        await self.judging.evaluate(row, counted=False)
+        if row["status"] == PENDING:
+            await self.judging.evaluate(row, counted=False)
 
     def _timed_before(self, kind: str, source: str, device: dict) -> dict | None:
         """The newest passing verdict another run of this store gave this very baseline source on a GPU of
