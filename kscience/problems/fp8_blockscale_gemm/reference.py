@@ -108,6 +108,18 @@ def cublas_blockwise(a, b, a_scale, b_scale):
     them only unpadded: where k/128 is not a multiple of 4 (k = 256 and 2304 here), 94-97% of the
     product came out wrong on an H100 and an H200 (2026-11-26), and a padded layout was refused.
     Zero-padding K to a multiple of 512 makes the two agree; the padding is timed with the copies."""
+    return scaled_mm_k_major(*k_major_operands(a, b, a_scale, b_scale))
+
+
+def scaled_mm_k_major(a_k, b_k, sa, sb):
+    """The cuBLAS call alone, on operands `k_major_operands` laid out: what the vendor row costs without its
+    copies (benchmarks/library_baselines.py times it on copies made beforehand)."""
+    # a_k [m, k'] row-major, b_k.t() [k', n] column-major, sb.t() [k'/128, n/128] with strides (1, k'/128)
+    return torch._scaled_mm(a_k, b_k.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+
+
+def k_major_operands(a, b, a_scale, b_scale):
+    """(a_k, b_k, sa, sb): the operands copied K-major, K zero-padded where cuBLAS needs it."""
     (m, k), n = a.shape, b.shape[0]
     scale_n, scale_k = b_scale.shape
     padded_k = -(-scale_k // 4) * 4 * SCALE_BLOCK
@@ -122,8 +134,7 @@ def cublas_blockwise(a, b, a_scale, b_scale):
         sa = torch.zeros(padded_k // SCALE_BLOCK, m, device=a.device).t()  # [m, L4], outer-dim-major
         sb = torch.zeros(scale_n, padded_k // SCALE_BLOCK, device=a.device)  # [n/128, L4]
         sa[:, :scale_k], sb[:, :scale_k] = a_scale, b_scale
-    # a_k [m, k'] row-major, b_k.t() [k', n] column-major, sb.t() [k'/128, n/128] with strides (1, k'/128)
-    return torch._scaled_mm(a_k, b_k.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+    return a_k, b_k, sa, sb
 
 
 def flops(m: int, n: int, k: int) -> float:
