@@ -145,7 +145,7 @@ def main() -> int:
     runs = [run_row(n, args.evaluations, args.db) for n in names] if "runs" in parts else []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"library-baselines-{device.name.replace(' ', '_')}-{stamp}"
+    stem = out / f"library-baselines-{device.name.replace(' ', '_').replace('(', '').replace(')', '')}-{stamp}"
     title = f"Every baseline of every built-in, and offline@{args.evaluations} against them, {device.name}, {stamp}"
     stem.with_suffix(".json").write_text(json.dumps({"device": device.name, "date": stamp, "versions": vers,
                                                      "baselines": baselines, "runs": runs}, indent=2))

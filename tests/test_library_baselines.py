@@ -174,6 +174,15 @@ def test_a_candidate_that_calls_a_forbidden_library_is_refused(monkeypatch, fake
     assert evaluate(request, problem=allowed).status == "ok"
 
 
+def test_a_kernel_that_calls_a_builtins_own_library_adapter_is_refused_by_the_trap():
+    """The adapter's module names no library a static look could see; the worker refuses the import it makes."""
+    lib = load_problem("rmsnorm").libraries[0]
+    as_kernel = evaluate(EvalRequest(problem="rmsnorm", source=library_candidate(lib), shapes="tests"))
+    assert as_kernel.status != "ok" and "importing liger_kernel is forbidden" in as_kernel.message
+    as_baseline = evaluate(EvalRequest(problem="rmsnorm", source=library_candidate(lib), shapes="tests", baseline=True))
+    assert "forbidden" not in as_baseline.message  # here: not installed, or correct where it is
+
+
 def test_the_static_look_sees_aliases_imports_and_strings():
     forbidden = ("torch.mm", "torch._scaled_mm", "liger_kernel")
     assert static_violation("import torch as T\ndef custom_kernel(d):\n    return T.mm(*d)\n", forbidden)

@@ -44,6 +44,20 @@ class Library:
         return f"{self.name} ({self.distribution} {version})" if version else f"{self.name} ({self.distribution})"
 
 
+def liger(what: str, call: str, ops_module: str, why: str = "") -> Library:
+    """A Liger-Kernel (linkedin/Liger-Kernel) kernel: Triton source, so the model may learn from it."""
+    return Library(name=f"Liger-Kernel {what}", distribution="liger-kernel", module="liger_kernel", call=call,
+                   why=why or f"LinkedIn's Triton kernels for LLM training: the {what} a PyTorch user swaps in",
+                   entry_points=("liger_kernel",), source_module=ops_module, licence="BSD-2-Clause")
+
+
+def quack(what: str, call: str) -> Library:
+    """A QuACK (Dao-AILab/quack) kernel: CuTe DSL, for NVIDIA sm90 and later."""
+    return Library(name=f"QuACK {what}", distribution="quack-kernels", module="quack", call=call,
+                   why="CuTe-DSL kernels for Hopper and Blackwell (Dao-AILab), near the memory bandwidth by its "
+                       "authors' figures", entry_points=("quack",), licence="Apache-2.0")
+
+
 class LibraryMissing(RuntimeError):
     """A library baseline whose package is not installed: its one line says how to get it."""
 

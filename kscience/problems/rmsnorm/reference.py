@@ -6,7 +6,7 @@ weight once and writes y once, so the score is how close it gets to the memory b
 
 import torch
 
-from kscience.problems.libraries import Library, require, require_sm90
+from kscience.problems.libraries import liger, quack, require, require_sm90
 
 DESCRIPTION = "RMSNorm of an M x N bf16 matrix with a bf16 weight of length N, eps 1e-6"
 PRECISION = "fp32"
@@ -59,16 +59,8 @@ def bytes_moved(m: int, n: int) -> float:
 # What a user would install instead; no candidate may call them (nor their packages), so a kernel reported
 # as the model's is never the library's.
 LIBRARY_CALLS = "forbidden"
-LIBRARIES = [
-    Library(name="Liger-Kernel RMSNorm", distribution="liger-kernel", module="liger_kernel",
-            call="kscience.problems.rmsnorm.reference:liger_rmsnorm",
-            why="LinkedIn's Triton kernels for LLM training: the RMSNorm a PyTorch user swaps in",
-            entry_points=("liger_kernel",), source_module="liger_kernel.ops.rms_norm", licence="BSD-2-Clause"),
-    Library(name="QuACK RMSNorm", distribution="quack-kernels", module="quack",
-            call="kscience.problems.rmsnorm.reference:quack_rmsnorm",
-            why="CuTe-DSL kernels for Hopper and Blackwell (Dao-AILab), near the memory bandwidth by its authors' figures",
-            entry_points=("quack",), licence="Apache-2.0"),
-]
+LIBRARIES = [liger("RMSNorm", "kscience.problems.rmsnorm.reference:liger_rmsnorm", "liger_kernel.ops.rms_norm"),
+             quack("RMSNorm", "kscience.problems.rmsnorm.reference:quack_rmsnorm")]
 
 
 def liger_rmsnorm(data):
@@ -81,8 +73,8 @@ def liger_rmsnorm(data):
 
 def quack_rmsnorm(data):
     """quack.rmsnorm(x, weight, eps): CuTe-DSL, for NVIDIA sm90 and later."""
-    quack = require("quack", "quack-kernels")
+    library = require("quack", "quack-kernels")
     x, weight = data
     require_sm90(x, "QuACK")
-    return quack.rmsnorm(x, weight, eps=EPS)  # [m, n]
+    return library.rmsnorm(x, weight, eps=EPS)  # [m, n]
 

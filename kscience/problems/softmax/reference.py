@@ -6,7 +6,7 @@ whole cost, so the score is how close a kernel gets to the memory bandwidth.
 
 import torch
 
-from kscience.problems.libraries import Library, require, require_sm90
+from kscience.problems.libraries import liger, quack, require, require_sm90
 
 DESCRIPTION = "row softmax of an M x N bf16 matrix (fp32 math, bf16 output)"
 PRECISION = "fp32"  # the arithmetic runs on CUDA cores in fp32; memory bounds it anyway
@@ -56,16 +56,8 @@ def bytes_moved(m: int, n: int) -> float:
 # What a user would install instead; no candidate may call them (nor their packages), so a kernel reported
 # as the model's is never the library's.
 LIBRARY_CALLS = "forbidden"
-LIBRARIES = [
-    Library(name="Liger-Kernel softmax", distribution="liger-kernel", module="liger_kernel",
-            call="kscience.problems.softmax.reference:liger_softmax",
-            why="LinkedIn's Triton kernels for LLM training: the softmax a PyTorch user swaps in",
-            entry_points=("liger_kernel",), source_module="liger_kernel.ops.softmax", licence="BSD-2-Clause"),
-    Library(name="QuACK softmax", distribution="quack-kernels", module="quack",
-            call="kscience.problems.softmax.reference:quack_softmax",
-            why="CuTe-DSL kernels for Hopper and Blackwell (Dao-AILab), near the memory bandwidth by its authors' figures",
-            entry_points=("quack",), licence="Apache-2.0"),
-]
+LIBRARIES = [liger("softmax", "kscience.problems.softmax.reference:liger_softmax", "liger_kernel.ops.softmax"),
+             quack("softmax", "kscience.problems.softmax.reference:quack_softmax")]
 
 
 def liger_softmax(data):
@@ -77,7 +69,7 @@ def liger_softmax(data):
 
 def quack_softmax(data):
     """quack.softmax(x): CuTe-DSL, for NVIDIA sm90 and later."""
-    quack = require("quack", "quack-kernels")
+    library = require("quack", "quack-kernels")
     (x,) = data
     require_sm90(x, "QuACK")
-    return quack.softmax(x)  # [m, n]
+    return library.softmax(x)  # [m, n]

@@ -7,7 +7,7 @@ both products accumulate side by side and only the bf16 result is written.
 
 import torch
 
-from kscience.problems.libraries import Library, require
+from kscience.problems.libraries import liger, require
 
 DESCRIPTION = "fused SwiGLU: silu(x @ w_gate) * (x @ w_up), x M x K, weights K x N, bf16"
 PRECISION = "bf16"
@@ -62,13 +62,9 @@ def bytes_moved(m: int, k: int, n: int) -> float:
 # a kernel of the model's is the fused one the problem asks for, never the baseline's.
 LIBRARY_CALLS = "forbidden"
 FORBIDDEN_CALLS = ("torch.mm", "torch.matmul", "torch.Tensor.__matmul__", "torch.Tensor.mm", "torch.Tensor.matmul")
-LIBRARIES = [
-    Library(name="Liger-Kernel SwiGLU", distribution="liger-kernel", module="liger_kernel",
-            call="kscience.problems.swiglu.reference:liger_swiglu",
-            why="LinkedIn's Triton kernels for LLM training: LigerSwiGLUMLP's two cuBLAS GEMMs, then its "
-                "fused silu(gate) * up",
-            entry_points=("liger_kernel",), source_module="liger_kernel.ops.swiglu", licence="BSD-2-Clause"),
-]
+LIBRARIES = [liger("SwiGLU", "kscience.problems.swiglu.reference:liger_swiglu", "liger_kernel.ops.swiglu",
+                   why="LinkedIn's Triton kernels for LLM training: LigerSwiGLUMLP's two cuBLAS GEMMs, then its "
+                       "fused silu(gate) * up")]
 
 
 def liger_swiglu(data):
