@@ -103,6 +103,8 @@ def test_the_vendor_path_alone_is_judged_at_the_tolerance_its_problem_declares(t
     assert run.start(background=False).status == "finished"
     vendor = next(c for c in run.store.candidates(run.id) if c["kind"] == "vendor")
     assert tolerances.pop(vendor["source"]) == [0.02, 0.25]
+    alone = next(c for c in run.store.candidates(run.id) if c["kind"] == "vendor_alone")
+    assert tolerances.pop(alone["source"]) == [0.02, 0.25]  # the same cuBLAS call, on copies made beforehand
     assert tolerances and all(t is None for t in tolerances.values())
     assert vendor["hypothesis"].endswith("; judged at rtol 0.02, atol 0.25 (kernels: rtol 0.02, atol 0.001)")
     assert "atol 0.25" in run_metrics(run.store, run.id)["vendor_label"]

@@ -55,6 +55,7 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
         vendor_label=getattr(mod, "VENDOR", ""),
         vendor_tolerance=getattr(mod, "VENDOR_TOLERANCE", None),
         libraries=libraries,
+        vendor_alone=getattr(mod, "VENDOR_ALONE", None),
         forbidden_calls=_forbidden_calls(mod, locator, libraries),
     )
 
@@ -68,20 +69,28 @@ def _forbidden_calls(mod: ModuleType, locator: str, libraries: tuple[Library, ..
     return forbidden_entry_points(libraries, tuple(getattr(mod, "FORBIDDEN_CALLS", ()))) if rule == "forbidden" else ()
 
 
-def _load_builtin(name: str) -> Problem:
+def _load_builtin(name: str, overrides: dict) -> Problem:
     folder = _HERE / name
     mod = import_file(folder / "reference.py", f"kscience_problem_{name}")
+    # Shapes are fixed; a constant the module names in OVERRIDABLE (fp8's operand layout) may be set
+    settable = getattr(mod, "OVERRIDABLE", {})
+    for key, value in overrides.items():
+        if value not in settable.get(key, ()):
+            raise ProblemError(f"--set applies to KernelBench files and to the constants a built-in names "
+                               f"({', '.join(f'{k}: {v}' for k, v in settable.items()) or 'none for ' + name}); "
+                               f"not {key}={value!r}")
+        setattr(mod, key, value)
     seed = folder / "seed.py"
-    return from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None)
+    problem = from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None)
+    problem.overrides = dict(overrides)
+    return problem
 
 
 def load_problem(locator: str, overrides: dict | None = None, probed: dict | None = None) -> Problem:
     """A built-in name, a KernelBench .py file, or a GPU MODE directory (`probed`: see load_gpumode_dir)."""
     overrides = dict(overrides or {})
     if locator in builtin_names():
-        if overrides:
-            raise ProblemError("--set applies to KernelBench files; built-in shapes are fixed")
-        return _load_builtin(locator)
+        return _load_builtin(locator, overrides)
     path = Path(locator).expanduser()
     if path.is_dir():
         return load_gpumode_dir(path.resolve(), overrides, probed)

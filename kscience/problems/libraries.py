@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 INSTALL_HINT = "pip install 'kscience[baselines]'"
 # The most of a library's source put in a prompt: a kernel file, not a package.
@@ -36,6 +36,9 @@ class Library:
     tolerance: tuple[float, float] | None = None  # (rtol, atol) where the library computes less exactly
     source_module: str | None = None  # the module whose (Triton) source the model may learn from
     licence: str = ""  # the licence its source is shown under, by name
+    # Problem constants its inputs are built with (OVERRIDABLE in the reference module): the vendor call
+    # alone gets its operands in the layout it reads, copies made before the timed call
+    overrides: dict = field(default_factory=dict)
 
     @property
     def title(self) -> str:

@@ -58,6 +58,10 @@ class Problem:
     # What a user would install instead (problems/libraries.py: Liger-Kernel, QuACK...), each timed as a
     # baseline beside the vendor path
     libraries: tuple = ()
+    # The vendor call alone (a Library whose `overrides` hand it inputs already in the layout it reads): shown
+    # beside the vendor row, which pays for its copies, to say where the vendor's time goes; never a rival,
+    # since kernels get the problem's own layout
+    vendor_alone: Any = None
     # Entry points a candidate may not call (its libraries' and the problem's own, e.g. torch.mm): the judge
     # refuses a source that names one and traps them in the worker. Empty: a candidate may call anything.
     forbidden_calls: tuple[str, ...] = ()
@@ -81,10 +85,16 @@ class Problem:
         """[rtol, atol] a candidate of this kind is judged with where it is not the problem's own: the
         vendor-library baseline's, or a library baseline's (named by the start of its `label`), where the
         problem declares one; None otherwise."""
-        if kind == "vendor" and self.vendor_tolerance:
+        if kind in ("vendor", "vendor_alone") and self.vendor_tolerance:
             return list(self.vendor_tolerance)
         lib = self.library_named(label) if kind == "library" else None
         return list(lib.tolerance) if lib and lib.tolerance else None
+
+    def overrides_for(self, kind: str) -> dict:
+        """The settings a candidate of this kind is judged with: the problem's, and for the vendor call alone
+        the layout its inputs are built in."""
+        extra = self.vendor_alone.overrides if kind == "vendor_alone" and self.vendor_alone else {}
+        return {**self.overrides, **extra}
 
     def library_named(self, label: str):
         """The library whose baseline row is labelled `label` (its name, then version and more), or None."""

@@ -75,6 +75,13 @@ def fastest_baseline(eager: dict | None, compiled: dict | None, vendor: dict | N
     return {"fastest_baseline": name, "fastest_baseline_us": us, "speedup_vs_fastest_baseline": speedup(us, best_us)}
 
 
+def _alone(row: dict | None) -> dict:
+    """The vendor call alone (its inputs laid out beforehand), shown beside the vendor row; never a rival."""
+    return {"vendor_alone_us": _us(row), "vendor_alone_status": row and row["status"],
+            "vendor_alone_label": row and row["hypothesis"],
+            "vendor_alone_message": row and row["status"] != OK and row["message"] or None}
+
+
 def first_of_kind(candidates: list[dict], kind: str) -> dict | None:
     return next((c for c in candidates if c["kind"] == kind), None)
 
@@ -355,6 +362,7 @@ class Snapshot:
             "vendor_label": self.vendor and self.vendor["hypothesis"],
             "vendor_message": self.vendor and self.vendor["status"] != OK and self.vendor["message"] or None,
             "speedup_vs_vendor": speedup(_us(self.vendor), best_us),
+            **_alone(first_of_kind(self.candidates, "vendor_alone")),
             "libraries": [{"label": c["hypothesis"], "us": _us(c), "status": c["status"],
                            "message": c["message"] if c["status"] != OK else None} for c in self.libraries],
             **fastest_baseline(ref, compiled, self.vendor, self.libraries, best_us),

@@ -61,12 +61,24 @@ def vendor_source(problem: Problem) -> str | None:
     return head + "def custom_kernel(data):\n    return _PROBLEM.vendor_kernel(data)\n"
 
 
-def vendor_title(problem: Problem) -> str:
-    """The vendor path's label, with the tolerance it is judged at where that is not the kernels'."""
+def vendor_alone_source(problem: Problem) -> str | None:
+    """The vendor call alone as a candidate (judged on inputs already in its layout: Problem.overrides_for), or
+    None where the problem declares no such call."""
+    if problem.vendor_alone is None or problem.vendor_kernel is None or problem.entry != "custom_kernel":
+        return None
+    head = _baseline_head(problem, f"The vendor call alone: {problem.vendor_alone.name}.",
+                          "from kscience.problems.libraries import resolve\n")
+    return head + "_ALONE = resolve(_PROBLEM.vendor_alone.call)\n\n\ndef custom_kernel(data):\n    return _ALONE(data)\n"
+
+
+def vendor_title(problem: Problem, label: str | None = None) -> str:
+    """The vendor path's label (or `label`: the vendor call alone's), with the tolerance it is judged at where
+    that is not the kernels'."""
+    label = problem.vendor_label if label is None else label
     if not problem.vendor_tolerance:
-        return problem.vendor_label
+        return label
     rtol, atol = problem.vendor_tolerance
-    return (f"{problem.vendor_label}; judged at rtol {rtol:g}, atol {atol:g} "
+    return (f"{label}; judged at rtol {rtol:g}, atol {atol:g} "
             f"(kernels: rtol {problem.rtol:g}, atol {problem.atol:g})")
 
 

@@ -108,7 +108,8 @@ class Judging:
             ctx.check_stop()
             ctx.stage("evaluate", cand["iteration"], cand["id"], line)
             request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
-                                    overrides=dict(ctx.problem.overrides), shapes="all", candidate_id=cand["id"],
+                                    overrides=ctx.problem.overrides_for(cand["kind"]), shapes="all",
+                                    candidate_id=cand["id"],
                                     tolerance=ctx.problem.tolerance_for(cand["kind"], cand["hypothesis"]),
                                     baseline=baseline)
             future = self.executor.submit(request)

@@ -21,7 +21,7 @@ import time
 
 from kscience.run import profiling
 from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, library_candidate, library_title,
-                                    vendor_source, vendor_title)
+                                    vendor_alone_source, vendor_source, vendor_title)
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
@@ -229,6 +229,9 @@ class Controller:
         cheap = [("reference", self.reference_source, "PyTorch eager")]
         if self.vendor_source:  # where the library cannot run, it is stored with the reason
             cheap.append(("vendor", self.vendor_source, vendor_title(self.problem)))
+        alone = vendor_alone_source(self.problem)
+        if alone:  # the same call on inputs already in its layout: how much of its time is the GEMM
+            cheap.append(("vendor_alone", alone, vendor_title(self.problem, self.problem.vendor_alone.name)))
         settled = Line(self, 0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
         final, *_ = await asyncio.gather(settled, *(self._baseline(candidates, kind, source, title, {})
                                                     for kind, source, title in cheap),
@@ -335,7 +338,10 @@ class Controller:
         kinds = {c["kind"]: c for c in cands}
         baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
                      (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
-                      ("vendor", f"vendor library: {vendor_title(self.problem)}")) if kind != "vendor" or kind in kinds]
+                      ("vendor", f"vendor library: {vendor_title(self.problem)}"),
+                      ("vendor_alone", "the vendor call alone, its inputs made in its layout beforehand (not a rival: "
+                                       "kernels get the problem's layout)"))
+                     if kind not in ("vendor", "vendor_alone") or kind in kinds]
         baselines += [(f"installed library: {c['hypothesis']}", c["result"]) for c in cands if c["kind"] == "library"]
         best = best_candidate(cands)
         self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed),

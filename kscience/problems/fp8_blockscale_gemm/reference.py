@@ -9,6 +9,7 @@ task hands them out, and C is a preallocated row-major bf16 buffer the candidate
 
 import torch
 
+from kscience.problems.libraries import Library
 from kscience.problems.spec import ProblemError
 
 DESCRIPTION = ("fp8 GEMM with 128-block fp32 scales (GPU MODE amd-fp8-mm): "
@@ -44,8 +45,21 @@ def fp8_dtype(device) -> torch.dtype:
     return torch.float8_e4m3fnuz if on_rocm else torch.float8_e4m3fn
 
 
+# The layout a and b are handed out in: "column-major", the task's; "k-major", the copies cuBLAS reads, made
+# beforehand (K zero-padded where it needs it), for timing the vendor call alone (VENDOR_ALONE)
+OPERANDS = "column-major"
+OVERRIDABLE = {"OPERANDS": ("column-major", "k-major")}
+
+
 def generate_input(seed: int, device="cuda", *, m: int, n: int, k: int):
     """(a, b, a_scale, b_scale, c): fp8 a [m, k] and b [n, k] column-major, fp32 scales, bf16 c."""
+    data = _task_input(seed, device, m=m, n=n, k=k)
+    if OPERANDS == "k-major":  # zero padding along K changes no product
+        return (*k_major_operands(*data[:4]), data[4])
+    return data
+
+
+def _task_input(seed: int, device, *, m: int, n: int, k: int):
     if k % SCALE_BLOCK:
         raise ProblemError(f"k={k} must be a multiple of the {SCALE_BLOCK}-wide scale block")
     # Drawn on the evaluation device: host-side generation of GPU-sized inputs would dominate
@@ -83,6 +97,21 @@ VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales
 # bf16 step at the outputs' typical size (|c| has a median of 20-55 at k >= 1536, where bf16 steps
 # by 0.125-0.25), above the 0.08 Triton's default fp8 accumulation was measured off by (above).
 VENDOR_TOLERANCE = (RTOL, 0.25)
+def vendor_alone_kernel(data):
+    """The same cuBLAS call as `vendor_kernel`, on operands already K-major (OPERANDS = "k-major")."""
+    a, b, a_scale, b_scale, c = data
+    _cublas_fp8_here(a)
+    c.copy_(scaled_mm_k_major(a, b, a_scale, b_scale))
+    return c
+
+
+# The vendor row pays for its K-major copies; the same call on copies made beforehand says how much of its time
+# is the GEMM and how much the layout change. Not a rival: kernels get the task's column-major operands.
+VENDOR_ALONE = Library(name="cuBLAS block-scaled fp8 GEMM alone (torch._scaled_mm on K-major copies made beforehand)",
+                       distribution="torch", module="torch",
+                       call="kscience.problems.fp8_blockscale_gemm.reference:vendor_alone_kernel",
+                       why="the vendor row's GEMM without its copies", overrides={"OPERANDS": "k-major"})
+
 # The vendor path is cuBLAS's blockwise fp8 GEMM: no candidate may call it, so a kernel reported as the
 # model's is never cuBLAS's.
 LIBRARY_CALLS = "forbidden"
@@ -94,11 +123,16 @@ def vendor_kernel(data):
     operands copied K-major (row-major a, column-major b), which is what cuBLAS reads; the copies are
     part of the time. Raises with the reason where this torch, CUDA or GPU cannot run it."""
     a, b, a_scale, b_scale, c = data
+    _cublas_fp8_here(a)
+    c.copy_(cublas_blockwise(a, b, a_scale, b_scale))
+    return c
+
+
+def _cublas_fp8_here(a) -> None:
+    """Raises with the reason where this torch, CUDA or GPU cannot run cuBLAS's blockwise fp8 GEMM."""
     if a.device.type != "cuda" or torch.version.hip is not None:
         raise RuntimeError(f"torch._scaled_mm blockwise fp8 needs an NVIDIA GPU (sm90+, CUDA 12.9+); here: "
                            f"{a.device.type}{' (ROCm)' if torch.version.hip else ''}, torch {torch.__version__}")
-    c.copy_(cublas_blockwise(a, b, a_scale, b_scale))
-    return c
 
 
 def cublas_blockwise(a, b, a_scale, b_scale):
