@@ -3,8 +3,8 @@
 Part `baselines`: each built-in's baselines judged by the same judge as kernels (PyTorch eager, torch.compile
 with --compile, the vendor library, every installed library: Liger-Kernel, QuACK), with the versions of
 everything that ran them; a library that is not installed is said in one line. For fp8_blockscale_gemm also
-the vendor GEMM alone: the same `torch._scaled_mm` call timed (CUDA events, triton.testing.do_bench, median)
-on K-major copies made beforehand, beside the vendor row that pays for its copies.
+the vendor GEMM alone: the same `torch._scaled_mm` call judged on operands built K-major beforehand, beside the
+vendor row that pays for its copies.
 Part `runs`: `kscience run PROBLEM --llm offline --evaluations N` per built-in (the CLI, as a user runs it),
 then the best kernel against each baseline the run timed, and whether it beats every one.
 Results: benchmarks/results/library-baselines-<device>-<date>.{json,md}.
@@ -34,7 +34,8 @@ from kscience.problems import builtin_names, geomean, load_problem
 from kscience.problems.libraries import installed_version, missing_line
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
-from kscience.run.baselines import compiled_source, library_candidate, reference_source, vendor_source, vendor_title
+from kscience.run.baselines import (compiled_source, library_candidate, reference_source, vendor_alone_source,
+                                    vendor_source, vendor_title)
 
 DISTRIBUTIONS = ("torch", "triton", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl", "apache-tvm-ffi")
 
@@ -45,24 +46,8 @@ def versions() -> dict:
 
 def judged(problem, source: str, tolerance=None) -> dict:
     result = evaluate(EvalRequest(problem=problem.locator, source=source, shapes="all", tolerance=tolerance,
-                                  baseline=True), problem=problem)
+                                  overrides=dict(problem.overrides), baseline=True), problem=problem)
     return {"status": result.status, "us": result.geomean_us, "message": result.message[:200]}
-
-
-def vendor_alone_us(problem) -> float | None:
-    """fp8: geomean over the benchmark shapes of `torch._scaled_mm` alone, its K-major copies made beforehand."""
-    import torch
-    from triton.testing import do_bench
-
-    from kscience.problems.fp8_blockscale_gemm.reference import k_major_operands, scaled_mm_k_major
-
-    times = []
-    for shape in problem.benchmarks:
-        a, b, a_scale, b_scale, _ = problem.generate_input(0, "cuda", **shape)
-        operands = k_major_operands(a, b, a_scale, b_scale)
-        torch.cuda.synchronize()
-        times.append(1000.0 * do_bench(lambda: scaled_mm_k_major(*operands), return_mode="median"))
-    return geomean(times)
 
 
 def baseline_rows(name: str, with_compile: bool) -> list[dict]:
@@ -73,14 +58,11 @@ def baseline_rows(name: str, with_compile: bool) -> list[dict]:
     if problem.vendor_kernel is not None:
         rows.append(dict(problem=name, baseline=f"vendor: {vendor_title(problem)}",
                          **judged(problem, vendor_source(problem), problem.tolerance_for("vendor"))))
-    if name == "fp8_blockscale_gemm":
-        try:
-            rows.append(dict(problem=name, baseline="vendor GEMM alone (torch._scaled_mm, K-major copies made "
-                                                    "beforehand; do_bench median)", status="ok",
-                             us=vendor_alone_us(problem), message=""))
-        except Exception as exc:  # a device that cannot run it: said, and the table goes on
-            rows.append(dict(problem=name, baseline="vendor GEMM alone", status="error", us=None,
-                             message=f"{type(exc).__name__}: {exc}"[:200]))
+    alone = vendor_alone_source(problem)
+    if alone:  # judged on inputs built in its layout, as a run judges it
+        laid_out = load_problem(name, problem.overrides_for("vendor_alone"))
+        rows.append(dict(problem=name, baseline=f"vendor alone: {problem.vendor_alone.name}",
+                         **judged(laid_out, alone, problem.tolerance_for("vendor_alone"))))
     for lib in problem.libraries:
         missing = missing_line(lib)
         if missing:
