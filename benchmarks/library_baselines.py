@@ -30,7 +30,7 @@ from pathlib import Path
 from kscience.device import detect
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest
-from kscience.problems import builtin_names, geomean, load_problem
+from kscience.problems import builtin_names, load_problem
 from kscience.problems.libraries import installed_version, missing_line
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
