@@ -199,11 +199,14 @@ def test_the_verdict_in_flight_at_ctrl_c_is_stored_announced_and_shown(tmp_path,
             await task
 
     asyncio.run(interrupt_during_the_first_evaluation())
-    (judged,) = [c for c in run.store.candidates(run.id) if c["status"] != "pending"]
-    assert judged["kind"] == "seed" and judged["status"] == "ok"
-    assert [e.candidate_id for e in seen if isinstance(e, CandidateEvaluated)] == [judged["id"]]
+    # the seed, and the eager baseline asked for with it: both were in flight
+    done = {c["kind"]: c for c in run.store.candidates(run.id) if c["status"] != "pending"}
+    assert sorted(done) == ["reference", "seed"]
+    judged = done["seed"]
+    assert judged["status"] == "ok"
+    assert sorted(e.candidate_id for e in seen if isinstance(e, CandidateEvaluated)) == sorted(c["id"] for c in done.values())
     logged = [e for e in run.store.events(run.id) if e["type"] == CandidateEvaluated.type]
-    assert [e["payload"]["candidate_id"] for e in logged] == [judged["id"]]
+    assert sorted(e["payload"]["candidate_id"] for e in logged) == sorted(c["id"] for c in done.values())
     code, out, _ = run_main(capsys, "show", run.id, "--db", str(run.store.path))
     assert code == 0 and "stopped" in out and f"{judged['id']}" in out and "candidates evaluated   1 " in out
 

@@ -148,8 +148,8 @@ def test_run_stopped_while_waiting_is_resumed_and_takes_the_result_that_arrived(
     # While the run is stopped, a batch job evaluates what it asked for.
     done = subprocess.run([sys.executable, "-m", "kscience.cli.main", "worker", str(queue), "--once", "--poll", "0.1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert "1 evaluation(s) done" in done.stderr, done.stderr
-    worker = start_worker(queue)  # for the reference, which the resumed run asks for next
+    assert "2 evaluation(s) done" in done.stderr, done.stderr  # the seed and the reference, asked for together
+    worker = start_worker(queue)  # for anything the resumed run asks for
     try:
         resumed = Run.resume(run.id, store=store)
         assert resumed.start(background=False).status == "finished", resumed.error
@@ -158,6 +158,26 @@ def test_run_stopped_while_waiting_is_resumed_and_takes_the_result_that_arrived(
     seed = store.candidate(seed["id"])
     assert seed["status"] == OK
     assert len(Q.queue_files(queue / "ledger")) == 2  # the seed was not asked for again: seed and reference
+
+
+def test_the_seed_and_the_baselines_are_asked_for_in_one_batch(tmp_path):
+    """With one request in flight at a time (the default), a queue still gets the seed, the eager and the vendor
+    baselines at once, before any of them has a result: one batch job judges them all, not three in turn."""
+    queue = tmp_path / "queue"
+    run = Run.create(RunConfig(problem="matmul", iterations=0, executor=f"queue:{queue}", compiled_baseline=False),
+                     store=Store(str(tmp_path / "runs.db")))
+    run.start(background=True)
+    deadline = time.monotonic() + 60
+    while len(Q.queue_files(queue / "requests")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run.stop()
+    assert run.wait(60) == "stopped"
+    asked = [Q.read_json(p)["request"] for p in Q.queue_files(queue / "requests")]
+    assert not Q.queue_files(queue / "results")  # no worker ever ran: nothing waited for a verdict
+    kinds = sorted("vendor" if "vendor_kernel" in r["source"] else "eager" if "_EAGER" in r["source"] else "seed"
+                   for r in asked)
+    assert kinds == ["eager", "seed", "vendor"]
+    assert [r["baseline"] for r in asked if "_PROBLEM" not in r["source"]] == [False]  # the seed alone is a kernel
 
 
 def _forge(directory: Path, ident: str, **changes) -> Path:

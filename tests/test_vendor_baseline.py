@@ -25,7 +25,8 @@ def test_problems_declare_one_where_a_library_does_the_job():
 
 def test_matmul_through_cublas_is_a_correct_timed_candidate():
     problem = load_problem("matmul")
-    result = evaluate(EvalRequest(problem="matmul", source=vendor_source(problem), shapes="tests"), problem=problem)
+    result = evaluate(EvalRequest(problem="matmul", source=vendor_source(problem), shapes="tests", baseline=True),
+                      problem=problem)
     assert result.status == "ok", result.message
 
 
@@ -88,12 +89,14 @@ def test_the_vendor_path_alone_is_judged_at_the_tolerance_its_problem_declares(t
     """cuBLAS's blockwise fp8 accumulates in reduced precision and misses the atol kernels get (an
     H100, 2026-11-24): it is judged at the looser tolerance the problem declares for it, nothing else
     is, and its label says so wherever its time is shown."""
-    tolerances = {}
+    tolerances, asked = {}, {}
 
     class Recording(FakeExecutor):
         def _judge(self, request):
-            tolerances[request.source] = request.tolerance
-            if "vendor_kernel" in request.source:
+            tolerances[request.source], asked[request.source] = request.tolerance, request
+            if "vendor_alone" in request.source:
+                request.source = fake_kernel(10.0)
+            elif "vendor_kernel" in request.source:
                 request.source = fake_kernel(50.0)
             return super()._judge(request)
 
@@ -102,6 +105,16 @@ def test_the_vendor_path_alone_is_judged_at_the_tolerance_its_problem_declares(t
     assert run.start(background=False).status == "finished"
     vendor = next(c for c in run.store.candidates(run.id) if c["kind"] == "vendor")
     assert tolerances.pop(vendor["source"]) == [0.02, 0.25]
+    alone = next(c for c in run.store.candidates(run.id) if c["kind"] == "vendor_alone")
+    assert tolerances.pop(alone["source"]) == [0.02, 0.25]  # the same cuBLAS call, on copies made beforehand
+    # ... judged on operands built K-major, shown beside the vendor row, and never a rival (kernels get the
+    # task's column-major operands)
+    assert asked[alone["source"]].overrides == {"OPERANDS": "k-major"} and asked[alone["source"]].baseline
+    assert all(r.overrides == {} for source, r in asked.items() if source != alone["source"])
+    m = run_metrics(run.store, run.id)
+    assert (m["vendor_us"], m["vendor_alone_us"]) == (50.0, 10.0) and m["fastest_baseline_us"] == 40.0
+    line = next(x for x in summary_lines(Snapshot.load(run.store, run.id).run, m) if "vendor call alone" in x)
+    assert "K-major copies made beforehand" in line
     assert tolerances and all(t is None for t in tolerances.values())
     assert vendor["hypothesis"].endswith("; judged at rtol 0.02, atol 0.25 (kernels: rtol 0.02, atol 0.001)")
     assert "atol 0.25" in run_metrics(run.store, run.id)["vendor_label"]

@@ -26,7 +26,11 @@ from kscience.record.liveness import display_status
 from kscience.record.store import Store
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "vendor": "vendor_us"}
+BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "vendor": "vendor_us",
+             # the fastest installed library (Liger-Kernel, QuACK...), and the fastest baseline of all
+             "library": "library_us", "fastest": "fastest_us"}
+BASELINE_NAMES = {"eager": "PyTorch eager", "compiled": "torch.compile", "vendor": "the vendor library",
+                  "library": "the best installed library"}
 _WRITTEN = ("child", "repair")
 
 
@@ -43,6 +47,7 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
             row["status"] = display_status(run)
             row["reason"] = run["error"] or entry["reason"]
             row.update(_run_numbers(store, entry["run_id"]))
+            row.update(_library_numbers(store.candidates(entry["run_id"]), row))
         rows.append(row)
     return rows
 
@@ -66,6 +71,30 @@ def _run_numbers(store: Store, run_id: str) -> dict:
             "best_us": best["geomean_us"] if best else None, "best_id": best["id"] if best else None,
             "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
             "device": judged.get("name")}
+
+
+def _library_numbers(cands: list[dict], row: dict) -> dict:
+    """The fastest installed library that passed, the fastest baseline of all, and whether the best kernel
+    beats every baseline that was timed (None: no correct kernel, or no baseline timed)."""
+    libs = [c for c in cands if c["kind"] == "library" and c["status"] == "ok" and c["geomean_us"]]
+    lib = min(libs, key=lambda c: c["geomean_us"]) if libs else None
+    timed = [us for us in (row["eager_us"], row["compiled_us"], row["vendor_us"], lib and lib["geomean_us"]) if us]
+    fastest = min(timed) if timed else None
+    return {"library_us": lib["geomean_us"] if lib else None, "library_label": lib["hypothesis"] if lib else None,
+            "fastest_us": fastest,
+            "beats_all": row["best_us"] < fastest if fastest and row.get("best_us") else None}
+
+
+def beats_line(rows: list[dict]) -> str:
+    """On how many problems the best kernel beats each kind of baseline, and all of them, in one line."""
+    evaluated = [r for r in rows if r["status"] != "skipped"]
+    parts = []
+    for baseline, name in BASELINE_NAMES.items():
+        timed = [r for r in evaluated if r.get(BASELINES[baseline])]
+        won = sum(1 for r in timed if (x := speedup(r, baseline)) is not None and x > 1)
+        parts.append(f"{name} on {won} of {len(timed)}")
+    every = sum(1 for r in evaluated if r.get("beats_all"))
+    return f"the best kernel beats {', '.join(parts)} problems; every baseline on {every} of {len(evaluated)}"
 
 
 def speedup(row: dict, baseline: str) -> float | None:
@@ -113,6 +142,7 @@ def campaign_report(store: Store, campaign_id: str) -> dict:
     for r in rows:
         r["speedup_eager"], r["speedup_compiled"] = speedup(r, "eager"), speedup(r, "compiled")
         r["speedup_vendor"] = speedup(r, "vendor")
+        r["speedup_library"], r["speedup_fastest"] = speedup(r, "library"), speedup(r, "fastest")
     return {"campaign": {k: campaign[k] for k in ("id", "name", "suite", "status", "config", "created")},
             "problems": rows, "summary": suite_summary(rows)}
 
@@ -146,16 +176,25 @@ def report_lines(report: dict) -> list[str]:
                                          ("the vendor library", "speedup_vendor")) if r[key] and r[key] < 1]
         if losers:
             lines.append(f"    LOSES: the best kernel is slower than {', '.join(losers)}")
+        if r.get("library_us"):
+            lines.append(f"    best installed library: {r['library_label']}, {_us(r['library_us'])} us; the best kernel "
+                         f"is {_x(r['speedup_library'])} as fast" + ("" if r["speedup_library"] is None
+                                                                    or r["speedup_library"] >= 1 else " (LOSES)"))
+        if r.get("beats_all") is not None:
+            lines.append(f"    beats every baseline: {'yes' if r['beats_all'] else 'no'} "
+                         f"(fastest baseline {_us(r['fastest_us'])} us, {_x(r['speedup_fastest'])})")
         if r["status"] in ("skipped", "failed") and r["reason"]:
             lines.append(f"    {r['reason'][:150]}")
     lines.append("")
     lines.append(f"{s['n_evaluated']} of {s['n_problems']} problems evaluated ({s['n_skipped']} skipped); "
                  f"success rate {_pct(s['success_rate'])}; {s['attempts']} attempts; "
                  f"LLM cost ${s['cost_usd']:.2f}")
-    for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile"), ("vendor", "vendor lib")):
+    for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile"), ("vendor", "vendor lib"),
+                            ("library", "installed lib"), ("fastest", "fastest base")):
         fast = "  ".join(f"fast_{p:g} {_pct(s[f'fast_{p:g}_{baseline}'])}" for p in FAST_P)
         lines.append(f"vs {label:<14} (n={s[f'n_{baseline}']}): {fast}  "
                      f"geomean speedup {_x(s[f'geomean_speedup_{baseline}'])}")
+    lines.append(beats_line(report["problems"]))
     return lines
 
 
@@ -186,7 +225,7 @@ def campaign_figure(report: dict, size=(10, 3.8), dpi: int = 100):
     left.legend(fontsize=8)
     left.set_title(f"campaign {report['campaign']['id']}", fontsize=9)
     ps = [i / 20 for i in range(0, 61)]
-    for baseline, colour in (("eager", "#1565c0"), ("compiled", "#6a1b9a")):
+    for baseline, colour in (("eager", "#1565c0"), ("compiled", "#6a1b9a"), ("fastest", "#ad1457")):
         curve = [fast_p(report["problems"], p, baseline)[0] for p in ps]
         if any(v is not None for v in curve):
             right.step(ps, [v or 0.0 for v in curve], where="post", color=colour, label=f"vs {baseline}")

@@ -60,14 +60,14 @@ def device_name() -> str:
     return detect().name
 
 
-def _judge_all(store: Store, jobs: list[tuple[dict, dict, list | None]], device: str, executor, on_result) -> None:
+def _judge_all(store: Store, jobs: list[tuple[dict, dict, dict]], device: str, executor, on_result) -> None:
     """Submit every kernel at once (the executor queues them on its slots); store each verdict as it comes."""
     from concurrent.futures import as_completed
 
 
-    futures = {executor.submit(EvalRequest(problem=run["problem"], source=cand["source"],
-                                           overrides=run["overrides"], shapes="all", candidate_id=cand["id"],
-                                           tolerance=tolerance)): (run, cand) for run, cand, tolerance in jobs}
+    futures = {executor.submit(EvalRequest(problem=run["problem"], source=cand["source"], shapes="all",
+                                           candidate_id=cand["id"], **judged_as)): (run, cand)
+               for run, cand, judged_as in jobs}
     for future in as_completed(futures):
         run, cand = futures[future]
         result = future.result().to_dict()
@@ -94,7 +94,10 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
             if cand["id"] in done:
                 kept += 1
             else:
-                jobs.append((run, cand, problem.tolerance_for(cand["kind"])))
+                # as the run judged it: a baseline's tolerance, settings and leave to call its library
+                jobs.append((run, cand, {"tolerance": problem.tolerance_for(cand["kind"], cand["hypothesis"]),
+                                         "overrides": problem.overrides_for(cand["kind"]),
+                                         "baseline": cand["kind"] in BASELINE_KINDS}))
     if jobs:
         own = executor is None
         if own:

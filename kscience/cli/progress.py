@@ -35,7 +35,8 @@ class Progress:
 
     def __call__(self, event) -> None:
         if isinstance(event, StageChanged):
-            if event.stage in ("done", "compose"):  # the run ends early and says why; a composite says what it is
+            # the run ends early and says why; a composite says what it is; a library baseline is not installed
+            if event.stage in ("done", "compose", "library missing"):
                 self._line(event.detail)
             elif event.stage == "line ended":  # one of several lines of work ended; the bar shows the others
                 pass

@@ -23,6 +23,7 @@ import traceback
 import torch
 
 from kscience.evaluate.integrity import Integrity
+from kscience.evaluate.library_rule import install_traps
 from kscience.problems import outputs as packed
 from kscience.problems.device_map import mapped_device
 from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
@@ -312,6 +313,9 @@ class Harness:
             self.l2 = _PersistingL2()
             self.idle_gap_us = idle_gap_us(self.flush)  # measured before the candidate can slow it down
         t0 = self._lap("gpu", t0)  # context, flush buffer, idle gap
+        # The problem's forbidden library calls, trapped before the integrity snapshot so the traps are
+        # what it holds (evaluate/library_rule.py)
+        install_traps(tuple(job.get("forbidden") or ()))
         # Bound on the instance before the candidate runs: patching the classes later changes
         # neither the check nor what it checks with (and the patch itself is then found).
         integrity = Integrity(harness_modules + [packed])

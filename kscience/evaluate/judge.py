@@ -18,7 +18,7 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import compile_cache, peek
+from kscience.evaluate import compile_cache, library_rule, peek
 from kscience.evaluate import result as R
 from kscience.evaluate.sandbox import weak_confinement_allowed, weak_points
 from kscience.evaluate.session import Session, Verdict, as_float, plural
@@ -47,6 +47,10 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     if request.tolerance is not None:
         problem = _with_tolerance(problem, request.tolerance)
     t_start = time.monotonic()
+    forbidden = () if request.baseline else problem.forbidden_calls
+    refused = library_rule.static_violation(request.source, forbidden)
+    if refused:  # before any worker exists: the kernel would be the baseline's, not the model's
+        return R.EvalResult(status=R.REJECTED, message=refused, device=detect().describe())
     weak, allowed = weak_points(), request.allow_weak_confinement or weak_confinement_allowed()
     device_ctx = torch.cuda.device(gpu) if gpu is not None else contextlib.nullcontext()
     with device_ctx:
@@ -146,7 +150,8 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         session.give_back_memory()
     with session.phase("import"):
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
-                     "weight_seed": weight_seed, "probed": probed_facts(problem)}, "import")
+                     "weight_seed": weight_seed, "probed": probed_facts(problem),
+                     "forbidden": [] if request.baseline else list(problem.forbidden_calls)}, "import")
         ready = session.reply("import", expect="ready")
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0,

@@ -95,5 +95,8 @@ class EvalRequest:
     # [rtol, atol] to check with instead of the problem's: a run sets it only for the problem's
     # vendor-library baseline (Problem.vendor_tolerance), never for a kernel
     tolerance: list | None = None
+    # A baseline (eager, torch.compile, the vendor or an installed library) may call the libraries a
+    # problem forbids kernels to call (Problem.forbidden_calls); a run sets it for its baselines alone
+    baseline: bool = False
     allow_weak_confinement: bool = False  # run even where Landlock or namespaces are missing (the
                                           # verdict then lists them); also KSCIENCE_ALLOW_WEAK_CONFINEMENT=1

@@ -51,7 +51,8 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     if versions:
         facts.insert(2, ("software", versions))
     beaten = [(name, base) for name, base in (("torch.compile", snap.compiled), ("vendor library", snap.vendor),
-                                              (EAGER, snap.reference))
+                                              (EAGER, snap.reference),
+                                              *((c["hypothesis"].split(";")[0], c) for c in snap.libraries))
               if best and base and base["status"] == "ok" and base["geomean_us"] < best["geomean_us"]]
     if beaten and not snap.device.get("interpreted"):  # said plainly: a user would pick the baseline
         facts.append(("loses to", ", ".join(f"{name} ({fmt_us(b['geomean_us'], US)})" for name, b in beaten)))
@@ -299,7 +300,8 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], US)}</div>'
                        for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled),
-                                          ("vendor library", snap.vendor))
+                                          ("vendor library", snap.vendor),
+                                          *((c["hypothesis"].split(";")[0], c) for c in snap.libraries))
                        if base and base["status"] == "ok")
     return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
             f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'

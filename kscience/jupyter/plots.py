@@ -29,6 +29,7 @@ BASELINE_STYLES = {  # label -> (colour, line style)
     "vendor library": ("#00838f", (0, (5, 1, 1, 1))),
     "physical floor": ("#000000", "-."),
 }
+LIBRARY_STYLE = ("#ad1457", (0, (1, 1)))  # an installed library (Liger-Kernel, QuACK...), named on its line
 BEST_RING = "#ffb300"
 FAILED_BAND = 0.96  # failed candidates have no time: they sit on a strip at the top of the axes
 
@@ -88,7 +89,7 @@ def _on_scale(us: float, low: float | None, high: float | None) -> bool:
 def _baseline(ax, label: str, us: float, low: float | None, high: float | None) -> None:
     """A baseline as a horizontal line where it falls within the candidates' range (padded), else
     as an arrow at the edge, labelled with its time, so it does not squeeze the candidates."""
-    colour, style = BASELINE_STYLES[label]
+    colour, style = BASELINE_STYLES.get(label, LIBRARY_STYLE)
     text = f"{label} {fmt_us(us, ' µs', 1)}"
     if _on_scale(us, low, high):
         ax.axhline(us, color=colour, linestyle=style, linewidth=1.4, label=text)
@@ -126,7 +127,8 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
     vendor = snap.vendor
     vendor_us = vendor["geomean_us"] if vendor and vendor["status"] == "ok" else None
     for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
-                      ("vendor library", vendor_us), ("physical floor", base.floor_us)):
+                      ("vendor library", vendor_us), ("physical floor", base.floor_us),
+                      *((c["hypothesis"].split(";")[0], c["geomean_us"]) for c in snap.libraries if c["status"] == "ok")):
         if us:
             _baseline(ax, label, us, low, high)
             if _on_scale(us, low, high):

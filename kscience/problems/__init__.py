@@ -12,10 +12,11 @@ from types import ModuleType
 from kscience.problems.files import import_file
 from kscience.problems.gpumode import load_gpumode_dir, probed_facts
 from kscience.problems.kernelbench import load_kernelbench_file
+from kscience.problems.libraries import Library, forbidden_entry_points
 from kscience.problems.spec import Problem, ProblemError, Shape, geomean, shape_label
 
 __all__ = ["Problem", "ProblemError", "Shape", "geomean", "shape_label", "builtin_names",
-           "load_problem", "import_file", "from_reference_module", "probed_facts"]
+           "load_problem", "import_file", "from_reference_module", "probed_facts", "Library"]
 
 _HERE = Path(__file__).parent
 
@@ -29,6 +30,9 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
     missing = [n for n in ("generate_input", "ref_kernel", "TESTS", "BENCHMARKS") if not hasattr(mod, n)]
     if missing:
         raise ProblemError(f"{locator}: reference module lacks {', '.join(missing)}")
+    libraries = tuple(getattr(mod, "LIBRARIES", ()))
+    if not all(isinstance(lib, Library) for lib in libraries):
+        raise ProblemError(f"{locator}: LIBRARIES holds kscience.problems.libraries.Library entries only")
     return Problem(
         name=name,
         description=getattr(mod, "DESCRIPTION", (mod.__doc__ or name).strip().splitlines()[0]),
@@ -50,23 +54,43 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
         vendor_kernel=getattr(mod, "vendor_kernel", None),
         vendor_label=getattr(mod, "VENDOR", ""),
         vendor_tolerance=getattr(mod, "VENDOR_TOLERANCE", None),
+        libraries=libraries,
+        vendor_alone=getattr(mod, "VENDOR_ALONE", None),
+        forbidden_calls=_forbidden_calls(mod, locator, libraries),
     )
 
 
-def _load_builtin(name: str) -> Problem:
+def _forbidden_calls(mod: ModuleType, locator: str, libraries: tuple[Library, ...]) -> tuple[str, ...]:
+    """LIBRARY_CALLS = "forbidden": no candidate may call the libraries' entry points, nor FORBIDDEN_CALLS
+    (the vendor's, e.g. torch.mm); "allowed" (the default): it may."""
+    rule = getattr(mod, "LIBRARY_CALLS", "allowed")
+    if rule not in ("allowed", "forbidden"):
+        raise ProblemError(f"{locator}: LIBRARY_CALLS is 'allowed' or 'forbidden', not {rule!r}")
+    return forbidden_entry_points(libraries, tuple(getattr(mod, "FORBIDDEN_CALLS", ()))) if rule == "forbidden" else ()
+
+
+def _load_builtin(name: str, overrides: dict) -> Problem:
     folder = _HERE / name
     mod = import_file(folder / "reference.py", f"kscience_problem_{name}")
+    # Shapes are fixed; a constant the module names in OVERRIDABLE (fp8's operand layout) may be set
+    settable = getattr(mod, "OVERRIDABLE", {})
+    for key, value in overrides.items():
+        if value not in settable.get(key, ()):
+            raise ProblemError(f"--set applies to KernelBench files and to the constants a built-in names "
+                               f"({', '.join(f'{k}: {v}' for k, v in settable.items()) or 'none for ' + name}); "
+                               f"not {key}={value!r}")
+        setattr(mod, key, value)
     seed = folder / "seed.py"
-    return from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None)
+    problem = from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None)
+    problem.overrides = dict(overrides)
+    return problem
 
 
 def load_problem(locator: str, overrides: dict | None = None, probed: dict | None = None) -> Problem:
     """A built-in name, a KernelBench .py file, or a GPU MODE directory (`probed`: see load_gpumode_dir)."""
     overrides = dict(overrides or {})
     if locator in builtin_names():
-        if overrides:
-            raise ProblemError("--set applies to KernelBench files; built-in shapes are fixed")
-        return _load_builtin(locator)
+        return _load_builtin(locator, overrides)
     path = Path(locator).expanduser()
     if path.is_dir():
         return load_gpumode_dir(path.resolve(), overrides, probed)

@@ -55,6 +55,16 @@ class Problem:
     # (rtol, atol) the vendor path is judged with where the library computes less exactly than the
     # problem asks of kernels; it is said wherever the vendor's time is shown
     vendor_tolerance: tuple[float, float] | None = None
+    # What a user would install instead (problems/libraries.py: Liger-Kernel, QuACK...), each timed as a
+    # baseline beside the vendor path
+    libraries: tuple = ()
+    # The vendor call alone (a Library whose `overrides` hand it inputs already in the layout it reads): shown
+    # beside the vendor row, which pays for its copies, to say where the vendor's time goes; never a rival,
+    # since kernels get the problem's own layout
+    vendor_alone: Any = None
+    # Entry points a candidate may not call (its libraries' and the problem's own, e.g. torch.mm): the judge
+    # refuses a source that names one and traps them in the worker. Empty: a candidate may call anything.
+    forbidden_calls: tuple[str, ...] = ()
     overrides: dict = field(default_factory=dict)  # --set NAME=VALUE applied at load time
     # (data, output, answer or None) -> None when right, else a one-line reason: the judge calls it,
     # in the trusted process, instead of comparing with ref_kernel's output (answers that are right
@@ -71,10 +81,24 @@ class Problem:
     # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
     call_data: Callable[[list], Any] = tuple
 
-    def tolerance_for(self, kind: str) -> list[float] | None:
-        """[rtol, atol] a candidate of this kind is judged with where it is not the problem's own:
-        the vendor-library baseline's, where the problem declares one; None otherwise."""
-        return list(self.vendor_tolerance) if kind == "vendor" and self.vendor_tolerance else None
+    def tolerance_for(self, kind: str, label: str = "") -> list[float] | None:
+        """[rtol, atol] a candidate of this kind is judged with where it is not the problem's own: the
+        vendor-library baseline's, or a library baseline's (named by the start of its `label`), where the
+        problem declares one; None otherwise."""
+        if kind in ("vendor", "vendor_alone") and self.vendor_tolerance:
+            return list(self.vendor_tolerance)
+        lib = self.library_named(label) if kind == "library" else None
+        return list(lib.tolerance) if lib and lib.tolerance else None
+
+    def overrides_for(self, kind: str) -> dict:
+        """The settings a candidate of this kind is judged with: the problem's, and for the vendor call alone
+        the layout its inputs are built in."""
+        extra = self.vendor_alone.overrides if kind == "vendor_alone" and self.vendor_alone else {}
+        return {**self.overrides, **extra}
+
+    def library_named(self, label: str):
+        """The library whose baseline row is labelled `label` (its name, then version and more), or None."""
+        return next((lib for lib in self.libraries if label.startswith(lib.name)), None)
 
     def shapes(self, which: str, interpreted: bool) -> list[Shape]:
         """Shapes for "tests", "benchmarks" or "all", the small CPU lists under the interpreter."""

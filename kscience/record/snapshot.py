@@ -64,6 +64,24 @@ def best_candidate(candidates: list[dict]) -> dict | None:
     return min(ok, key=lambda c: c["geomean_us"]) if ok else None
 
 
+def fastest_baseline(eager: dict | None, compiled: dict | None, vendor: dict | None, libraries: list[dict],
+                     best_us: float | None) -> dict:
+    """The fastest baseline that passed (eager, torch.compile, the vendor library, an installed library), and the
+    best kernel's speedup over it: the number a user choosing what to run compares."""
+    timed = [(name, _us(c)) for name, c in (("PyTorch eager", eager), ("torch.compile", compiled),
+                                            ("vendor library", vendor)) if _us(c)]
+    timed += [(c["hypothesis"], _us(c)) for c in libraries if _us(c)]
+    name, us = min(timed, key=lambda t: t[1]) if timed else (None, None)
+    return {"fastest_baseline": name, "fastest_baseline_us": us, "speedup_vs_fastest_baseline": speedup(us, best_us)}
+
+
+def _alone(row: dict | None) -> dict:
+    """The vendor call alone (its inputs laid out beforehand), shown beside the vendor row; never a rival."""
+    return {"vendor_alone_us": _us(row), "vendor_alone_status": row and row["status"],
+            "vendor_alone_label": row and row["hypothesis"],
+            "vendor_alone_message": row and row["status"] != OK and row["message"] or None}
+
+
 def first_of_kind(candidates: list[dict], kind: str) -> dict | None:
     return next((c for c in candidates if c["kind"] == kind), None)
 
@@ -150,6 +168,11 @@ class Snapshot:
     def vendor(self) -> dict | None:
         """The problem's vendor-library path (cuBLAS...), where it declares one."""
         return first_of_kind(self.candidates, "vendor")
+
+    @property
+    def libraries(self) -> list[dict]:
+        """The libraries a user would install instead (Liger-Kernel, QuACK...), where the problem names them."""
+        return [c for c in self.candidates if c["kind"] == "library"]
 
     @cached_property
     def settled(self) -> list[dict]:
@@ -339,6 +362,10 @@ class Snapshot:
             "vendor_label": self.vendor and self.vendor["hypothesis"],
             "vendor_message": self.vendor and self.vendor["status"] != OK and self.vendor["message"] or None,
             "speedup_vs_vendor": speedup(_us(self.vendor), best_us),
+            **_alone(first_of_kind(self.candidates, "vendor_alone")),
+            "libraries": [{"label": c["hypothesis"], "us": _us(c), "status": c["status"],
+                           "message": c["message"] if c["status"] != OK else None} for c in self.libraries],
+            **fastest_baseline(ref, compiled, self.vendor, self.libraries, best_us),
             "n_composites": sum(c["kind"] == "composite" and c["status"] != PENDING for c in self.candidates),
             "best_kind": best["kind"] if best else None,
             "evaluated_to_best": evaluated.index(best) + 1 if best in evaluated else None,

@@ -64,6 +64,9 @@ def summary_lines(row: dict, m: dict) -> list[str]:
              + (f"{'vs torch.compile':>18}" if compiled else "")]
     rows = [(EAGER, eager)] + ([("torch.compile", compiled)] if m["compiled_status"] else [])
     rows += [("vendor library", m.get("vendor_us"))] if m.get("vendor_status") else []
+    rows += [("vendor call alone", m.get("vendor_alone_us"))] if m.get("vendor_alone_status") else []
+    libraries = {f"installed lib {i + 1}": lib for i, lib in enumerate(m.get("libraries") or [])}
+    rows += [(name, lib["us"]) for name, lib in libraries.items()]
     for name, us in (*rows, ("seed", seed), (f"best {m['best_id'] or ''}", best)):
         line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(eager, us)):>18}"
         if compiled:
@@ -73,6 +76,12 @@ def summary_lines(row: dict, m: dict) -> list[str]:
         if name == "vendor library":
             line += f"  {m['vendor_label']}" + (f" [{m['vendor_status']}: {(m['vendor_message'] or '')[:160]}]"
                                                 if us is None else "")
+        if name == "vendor call alone":  # not a rival: its inputs come in the layout it reads
+            line += f"  {m['vendor_alone_label']}" + (
+                f" [{m['vendor_alone_status']}: {(m['vendor_alone_message'] or '')[:160]}]" if us is None else "")
+        if name in libraries:  # what it is, with its version; where it has no time, why (not installed...)
+            lib = libraries[name]
+            line += f"  {lib['label']}" + (f" [{lib['status']}: {(lib['message'] or '')[:160]}]" if us is None else "")
         lines.append(line)
     lines += verdict_lines(m)
     uplift = m["uplift"]
@@ -97,7 +106,8 @@ def verdict_lines(m: dict) -> list[str]:
     best, lines = m["best_us"], []
     if best is not None and not (m.get("device") or {}).get("interpreted"):  # interpreter times rank nothing
         rivals = [(name, us) for name, us in ((EAGER, m["reference_us"]), ("torch.compile", m["compiled_us"]),
-                                              (m.get("vendor_label") or "the vendor library", m.get("vendor_us")))
+                                              (m.get("vendor_label") or "the vendor library", m.get("vendor_us")),
+                                              *((lib["label"], lib["us"]) for lib in m.get("libraries") or []))
                   if us is not None and us < best]
         for name, us in rivals:
             lines.append(f"  LOSES: the best kernel ({fmt_us(best)} us) is slower than {name} ({fmt_us(us)} us): "

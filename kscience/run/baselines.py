@@ -1,10 +1,12 @@
 """The baselines every kernel of a run is compared to, written as candidates so the evaluator
 times them exactly as it times kernels: PyTorch eager, the same under torch.compile (max-autotune),
-and the vendor library a user would call instead (cuBLAS...), where the problem names one."""
+the vendor library a user would call instead (cuBLAS...), where the problem names one, and the libraries a
+user would install instead (Liger-Kernel, QuACK...), where it names them."""
 
 from __future__ import annotations
 
 from kscience.problems import Problem
+from kscience.problems.libraries import Library
 
 
 def _baseline_head(problem: Problem, doc: str, imports: str = "") -> str:
@@ -59,13 +61,42 @@ def vendor_source(problem: Problem) -> str | None:
     return head + "def custom_kernel(data):\n    return _PROBLEM.vendor_kernel(data)\n"
 
 
-def vendor_title(problem: Problem) -> str:
-    """The vendor path's label, with the tolerance it is judged at where that is not the kernels'."""
+def vendor_alone_source(problem: Problem) -> str | None:
+    """The vendor call alone as a candidate (judged on inputs already in its layout: Problem.overrides_for), or
+    None where the problem declares no such call."""
+    if problem.vendor_alone is None or problem.vendor_kernel is None or problem.entry != "custom_kernel":
+        return None
+    head = _baseline_head(problem, f"The vendor call alone: {problem.vendor_alone.name}.",
+                          "from kscience.problems.libraries import resolve\n")
+    return head + "_ALONE = resolve(_PROBLEM.vendor_alone.call)\n\n\ndef custom_kernel(data):\n    return _ALONE(data)\n"
+
+
+def vendor_title(problem: Problem, label: str | None = None) -> str:
+    """The vendor path's label (or `label`: the vendor call alone's), with the tolerance it is judged at where
+    that is not the kernels'."""
+    label = problem.vendor_label if label is None else label
     if not problem.vendor_tolerance:
-        return problem.vendor_label
+        return label
     rtol, atol = problem.vendor_tolerance
-    return (f"{problem.vendor_label}; judged at rtol {rtol:g}, atol {atol:g} "
+    return (f"{label}; judged at rtol {rtol:g}, atol {atol:g} "
             f"(kernels: rtol {problem.rtol:g}, atol {problem.atol:g})")
+
+
+def library_candidate(lib: Library) -> str:
+    """A library a user would install, as a candidate: the function its declaration names, called on the
+    problem's data (it raises with the reason where the library cannot run on the device)."""
+    module, _, function = lib.call.partition(":")
+    return (f'"""What a user would install instead: {lib.name} ({lib.distribution}), {lib.why}."""\n'
+            f"from {module} import {function} as _library_call\n\n\n"
+            "def custom_kernel(data):\n    return _library_call(data)\n")
+
+
+def library_title(problem: Problem, lib: Library) -> str:
+    """The library's row label: name and version installed here, and its tolerance where not the kernels'."""
+    if not lib.tolerance:
+        return lib.title
+    rtol, atol = lib.tolerance
+    return f"{lib.title}; judged at rtol {rtol:g}, atol {atol:g} (kernels: rtol {problem.rtol:g}, atol {problem.atol:g})"
 
 
 def compiled_source(problem: Problem) -> str:

@@ -25,7 +25,7 @@ from kscience.run.events import CandidateEvaluated, CandidateProfiled, Candidate
 from kscience.run.line import EvaluationsSpent, Stopped, source_diff
 from kscience.scientist import compose
 from kscience.record.snapshot import best_candidate, first_of_kind, judged_count
-from kscience.record.store import PENDING
+from kscience.record.store import BASELINE_KINDS, PENDING
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
@@ -41,6 +41,9 @@ class Judging:
             self._free.put_nowait(slot)
         self._reserved = 0  # evaluations asked for and not yet recorded: they count against the budget
         self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
+        self._baselines_out = 0  # baselines in flight: they take no slot (see _judge)
+        self._no_baselines_out = asyncio.Event()
+        self._no_baselines_out.set()
         # One composer at a time (lines record verdicts concurrently); a verdict recorded while it works
         # makes it look again rather than start a second one (see maybe_compose).
         self._composing, self._compose_again = False, False
@@ -88,17 +91,27 @@ class Judging:
 
     async def _judge(self, cand: dict, line: int) -> dict:
         ctx = self.ctx
-        if self._free.empty():  # every slot is taken: the dashboard shows this line waiting for the evaluator
+        baseline = cand["kind"] in BASELINE_KINDS
+        if self._free.empty() and not baseline:  # every slot is taken: the dashboard shows this line waiting
             ctx.stage("queued", cand["iteration"], cand["id"], line)
-        slot = await self._free.get()
+        slot = None if baseline else await self._free.get()
+        if baseline:
+            # A baseline takes no slot, so the seed and the baselines are asked for together (one batch of a
+            # queue's requests, one round of a cluster's); the executor runs them as its capacity allows. Not
+            # while a profile runs, which must have the GPU alone, and a profile waits for them (_profile).
+            async with self._profiling:
+                self._baselines_out += 1
+                self._no_baselines_out.clear()
         started = time.monotonic()
         future = None
         try:
             ctx.check_stop()
             ctx.stage("evaluate", cand["iteration"], cand["id"], line)
             request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
-                                    overrides=dict(ctx.problem.overrides), shapes="all", candidate_id=cand["id"],
-                                    tolerance=ctx.problem.tolerance_for(cand["kind"]))
+                                    overrides=ctx.problem.overrides_for(cand["kind"]), shapes="all",
+                                    candidate_id=cand["id"],
+                                    tolerance=ctx.problem.tolerance_for(cand["kind"], cand["hypothesis"]),
+                                    baseline=baseline)
             future = self.executor.submit(request)
             try:
                 return (await self._outcome(cand, future, line)).to_dict()
@@ -112,10 +125,15 @@ class Judging:
                         self.record_verdict(cand, future.result().to_dict())
                 raise
         finally:
-            if future is not None:
-                self.busy_s[slot] += time.monotonic() - started
-                self.evaluations[slot] += 1
-            self._free.put_nowait(slot)
+            if slot is None:
+                self._baselines_out -= 1
+                if not self._baselines_out:
+                    self._no_baselines_out.set()
+            else:
+                if future is not None:
+                    self.busy_s[slot] += time.monotonic() - started
+                    self.evaluations[slot] += 1
+                self._free.put_nowait(slot)
             with contextlib.suppress(Exception):  # a full disk must not hide the evaluation's own outcome
                 self.save()
 
@@ -211,6 +229,7 @@ class Judging:
             try:
                 for _ in range(self.capacity):
                     held.append(await self._free.get())
+                await self._no_baselines_out.wait()
                 ctx.emit(StageChanged(stage="profile", iteration=cand["iteration"], detail=cand["id"], line=line))
                 record = await asyncio.to_thread(profiling.profile_with_ncu, ctx.problem, cand["source"],
                                                  cand["result"], say=said.append)

@@ -20,13 +20,15 @@ import threading
 import time
 
 from kscience.run import profiling
-from kscience.run.baselines import REUSED_BASELINES, compiled_baseline_wanted, vendor_source, vendor_title
+from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, library_candidate, library_title,
+                                    vendor_alone_source, vendor_source, vendor_title)
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
 from kscience.run.judging import Judging
 from kscience.run.line import EvaluationsSpent, Line, NothingLeft, RunError, Stopped
 from kscience.problems import Problem, shape_label
+from kscience.problems.libraries import missing_line
 from kscience.scientist import compose
 from kscience.scientist.briefing import bench_from_results, coverage, floor_times
 from kscience.scientist.hardware import describe, run_target
@@ -222,14 +224,22 @@ class Controller:
         if not chain:
             self.stage("seed", 0)
             chain = [self._add(kind="seed", source=self.seed_source, hypothesis="seed kernel", iteration=0)]
-        final = await Line(self, 0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
+        # The seed and the baselines that need nothing from it are asked for together (one batch of a queue
+        # executor's requests, one round of a cluster's), not one after another.
+        cheap = [("reference", self.reference_source, "PyTorch eager")]
+        if self.vendor_source:  # where the library cannot run, it is stored with the reason
+            cheap.append(("vendor", self.vendor_source, vendor_title(self.problem)))
+        alone = vendor_alone_source(self.problem)
+        if alone:  # the same call on inputs already in its layout: how much of its time is the GEMM
+            cheap.append(("vendor_alone", alone, vendor_title(self.problem, self.problem.vendor_alone.name)))
+        settled = Line(self, 0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
+        final, *_ = await asyncio.gather(settled, *(self._baseline(candidates, kind, source, title, {})
+                                                    for kind, source, title in cheap),
+                                         *(self._library_baseline(candidates, lib) for lib in self.problem.libraries))
         if final["status"] != R.OK:
             raise RunError(f"the seed kernel does not pass ({chain[0]['status']}: {chain[0]['message']}) "
                            f"and {self.repairs} repair attempt(s) did not fix it")
         device = (final.get("result") or {}).get("device") or {}
-        await self._baseline(candidates, "reference", self.reference_source, "PyTorch eager", device)
-        if self.vendor_source:  # where the library cannot run, it is stored with the reason
-            await self._baseline(candidates, "vendor", self.vendor_source, vendor_title(self.problem), device)
         if compiled_baseline_wanted(self.compiled_baseline, final):
             await self._baseline(candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager",
                                  device)
@@ -252,6 +262,23 @@ class Controller:
         self.judging.record_verdict(row, dict(earlier["result"], message=(
             f"timed by run {earlier['run_id']} ({earlier['id']}, {when}) on this device with these versions, "
             f"reused: {earlier['result']['message']}")))
+
+    async def _library_baseline(self, candidates: list[dict], lib) -> None:
+        """A library a user would install instead, timed as a baseline. Where its package is not installed here
+        the run says so in one line and goes on without it; where it cannot run on the device, its row keeps the
+        reason, as the vendor path's does."""
+        row = next((c for c in candidates if c["kind"] == "library" and self.problem.library_named(c["hypothesis"])
+                    is lib), None)
+        if row is None:
+            missing = missing_line(lib)
+            if missing:
+                self.stage("library missing", 0, missing)
+                return
+            self.stage("library", 0, lib.name)
+            row = self._add(kind="library", source=library_candidate(lib), hypothesis=library_title(self.problem, lib),
+                            iteration=0)
+        if row["status"] == PENDING:
+            await self.judging.evaluate(row, counted=False)
 
     def _timed_before(self, kind: str, source: str, device: dict) -> dict | None:
         """The newest passing verdict another run of this store gave this very baseline source on a GPU of
@@ -311,7 +338,11 @@ class Controller:
         kinds = {c["kind"]: c for c in cands}
         baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
                      (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
-                      ("vendor", f"vendor library: {vendor_title(self.problem)}")) if kind != "vendor" or kind in kinds]
+                      ("vendor", f"vendor library: {vendor_title(self.problem)}"),
+                      ("vendor_alone", "the vendor call alone, its inputs made in its layout beforehand (not a rival: "
+                                       "kernels get the problem's layout)"))
+                     if kind not in ("vendor", "vendor_alone") or kind in kinds]
+        baselines += [(f"installed library: {c['hypothesis']}", c["result"]) for c in cands if c["kind"] == "library"]
         best = best_candidate(cands)
         self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed),
                                                   leaders=compose.leaders_text(cands, best and best["id"])))

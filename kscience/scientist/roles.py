@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kscience.scientist.profile_report import render_headroom, render_profile
+from kscience.problems.libraries import library_notes
 from kscience.problems.spec import shape_label
 from kscience.problems.roofline import ShapeSol
 from kscience.problems.roofline import summary as sol_summary
@@ -253,7 +254,9 @@ class Scientist:
     def header(self) -> str:
         return render_header(self.bench)
 
-    def problem_code(self) -> str:
+    def problem_code(self, library_sources: bool = False) -> str:
+        """The problem as code, with its rule on calling libraries and (`library_sources`, for the designer
+        and the writer) the library kernels it names as source to learn from."""
         p = self.problem
         constants = getattr(p, "constants", None)
         shown = ("Module constants as run: " + ", ".join(f"{k} = {v!r}" for k, v in constants.items()) + "\n"
@@ -261,7 +264,7 @@ class Scientist:
         on_cpu = self.bench.interpreted if self.bench is not None else bool(self.target and self.target.interpreted)
         device = "cpu" if on_cpu else "cuda"  # torch calls ROCm devices "cuda" too
         return render("problem.md", source=problem_source(p).rstrip("\n"), constants=shown,
-                      contract=render_contract(p, device))
+                      contract=render_contract(p, device), libraries=library_notes(p, library_sources))
 
     def _shapes(self) -> list[dict]:
         p = self.problem
@@ -325,7 +328,7 @@ class Scientist:
         if in_flight:
             done_text += ("\nUnder way on this base in another line of this run (will not be run again): "
                           + "; ".join(in_flight) + "\n")
-        prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(),
+        prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
                         knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
                         first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
                         headroom=headroom(base))
@@ -355,7 +358,7 @@ class Scientist:
         return Draft(None, second.mode, total, applied, error=one_line(f"after one retry: {first_line}{more}"))
 
     async def write(self, plan: Plan, base: CandidateView, reference: CandidateView | None) -> Draft:
-        prompt = render("writer.md", header=self.header(), task=self.task(), problem=self.problem_code(),
+        prompt = render("writer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
                         knowledge=self.code_knowledge.strip() or "(none)", title=plan.title,
                         rationale=plan.rationale, changes="\n".join(f"- {c}" for c in plan.changes),
                         predicted=predicted_range(plan), kernels=_kernels(base, reference),

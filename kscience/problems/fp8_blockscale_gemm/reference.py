@@ -9,6 +9,7 @@ task hands them out, and C is a preallocated row-major bf16 buffer the candidate
 
 import torch
 
+from kscience.problems.libraries import Library
 from kscience.problems.spec import ProblemError
 
 DESCRIPTION = ("fp8 GEMM with 128-block fp32 scales (GPU MODE amd-fp8-mm): "
@@ -44,8 +45,21 @@ def fp8_dtype(device) -> torch.dtype:
     return torch.float8_e4m3fnuz if on_rocm else torch.float8_e4m3fn
 
 
+# The layout a and b are handed out in: "column-major", the task's; "k-major", the copies cuBLAS reads, made
+# beforehand (K zero-padded where it needs it), for timing the vendor call alone (VENDOR_ALONE)
+OPERANDS = "column-major"
+OVERRIDABLE = {"OPERANDS": ("column-major", "k-major")}
+
+
 def generate_input(seed: int, device="cuda", *, m: int, n: int, k: int):
     """(a, b, a_scale, b_scale, c): fp8 a [m, k] and b [n, k] column-major, fp32 scales, bf16 c."""
+    data = _task_input(seed, device, m=m, n=n, k=k)
+    if OPERANDS == "k-major":  # zero padding along K changes no product
+        return (*k_major_operands(*data[:4]), data[4])
+    return data
+
+
+def _task_input(seed: int, device, *, m: int, n: int, k: int):
     if k % SCALE_BLOCK:
         raise ProblemError(f"k={k} must be a multiple of the {SCALE_BLOCK}-wide scale block")
     # Drawn on the evaluation device: host-side generation of GPU-sized inputs would dominate
@@ -83,6 +97,25 @@ VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales
 # bf16 step at the outputs' typical size (|c| has a median of 20-55 at k >= 1536, where bf16 steps
 # by 0.125-0.25), above the 0.08 Triton's default fp8 accumulation was measured off by (above).
 VENDOR_TOLERANCE = (RTOL, 0.25)
+def vendor_alone_kernel(data):
+    """The same cuBLAS call as `vendor_kernel`, on operands already K-major (OPERANDS = "k-major")."""
+    a, b, a_scale, b_scale, c = data
+    _cublas_fp8_here(a)
+    c.copy_(scaled_mm_k_major(a, b, a_scale, b_scale))
+    return c
+
+
+# The vendor row pays for its K-major copies; the same call on copies made beforehand says how much of its time
+# is the GEMM and how much the layout change. Not a rival: kernels get the task's column-major operands.
+VENDOR_ALONE = Library(name="cuBLAS block-scaled fp8 GEMM alone (torch._scaled_mm on K-major copies made beforehand)",
+                       distribution="torch", module="torch",
+                       call="kscience.problems.fp8_blockscale_gemm.reference:vendor_alone_kernel",
+                       why="the vendor row's GEMM without its copies", overrides={"OPERANDS": "k-major"})
+
+# The vendor path is cuBLAS's blockwise fp8 GEMM: no candidate may call it, so a kernel reported as the
+# model's is never cuBLAS's.
+LIBRARY_CALLS = "forbidden"
+FORBIDDEN_CALLS = ("torch._scaled_mm",)
 
 
 def vendor_kernel(data):
@@ -90,11 +123,16 @@ def vendor_kernel(data):
     operands copied K-major (row-major a, column-major b), which is what cuBLAS reads; the copies are
     part of the time. Raises with the reason where this torch, CUDA or GPU cannot run it."""
     a, b, a_scale, b_scale, c = data
+    _cublas_fp8_here(a)
+    c.copy_(cublas_blockwise(a, b, a_scale, b_scale))
+    return c
+
+
+def _cublas_fp8_here(a) -> None:
+    """Raises with the reason where this torch, CUDA or GPU cannot run cuBLAS's blockwise fp8 GEMM."""
     if a.device.type != "cuda" or torch.version.hip is not None:
         raise RuntimeError(f"torch._scaled_mm blockwise fp8 needs an NVIDIA GPU (sm90+, CUDA 12.9+); here: "
                            f"{a.device.type}{' (ROCm)' if torch.version.hip else ''}, torch {torch.__version__}")
-    c.copy_(cublas_blockwise(a, b, a_scale, b_scale))
-    return c
 
 
 def cublas_blockwise(a, b, a_scale, b_scale):
@@ -104,6 +142,18 @@ def cublas_blockwise(a, b, a_scale, b_scale):
     them only unpadded: where k/128 is not a multiple of 4 (k = 256 and 2304 here), 94-97% of the
     product came out wrong on an H100 and an H200 (2026-11-26), and a padded layout was refused.
     Zero-padding K to a multiple of 512 makes the two agree; the padding is timed with the copies."""
+    return scaled_mm_k_major(*k_major_operands(a, b, a_scale, b_scale))
+
+
+def scaled_mm_k_major(a_k, b_k, sa, sb):
+    """The cuBLAS call alone, on operands `k_major_operands` laid out: what the vendor row costs without its
+    copies (benchmarks/library_baselines.py times it on copies made beforehand)."""
+    # a_k [m, k'] row-major, b_k.t() [k', n] column-major, sb.t() [k'/128, n/128] with strides (1, k'/128)
+    return torch._scaled_mm(a_k, b_k.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+
+
+def k_major_operands(a, b, a_scale, b_scale):
+    """(a_k, b_k, sa, sb): the operands copied K-major, K zero-padded where cuBLAS needs it."""
     (m, k), n = a.shape, b.shape[0]
     scale_n, scale_k = b_scale.shape
     padded_k = -(-scale_k // 4) * 4 * SCALE_BLOCK
@@ -118,8 +168,7 @@ def cublas_blockwise(a, b, a_scale, b_scale):
         sa = torch.zeros(padded_k // SCALE_BLOCK, m, device=a.device).t()  # [m, L4], outer-dim-major
         sb = torch.zeros(scale_n, padded_k // SCALE_BLOCK, device=a.device)  # [n/128, L4]
         sa[:, :scale_k], sb[:, :scale_k] = a_scale, b_scale
-    # a_k [m, k'] row-major, b_k.t() [k', n] column-major, sb.t() [k'/128, n/128] with strides (1, k'/128)
-    return torch._scaled_mm(a_k, b_k.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+    return a_k, b_k, sa, sb
 
 
 def flops(m: int, n: int, k: int) -> float:

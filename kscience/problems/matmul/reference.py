@@ -44,6 +44,10 @@ def eager_kernel(data):
 
 
 VENDOR = "cuBLAS bf16 GEMM (torch.mm)"
+# The vendor path is cuBLAS: no candidate may call it (torch.mm, torch.matmul, `@` on tensors), so a kernel
+# reported as the model's is never cuBLAS's.
+LIBRARY_CALLS = "forbidden"
+FORBIDDEN_CALLS = ("torch.mm", "torch.matmul", "torch.Tensor.__matmul__", "torch.Tensor.mm", "torch.Tensor.matmul")
 
 
 def vendor_kernel(data):

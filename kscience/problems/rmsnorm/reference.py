@@ -6,6 +6,8 @@ weight once and writes y once, so the score is how close it gets to the memory b
 
 import torch
 
+from kscience.problems.libraries import liger, quack, require, require_sm90
+
 DESCRIPTION = "RMSNorm of an M x N bf16 matrix with a bf16 weight of length N, eps 1e-6"
 PRECISION = "fp32"
 EPS = 1e-6
@@ -52,3 +54,27 @@ def flops(m: int, n: int) -> float:
 
 def bytes_moved(m: int, n: int) -> float:
     return 2.0 * (2 * m * n + n)  # read x and weight, write y, all bf16
+
+
+# What a user would install instead; no candidate may call them (nor their packages), so a kernel reported
+# as the model's is never the library's.
+LIBRARY_CALLS = "forbidden"
+LIBRARIES = [liger("RMSNorm", "kscience.problems.rmsnorm.reference:liger_rmsnorm", "liger_kernel.ops.rms_norm"),
+             quack("RMSNorm", "kscience.problems.rmsnorm.reference:quack_rmsnorm")]
+
+
+def liger_rmsnorm(data):
+    """liger_kernel.ops.rms_norm.LigerRMSNormFunction in its "gemma" casting: the whole row in fp32 and one
+    rounding at the end, as this problem asks ("llama" rounds x/rms to bf16 before the weight)."""
+    ops = require("liger_kernel.ops.rms_norm", "liger-kernel")
+    x, weight = data
+    return ops.LigerRMSNormFunction.apply(x, weight, EPS, 0.0, "gemma", False)  # [m, n]
+
+
+def quack_rmsnorm(data):
+    """quack.rmsnorm(x, weight, eps): CuTe-DSL, for NVIDIA sm90 and later."""
+    library = require("quack", "quack-kernels")
+    x, weight = data
+    require_sm90(x, "QuACK")
+    return library.rmsnorm(x, weight, eps=EPS)  # [m, n]
+

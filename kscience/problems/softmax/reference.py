@@ -6,6 +6,8 @@ whole cost, so the score is how close a kernel gets to the memory bandwidth.
 
 import torch
 
+from kscience.problems.libraries import liger, quack, require, require_sm90
+
 DESCRIPTION = "row softmax of an M x N bf16 matrix (fp32 math, bf16 output)"
 PRECISION = "fp32"  # the arithmetic runs on CUDA cores in fp32; memory bounds it anyway
 
@@ -49,3 +51,25 @@ def flops(m: int, n: int) -> float:
 
 def bytes_moved(m: int, n: int) -> float:
     return 2.0 * m * n * 2  # read x, write y, both bf16
+
+
+# What a user would install instead; no candidate may call them (nor their packages), so a kernel reported
+# as the model's is never the library's.
+LIBRARY_CALLS = "forbidden"
+LIBRARIES = [liger("softmax", "kscience.problems.softmax.reference:liger_softmax", "liger_kernel.ops.softmax"),
+             quack("softmax", "kscience.problems.softmax.reference:quack_softmax")]
+
+
+def liger_softmax(data):
+    """liger_kernel.ops.softmax.LigerSoftmaxFunction over the last dimension."""
+    ops = require("liger_kernel.ops.softmax", "liger-kernel")
+    (x,) = data
+    return ops.LigerSoftmaxFunction.apply(x)  # [m, n]
+
+
+def quack_softmax(data):
+    """quack.softmax(x): CuTe-DSL, for NVIDIA sm90 and later."""
+    library = require("quack", "quack-kernels")
+    (x,) = data
+    require_sm90(x, "QuACK")
+    return library.softmax(x)  # [m, n]

@@ -7,6 +7,8 @@ both products accumulate side by side and only the bf16 result is written.
 
 import torch
 
+from kscience.problems.libraries import liger, require
+
 DESCRIPTION = "fused SwiGLU: silu(x @ w_gate) * (x @ w_up), x M x K, weights K x N, bf16"
 PRECISION = "bf16"
 
@@ -53,3 +55,21 @@ def flops(m: int, k: int, n: int) -> float:
 
 def bytes_moved(m: int, k: int, n: int) -> float:
     return 2.0 * (m * k + 2 * k * n + m * n)  # read x and both weights, write out, all bf16
+
+
+# What a user would install instead: Liger's SwiGLU MLP runs both projections through cuBLAS and fuses
+# only silu(gate) * up. No candidate may call Liger, nor cuBLAS's GEMMs (torch.mm, torch.matmul, `@`):
+# a kernel of the model's is the fused one the problem asks for, never the baseline's.
+LIBRARY_CALLS = "forbidden"
+FORBIDDEN_CALLS = ("torch.mm", "torch.matmul", "torch.Tensor.__matmul__", "torch.Tensor.mm", "torch.Tensor.matmul")
+LIBRARIES = [liger("SwiGLU", "kscience.problems.swiglu.reference:liger_swiglu", "liger_kernel.ops.swiglu",
+                   why="LinkedIn's Triton kernels for LLM training: LigerSwiGLUMLP's two cuBLAS GEMMs, then its "
+                       "fused silu(gate) * up")]
+
+
+def liger_swiglu(data):
+    """What LigerSwiGLUMLP does without its down projection: gate and up by cuBLAS, then
+    liger_kernel.ops.swiglu.LigerSiLUMulFunction."""
+    ops = require("liger_kernel.ops.swiglu", "liger-kernel")
+    x, w_gate, w_up = data
+    return ops.LigerSiLUMulFunction.apply(x @ w_gate, x @ w_up)  # [m, n]

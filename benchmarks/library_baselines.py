@@ -1,0 +1,141 @@
+"""Does the best kernel beat what a user would install? Every baseline of every built-in, then offline runs.
+
+Part `baselines`: each built-in's baselines judged by the same judge as kernels (PyTorch eager, torch.compile
+with --compile, the vendor library, every installed library: Liger-Kernel, QuACK), with the versions of
+everything that ran them; a library that is not installed is said in one line. For fp8_blockscale_gemm also
+the vendor GEMM alone: the same `torch._scaled_mm` call judged on operands built K-major beforehand, beside the
+vendor row that pays for its copies.
+Part `runs`: `kscience run PROBLEM --llm offline --evaluations N` per built-in (the CLI, as a user runs it),
+then the best kernel against each baseline the run timed, and whether it beats every one.
+Results: benchmarks/results/library-baselines-<device>-<date>.{json,md}.
+
+    python benchmarks/library_baselines.py [--part baselines,runs] [--problems softmax,rmsnorm] [--compile]
+        [--evaluations 30] [--db library-runs.db]
+
+The GPU machine has no network: carry the wheels (`pip download liger-kernel quack-kernels -d wheels`, then
+`pip install --no-index --find-links wheels liger-kernel quack-kernels` there). liger-kernel is pure Python
+(needs torch and triton, already there); quack-kernels needs nvidia-cutlass-dsl (and its
+nvidia-cutlass-dsl-libs-* wheels), apache-tvm-ffi, torch-c-dlpack-ext and einops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from kscience.device import detect
+from kscience.evaluate.judge import evaluate
+from kscience.evaluate.result import EvalRequest
+from kscience.problems import builtin_names, load_problem
+from kscience.problems.libraries import installed_version, missing_line
+from kscience.record.snapshot import Snapshot
+from kscience.record.store import Store
+from kscience.run.baselines import (compiled_source, library_candidate, reference_source, vendor_alone_source,
+                                    vendor_source, vendor_title)
+
+DISTRIBUTIONS = ("torch", "triton", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl", "apache-tvm-ffi")
+
+
+def versions() -> dict:
+    return {d: installed_version(d) or "not installed" for d in DISTRIBUTIONS}
+
+
+def judged(problem, source: str, tolerance=None) -> dict:
+    result = evaluate(EvalRequest(problem=problem.locator, source=source, shapes="all", tolerance=tolerance,
+                                  overrides=dict(problem.overrides), baseline=True), problem=problem)
+    return {"status": result.status, "us": result.geomean_us, "message": result.message[:200]}
+
+
+def baseline_rows(name: str, with_compile: bool) -> list[dict]:
+    problem = load_problem(name)
+    rows = [dict(problem=name, baseline="PyTorch eager", **judged(problem, reference_source(problem)))]
+    if with_compile:
+        rows.append(dict(problem=name, baseline="torch.compile", **judged(problem, compiled_source(problem))))
+    if problem.vendor_kernel is not None:
+        rows.append(dict(problem=name, baseline=f"vendor: {vendor_title(problem)}",
+                         **judged(problem, vendor_source(problem), problem.tolerance_for("vendor"))))
+    alone = vendor_alone_source(problem)
+    if alone:  # judged on inputs built in its layout, as a run judges it
+        laid_out = load_problem(name, problem.overrides_for("vendor_alone"))
+        rows.append(dict(problem=name, baseline=f"vendor alone: {problem.vendor_alone.name}",
+                         **judged(laid_out, alone, problem.tolerance_for("vendor_alone"))))
+    for lib in problem.libraries:
+        missing = missing_line(lib)
+        if missing:
+            print(missing, flush=True)
+            rows.append(dict(problem=name, baseline=lib.name, status="not installed", us=None, message=missing))
+            continue
+        rows.append(dict(problem=name, baseline=lib.title, **judged(problem, library_candidate(lib),
+                                                                     list(lib.tolerance) if lib.tolerance else None)))
+    for r in rows:
+        print(f"{name:<20} {r['baseline'][:70]:<70} {r['status']:<14} {fmt(r['us']):>10}  {r['message'][:80]}",
+              flush=True)
+    return rows
+
+
+def run_row(name: str, evaluations: int, db: str) -> dict:
+    run_name = f"library-baselines-{name}-{evaluations}"
+    cmd = [sys.executable, "-m", "kscience.cli.main", "run", name, "--llm", "offline", "--evaluations",
+           str(evaluations), "--db", db, "--name", run_name]
+    code = subprocess.run(cmd).returncode
+    with Store(db) as store:
+        run = next(r for r in store.list_runs() if r["name"] == run_name)
+        m = Snapshot.load(store, run["id"]).metrics()
+    rivals = {"eager": m["reference_us"], "torch.compile": m["compiled_us"], "vendor": m["vendor_us"],
+              **{lib["label"]: lib["us"] for lib in m["libraries"]}}
+    timed = [us for us in rivals.values() if us]
+    return {"problem": name, "run_id": run["id"], "exit_code": code, "best_us": m["best_us"],
+            "baselines": rivals, "fastest_baseline": m["fastest_baseline"],
+            "fastest_baseline_us": m["fastest_baseline_us"],
+            "beats_every_baseline": bool(m["best_us"] and timed and m["best_us"] < min(timed))}
+
+
+def fmt(x) -> str:
+    return "-" if x is None else f"{x:,.1f}"
+
+
+def markdown(title: str, vers: dict, baselines: list[dict], runs: list[dict]) -> str:
+    lines = [f"# {title}", "", "Versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()), ""]
+    if baselines:
+        lines += ["| problem | baseline | status | geomean us | note |", "|---|---|---|---|---|"]
+        lines += [f"| {r['problem']} | {r['baseline']} | {r['status']} | {fmt(r['us'])} | {r['message']} |"
+                  for r in baselines]
+    if runs:
+        lines += ["", "| problem | best us | fastest baseline | its us | beats every baseline |", "|---|---|---|---|---|"]
+        lines += [f"| {r['problem']} | {fmt(r['best_us'])} | {r['fastest_baseline']} | {fmt(r['fastest_baseline_us'])} "
+                  f"| {'yes' if r['beats_every_baseline'] else 'no'} |" for r in runs]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", default="baselines,runs")
+    ap.add_argument("--problems", default=",".join(builtin_names()))
+    ap.add_argument("--compile", action="store_true", help="time torch.compile in part baselines too (minutes)")
+    ap.add_argument("--evaluations", type=int, default=30)
+    ap.add_argument("--db", default="library-runs.db")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args()
+    parts, names = args.part.split(","), args.problems.split(",")
+    device, stamp, vers = detect(), datetime.date.today().isoformat(), versions()
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()), flush=True)
+    baselines = [r for n in names for r in baseline_rows(n, args.compile)] if "baselines" in parts else []
+    runs = [run_row(n, args.evaluations, args.db) for n in names] if "runs" in parts else []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"library-baselines-{device.name.replace(' ', '_').replace('(', '').replace(')', '')}-{stamp}"
+    title = f"Every baseline of every built-in, and offline@{args.evaluations} against them, {device.name}, {stamp}"
+    stem.with_suffix(".json").write_text(json.dumps({"device": device.name, "date": stamp, "versions": vers,
+                                                     "baselines": baselines, "runs": runs}, indent=2))
+    stem.with_suffix(".md").write_text(markdown(title, vers, baselines, runs))
+    print(markdown(title, vers, baselines, runs))
+    print(f"wrote {stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
