@@ -20,6 +20,7 @@ import contextlib
 import time
 
 from kscience.run import profiling
+from kscience.evaluate import profile_job
 from kscience.evaluate import result as R
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
 from kscience.run.line import EvaluationsSpent, Stopped, source_diff
@@ -29,6 +30,7 @@ from kscience.record.store import PENDING
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
+PROFILE_LOOK_S = 0.2  # how often a waiting profile job looks for a slot no evaluation wants
 
 
 class Judging:
@@ -40,7 +42,10 @@ class Judging:
         for slot in range(self.capacity):
             self._free.put_nowait(slot)
         self._reserved = 0  # evaluations asked for and not yet recorded: they count against the budget
-        self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
+        self._profiling = asyncio.Lock()  # one profile job at a time, on one slot, yielding to evaluations
+        self.no_ncu = False  # the judging machine said it has no Nsight Compute: not asked again this run
+        self.profile_s = 0.0  # slot seconds profile jobs took, from request to answer
+        self._queued = 0  # evaluations waiting for a slot: a profile job lets them go first
         # One composer at a time (lines record verdicts concurrently); a verdict recorded while it works
         # makes it look again rather than start a second one (see maybe_compose).
         self._composing, self._compose_again = False, False
@@ -80,7 +85,7 @@ class Judging:
             finally:
                 self._reserved -= counted
         cand = self.record_verdict(cand, result)
-        if ctx.profile == "ncu" and twin is None and profiling.candidate_to_profile(
+        if twin is None and ctx.profile and not self.no_ncu and profiling.candidate_to_profile(
                 cand, ctx.store.candidates(ctx.run_id)):
             await self._profile(cand, line)
         await self.maybe_compose(cand["iteration"], line)  # after every recorded verdict
@@ -90,7 +95,11 @@ class Judging:
         ctx = self.ctx
         if self._free.empty():  # every slot is taken: the dashboard shows this line waiting for the evaluator
             ctx.stage("queued", cand["iteration"], cand["id"], line)
-        slot = await self._free.get()
+        self._queued += 1
+        try:
+            slot = await self._free.get()
+        finally:
+            self._queued -= 1
         started = time.monotonic()
         future = None
         try:
@@ -199,24 +208,47 @@ class Judging:
                                                 waited_s=round(said_at - started, 1), line=line))
 
     async def _profile(self, cand: dict, line: int) -> None:
-        """Nsight Compute on one shape of the candidate, on a thread so events keep flowing, with every
-        evaluation slot held so nothing is timed meanwhile. Its cost is shown, and never timed."""
-        ctx, said, held = self.ctx, [], []
+        """Nsight Compute on one shape of the candidate, as a profile job judged where evaluations are
+        (profile_job.py: local slot, Ray, queue), on one slot and never ahead of a queued evaluation
+        unless profiling has taken less than PROFILE_SHARE of the slots' time. Its cost is shown, and
+        never timed."""
+        ctx = self.ctx
+        shape = profiling.profile_shape(ctx.problem, cand["result"] or {})
+        if shape is None:
+            return
         async with self._profiling:
+            slot = await self._slot_for_profile()
+            started = time.monotonic()
             try:
-                for _ in range(self.capacity):
-                    held.append(await self._free.get())
                 ctx.emit(StageChanged(stage="profile", iteration=cand["iteration"], detail=cand["id"], line=line))
-                record = await asyncio.to_thread(profiling.profile_with_ncu, ctx.problem, cand["source"],
-                                                 cand["result"], say=said.append)
+                request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
+                                        overrides=dict(ctx.problem.overrides), candidate_id=cand["id"], measure=[],
+                                        profile_shape=shape)
+                future = self.executor.submit(request)
+                answer = (await self._outcome(cand, future, line)).to_dict()
             finally:
-                for slot in held:
-                    self._free.put_nowait(slot)
+                self.profile_s += time.monotonic() - started
+                self._free.put_nowait(slot)
+        record = answer.get("profile")
         if record is not None:
             ctx.store.record_profile(cand["id"], **record)
+        elif answer.get("profile_said", "").startswith(profile_job.NO_NCU):
+            self.no_ncu = True
         ctx.emit(CandidateProfiled(candidate_id=cand["id"], iteration=cand["iteration"], profiler="ncu",
                                    profile_s=record and record["profile_s"],
-                                   message=profiling.profiled_line(cand["id"], record, said)))
+                                   message=profiling.profiled_line(cand["id"], record, [answer.get("profile_said")],
+                                                                   host=(answer.get("device") or {}).get("host"))))
+
+    async def _slot_for_profile(self) -> int:
+        """A free slot once no evaluation waits for one, or at once while profiling's share of the slots'
+        time stays within PROFILE_SHARE."""
+        while True:
+            ctx_wall = self.capacity * (time.monotonic() - self._t0)
+            within = self.profile_s <= profiling.PROFILE_SHARE * ctx_wall
+            if (self._queued == 0 or within) and not self._free.empty():
+                return self._free.get_nowait()
+            self.ctx.check_stop()
+            await asyncio.sleep(PROFILE_LOOK_S)
 
     # --- busy time -------------------------------------------------------------------------------
     def save(self) -> None:

@@ -14,6 +14,7 @@ import difflib
 from dataclasses import asdict
 
 from kscience.evaluate import result as R
+from kscience.run import profiling
 from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed
 from kscience.scientist.briefing import coverage
 from kscience.scientist.plans import choose_untaken
@@ -179,7 +180,8 @@ class Line:
             failing = (broken["result"] or {}).get("failing_shape")
             draft = await ctx.scientist.repair(broken["source"], broken["status"], broken["message"], failing,
                                                attempts, coverage=coverage(broken["result"], ctx.problem),
-                                               profile=ctx.store.profile(broken["id"]))
+                                               profile=profiling.seen(ctx.store.profile(broken["id"]),
+                                                                      broken["result"]))
             last = self.add_draft(draft, kind="repair", parent_id=broken["id"], parent_source=broken["source"],
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
                                   repair_attempt=attempts)

@@ -292,7 +292,7 @@ class Controller:
 
     def view(self, c: dict, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
         result = c["result"] or {}
-        profile = profile or self.store.profile(c["id"])
+        profile = profiling.seen(profile or self.store.profile(c["id"]), result)
         return CandidateView(
             id=c["id"], parent_id=c["parent_id"], hypothesis=c["hypothesis"], status=c["status"],
             geomean_us=c["geomean_us"], source=c["source"], message=c["message"],

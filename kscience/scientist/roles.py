@@ -56,10 +56,11 @@ class Draft:
 def profile_block(profile: dict | None) -> str:
     """What a profiler saw of a kernel (compile facts, Nsight Compute counters, speed of light per shape,
     the 'not doing the work' flag); empty when nothing was seen (the CPU interpreter compiles nothing)."""
-    if not profile or not (profile.get("compile_facts") or profile.get("ncu") or profile.get("sol")
-                           or profile.get("flag")):
+    if not profile or not any(profile.get(k) for k in ("compile_facts", "ncu", "sol", "flag", "kernels",
+                                                        "kernel_profiler", "output")):
         return ""
-    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"))
+    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"),
+                          profile.get("kernels"), profile.get("kernel_profiler") or "", profile.get("output") or "")
     sols = profile.get("sol") or []
     if sols:
         text += "\nSpeed of light per shape: " + "; ".join(
