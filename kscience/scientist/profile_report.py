@@ -121,7 +121,7 @@ def ncu_lines(p: NcuProfile) -> list[str]:
     return lines
 
 
-def _split(kernels: list[dict]) -> str:
+def kernel_split_text(kernels: list[dict]) -> str:
     """'cast_kernel x1 12.0 us (20%), gemm_kernel x1 48.0 us (80%)' for one shape's launched kernels."""
     total = sum(k["us"] for k in kernels) or 1.0
     parts = [f"{k['name'][:60]} x{k['launches']:g} {k['us']:.1f} us ({k['us'] / total:.0%})"
@@ -141,7 +141,7 @@ def kernel_time_lines(by_shape: list[dict], profiler: str = "") -> list[str]:
         return [f"- time per launched kernel: {profiler}"] if profiler.startswith("per-kernel") else []
     lines = [f"- time per launched kernel and call (profiled after the timed calls, {profiler or 'profiler'}; "
              "their sum can differ from the timed median):"]
-    lines += [f"  {shape_label(s['shape'])}: {_split(s['kernels'])}" for s in shown[:MAX_SPLIT_SHAPES]]
+    lines += [f"  {shape_label(s['shape'])}: {kernel_split_text(s['kernels'])}" for s in shown[:MAX_SPLIT_SHAPES]]
     if len(shown) > MAX_SPLIT_SHAPES:
         lines.append(f"  ... and {len(shown) - MAX_SPLIT_SHAPES} more shape(s)")
     return lines
