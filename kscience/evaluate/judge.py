@@ -17,7 +17,7 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import candidate_output, compile_cache, drive, kernel_times, peek, profile_job
+from kscience.evaluate import candidate_output, compile_cache, drive, kernel_times, peek, probes, profile_job
 from kscience.evaluate import result as R
 from kscience.evaluate.sandbox import weak_confinement_allowed, weak_points
 from kscience.evaluate.session import Session, Verdict, as_float, plural
@@ -86,6 +86,9 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.output = candidate_output.digest(result.stdout_tail, result.stderr_tail)
             result.device.update(session.worker_info)
+            # What the knowledge notes' version-dependent claims are on this device (run once per device
+            # and Triton version, then read from the cache); after the worker is gone, never during timing
+            result.device["probes"] = probes.results(device)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed
             result.wall_s = time.monotonic() - t_start
             result.phases_s = {k: round(v, 3) for k, v in session.phases_s.items()}

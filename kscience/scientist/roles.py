@@ -30,6 +30,7 @@ from kscience.scientist.briefing import (Bench, Brief, format_times, problem_sou
                                          render_header)
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
+from kscience.scientist.knowledge import fill_probes
 from kscience.scientist.llm.base import LLMError, one_line
 from kscience.scientist.plans import Plan, mark_chosen, measured_clause, parse_plans, predicted_range
 from kscience.scientist.prompts import load_schema, render
@@ -210,8 +211,9 @@ class Scientist:
                  target: Hardware | None = None):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown selection strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-        self.llm, self.problem, self.knowledge = llm, problem, knowledge
-        self.code_knowledge = knowledge if code_knowledge is None else code_knowledge
+        self.llm, self.problem, self.knowledge = llm, problem, fill_probes(knowledge, None)
+        self.code_knowledge = self.knowledge if code_knowledge is None else fill_probes(code_knowledge, None)
+        self._notes = (knowledge, knowledge if code_knowledge is None else code_knowledge)  # before probes
         self.target, self.bench = target, None
         self.strategy, self.epsilon = strategy, epsilon
         self.rng = random.Random(seed)
@@ -222,8 +224,11 @@ class Scientist:
         return self.llm.name
 
     def observe(self, bench: Bench) -> None:
-        """How the numbers the next prompts show were measured; the controller keeps this current."""
+        """How the numbers the next prompts show were measured; the controller keeps this current. The
+        notes' version-dependent claims then show the judging device's probe results."""
         self.bench = bench
+        self.knowledge, self.code_knowledge = (fill_probes(text, bench.probes, bench.interpreted)
+                                               for text in self._notes)
 
     async def preflight(self, kernels: list[str]) -> None:
         """Before anything is timed: can this model work on this problem, starting from `kernels` (the seed,
