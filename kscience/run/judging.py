@@ -85,11 +85,19 @@ class Judging:
             finally:
                 self._reserved -= counted
         cand = self.record_verdict(cand, result)
-        if twin is None and ctx.profile and not self.no_ncu and profiling.candidate_to_profile(
-                cand, ctx.store.candidates(ctx.run_id)):
+        if twin is None and ctx.profile and not self.no_ncu and (
+                profiling.candidate_to_profile(cand, ctx.store.candidates(ctx.run_id))
+                or (cand["status"] == R.OK and "ncu" in self.asked_for(cand))):
             await self._profile(cand, line)
         await self.maybe_compose(cand["iteration"], line)  # after every recorded verdict
         return cand
+
+    def asked_for(self, cand: dict) -> list[str]:
+        """The measurements the plan behind a candidate asked for (Plan.measure); [] for none."""
+        if not cand.get("plan_id"):
+            return []
+        row = next((p for p in self.ctx.store.plans(self.ctx.run_id) if p["id"] == cand["plan_id"]), None)
+        return list(((row or {}).get("plan") or {}).get("measure") or [])
 
     async def _judge(self, cand: dict, line: int) -> dict:
         ctx = self.ctx

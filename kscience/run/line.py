@@ -91,7 +91,8 @@ class Line:
             # is refused, the designer's other proposals stand in for it, and when none is left the
             # base is designed on once more, now with those plans in view as under way.
             taken = sum(ctx.plans_on(base.id), [])
-            if any(p.chosen for p in plans) and not any(p.chosen for p in choose_untaken(plans, taken)) \
+            chooser = getattr(ctx.scientist, "chooser", "paper")
+            if any(p.chosen for p in plans) and not any(p.chosen for p in choose_untaken(plans, taken, chooser)) \
                     and len(taken) > len(done) + len(in_flight) and candidate.id not in redesigned:
                 redesigned.add(candidate.id)
                 order.insert(0, candidate)
