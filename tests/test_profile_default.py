@@ -23,14 +23,19 @@ def test_auto_is_the_default_and_none_turns_it_off():
 
 
 def test_auto_leaves_the_question_of_ncu_to_the_judging_machine(monkeypatch):
-    # No GPU and no ncu on the machine that runs the model: the run still asks, since with queue:DIR or
-    # Ray the candidates are judged (and profiled) elsewhere; the judging machine answers (profile_job).
+    # No GPU and no ncu on the machine that runs the model: with queue:DIR or Ray the candidates are judged
+    # (and profiled) elsewhere, so the run asks and the judging machine answers (profile_job).
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(ncu, "ncu_path", lambda: None)
     for setting in ("auto", "ncu"):
-        used, said = profiling.resolve_profiler(setting)
+        used, said = profiling.resolve_profiler(setting, judged_here=False)
         assert used == setting and "where the judging machine has it" in said and "--profile none" in said
         assert f"within {profiling.PROFILE_SHARE:.0%} of slot time" in said
+    # Judged here, without ncu here: off, said before anything runs.
+    used, said = profiling.resolve_profiler("auto")
+    assert used is None and "not on PATH of this machine, which judges the candidates" in said
+    monkeypatch.setattr(ncu, "ncu_path", lambda: "/usr/local/cuda/bin/ncu")
+    assert profiling.resolve_profiler("auto")[0] == "auto"
 
 
 def test_the_profile_block_gives_stalls_tensor_pipe_memory_and_occupancy_from_a_recorded_report():

@@ -106,8 +106,21 @@ def test_profile_ncu_without_ncu_says_so_once_and_the_run_completes(tmp_path, ca
     run.subscribe(Progress(total=2))
     assert run.start(background=False).status == "finished"
     err = capsys.readouterr().err
-    # The judging machine says it has no ncu, once (for the seed), and is not asked again.
-    assert err.count(profile_job.NO_NCU) == 1
+    notice = "profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
+    assert err.count(notice) == 1 and err.count("profile ncu") == 1
+    assert [e["payload"]["candidate_id"] for e in events_of(run, CandidateProfiled)] == [None]
+    assert all(p["ncu"] is None for p in run.store.profiles(run.id))
+
+
+def test_a_judging_machine_without_ncu_says_so_once_and_is_not_asked_again(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(ncu, "ncu_path", lambda: None)
+    monkeypatch.setattr(ncu, "profile", lambda *a, **k: pytest.fail("ncu must not run without ncu"))
+    monkeypatch.setattr(H100Executor, "judges_elsewhere", True, raising=False)  # as a queue or a cluster does
+    run = h100_run(tmp_path, ScriptedScientist(factors=(0.5, 0.9, 1.1, 1.2, 1.3)), iterations=2, profile="auto")
+    run.subscribe(Progress(total=2))
+    assert run.start(background=False).status == "finished"
+    err = capsys.readouterr().err
+    assert "where the judging machine has it" in err and err.count(profile_job.NO_NCU) == 1
     assert [e["payload"]["candidate_id"] for e in events_of(run, CandidateProfiled)] == [None, run_seed(run)]
     assert all(p["ncu"] is None for p in run.store.profiles(run.id))
 

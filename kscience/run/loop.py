@@ -68,7 +68,9 @@ class Controller:
                 kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
                                                 if c["kind"] in ("child", "repair") and c["status"] == R.OK]
                 await self.scientist.preflight(kernels)
-            self.profile, said = profiling.resolve_profiler(self.profile)  # said once: on, or why it is off
+            # said once: on, or why it is off
+            self.profile, said = profiling.resolve_profiler(
+                self.profile, judged_here=not getattr(self.executor, "judges_elsewhere", False))
             if said:
                 self.emit(CandidateProfiled(None, self.iterations_done(), "ncu", None, said))
             try:

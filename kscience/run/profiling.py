@@ -44,12 +44,18 @@ def seen(profile: dict | None, result: dict | None) -> dict | None:
     return dict(profile or {}, **extra) if extra else profile
 
 
-def resolve_profiler(setting: str | None) -> tuple[str | None, str | None]:
+def resolve_profiler(setting: str | None, judged_here: bool = True) -> tuple[str | None, str | None]:
     """(the profiler a run asks for, None for none; the one line it says about that, or None). Nsight
-    Compute runs where the candidates are judged (a profile job through the executor: a local slot, Ray,
-    a queue worker), so whether ncu exists is the judging machine's answer, said once when it has none."""
+    Compute runs where the candidates are judged (a profile job through the executor), so with a queue or
+    a cluster (`judged_here` False) whether ncu exists is the judging machine's answer, said once when it
+    has none; where this machine judges, a missing ncu is said here, before anything runs."""
     if setting in (None, "none"):
         return None, None
+    if judged_here and ncu.ncu_path() is None:
+        return None, ("profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
+                      if setting == "ncu" else
+                      "profile: off (Nsight Compute, ncu, is not on PATH of this machine, which judges the "
+                      "candidates); install it for stall reasons and pipe use")
     return setting, (f"profile: Nsight Compute on the seed and each new best where the judging machine has it, "
                      f"outside the timing, after queued evaluations or within {PROFILE_SHARE:.0%} of slot time "
                      "(--profile none turns it off)")
