@@ -107,6 +107,9 @@ def test_kernel_times_output_and_the_judging_machines_profile_reach_the_next_pro
         split = next(line for line in prompt.splitlines() if line.strip().startswith("m=256,n=2048:"))
         assert "normalise_kernel x1" in split and "row_max_kernel x1" in split
         assert f"[stderr] {FALLBACK}" in prompt
+    # The stored finding keeps the child's split, so every later designer sees where its time went.
+    (finding,) = store.findings(run.id)
+    assert "(per kernel on m=256,n=2048: " in finding["text"] and "row_max_kernel x1" in finding["text"]
     # Nsight Compute ran where the seed was judged (a slot's judge, or the queue worker), not in the run.
     assert "Nsight Compute on m=256,n=2048" in designer
     snap = Snapshot.load(store, run.id)

@@ -133,6 +133,15 @@ def kernel_split_text(kernels: list[dict]) -> str:
     return ", ".join(parts)
 
 
+def split_clause(profile: dict | None) -> str:
+    """The per-kernel split of a kernel's last timed shape in a clause a finding keeps ("" with one
+    kernel or none): which launch the time went to is what the next experiment needs."""
+    shown = [s for s in (profile or {}).get("kernels") or [] if s.get("kernels")]
+    if not shown or len(shown[-1]["kernels"]) < 2:
+        return ""
+    return f" (per kernel on {shape_label(shown[-1]['shape'])}: {kernel_split_text(shown[-1]['kernels'])})"
+
+
 def kernel_time_lines(by_shape: list[dict], profiler: str = "") -> list[str]:
     """Time per launched kernel and call, per timed shape (`by_shape`: {"shape", "kernels"}), or the one
     line saying why there is none."""

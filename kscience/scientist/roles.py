@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kscience.scientist.profile_report import render_headroom, render_profile
+from kscience.scientist.profile_report import render_headroom, render_profile, split_clause
 from kscience.problems.spec import shape_label
 from kscience.problems.roofline import ShapeSol
 from kscience.problems.roofline import summary as sol_summary
@@ -424,4 +424,5 @@ class Scientist:
                         + asked_line(plan, child))
         brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
                       measured_pct=pct, profile=child.profile if child else None)
+        clause += split_clause(child.profile if child is not None and ok else None)
         return f"{plan.title}: {clause}. {lesson(await self._ask(prompt, brief))}".rstrip()
