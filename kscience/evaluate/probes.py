@@ -108,7 +108,7 @@ def fp8_dot() -> str:
             else:
                 found.append(f"{err:.2g} at K=4096 {'(fresh dot per block)' if fresh else '(one chain)'}")
         parts.append(f"{label} -> " + ", ".join(found))
-    props = torch.cuda.get_device_properties(0)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return (f"Triton {versions().get('triton')} on {props.name} (sm_{props.major}{props.minor}), "
             f"{SIDE}x{SIDE} fp8 e4m3 tl.dot, num_warps 4, largest abs error against float64 of the same fp8 "
             f"values (inputs randn clamped to +-4): " + "; ".join(parts))
