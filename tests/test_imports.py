@@ -27,7 +27,7 @@ LAZY_ALLOWED = {
     ("kscience.evaluate.ray_executor", "kscience.evaluate.sandbox"): "runs inside the Ray actor",
     # The worker forks a reaper first and confines itself before loading what runs the candidate.
     **{("kscience.evaluate.worker", f"kscience.evaluate.{m}"): "worker import order"
-       for m in ("confine", "harness", "integrity", "lifeline", "proctree", "timing", "wire")},
+       for m in ("confine", "harness", "integrity", "kernel_times", "lifeline", "proctree", "timing", "wire")},
     ("kscience.evaluate.harness", "kscience.device"): "worker import order",
     ("kscience.evaluate.harness", "kscience.problems"): "worker import order",
 }

@@ -19,7 +19,7 @@ from test_prompts import H100, PLAN, Capture, result, view
 from kscience.run import profiling
 from kscience.cli.main import main
 from kscience.run.config import RunConfig
-from kscience.evaluate import compile_facts, ncu
+from kscience.evaluate import compile_facts, ncu, profile_job
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.run.events import CandidateProfiled, StageChanged
 from kscience.jupyter.panels import header_facts
@@ -42,6 +42,8 @@ class H100Executor(FakeExecutor):
     """The fake kernels' verdicts as an H100 would give them: one timed softmax shape, no interpreter."""
 
     def _judge(self, request) -> EvalResult:
+        if request.profile_shape is not None:  # a profile job: Nsight Compute where the judge is
+            return profile_job.run(request, load_problem(request.problem))
         verdict = super()._judge(request)
         shapes = [ShapeResult(shape=dict(SHAPE), ok=s.ok, phase="benchmark", time_us=s.time_us)
                   for s in verdict.shapes]
@@ -52,6 +54,10 @@ class H100Executor(FakeExecutor):
 def h100_run(tmp_path, scientist, **config) -> Run:
     return Run.create(RunConfig(problem="softmax", **config), store=Store(tmp_path / "k.db"),
                       seed_source=fake_kernel(4 * FLOOR_US), scientist=scientist, executor=H100Executor())
+
+
+def run_seed(run) -> str:
+    return next(c["id"] for c in run.store.candidates(run.id) if c["kind"] == "seed")
 
 
 def events_of(run, kind):
@@ -106,6 +112,19 @@ def test_profile_ncu_without_ncu_says_so_once_and_the_run_completes(tmp_path, ca
     assert all(p["ncu"] is None for p in run.store.profiles(run.id))
 
 
+def test_a_judging_machine_without_ncu_says_so_once_and_is_not_asked_again(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(ncu, "ncu_path", lambda: None)
+    monkeypatch.setattr(ncu, "profile", lambda *a, **k: pytest.fail("ncu must not run without ncu"))
+    monkeypatch.setattr(H100Executor, "judges_elsewhere", True, raising=False)  # as a queue or a cluster does
+    run = h100_run(tmp_path, ScriptedScientist(factors=(0.5, 0.9, 1.1, 1.2, 1.3)), iterations=2, profile="auto")
+    run.subscribe(Progress(total=2))
+    assert run.start(background=False).status == "finished"
+    err = capsys.readouterr().err
+    assert "where the judging machine has it" in err and err.count(profile_job.NO_NCU) == 1
+    assert [e["payload"]["candidate_id"] for e in events_of(run, CandidateProfiled)] == [None, run_seed(run)]
+    assert all(p["ncu"] is None for p in run.store.profiles(run.id))
+
+
 def test_profile_ncu_looks_at_the_seed_and_each_new_best_outside_the_timing(tmp_path, capsys, monkeypatch):
     recorded = ncu.parse((DATA / "ncu" / "h100_softmax_full_raw.csv").read_text())
     looked_at = []
@@ -130,7 +149,7 @@ def test_profile_ncu_looks_at_the_seed_and_each_new_best_outside_the_timing(tmp_
     assert len(with_counters) == 2 and all(p["profile_s"] == recorded.profile_s for p in with_counters)
     assert with_counters[0]["ncu"]["shape"] == SHAPE and with_counters[0]["flag"] is None
     err = capsys.readouterr().err
-    assert err.count(f"profiled with Nsight Compute in {recorded.profile_s:.1f} s (outside its timing)") == 2
+    assert err.count(f"in {recorded.profile_s:.1f} s (outside its timing)") == 2
     m = snap.metrics()
     assert m["n_profiled"] == 2 and m["profile_s_total"] == pytest.approx(2 * recorded.profile_s)
     points = {p["id"]: p for p in snap.profile_points()}

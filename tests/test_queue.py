@@ -132,7 +132,9 @@ def test_worker_killed_mid_evaluation_is_recovered_after_its_lease(tmp_path):
 def test_run_stopped_while_waiting_is_resumed_and_takes_the_result_that_arrived(tmp_path):
     queue = tmp_path / "queue"
     store = Store(str(tmp_path / "runs.db"))
-    config = RunConfig(problem="softmax", iterations=0, executor=f"queue:{queue}", compiled_baseline=False)
+    # No profile job: the ledger below counts evaluations only.
+    config = RunConfig(problem="softmax", iterations=0, executor=f"queue:{queue}", compiled_baseline=False,
+                       profile="none")
     run = Run.create(config, store=store)
     waiting = threading.Event()
     run.subscribe(lambda e: waiting.set() if isinstance(e, EvaluationWaiting) else None)

@@ -15,6 +15,9 @@ Trusted side (the process that holds the expected answers and decides):
     crosscheck.py   whether reported times are believable
     contexts.py     whether other processes share the GPU (the driver's count of contexts)
     sandbox.py      starts, watches and kills the worker process
+    candidate_output.py  what the candidate printed, deduplicated and bounded, for the scientist
+    profile_job.py  Nsight Compute on a judged candidate, run wherever the request is judged
+    probes.py       fixed kernels that check the knowledge notes' version-dependent claims on this device
     executor.py, ray_executor.py   where evaluations run
     result.py       the request and verdict types (plain data: they cross process, Ray and database
                     boundaries)
@@ -26,6 +29,8 @@ candidate):
     harness.py      imports the candidate, builds inputs, calls it, hands back outputs
     integrity.py    notices a candidate that rewires the harness
     timing.py       the timed loop
+    kernel_times.py time per launched kernel after the timed calls (both sides: the worker's profiled
+                    calls, the judge's checks of their reply)
 It also loads the problem (kscience.problems) to build inputs from the judge's seeds.
 
 Both sides:

@@ -18,7 +18,7 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import compile_cache, library_rule, peek
+from kscience.evaluate import candidate_output, compile_cache, drive, kernel_times, library_rule, peek, probes, profile_job
 from kscience.evaluate import result as R
 from kscience.evaluate.sandbox import weak_confinement_allowed, weak_points
 from kscience.evaluate.session import Session, Verdict, as_float, plural
@@ -46,6 +46,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     problem = problem or load_problem(request.problem, request.overrides)
     if request.tolerance is not None:
         problem = _with_tolerance(problem, request.tolerance)
+    if request.profile_shape is not None:
+        return profile_job.run(request, problem, gpu)
     t_start = time.monotonic()
     forbidden = () if request.baseline else problem.forbidden_calls
     refused = library_rule.static_violation(request.source, forbidden)
@@ -87,7 +89,11 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
                 # (2026-11-26) left an honest GPU MODE solution 2.7 of 140 GiB.
                 session.give_back_memory()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
+            result.output = candidate_output.digest(result.stdout_tail, result.stderr_tail)
             result.device.update(session.worker_info)
+            # What the knowledge notes' version-dependent claims are on this device (run once per device
+            # and Triton version, then read from the cache); after the worker is gone, never during timing
+            result.device["probes"] = probes.results(device)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed
             result.wall_s = time.monotonic() - t_start
             result.phases_s = {k: round(v, 3) for k, v in session.phases_s.items()}
@@ -174,6 +180,7 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     for shape in tests:
         with session.phase("check"):
             result.shapes.append(session.check(shape, "test")[0])
+    timed = []
     for shape in benches:
         with session.phase("check"):
             res, cap = session.check(shape, "benchmark")
@@ -183,8 +190,10 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         except Verdict:
             res.ok = False  # correct, but its timing failed: the shape is not an ok one
             raise
-    with session.phase("finish"):
-        session.finish()
+        timed.append((res, cap))
+    if _kernel_times(session, request, result, timed):  # else the worker is gone or out of step: no handshake
+        with session.phase("finish"):
+            session.finish()
     cap = session.worker.memory_cap_hit()  # a process killed for memory may not have been the worker
     if cap:
         raise Verdict(R.CRASHED, cap)
@@ -194,6 +203,23 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     result.message = (plural(n_ok, "shape") + " correct" + (
         f"; geomean {result.geomean_us:,.2f} us over {plural(len(times), 'benchmark shape')}, "
         f"timed by {result.timing_label}" if times else ""))
+
+
+def _kernel_times(session: Session, request: R.EvalRequest, result: R.EvalResult, timed: list) -> bool:
+    """Time per launched kernel on every timed shape, after the timed calls (kernel_times.py). Advice:
+    a candidate that fails under the profiler keeps the verdict its checked and timed calls earned,
+    and the pass says why it has no kernels. False when the worker can no longer be spoken to."""
+    if "kernels" not in request.measure or not timed:
+        return True
+    try:
+        with session.phase("kernels"):
+            result.kernel_profiler = kernel_times.measure(session, timed, lambda: drive.new_seed(session.used_seeds))
+    except Verdict as v:
+        for res, _ in timed:
+            res.kernels = []
+        result.kernel_profiler = f"per-kernel times not taken: the profiled calls ended in {v.status}: {v}"[:300]
+        return False
+    return True
 
 
 def _with_reference_weights(problem: Problem, seed: int, device: Device) -> Problem:

@@ -42,6 +42,8 @@ class _Waiting:
 class QueueExecutor(Executor):
     """`capacity` requests in flight at once (as many as the workers' GPUs, typically)."""
 
+    judges_elsewhere = True  # whatever the workers run on decides what can be profiled there
+
     def __init__(self, directory: str | Path, capacity: int = 1, poll_s: float = POLL_S):
         check_positive("capacity", capacity)
         self.root = Q.prepare(Path(directory))

@@ -75,6 +75,8 @@ class RayExecutor(Executor):
     reused as it is, and left open.
     """
 
+    judges_elsewhere = True  # the cluster's nodes decide what can be profiled there
+
     def __init__(self, address: str | None = None, gpus: int | None = None,
                  cpu_workers: int | None = None, max_retries: int = 3):
         check_positive("gpus", gpus)

@@ -33,6 +33,9 @@ class ShapeResult:
     outside_us: float | None = None
     max_abs_err: float | None = None
     message: str = ""
+    # Each kernel the candidate launched on this shape, costliest first: {"name", "launches" per call,
+    # "us" per call}, from a profiled pass after the timed calls (kernel_times.py); advice, not the time
+    kernels: list = field(default_factory=list)
 
 
 @dataclass
@@ -45,6 +48,12 @@ class EvalResult:
     timing_label: str = ""  # "cuda events" or "cpu interpreter (judge's clock)"
     stdout_tail: str = ""
     stderr_tail: str = ""
+    output: str = ""  # the candidate's stdout and stderr, distinct lines, warnings first (candidate_output.py)
+    kernel_profiler: str = ""  # what measured ShapeResult.kernels, or one line on why they are missing
+    # Nsight Compute, run by the judging machine (profile_job.py): {"ncu": NcuProfile dict, "flag",
+    # "profile_s"}, or None; `profile_said` says why there is none when one was asked for
+    profile: dict | None = None
+    profile_said: str = ""
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it
     # Where wall_s went, each phase without those inside it: start, builds, import, check, time,
     # reads (the judge's reads of timed outputs), recheck, inputs and reference (the judge building
@@ -100,3 +109,9 @@ class EvalRequest:
     baseline: bool = False
     allow_weak_confinement: bool = False  # run even where Landlock or namespaces are missing (the
                                           # verdict then lists them); also KSCIENCE_ALLOW_WEAK_CONFINEMENT=1
+    # What the judge measures beyond the verdict: "kernels" (time per launched kernel on every timed
+    # shape of a correct candidate). [] measures nothing more.
+    measure: list = field(default_factory=lambda: ["kernels"])
+    # Set, the request is a profile job, not an evaluation: Nsight Compute on this shape of a candidate
+    # already judged, run where the request is judged (profile_job.py)
+    profile_shape: dict | None = None

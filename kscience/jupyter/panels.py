@@ -15,6 +15,7 @@ from kscience.record.liveness import display_status
 from kscience.record.snapshot import Snapshot, error_text, inside_range, uplift_pct
 from kscience.record.text import fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
 from kscience.scientist.briefing import versions_text
+from kscience.scientist.profile_report import kernel_split_text
 from kscience.record.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
@@ -59,6 +60,9 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     sol = snap.sol_summary(best)
     if sol is not None:  # only with a roofline bound: GPU timings on a known device
         facts.append(("speed of light", fmt_sol(sol)))
+    split = snap.kernel_split(best)
+    if split:  # the best kernel's time per launched kernel, on its first timed shape
+        facts.append(("kernels (best)", f"{split[0]['shape']}: {kernel_split_text(split[0]['kernels'])}"))
     if snap.busy_fractions:
         facts.append(("evaluator busy", fmt_busy(snap.busy_fractions)))
     return facts

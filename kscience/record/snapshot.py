@@ -228,6 +228,18 @@ class Snapshot:
         """candidate id -> its stored profile (compile facts, ncu counters, speed of light, flag)."""
         return {p["candidate_id"]: p for p in self.profiles}
 
+    def kernel_split(self, candidate: dict | None) -> list[dict]:
+        """Time per launched kernel and call on each timed shape of a candidate: {"shape": label,
+        "kernels": [{"name", "launches", "us"}]}; [] where none was measured."""
+        shapes = ((candidate or {}).get("result") or {}).get("shapes") or []
+        return [{"shape": shape_label(s["shape"]), "kernels": s["kernels"]} for s in shapes
+                if isinstance(s, dict) and s.get("phase") == BENCHMARK and s.get("kernels")]
+
+    @cached_property
+    def slot_s(self) -> float:
+        """Seconds of evaluation-slot time the run has had, every slot and session together."""
+        return sum(row["wall_s"] for row in self.slot_times)
+
     def sol(self, candidate: dict | None) -> list[dict]:
         """Speed of light per timed shape of a candidate (stored dicts with `fraction`); [] without a bound."""
         return list((self.profile_of.get(candidate["id"]) or {}).get("sol") or []) if candidate else []
@@ -388,7 +400,11 @@ class Snapshot:
             "n_profiled": sum(p.get("ncu") is not None for p in self.profiles),
             "profile_s_total": (sum(p.get("profile_s") or 0.0 for p in self.profiles)
                                 if any(p.get("ncu") for p in self.profiles) else None),
+            "profile_share": (sum(p.get("profile_s") or 0.0 for p in self.profiles) / self.slot_s
+                              if self.slot_s and any(p.get("ncu") for p in self.profiles) else None),
             "n_flagged": sum(bool(p.get("flag")) for p in self.profiles),
+            "kernels_best": self.kernel_split(best),
+            "output_best": ((best or {}).get("result") or {}).get("output") or None,
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
             "busy_per_slot": self.busy_fractions,
         }

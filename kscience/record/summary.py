@@ -9,6 +9,7 @@ from __future__ import annotations
 from kscience.record.liveness import display_status
 from kscience.record.snapshot import speedup
 from kscience.record.text import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural
+from kscience.scientist.profile_report import kernel_split_text
 
 CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
 
@@ -120,15 +121,24 @@ def verdict_lines(m: dict) -> list[str]:
 
 
 def sol_lines(m: dict) -> list[str]:
-    """Speed of light of the best kernel per shape, and what profiling cost; nothing without a bound."""
+    """Speed of light of the best kernel per shape, its time per launched kernel and what it printed, and
+    what profiling cost."""
     lines = []
     if m.get("sol_best"):
         lines.append(f"  speed of light (best)  worst {m['sol_worst']:.0%}, median {m['sol_median']:.0%} of the "
                      f"roofline bound over {len(m['sol_best'])} shape(s)")
         lines += [f"    {s['shape']:<30}{s['fraction']:>6.0%} of the {s['bound']} bound" for s in m["sol_best"]]
+    if m.get("kernels_best"):
+        lines.append("  kernels (best)         time per launched kernel and call, after the timed calls")
+        lines += [f"    {s['shape']:<30}{kernel_split_text(s['kernels'])}" for s in m["kernels_best"]]
+    if m.get("output_best"):
+        lines.append("  printed (best)         " + m["output_best"].splitlines()[0][:120]
+                     + (f" (+{len(m['output_best'].splitlines()) - 1} more line(s))"
+                        if len(m["output_best"].splitlines()) > 1 else ""))
     if m.get("n_profiled"):
+        share = f", {m['profile_share']:.1%} of slot time" if m.get("profile_share") is not None else ""
         lines.append(f"  profiled (ncu)         {m['n_profiled']} candidate(s), {m['profile_s_total']:.1f} s in all, "
-                     f"{m['profile_s_total'] / m['n_profiled']:.1f} s each, outside any timing")
+                     f"{m['profile_s_total'] / m['n_profiled']:.1f} s each{share}, outside any timing")
     if m.get("n_flagged"):
         lines.append(f"  NOT DOING THE WORK     {m['n_flagged']} candidate(s) flagged by their counters")
     return lines

@@ -17,6 +17,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kscience.evaluate.queue_executor import queue_directory
 from kscience.run.profiling import PROFILERS
+from kscience.scientist.plans import CHOOSERS
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
 from kscience.scientist.llm.factory import default_llm_spec
 from kscience.record.store import DEFAULT_DB
@@ -74,6 +75,11 @@ class RunConfig:
                                    on_resume=True)
     strategy: str | None = setting(None, "--strategy", "how the base kernel is picked (default: tournament "
                                    "offline, llm otherwise)", choices=STRATEGIES, on_resume=True)
+    # Who picks the three plans of a round: the paper's rule over the designer's own scores, or the loop
+    # from the designer's predictions (by upside and distance from plans tried), to compare the two.
+    chooser: str = setting("paper", "--chooser", "who picks the plans carried out: paper (most innovative, "
+                           "highest predicted max and min, as the designer scored them) or loop (by predicted "
+                           "upside and distance from plans tried)", choices=CHOOSERS, on_resume=True)
     repairs: int = setting(2, "--repairs", "repair attempts per broken candidate", metavar="K", on_resume=True)
     executor: str = setting("local", "--executor", f"where candidates are judged: {EXECUTORS}", metavar="SPEC",
                             on_resume=True)
@@ -103,8 +109,8 @@ class RunConfig:
     # Nsight Compute on the seed and on each new best, outside the timed evaluation (a stored config of an
     # older run says None: off).
     profile: str | None = setting("auto", "--profile", "hardware counters of the seed and of each new best "
-                                  "(Nsight Compute; its cost is shown, never timed); auto: where this machine has "
-                                  "a GPU and ncu; none: off",
+                                  "(Nsight Compute; its cost is shown, never timed); auto: where the judging "
+                                  "machine has ncu; none: off",
                                   choices=PROFILERS, on_resume=True)
     stop_at_sol: float | None = setting(None, "--stop-at-sol", "end the run once its best kernel reaches this "
                                         "fraction of the roofline bound on every shape, e.g. 0.8", metavar="F",

@@ -107,7 +107,7 @@ class Run:
         knowledge, code_knowledge = knowledge_for(c.knowledge, target.topics, self.problem.name)
         # A resumed session gets a shifted seed so it does not replay the choices of the first one.
         return Scientist(llm, self.problem, knowledge, strategy=c.strategy, seed=c.seed + done,
-                         code_knowledge=code_knowledge, target=target)
+                         code_knowledge=code_knowledge, target=target, chooser=c.chooser)
 
     def _model_name(self) -> str:
         return getattr(self._scientist, "model_name", self.config.llm)

@@ -20,6 +20,7 @@ import contextlib
 import time
 
 from kscience.run import profiling
+from kscience.evaluate import profile_job
 from kscience.evaluate import result as R
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
 from kscience.run.line import EvaluationsSpent, Stopped, source_diff
@@ -29,6 +30,7 @@ from kscience.record.store import BASELINE_KINDS, PENDING
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
+PROFILE_LOOK_S = 0.2  # how often a waiting profile job looks for a slot no evaluation wants
 
 
 class Judging:
@@ -40,7 +42,10 @@ class Judging:
         for slot in range(self.capacity):
             self._free.put_nowait(slot)
         self._reserved = 0  # evaluations asked for and not yet recorded: they count against the budget
-        self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
+        self._profiling = asyncio.Lock()  # one profile job at a time, on one slot, yielding to evaluations
+        self.no_ncu = False  # the judging machine said it has no Nsight Compute: not asked again this run
+        self.profile_s = 0.0  # slot seconds profile jobs took, from request to answer
+        self._queued = 0  # evaluations waiting for a slot: a profile job lets them go first
         self._baselines_out = 0  # baselines in flight: they take no slot (see _judge)
         self._no_baselines_out = asyncio.Event()
         self._no_baselines_out.set()
@@ -83,25 +88,39 @@ class Judging:
             finally:
                 self._reserved -= counted
         cand = self.record_verdict(cand, result)
-        if ctx.profile == "ncu" and twin is None and profiling.candidate_to_profile(
-                cand, ctx.store.candidates(ctx.run_id)):
+        if twin is None and ctx.profile and not self.no_ncu and (
+                profiling.candidate_to_profile(cand, ctx.store.candidates(ctx.run_id))
+                or (cand["status"] == R.OK and "ncu" in self.asked_for(cand))):
             await self._profile(cand, line)
         await self.maybe_compose(cand["iteration"], line)  # after every recorded verdict
         return cand
+
+    def asked_for(self, cand: dict) -> list[str]:
+        """The measurements the plan behind a candidate asked for (Plan.measure); [] for none."""
+        if not cand.get("plan_id"):
+            return []
+        row = next((p for p in self.ctx.store.plans(self.ctx.run_id) if p["id"] == cand["plan_id"]), None)
+        return list(((row or {}).get("plan") or {}).get("measure") or [])
 
     async def _judge(self, cand: dict, line: int) -> dict:
         ctx = self.ctx
         baseline = cand["kind"] in BASELINE_KINDS
         if self._free.empty() and not baseline:  # every slot is taken: the dashboard shows this line waiting
             ctx.stage("queued", cand["iteration"], cand["id"], line)
-        slot = None if baseline else await self._free.get()
+        slot = None
         if baseline:
             # A baseline takes no slot, so the seed and the baselines are asked for together (one batch of a
             # queue's requests, one round of a cluster's); the executor runs them as its capacity allows. Not
-            # while a profile runs, which must have the GPU alone, and a profile waits for them (_profile).
+            # while a profile runs, whose counters would share the GPU with them, and a profile waits for them.
             async with self._profiling:
                 self._baselines_out += 1
                 self._no_baselines_out.clear()
+        else:
+            self._queued += 1
+            try:
+                slot = await self._free.get()
+            finally:
+                self._queued -= 1
         started = time.monotonic()
         future = None
         try:
@@ -222,25 +241,48 @@ class Judging:
                                                 waited_s=round(said_at - started, 1), line=line))
 
     async def _profile(self, cand: dict, line: int) -> None:
-        """Nsight Compute on one shape of the candidate, on a thread so events keep flowing, with every
-        evaluation slot held so nothing is timed meanwhile. Its cost is shown, and never timed."""
-        ctx, said, held = self.ctx, [], []
+        """Nsight Compute on one shape of the candidate, as a profile job judged where evaluations are
+        (profile_job.py: local slot, Ray, queue), on one slot and never ahead of a queued evaluation
+        unless profiling has taken less than PROFILE_SHARE of the slots' time. Its cost is shown, and
+        never timed."""
+        ctx = self.ctx
+        shape = profiling.profile_shape(ctx.problem, cand["result"] or {})
+        if shape is None:
+            return
         async with self._profiling:
+            await self._no_baselines_out.wait()
+            slot = await self._slot_for_profile()
+            started = time.monotonic()
             try:
-                for _ in range(self.capacity):
-                    held.append(await self._free.get())
-                await self._no_baselines_out.wait()
                 ctx.emit(StageChanged(stage="profile", iteration=cand["iteration"], detail=cand["id"], line=line))
-                record = await asyncio.to_thread(profiling.profile_with_ncu, ctx.problem, cand["source"],
-                                                 cand["result"], say=said.append)
+                request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
+                                        overrides=dict(ctx.problem.overrides), candidate_id=cand["id"], measure=[],
+                                        profile_shape=shape)
+                future = self.executor.submit(request)
+                answer = (await self._outcome(cand, future, line)).to_dict()
             finally:
-                for slot in held:
-                    self._free.put_nowait(slot)
+                self.profile_s += time.monotonic() - started
+                self._free.put_nowait(slot)
+        record = answer.get("profile")
         if record is not None:
             ctx.store.record_profile(cand["id"], **record)
+        elif answer.get("profile_said", "").startswith(profile_job.NO_NCU):
+            self.no_ncu = True
         ctx.emit(CandidateProfiled(candidate_id=cand["id"], iteration=cand["iteration"], profiler="ncu",
                                    profile_s=record and record["profile_s"],
-                                   message=profiling.profiled_line(cand["id"], record, said)))
+                                   message=profiling.profiled_line(cand["id"], record, [answer.get("profile_said")],
+                                                                   host=(answer.get("device") or {}).get("host"))))
+
+    async def _slot_for_profile(self) -> int:
+        """A free slot once no evaluation waits for one, or at once while profiling's share of the slots'
+        time stays within PROFILE_SHARE."""
+        while True:
+            ctx_wall = self.capacity * (time.monotonic() - self._t0)
+            within = self.profile_s <= profiling.PROFILE_SHARE * ctx_wall
+            if (self._queued == 0 or within) and not self._free.empty():
+                return self._free.get_nowait()
+            self.ctx.check_stop()
+            await asyncio.sleep(PROFILE_LOOK_S)
 
     # --- busy time -------------------------------------------------------------------------------
     def save(self) -> None:

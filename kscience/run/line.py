@@ -14,6 +14,7 @@ import difflib
 from dataclasses import asdict
 
 from kscience.evaluate import result as R
+from kscience.run import profiling
 from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed
 from kscience.scientist.briefing import coverage
 from kscience.scientist.plans import choose_untaken
@@ -90,7 +91,8 @@ class Line:
             # is refused, the designer's other proposals stand in for it, and when none is left the
             # base is designed on once more, now with those plans in view as under way.
             taken = sum(ctx.plans_on(base.id), [])
-            if any(p.chosen for p in plans) and not any(p.chosen for p in choose_untaken(plans, taken)) \
+            chooser = getattr(ctx.scientist, "chooser", "paper")
+            if any(p.chosen for p in plans) and not any(p.chosen for p in choose_untaken(plans, taken, chooser)) \
                     and len(taken) > len(done) + len(in_flight) and candidate.id not in redesigned:
                 redesigned.add(candidate.id)
                 order.insert(0, candidate)
@@ -179,7 +181,8 @@ class Line:
             failing = (broken["result"] or {}).get("failing_shape")
             draft = await ctx.scientist.repair(broken["source"], broken["status"], broken["message"], failing,
                                                attempts, coverage=coverage(broken["result"], ctx.problem),
-                                               profile=ctx.store.profile(broken["id"]))
+                                               profile=profiling.seen(ctx.store.profile(broken["id"]),
+                                                                      broken["result"]))
             last = self.add_draft(draft, kind="repair", parent_id=broken["id"], parent_source=broken["source"],
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
                                   repair_attempt=attempts)

@@ -70,7 +70,9 @@ class Controller:
                 kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
                                                 if c["kind"] in ("child", "repair") and c["status"] == R.OK]
                 await self.scientist.preflight(kernels)
-            self.profile, said = profiling.resolve_profiler(self.profile)  # said once: on, or why it is off
+            # said once: on, or why it is off
+            self.profile, said = profiling.resolve_profiler(
+                self.profile, judged_here=not getattr(self.executor, "judges_elsewhere", False))
             if said:
                 self.emit(CandidateProfiled(None, self.iterations_done(), "ncu", None, said))
             try:
@@ -319,7 +321,7 @@ class Controller:
 
     def view(self, c: dict, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
         result = c["result"] or {}
-        profile = profile or self.store.profile(c["id"])
+        profile = profiling.seen(profile or self.store.profile(c["id"]), result)
         return CandidateView(
             id=c["id"], parent_id=c["parent_id"], hypothesis=c["hypothesis"], status=c["status"],
             geomean_us=c["geomean_us"], source=c["source"], message=c["message"],

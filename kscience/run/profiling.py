@@ -2,28 +2,29 @@
 
 * `after_evaluation`: free, for every candidate evaluated on a GPU. The compile facts the judge read
   from the compiled artefacts once the worker was gone (EvalResult.compile_facts), and the speed of
-  light per timed shape.
-* `profile_with_ncu`: costly, by default where a GPU and ncu are at hand (`--profile auto`; `ncu`
-  insists, `none` turns it off): the seed, and each new best. Nsight Compute on the shape with the most headroom, outside the timed evaluation,
-  and the 'not doing the work' check against what the problem needs.
+  light per timed shape. `seen` adds what else the evaluation brought back: time per launched kernel
+  and the candidate's own output.
+* Nsight Compute: costly, for the seed and each new best (`--profile auto` or `ncu`, `none` turns it off),
+  as a profile job judged where the evaluations are (kscience.evaluate.profile_job) on the shape with the
+  most headroom, outside the timed evaluation, with the 'not doing the work' check against what the
+  problem needs. `profile_with_ncu` does the same in this process (benchmarks).
 
 Both return keyword arguments for `Store.record_profile`, so the caller stores them as they are.
 """
 
 from __future__ import annotations
 
-import os
-
-import torch
-
-from kscience.evaluate import ncu
+from kscience.evaluate import ncu, profile_job
 from kscience.problems import Problem
-from kscience.problems.roofline import not_doing_the_work, result_sol, stop_at_sol, summary
+from kscience.problems.roofline import result_sol, stop_at_sol, summary
 
 
-# Values of the run setting `profile`: "auto" (the default) profiles with Nsight Compute where this machine
-# has a GPU and ncu, "ncu" asks for it (and says so where it is missing), "none" (or None) turns it off.
+# Values of the run setting `profile`: "auto" (the default) and "ncu" profile with Nsight Compute where the
+# judging machine has it (each says once when it has not), "none" (or None) turns it off.
 PROFILERS = ("auto", "ncu", "none")
+# A profile job waits for a slot no evaluation is queued for, unless profiling has so far taken less
+# than this share of the slots' time: it never delays the search by more than that.
+PROFILE_SHARE = 0.10
 
 
 def after_evaluation(problem: Problem, result: dict) -> dict:
@@ -32,27 +33,32 @@ def after_evaluation(problem: Problem, result: dict) -> dict:
             "sol": [s.to_dict() for s in result_sol(problem, result)]}
 
 
-def missing_profiler(profiler: str | None) -> str | None:
-    """The one line a run says when the profiler it was asked for is not on this machine; else None."""
-    if profiler == "ncu" and ncu.ncu_path() is None:
-        return "profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
-    return None
+def seen(profile: dict | None, result: dict | None) -> dict | None:
+    """A stored profile with what the evaluation itself brought back: time per launched kernel on each
+    timed shape (and what measured it) and the candidate's own output; the profile as it was without them."""
+    result = result or {}
+    kernels = [{"shape": s["shape"], "kernels": s["kernels"]} for s in result.get("shapes") or []
+               if isinstance(s, dict) and s.get("kernels")]
+    extra = {k: v for k, v in (("kernels", kernels), ("kernel_profiler", result.get("kernel_profiler")),
+                               ("output", result.get("output"))) if v}
+    return dict(profile or {}, **extra) if extra else profile
 
 
-def resolve_profiler(setting: str | None) -> tuple[str | None, str | None]:
-    """(the profiler a run uses, None for none; the one line it says about that, or None). "auto" turns
-    Nsight Compute on where this machine has a GPU and ncu (the profile runs here, beside the run), and
-    otherwise says in one line why it is off."""
+def resolve_profiler(setting: str | None, judged_here: bool = True) -> tuple[str | None, str | None]:
+    """(the profiler a run asks for, None for none; the one line it says about that, or None). Nsight
+    Compute runs where the candidates are judged (a profile job through the executor), so with a queue or
+    a cluster (`judged_here` False) whether ncu exists is the judging machine's answer, said once when it
+    has none; where this machine judges, a missing ncu is said here, before anything runs."""
     if setting in (None, "none"):
         return None, None
-    if setting == "ncu":
-        missing = missing_profiler("ncu")
-        return (None, missing) if missing else ("ncu", None)
-    if os.environ.get("KSCIENCE_DEVICE", "").lower() == "cpu" or not torch.cuda.is_available():
-        return None, "profile: off (no GPU on this machine to run Nsight Compute on)"
-    if ncu.ncu_path() is None:
-        return None, "profile: off (Nsight Compute, ncu, is not on PATH); install it for stall reasons and pipe use"
-    return "ncu", "profile: Nsight Compute on the seed and each new best, outside the timing (--profile none turns it off)"
+    if judged_here and ncu.ncu_path() is None:
+        return None, ("profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
+                      if setting == "ncu" else
+                      "profile: off (Nsight Compute, ncu, is not on PATH of this machine, which judges the "
+                      "candidates); install it for stall reasons and pipe use")
+    return setting, (f"profile: Nsight Compute on the seed and each new best where the judging machine has it, "
+                     f"outside the timing, after queued evaluations or within {PROFILE_SHARE:.0%} of slot time "
+                     "(--profile none turns it off)")
 
 
 def worth_profiling(kind: str, result: dict, best_before: dict | None) -> bool:
@@ -99,14 +105,15 @@ def candidate_to_profile(cand: dict, candidates: list[dict]) -> bool:
     return worth_profiling(kind, cand["result"] or {}, best and {"geomean_us": best["geomean_us"]})
 
 
-def profiled_line(cand_id: str, record: dict | None, said: list[str] = ()) -> str:
+def profiled_line(cand_id: str, record: dict | None, said: list[str] = (), host: str | None = None) -> str:
     """One line for the progress display: what Nsight Compute cost and what it saw, or what it `said`
     when it gave no profile."""
     if record is None:
-        return "; ".join(said) or f"profile ncu: {cand_id} was not profiled (no benchmark shape)"
+        return "; ".join(x for x in said if x) or f"profile ncu: {cand_id} was not profiled (no benchmark shape)"
     prof = record["ncu"]
     names = {k["name"] for k in prof.get("kernels", [])}
-    text = (f"{cand_id} profiled with Nsight Compute in {record['profile_s']:.1f} s (outside its timing): "
+    text = (f"{cand_id} profiled with Nsight Compute{f' on {host}' if host else ''} in {record['profile_s']:.1f} s "
+            "(outside its timing): "
             f"{len(prof.get('kernels', []))} launch(es) of {len(names)} kernel(s)")
     if prof.get("occupancy_pct") is not None:
         text += f", occupancy {prof['occupancy_pct']:.0f}%"
@@ -126,18 +133,8 @@ def profile_shape(problem: Problem, result: dict) -> dict | None:
 
 def profile_with_ncu(problem: Problem, source: str, result: dict, *, gpu: int | None = None,
                      timeout_s: float = ncu.DEFAULT_TIMEOUT_S, say=print) -> dict | None:
-    """Nsight Compute counters of one candidate, or None without ncu (said once) or without a shape.
-    A failed profile is reported through `say` and returns None: it never fails the run."""
+    """Nsight Compute on the shape with the most headroom of a judged candidate, in this process (a
+    benchmark's; a run sends a profile job to where it judges instead); None without ncu or a shape."""
     shape = profile_shape(problem, result)
-    if shape is None:
-        return None
-    try:
-        prof = ncu.profile(problem.locator, source, shape, overrides=problem.overrides, gpu=gpu,
-                           timeout_s=timeout_s, say=say)
-    except (ncu.NcuError, OSError) as exc:  # OSError: ncu or its log could not be run or read
-        say(f"profile ncu: {exc}")
-        return None
-    if prof is None:
-        return None
-    flag = not_doing_the_work(problem, shape, prof.dram_bytes, prof.fp32_flops)
-    return {"ncu": prof.to_dict(), "flag": flag, "profile_s": prof.profile_s}
+    return None if shape is None else profile_job.profile(problem, source, shape, gpu=gpu, timeout_s=timeout_s,
+                                                          say=say)

@@ -49,6 +49,7 @@ class Bench:
     baselines: list[Baseline] = field(default_factory=list)
     versions: str = ""  # "torch 2.11.0, Triton 3.6.0, CUDA 12.8" of the evaluating device
     leaders: str = ""  # which kernel is fastest on which shapes (compose.leaders_text), when they differ
+    probes: dict = field(default_factory=dict)  # the judging device's probe results (kscience.evaluate.probes)
 
     @property
     def interpreted(self) -> bool:
@@ -93,7 +94,8 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
     return Bench(device, target, timing,
                  noise_pct=statistics.median(p for p, _ in spreads) if spreads else None,
                  repeats=int(statistics.median(n for _, n in spreads)) if spreads else 0, baselines=rows,
-                 versions=versions_text((seed or {}).get("device")), leaders=leaders)
+                 versions=versions_text((seed or {}).get("device")), leaders=leaders,
+                 probes=dict(((seed or {}).get("device") or {}).get("probes") or {}))
 
 
 def shape_times(result: dict | None) -> dict[str, float]:

@@ -19,7 +19,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["KnowledgeError", "load_knowledge", "list_notes", "knowledge_for"]
+__all__ = ["KnowledgeError", "load_knowledge", "list_notes", "knowledge_for", "fill_probes"]
 
 DEFAULT_BUDGET_CHARS = 32000  # the three notes of one target (language, GPU, problem) fit whole
 _ORDER = ("triton", "hopper", "cdna3", "fp8_blockscale_gemm")  # package notes, most general first
@@ -28,6 +28,23 @@ _ALIASES = {  # words a caller is likely to have (device kind or name) -> the no
     "rocm": "cdna3", "hip": "cdna3", "amd": "cdna3", "mi300": "cdna3", "mi300x": "cdna3",
     "mi325x": "cdna3", "gfx942": "cdna3", "cpu": "triton", "interpreter": "triton",
 }
+
+
+# A version-dependent claim in a note: `{{probe:NAME}}` stands where the judging device's result of
+# probe NAME (kscience.evaluate.probes) goes.
+_PROBE = re.compile(r"\{\{probe:(\w+)\}\}")
+
+
+def fill_probes(text: str, probes: dict | None, interpreted: bool = False) -> str:
+    """The notes with each `{{probe:NAME}}` replaced by what that probe found on the judging device, or
+    by why the claim is unchecked (no GPU, or no result yet)."""
+    def one(m: re.Match) -> str:
+        found = (probes or {}).get(m.group(1))
+        if found:
+            return f"[checked on the judging device: {found}]"
+        why = "the CPU interpreter compiles no GPU code" if interpreted else "no probe result from the judging device yet"
+        return f"[version-dependent, not checked here: {why}; read the compiled PTX before relying on it]"
+    return _PROBE.sub(one, text)
 
 
 class KnowledgeError(Exception):

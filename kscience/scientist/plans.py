@@ -3,7 +3,8 @@ and how a plan's prediction reads against what was measured.
 
 Following the GPU Kernel Scientist (Andrews & Witteveen, 2025): five plans with a predicted uplift
 range and an innovation score, of which three are chosen: the most innovative, the highest
-predicted maximum and the highest predicted minimum.
+predicted maximum and the highest predicted minimum. Under the "loop" chooser the designer only
+predicts, and the loop chooses by predicted upside and by distance from the plans already tried.
 """
 
 from __future__ import annotations
@@ -11,12 +12,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from kscience.scientist.llm.base import LLMError, one_line
+from kscience.scientist.measurements import parse_measure
 from kscience.scientist.strategy import OK
 
 PLANS_WANTED = 5
+# Who chooses the three plans carried out: "paper" (the GPU Kernel Scientist's rule over the designer's
+# own scores, the method reproduced) or "loop" (the designer only predicts; the loop picks by predicted
+# upside and by distance from plans tried or under way), so the two can be compared at equal budgets.
+CHOOSERS = ("paper", "loop")
 
 
 @dataclass
@@ -28,7 +35,8 @@ class Plan:
     predicted_max_pct: float
     innovation: int  # 1..10
     chosen: bool = False
-    why_chosen: str = ""  # "most innovative" | "highest max" | "highest min"
+    why_chosen: str = ""  # the rule that chose it (CHOICE_RULES, LOOP_RULES)
+    measure: list[str] = field(default_factory=list)  # measurements asked for beyond those always returned
 
 
 def _number(value) -> float | None:
@@ -48,6 +56,8 @@ def _plan_from(obj) -> Plan | None:
     title, rationale, changes = obj.get("title"), obj.get("rationale"), obj.get("changes")
     low, high = _number(obj.get("predicted_min_pct")), _number(obj.get("predicted_max_pct"))
     innovation = _number(obj.get("innovation"))
+    if innovation is None and "innovation" not in obj:
+        innovation = 0  # not scored: the loop chooses (CHOOSERS)
     if isinstance(changes, str):
         changes = [changes]
     if not (isinstance(title, str) and title.strip() and isinstance(rationale, str) and isinstance(changes, list)):
@@ -56,7 +66,8 @@ def _plan_from(obj) -> Plan | None:
     if not changes or low is None or high is None or innovation is None:
         return None
     low, high = min(low, high), max(low, high)
-    return Plan(one_line(title, 120), rationale.strip(), changes, low, high, int(min(max(round(innovation), 1), 10)))
+    return Plan(one_line(title, 120), rationale.strip(), changes, low, high,
+                int(min(max(round(innovation), 1), 10)) if innovation else 0, measure=parse_measure(obj.get("measure")))
 
 
 def parse_plans(text: str) -> list[Plan]:
@@ -84,32 +95,77 @@ CHOICE_RULES = (  # (why_chosen, ranking key); each rule takes the best plan not
 )
 
 
+TIES = ("Ties: for the most innovative, the higher predicted maximum wins; for the highest maximum, the higher "
+        "minimum; for the highest minimum, the higher maximum; then the plan listed first. A plan that wins two "
+        "rules is carried out once, and the later rule takes the best plan not yet chosen.")
+
+
 def _title_key(title: str) -> str:
     return " ".join(title.lower().split())
 
 
-def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
-    """Mark up to three distinct plans chosen, one per rule; ties go to the plan listed first.
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9_]+", text.lower()))
+
+
+def distance(plan: Plan, others: list[set[str]]) -> float:
+    """1 minus the largest word overlap (Jaccard) of the plan's title and changes with any of `others`;
+    1.0 when there are none."""
+    mine = _words(" ".join([plan.title, *plan.changes]))
+    return 1.0 - max((len(mine & o) / len(mine | o) for o in others if mine | o), default=0.0)
+
+
+def _mid(p: Plan) -> float:
+    return (p.predicted_min_pct + p.predicted_max_pct) / 2
+
+
+# The loop's rules when it chooses (CHOOSERS "loop"): by predicted upside (the middle of the range) and
+# by distance from the plans tried or under way on this base and those already chosen in this round.
+LOOP_RULES = (
+    ("highest predicted upside", lambda p, far: (_mid(p), p.predicted_max_pct)),
+    ("furthest from plans tried", lambda p, far: (far, _mid(p))),
+    ("next highest upside, away from those", lambda p, far: (_mid(p) * (0.5 + far / 2), p.predicted_max_pct)),
+)
+LOOP_TIES = ("Ties go to the higher predicted maximum (for distance: the higher upside), then to the plan "
+             "listed first.")
+
+
+def choice_text(chooser: str = "paper") -> str:
+    """How the three plans carried out are chosen, for the designer's prompt."""
+    if chooser == "loop":
+        return ("Three plans will be carried out, chosen by the loop from your predictions alone: the highest "
+                "predicted upside (the middle of its range), the one furthest from the experiments already tried "
+                "or under way on this base (by the words of its title and changes), and the next highest upside "
+                f"weighed by its distance from those. {LOOP_TIES} So predict honestly; no score of yours is used.")
+    return ("Three plans will be carried out: the most innovative, the one with the highest predicted maximum "
+            f"and the one with the highest predicted minimum, so make the ranges honest. {TIES}")
+
+
+def mark_chosen(plans: list[Plan], done: Iterable[str] = (), chooser: str = "paper") -> list[Plan]:
+    """Mark up to three distinct plans chosen, one per rule; remaining ties go to the plan listed first.
     A plan titled as an experiment already carried out on this base (`done`) is never chosen:
     its outcome is known, and the same edit would only rebuild a kernel already judged."""
+    done = list(done)
     done_keys = {_title_key(t) for t in done}
     for plan in plans:
         plan.chosen, plan.why_chosen = False, ""
-    for why, key in CHOICE_RULES:
+    rules = LOOP_RULES if chooser == "loop" else [(why, lambda p, far, key=key: key(p)) for why, key in CHOICE_RULES]
+    for why, key in rules:
         rest = [p for p in plans if not p.chosen and _title_key(p.title) not in done_keys]
         if rest:
-            pick = max(rest, key=key)
+            others = [_words(t) for t in done] + [_words(" ".join([p.title, *p.changes])) for p in plans if p.chosen]
+            pick = max(rest, key=lambda p: key(p, distance(p, others)))  # max keeps the first of equals
             pick.chosen, pick.why_chosen = True, why
     return plans
 
 
-def choose_untaken(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
+def choose_untaken(plans: list[Plan], taken: Iterable[str], chooser: str = "paper") -> list[Plan]:
     """Lines designing on one base at once: when a chosen plan is titled as an experiment carried
     out or under way there (`taken`), choose again by the rules among the plans not taken; plans
     that clash with nothing keep the designer's choice."""
     taken_keys = {_title_key(t) for t in taken}
     if any(p.chosen and _title_key(p.title) in taken_keys for p in plans):
-        mark_chosen(plans, taken)
+        mark_chosen(plans, taken, chooser)
     return plans
 
 

@@ -14,6 +14,8 @@ from kscience.problems import shape_label
 from kscience.problems.roofline import ShapeSol, summary
 
 MAX_KERNEL_LINES = 6  # distinct kernels shown; each kernel's compiled specialisations share one line
+MAX_SPLIT_SHAPES = 4  # timed shapes whose per-kernel split is shown
+MAX_SPLIT_KERNELS = 5  # kernels named per shape, the costliest; the rest are summed
 
 
 def _pct(x: float | None) -> str:
@@ -119,6 +121,49 @@ def ncu_lines(p: NcuProfile) -> list[str]:
     return lines
 
 
+def kernel_split_text(kernels: list[dict]) -> str:
+    """'cast_kernel x1 12.0 us (20%), gemm_kernel x1 48.0 us (80%)' for one shape's launched kernels."""
+    total = sum(k["us"] for k in kernels) or 1.0
+    parts = [f"{k['name'][:60]} x{k['launches']:g} {k['us']:.1f} us ({k['us'] / total:.0%})"
+             for k in kernels[:MAX_SPLIT_KERNELS]]
+    rest = kernels[MAX_SPLIT_KERNELS:]
+    if rest:
+        us = sum(k["us"] for k in rest)
+        parts.append(f"{len(rest)} more kernel(s) {us:.1f} us ({us / total:.0%})")
+    return ", ".join(parts)
+
+
+def split_clause(profile: dict | None) -> str:
+    """The per-kernel split of a kernel's last timed shape in a clause a finding keeps ("" with one
+    kernel or none): which launch the time went to is what the next experiment needs."""
+    shown = [s for s in (profile or {}).get("kernels") or [] if s.get("kernels")]
+    if not shown or len(shown[-1]["kernels"]) < 2:
+        return ""
+    return f" (per kernel on {shape_label(shown[-1]['shape'])}: {kernel_split_text(shown[-1]['kernels'])})"
+
+
+def kernel_time_lines(by_shape: list[dict], profiler: str = "") -> list[str]:
+    """Time per launched kernel and call, per timed shape (`by_shape`: {"shape", "kernels"}), or the one
+    line saying why there is none."""
+    shown = [s for s in by_shape if s.get("kernels")]
+    if not shown:
+        return [f"- time per launched kernel: {profiler}"] if profiler.startswith("per-kernel") else []
+    lines = [f"- time per launched kernel and call (profiled after the timed calls, {profiler or 'profiler'}; "
+             "their sum can differ from the timed median):"]
+    lines += [f"  {shape_label(s['shape'])}: {kernel_split_text(s['kernels'])}" for s in shown[:MAX_SPLIT_SHAPES]]
+    if len(shown) > MAX_SPLIT_SHAPES:
+        lines.append(f"  ... and {len(shown) - MAX_SPLIT_SHAPES} more shape(s)")
+    return lines
+
+
+def output_lines(output: str) -> list[str]:
+    """The candidate's own stdout and stderr (candidate_output.digest), indented under one heading."""
+    if not output:
+        return []
+    return ["- what the kernel printed (stdout/stderr, each distinct line once, warnings first):"] + [
+        f"  {line}" for line in output.splitlines()]
+
+
 def render_headroom(sols: list[ShapeSol | dict]) -> str:
     """One line: where the kernel is furthest from its roofline bound, and the median."""
     sols = [_sol(s) for s in sols]
@@ -131,7 +176,8 @@ def render_headroom(sols: list[ShapeSol | dict]) -> str:
 
 
 def render_profile(facts: list[KernelFacts | dict] | None = None, ncu: NcuProfile | dict | None = None,
-                   sols: list[ShapeSol | dict] | None = None, flag: str | None = None) -> str:
+                   sols: list[ShapeSol | dict] | None = None, flag: str | None = None,
+                   kernels: list[dict] | None = None, kernel_profiler: str = "", output: str = "") -> str:
     """The block a prompt shows about one candidate."""
     facts = [KernelFacts(**f) if isinstance(f, dict) else f for f in facts or []]
     ncu = NcuProfile.from_dict(ncu) if isinstance(ncu, dict) else ncu
@@ -140,8 +186,10 @@ def render_profile(facts: list[KernelFacts | dict] | None = None, ncu: NcuProfil
         lines += kernel_lines(facts)
     else:
         lines.append("- compile facts: none (no compiled GPU code: CPU interpreter or nothing compiled)")
+    lines += kernel_time_lines(kernels or [], kernel_profiler or "")
     if ncu is not None:
         lines += ncu_lines(ncu)
+    lines += output_lines(output or "")
     if flag:
         lines.append(f"- WARNING: {flag}")
     if sols:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kscience.scientist.profile_report import render_headroom, render_profile
+from kscience.scientist.profile_report import render_headroom, render_profile, split_clause
 from kscience.problems.libraries import library_notes
 from kscience.problems.spec import shape_label
 from kscience.problems.roofline import ShapeSol
@@ -31,8 +31,11 @@ from kscience.scientist.briefing import (Bench, Brief, format_times, problem_sou
                                          render_header)
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
+from kscience.scientist.knowledge import fill_probes
 from kscience.scientist.llm.base import LLMError, one_line
-from kscience.scientist.plans import Plan, mark_chosen, measured_clause, parse_plans, predicted_range
+from kscience.scientist.measurements import prompt_text as measurements_text
+from kscience.scientist.plans import (CHOOSERS, Plan, choice_text, mark_chosen, measured_clause, parse_plans,
+                                      predicted_range)
 from kscience.scientist.prompts import load_schema, render
 from kscience.scientist.strategy import OK, CandidateView, Selection, ranked, seed_of, tournament, tree_search
 
@@ -57,10 +60,11 @@ class Draft:
 def profile_block(profile: dict | None) -> str:
     """What a profiler saw of a kernel (compile facts, Nsight Compute counters, speed of light per shape,
     the 'not doing the work' flag); empty when nothing was seen (the CPU interpreter compiles nothing)."""
-    if not profile or not (profile.get("compile_facts") or profile.get("ncu") or profile.get("sol")
-                           or profile.get("flag")):
+    if not profile or not any(profile.get(k) for k in ("compile_facts", "ncu", "sol", "flag", "kernels",
+                                                        "kernel_profiler", "output")):
         return ""
-    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"))
+    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"),
+                          profile.get("kernels"), profile.get("kernel_profiler") or "", profile.get("output") or "")
     sols = profile.get("sol") or []
     if sols:
         text += "\nSpeed of light per shape: " + "; ".join(
@@ -72,6 +76,18 @@ def _line_block(profile: dict | None) -> str:
     """The profile block as lines of their own inside a template, or nothing."""
     block = profile_block(profile)
     return block + "\n" if block else ""
+
+
+def asked_line(plan: Plan, child: CandidateView | None) -> str:
+    """What the plan asked to have measured, and whether it came back (a line of the finding prompt)."""
+    if not plan.measure:
+        return ""
+    profile = (child.profile if child is not None else None) or {}
+    got = [m for m in plan.measure if profile.get(m)]
+    missing = [m for m in plan.measure if m not in got]
+    return (f"Asked for: {', '.join(plan.measure)}" + (f"; supplied above: {', '.join(got)}" if got else "")
+            + (f"; not supplied: {', '.join(missing)} (not available where it was judged, or the kernel failed)"
+               if missing else "") + "\n")
 
 
 def headroom(view: CandidateView | None) -> str:
@@ -207,11 +223,15 @@ class Scientist:
 
     def __init__(self, llm, problem, knowledge: str, *, strategy: str = "tournament",
                  seed: int = 0, epsilon: float = 0.2, code_knowledge: str | None = None,
-                 target: Hardware | None = None):
+                 target: Hardware | None = None, chooser: str = "paper"):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown selection strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-        self.llm, self.problem, self.knowledge = llm, problem, knowledge
-        self.code_knowledge = knowledge if code_knowledge is None else code_knowledge
+        if chooser not in CHOOSERS:
+            raise ValueError(f"unknown plan chooser {chooser!r}: use one of {', '.join(CHOOSERS)}")
+        self.chooser = chooser  # who picks the three plans carried out (plans.CHOOSERS)
+        self.llm, self.problem, self.knowledge = llm, problem, fill_probes(knowledge, None)
+        self.code_knowledge = self.knowledge if code_knowledge is None else fill_probes(code_knowledge, None)
+        self._notes = (knowledge, knowledge if code_knowledge is None else code_knowledge)  # before probes
         self.target, self.bench = target, None
         self.strategy, self.epsilon = strategy, epsilon
         self.rng = random.Random(seed)
@@ -222,8 +242,11 @@ class Scientist:
         return self.llm.name
 
     def observe(self, bench: Bench) -> None:
-        """How the numbers the next prompts show were measured; the controller keeps this current."""
+        """How the numbers the next prompts show were measured; the controller keeps this current. The
+        notes' version-dependent claims then show the judging device's probe results."""
         self.bench = bench
+        self.knowledge, self.code_knowledge = (fill_probes(text, bench.probes, bench.interpreted)
+                                               for text in self._notes)
 
     async def preflight(self, kernels: list[str]) -> None:
         """Before anything is timed: can this model work on this problem, starting from `kernels` (the seed,
@@ -331,11 +354,18 @@ class Scientist:
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
                         knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
                         first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
-                        headroom=headroom(base))
+                        headroom=headroom(base), choice=choice_text(self.chooser), measurements=measurements_text(),
+                        scoring="" if self.chooser == "loop" else
+                        "   - `innovation`: 1 for routine retuning up to 10 for an idea new to this kernel.\n")
         brief = Brief("designer", self.bench, self._shapes(), base=base, reference=reference,
                       findings=list(findings), done=[*done, *in_flight], profile=base.profile)
-        text = await self._ask(prompt, brief, load_schema("designer.json"))
-        return mark_chosen(parse_plans(text), [*done, *in_flight])
+        schema = load_schema("designer.json")
+        if self.chooser == "loop":  # the designer predicts; it scores nothing the loop would choose by
+            item = schema["properties"]["plans"]["items"]
+            del item["properties"]["innovation"]
+            item["required"].remove("innovation")
+        text = await self._ask(prompt, brief, schema)
+        return mark_chosen(parse_plans(text), [*done, *in_flight], self.chooser)
 
     # --- writer and repair ---------------------------------------------------------------------
     async def _draft(self, prompt: str, brief: Brief, against: str) -> Draft:
@@ -393,7 +423,9 @@ class Scientist:
                         coverage=(child.coverage if child is not None else "") or "not recorded",
                         child_shapes=format_times(child.shape_times) if child is not None else "not recorded",
                         result=clause, measured=f"{pct:+.1f}%" if pct is not None else f"none ({child_status})",
-                        predicted=predicted_range(plan), profile=_line_block(child.profile if child else None))
+                        predicted=predicted_range(plan), profile=_line_block(child.profile if child else None)
+                        + asked_line(plan, child))
         brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
                       measured_pct=pct, profile=child.profile if child else None)
+        clause += split_clause(child.profile if child is not None and ok else None)
         return f"{plan.title}: {clause}. {lesson(await self._ask(prompt, brief))}".rstrip()

@@ -1,0 +1,34 @@
+"""Issue 44 on a real GPU: the judge's torch.profiler pass splits a two-launch kernel's time per kernel in
+its confined worker, the candidate's own output comes back, and the fp8 dot probe compiles and runs."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kscience.evaluate import kernel_times, probes
+from kscience.evaluate.judge import evaluate
+from kscience.evaluate.result import OK, EvalRequest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+TWO_LAUNCHES = (Path(__file__).parents[1] / "data" / "two_launch_softmax.py").read_text()
+
+
+def test_cupti_splits_a_two_launch_kernel_in_the_confined_worker():
+    result = evaluate(EvalRequest(problem="softmax", source=TWO_LAUNCHES, shapes="benchmarks"), gpu=0)
+    assert result.status == OK, result.message
+    assert result.kernel_profiler == kernel_times.GPU_PROFILER, result.kernel_profiler
+    for shape in result.shapes:
+        names = {k["name"] for k in shape.kernels}
+        assert {"row_max_kernel", "normalise_kernel"} <= names, shape.kernels
+        assert all(k["us"] > 0 for k in shape.kernels)
+        # The split sums to the order of the timed median (the profiled calls are not the timed ones).
+        assert 0.2 * shape.time_us < sum(k["us"] for k in shape.kernels) < 5 * shape.time_us
+    assert "TMA unavailable" in result.output
+    assert result.phases_s["kernels"] < 30
+
+
+def test_the_fp8_dot_probe_names_the_instruction_of_each_variant():
+    text = probes.fp8_dot()
+    assert "max_num_imprecise_acc=0 ->" in text and "widened to fp16 ->" in text
+    assert "wgmma" in text or "mma.sync" in text
