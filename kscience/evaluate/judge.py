@@ -56,7 +56,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
                                 message=f"refusing to run unconfined: no {'; no '.join(weak)} on this machine "
                                         "(allow_weak_confinement=True, --unconfined or "
                                         "KSCIENCE_ALLOW_WEAK_CONFINEMENT=1 to run anyway)")
-        session = Session(problem, device, gpu, request.timeout_s, keep_spare)
+        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
                               timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events",
                               confinement=dict(session.worker.confinement(), weak=weak, allowed_weak=allowed))

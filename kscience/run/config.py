@@ -91,6 +91,13 @@ class RunConfig:
     # Per session: a resumed run gets the full limit again.
     time_limit_s: float | None = setting(None, "--time-limit", "stop this session after this long",
                                          metavar="SECONDS", on_resume=True)
+    # None: derived from the seed's own evaluation (kscience.run.judging.step_limit), so a hung candidate
+    # costs a small multiple of what a working one takes rather than the judge's full limits.
+    eval_timeout_s: float | None = setting(None, "--eval-timeout", "the longest the judge waits for a candidate "
+                                           "in one step (importing it, checking a shape, timing a shape); "
+                                           "default: 10x the seed's slowest step, at least 30 s, at most the "
+                                           "judge's own limits (120 s to 300 s)", metavar="SECONDS",
+                                           on_resume=True)
     llm_retries: int = setting(LLM_RETRIES, "--llm-retries", "retries of a failed LLM request", metavar="N",
                                on_resume=True)
     llm_timeout_s: float = setting(LLM_TIMEOUT_S, "--llm-timeout", "limit per LLM request", metavar="SECONDS",
@@ -127,6 +134,8 @@ class RunConfig:
             raise ConfigError("iterations and repairs must be >= 0")
         if self.evaluations is not None and self.evaluations < 1:
             raise ConfigError(f"--evaluations must be at least 1 (the seed is evaluated), not {self.evaluations}")
+        if self.eval_timeout_s is not None and self.eval_timeout_s <= 0:
+            raise ConfigError(f"--eval-timeout must be a positive number of seconds, not {self.eval_timeout_s:g}")
         if self.lines is not None and self.lines < 1:
             raise ConfigError(f"--lines must be at least 1, not {self.lines}")
         if self.profile is not None and self.profile not in PROFILERS:

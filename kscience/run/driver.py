@@ -173,7 +173,9 @@ class Run:
                                     compiled_source=compiled_source(self.problem),
                                     compiled_baseline=self.config.compiled_baseline, stop=self._stop,
                                     profile=self.config.profile, stop_at_sol=self.config.stop_at_sol,
-                                    lines=self.config.lines, max_evaluations=self.config.evaluations)
+                                    lines=self.config.lines, max_evaluations=self.config.evaluations,
+                                    eval_timeout_s=self.config.eval_timeout_s,
+                                    time_limit_s=self.config.time_limit_s)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"
