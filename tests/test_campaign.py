@@ -439,3 +439,20 @@ def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, m
     assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
     shown = campaign_html(campaign.store, campaign.id)
     assert "vectoradd_py" in shown and "skipped" in shown and "1/1 done" in shown and "several GPUs" in shown
+
+
+def test_problems_the_offline_scientist_cannot_start_on_are_skipped_with_the_reason(tmp_path, capsys, monkeypatch):
+    """A KernelBench file and a GPU MODE directory have no Triton seed: offline, nothing is tried and nothing
+    is reported as evaluated and no resume is suggested."""
+    monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
+    folder = write_suite(tmp_path / "level1")
+    histogram = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "pmpp" / "histogram_py"
+    db = str(tmp_path / "k.db")
+    code = main(["campaign", str(folder / "relu_1d.py"), str(histogram), "--llm", "offline", "--db", db])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err
+    for name in ("relu_1d", "histogram_py"):
+        assert f"{name}: skipped: needs a model: the offline scientist cannot write kernels from scratch" in err
+    assert "0 of 2 problems evaluated (2 skipped)" in out and "campaign --resume" not in err
+    with Store(db) as store:
+        assert store.list_runs() == []

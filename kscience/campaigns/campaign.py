@@ -30,7 +30,9 @@ from kscience.record.liveness import display_status, run_is_alive
 from kscience.problems import ProblemError, builtin_names, load_problem
 from kscience.problems.device_map import mapped_device
 from kscience.problems.kernelbench import _module_constants
+from kscience.run.baselines import reference_source
 from kscience.run.driver import Run
+from kscience.scientist.offline import cannot_work_on
 from kscience.scientist.llm.factory import default_llm_spec
 from kscience.record.store import Store, StoreError
 
@@ -316,13 +318,23 @@ class Campaign:
 
         config = self.config.run_config(row["locator"], row["overrides"], f"{row['name']} ({self.id})")
         problem = load_problem(row["locator"], row["overrides"])
-        reason = fit_reason(problem, detect())
+        reason = fit_reason(problem, detect()) or self._offline_reason(config, problem)
         if reason:
             self._set(row, status=SKIPPED, reason=reason)
             return None
         run = Run.create(config, store=self.store)
         self.store.update_run(run.id, campaign_id=self.id)
         return run
+
+
+    @staticmethod
+    def _offline_reason(config: RunConfig, problem) -> str | None:
+        """A problem the offline scientist cannot start on (no seed kernel it can rewrite) is skipped with the
+        reason, as `kscience run` refuses it, rather than failed as if it had been tried."""
+        if config.llm.partition("@")[0] != "offline":
+            return None
+        reason = cannot_work_on(problem, [problem.seed_source or reference_source(problem)])
+        return reason and f"needs a model: {reason}; a campaign with --llm openai:MODEL or gemini:MODEL runs it"
 
 
 # --- from a command line: `kscience campaign` and `%kscience campaign` ------------------------------
