@@ -28,7 +28,7 @@ from kscience.run.config import ConfigError, RunConfig, add_db_option, add_run_o
 from kscience.device import detect
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.problems import ProblemError, builtin_names, load_problem
-from kscience.problems.device_map import mapped_device
+from kscience.problems.fit import fit_reason
 from kscience.problems.kernelbench import _module_constants
 from kscience.run.baselines import reference_source
 from kscience.run.driver import Run
@@ -38,10 +38,6 @@ from kscience.record.store import Store, StoreError
 
 EXPERIMENTS_PER_ROUND = 3  # the designer's plans chosen per design round (scientist.roles.CHOICE_RULES)
 SKIPPED, PENDING = "skipped", "pending"
-# What a problem needs at once, as a multiple of one input set plus one output: the judge's copy
-# and the worker's, the pristine inputs kept for the unchanged-input check, and the reference output.
-MEMORY_FACTOR = 4
-FREE_SHARE = 0.9  # of the memory free when the campaign starts
 
 
 class CampaignConfig:
@@ -132,58 +128,6 @@ def overrides_for(locator: str, overrides: dict) -> dict:
     except (OSError, SyntaxError):
         return {}  # loading it will say what is wrong
     return {k: v for k, v in overrides.items() if k in names}
-
-
-# --- will it fit? ----------------------------------------------------------------------------------
-def _tensor_bytes(data) -> int:
-    import torch
-
-    if isinstance(data, torch.Tensor):
-        return data.numel() * data.element_size()
-    if isinstance(data, (tuple, list)):
-        return sum(_tensor_bytes(x) for x in data)
-    if isinstance(data, dict):
-        return sum(_tensor_bytes(x) for x in data.values())
-    return 0
-
-
-def needed_bytes(problem, interpreted: bool) -> int | None:
-    """Memory the largest benchmark shape needs at once, estimated on PyTorch's meta device (no memory
-    is taken); None when the problem's input builder cannot run there."""
-    import torch
-
-
-    largest = 0
-    for shape in problem.shapes("all", interpreted):
-        try:
-            with torch.device("meta"), mapped_device("meta"):
-                data = problem.generate_input(0, "meta", **shape)
-                out = problem.ref_kernel(data)
-        except Exception:  # an op without a meta kernel, a generator on meta: no estimate
-            return None
-        largest = max(largest, MEMORY_FACTOR * _tensor_bytes(data) + _tensor_bytes(out))
-    return largest
-
-
-def free_bytes(interpreted: bool) -> int | None:
-    import torch
-
-    if not interpreted and torch.cuda.is_available():
-        return torch.cuda.mem_get_info()[0]
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def fit_reason(problem, device) -> str | None:
-    """Why the problem cannot run on this device, or None when it can (or cannot be told)."""
-    need = needed_bytes(problem, device.interpreted)
-    free = free_bytes(device.interpreted)
-    if need is None or free is None or need <= FREE_SHARE * free:
-        return None
-    where = "host memory" if device.interpreted else f"{device.name} memory"
-    return f"does not fit: needs about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB of {where} free"
 
 
 # --- the campaign ----------------------------------------------------------------------------------
