@@ -2,9 +2,12 @@
 worker starts, a candidate to look at by its id, tables that say what their columns count, a finished
 run that names its next step, and messages said once, in one wording."""
 
+import json
+
 import pytest
 
 from kscience.cli.main import main
+from test_loop import ScriptedScientist, make_run
 
 SOFTMAX_FILE = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
                 "        return torch.softmax(x, dim=1)\n\n\nbatch_size = 4096\ndim = 393216\n\n\n"
@@ -29,3 +32,36 @@ def test_eval_refuses_a_problem_too_big_for_the_machine_and_names_the_sizes_to_s
     assert line.startswith("kscience: error: softmax_big does not fit: needs about ")
     assert "of host memory free; make it smaller with --set NAME=VALUE (its sizes: batch_size=4096, " \
            "dim=10000000000000)" in line
+
+
+def test_show_takes_a_candidate_id_and_the_run_table_says_why_each_failure_failed(tmp_path, capsys):
+    run = make_run(tmp_path, ScriptedScientist(broken={"x0.8"}, repairs_fail=True), repairs=1)
+    assert run.start(background=False).status == "finished"
+    db = str(run.store.path)
+    cands = run.store.candidates(run.id)
+    broken = next(c for c in cands if c["kind"] == "child" and c["status"] == "wrong_answer")
+    seed = cands[0]
+
+    code, out, _ = run_main(capsys, "show", broken["id"], "--db", db)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"candidate {broken['id']}: child of run {run.id} (softmax), iteration 1, from {seed['id']}"
+    assert f"tried:   {broken['hypothesis']}" in lines and "verdict: wrong_answer" in lines
+    assert "  BAD benchmark m=8" in lines and "wrong_answer: fake wrong_answer" in lines
+    assert f"finding: {broken['hypothesis']} on {seed['id']}: wrong_answer, None" in lines
+    assert f"--- diff against its parent {seed['id']} ---" in lines and "-TIME_US = 100.0" in lines
+    source = broken["source"].rstrip("\n").splitlines()
+    assert lines[-len(source) - 1:] == ["--- source ---", *source]
+
+    code, out, _ = run_main(capsys, "show", broken["id"], "--db", db, "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["candidate"]["id"] == broken["id"] and shown["diff"].startswith("--- parent.py")
+
+    code, out, _ = run_main(capsys, "show", run.id, "--db", db)
+    table = out.splitlines()
+    row = next(i for i, line in enumerate(table) if f" {broken['id']} " in line)
+    assert table[row + 1].strip() == "fake wrong_answer"  # the reason, under the failed candidate
+    assert f"kscience show CANDIDATE_ID --db {db}" in out
+
+    code, _, err = run_main(capsys, "show", "c-00000000", "--db", db)
+    assert code == 2 and "no candidate 'c-00000000'" in err

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kscience.run.config import new_config, options_from_args
 from kscience.record.liveness import display_status
+from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.record.snapshot import Snapshot, iterations_done, run_listing, speedup
@@ -115,8 +116,10 @@ def _snapshot(store, run_id: str) -> Snapshot:
 
 
 def cmd_show(args) -> int:
+    if args.run_id.startswith("c-"):
+        return _show_candidate(args)
     with open_store_or_explain(args.db, create=False, readonly=True) as store:
-        snap = _snapshot(store, args.run_id)
+        snap, db = _snapshot(store, args.run_id), store.path
     row, metrics = snap.run, snap.metrics()
     if args.json:
         print(json.dumps({"run": _run_json(row), "metrics": metrics, "candidates": snap.candidates,
@@ -133,6 +136,19 @@ def cmd_show(args) -> int:
         sol_text = f"{sol['worst']:.0%}" if sol else "-"
         print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind_text(c['kind']):<14} {c['status']:<13} "
               f"{fmt_us(c['geomean_us']):>14} {sol_text:>5}  {c['hypothesis'][:60]}")
+        if c["status"] not in ("ok", "pending") and c["message"]:  # why it failed, in short
+            print(f"  {'':>3} {'':<11} {c['message'][:100]}")
+    print(f"\n(one candidate in full: kscience show CANDIDATE_ID --db {db})")
+    return 0
+
+
+def _show_candidate(args) -> int:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
+        try:
+            detail = candidate_detail(store, args.run_id)
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+    print(json.dumps(detail, indent=2) if args.json else "\n".join(candidate_lines(detail)))
     return 0
 
 
