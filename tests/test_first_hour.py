@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from kscience.campaigns.report import report_lines, suite_summary
 from kscience.cli.main import main
+from kscience.record.summary import verdict_lines
 from test_loop import ScriptedScientist, make_run
 
 SOFTMAX_FILE = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
@@ -65,3 +67,33 @@ def test_show_takes_a_candidate_id_and_the_run_table_says_why_each_failure_faile
 
     code, _, err = run_main(capsys, "show", "c-00000000", "--db", db)
     assert code == 2 and "no candidate 'c-00000000'" in err
+
+
+def _report(interpreted: bool) -> dict:
+    row = {"name": "softmax", "status": "finished", "reason": None, "eager_us": 100.0, "compiled_us": None,
+           "vendor_us": None, "seed_us": 400.0, "best_us": 420.0, "attempts": 3, "cost_usd": 0.0, "tokens": 0,
+           "interpreted": interpreted}
+    for baseline, key in (("eager", "eager_us"), ("compiled", "compiled_us"), ("vendor", "vendor_us")):
+        row[f"speedup_{baseline}"] = row[key] / row["best_us"] if row[key] else None
+    return {"campaign": {"id": "k-1", "status": "finished", "suite": "softmax"}, "problems": [row],
+            "summary": suite_summary([row])}
+
+
+def test_the_report_names_its_best_column_and_says_loses_only_where_show_would():
+    for interpreted in (True, False):
+        lines = report_lines(_report(interpreted))
+        assert "best child" in lines[2] and "best us" not in lines[2]
+        assert any(line.startswith("best child: the fastest correct kernel the scientist wrote") and
+                   "the seed is its starting point and not counted" in line for line in lines)
+        loses = [line for line in lines if "LOSES" in line]
+        # show's rule (record.summary.verdict_lines): interpreter times rank nothing
+        assert loses == ([] if interpreted else ["    LOSES: the best kernel is slower than PyTorch eager"])
+        metrics = {"best_us": 420.0, "reference_us": 100.0, "compiled_us": None, "device": {"interpreted": interpreted}}
+        assert bool(verdict_lines(metrics)) == bool(loses)
+
+
+def test_runs_says_its_best_counts_the_seed(tmp_path, capsys):
+    run = make_run(tmp_path, ScriptedScientist(factors=(1.5, 1.5, 1.5, 1.5, 1.5)))  # every child slower than the seed
+    assert run.start(background=False).status == "finished"
+    code, out, _ = run_main(capsys, "runs", "--db", str(run.store.path))
+    assert code == 0 and "best us: the fastest correct kernel of the run, the seed included" in out

@@ -103,6 +103,8 @@ def cmd_runs(args) -> int:
         print(f"{r['id']:<11} {Path(r['problem']).name[:20]:<20} {r['status']:<11} {r['iterations_done']:>4} "
               f"{r['n_candidates']:>5} {fmt_us(r['seed_us']):>14} {fmt_us(r['best_us']):>14} "
               f"{fmt_x(speedup(r['seed_us'], r['best_us'])):>8}  {timed_on[:16]:<16} {r['llm'][:22]:<22} {created}")
+    print("best us: the fastest correct kernel of the run, the seed included (a campaign report's best child "
+          "leaves the seed out)")
     if any(r["interpreted"] for r in rows):
         print(f"(CPU interpreter: {CPU_NOTE})")
     return 0
