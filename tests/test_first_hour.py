@@ -9,7 +9,7 @@ import pytest
 from kscience.campaigns.report import report_lines, suite_summary
 from kscience.cli.main import main
 from kscience.record.summary import verdict_lines
-from test_loop import ScriptedScientist, make_run
+from test_loop import FakeExecutor, ScriptedScientist, fake_kernel, make_run
 
 SOFTMAX_FILE = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
                 "        return torch.softmax(x, dim=1)\n\n\nbatch_size = 4096\ndim = 393216\n\n\n"
@@ -97,3 +97,33 @@ def test_runs_says_its_best_counts_the_seed(tmp_path, capsys):
     assert run.start(background=False).status == "finished"
     code, out, _ = run_main(capsys, "runs", "--db", str(run.store.path))
     assert code == 0 and "best us: the fastest correct kernel of the run, the seed included" in out
+
+
+def test_a_finished_run_names_its_next_step(tmp_path, capsys, monkeypatch):
+    import kscience.cli.run_commands as commands
+
+    create, made = commands.Run.create, {}
+
+    def scripted(config, *, store, seed_source=None):  # the CLI's run, with the scripted scientist and judge
+        made["run"] = create(config, store=store, seed_source=fake_kernel(100.0), scientist=ScriptedScientist(),
+                             executor=FakeExecutor())
+        return made["run"]
+
+    monkeypatch.setattr(commands.Run, "create", staticmethod(scripted))
+    db = tmp_path / "k.db"
+    code, _, err = run_main(capsys, "run", "softmax", "--llm", "offline", "--iterations", "1", "--db", str(db))
+    run_id = made["run"].id
+    assert code == 0
+    assert err.splitlines()[-1] == f"kscience: next: kscience show {run_id} --db {db} / kscience best {run_id} --db {db} > best.py"
+
+
+def test_set_up_says_each_step_and_shows_pips_progress():
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run(["make", "-n", "-B", "setup"], cwd=root, capture_output=True, text=True, check=True).stdout
+    steps = [line for line in plan.splitlines() if line.startswith('echo "kscience set-up [')]
+    assert [s.split("]")[0] for s in steps] == [f'echo "kscience set-up [{i}/4' for i in range(1, 5)]
+    installs = [line for line in plan.splitlines() if "pip install" in line and "--upgrade pip" not in line]
+    assert installs and all("--quiet" not in line and "--progress-bar on" in line for line in installs)

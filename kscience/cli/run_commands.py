@@ -70,7 +70,11 @@ def _drive(run: Run, args) -> int:
         print(f"kscience: error: {row['error']} (run {run.id} is stored; continue with: "
               f"kscience resume {run.id} --db {run.store.path})", file=sys.stderr)
         return 1
-    return 0 if row["status"] == "finished" else 1
+    if row["status"] != "finished":
+        return 1
+    db = f" --db {run.store.path}"
+    print(f"kscience: next: kscience show {run.id}{db} / kscience best {run.id}{db} > best.py", file=sys.stderr)
+    return 0
 
 
 def _print_outcome(run: Run, args) -> dict:
