@@ -127,3 +127,59 @@ def test_set_up_says_each_step_and_shows_pips_progress():
     assert [s.split("]")[0] for s in steps] == [f'echo "kscience set-up [{i}/4' for i in range(1, 5)]
     installs = [line for line in plan.splitlines() if "pip install" in line and "--upgrade pip" not in line]
     assert installs and all("--quiet" not in line and "--progress-bar on" in line for line in installs)
+
+
+def test_verdicts_carry_their_iteration(capsys):
+    from kscience.cli.progress import Progress
+    from kscience.run.events import CandidateEvaluated
+
+    progress = Progress(2)
+    for cid, kind, iteration in (("c-1", "seed", 0), ("c-2", "reference", 0), ("c-3", "child", 2), ("c-4", "child", 1)):
+        progress(CandidateEvaluated(candidate_id=cid, parent_id=None, kind=kind, iteration=iteration, hypothesis="h",
+                                    status="ok", geomean_us=10.0, message="", best_us=10.0, seed_us=10.0))
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split()[:3] for line in lines] == [["c-1", "seed", "ok"], ["c-2", "PyTorch", "eager"],
+                                                     ["it", "2", "c-3"], ["it", "1", "c-4"]]
+
+
+def test_validation_errors_have_one_wording_and_no_model_line_before_them(tmp_path, capsys, monkeypatch):
+    for var in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    db = str(tmp_path / "k.db")
+    cases = [(("run", "softmax", "--iterations", "-1"), "--iterations must be at least 0, not -1"),
+             (("run", "softmax", "--repairs", "-1"), "--repairs must be at least 0, not -1"),
+             (("run", "softmax", "--lines", "0"), "--lines must be at least 1, not 0"),
+             (("run", "softmax", "--gpus", "0"), "--gpus must be at least 1, not 0"),
+             (("run", "softmax", "--evaluations", "0"), "--evaluations must be at least 1, not 0"),
+             (("campaign", "softmax", "--attempts", "0"), "--attempts must be at least 1, not 0")]
+    no_problem = "no problem 'nosuch': not a built-in (fp8_blockscale_gemm, matmul, rmsnorm, softmax, swiglu), " \
+                 "a KernelBench .py file or a folder"
+    cases += [(("run", "nosuch"), no_problem), (("campaign", "nosuch"), no_problem), (("eval", "nosuch", "x.py"), no_problem)]
+    for args, message in cases:
+        code, out, err = run_main(capsys, *args, *(("--db", db) if args[0] != "eval" else ()))
+        assert (code, out, err) == (2, "", f"kscience: error: {message}\n"), args
+    code, _, err = run_main(capsys, "run", "softmax", "--iterations", "0", "--db", db)
+    assert code == 0 and err.splitlines()[0] == "kscience: no GEMINI_API_KEY/GOOGLE_API_KEY/OPENAI_API_KEY set: " \
+                                                "using the offline scientist"
+    assert "up to 0 iterations" in err
+
+
+def test_the_start_line_counts_in_words(tmp_path, capsys, monkeypatch):
+    import kscience.cli.run_commands as commands
+
+    create = commands.Run.create
+    monkeypatch.setattr(commands.Run, "create", staticmethod(
+        lambda config, *, store, seed_source=None: create(config, store=store, seed_source=fake_kernel(100.0),
+                                                          scientist=ScriptedScientist(), executor=FakeExecutor())))
+    code, _, err = run_main(capsys, "run", "softmax", "--llm", "offline", "--iterations", "1",
+                            "--db", str(tmp_path / "k.db"))
+    assert code == 0 and "up to 1 iteration, stored in" in err
+
+
+def test_the_confinement_line_names_landlock_when_the_candidate_fails_on_import(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import a_module_that_is_not_there\n")
+    code, out, _ = run_main(capsys, "eval", "softmax", str(bad), "--unconfined")  # a worker starts on any machine
+    assert code == 1 and out.startswith("compile_error: import failed: ModuleNotFoundError")
+    (line,) = [line for line in out.splitlines() if line.startswith("confinement:")]
+    assert line.startswith("confinement: landlock: ")

@@ -175,7 +175,7 @@ def test_a_negative_iteration_count_is_refused_and_a_run_stored_with_one_resumes
                      scientist=ScriptedScientist(), executor=FakeExecutor())
     assert run.start(background=False).status == "finished"
     before = store.run(run.id)
-    with pytest.raises(ConfigError, match="0 or more, not -5"):
+    with pytest.raises(ConfigError, match="--iterations must be at least 0 .on resume: how many to add., not -5"):
         Run.resume(run.id, store=store, iterations=-5, scientist=ScriptedScientist(), executor=FakeExecutor())
     assert store.run(run.id) == before  # refused before anything was written
     # A run stored with a negative total (as an unchecked resume once left it) resumes again.

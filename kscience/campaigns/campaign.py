@@ -24,10 +24,11 @@ import sys
 import threading
 from pathlib import Path
 
-from kscience.run.config import ConfigError, RunConfig, add_db_option, add_run_options, check_settings, options_from_args
+from kscience.run.config import (ConfigError, RunConfig, add_db_option, add_run_options, check_settings, llm_choice,
+                                 options_from_args)
 from kscience.device import detect
 from kscience.record.liveness import display_status, run_is_alive
-from kscience.problems import ProblemError, builtin_names, load_problem
+from kscience.problems import ProblemError, builtin_names, load_problem, no_such_problem
 from kscience.problems.fit import fit_reason
 from kscience.problems.kernelbench import _module_constants
 from kscience.run.baselines import reference_source
@@ -55,7 +56,7 @@ class CampaignConfig:
         check_settings(settings)
         if attempts is not None:
             if attempts < 1:
-                raise ValueError("attempts must be >= 1")
+                raise ConfigError(f"--attempts must be at least 1, not {attempts}")
             settings["iterations"] = math.ceil(attempts / EXPERIMENTS_PER_ROUND)
         self.problems, self.attempts, self.name = problems, attempts, name
         self.settings = {k: v for k, v in settings.items() if v is not None}
@@ -108,8 +109,7 @@ def suite_locators(suite: str) -> list[str]:
         elif path.exists():
             out.append(str(path.resolve()))
         else:
-            raise ProblemError(f"no problem {item!r}: not a built-in ({', '.join(builtin_names())}), "
-                               "a file or a folder")
+            raise no_such_problem(item)
     return list(dict.fromkeys(out))
 
 
@@ -315,9 +315,11 @@ def campaign_from_args(args, store: Store) -> Campaign:
     settings = options_from_args(args)
     if args.attempts is not None and "iterations" in settings:
         raise ConfigError("give --attempts or --iterations, not both")
-    if settings.get("llm") is None:
-        settings["llm"], reason = default_llm_spec()
-        print(f"kscience: {reason}", file=sys.stderr)
+    reason = llm_choice(settings)
+    settings["llm"] = settings.get("llm") or default_llm_spec()[0]
     name = settings.pop("name", "")
     config = CampaignConfig(problems=args.problems, attempts=args.attempts, name=name, **settings)
-    return Campaign.create(",".join(args.suite), config, store=store)
+    campaign = Campaign.create(",".join(args.suite), config, store=store)
+    if reason:  # said once the campaign exists: a bad argument or suite gets its error line alone
+        print(f"kscience: {reason}", file=sys.stderr)
+    return campaign

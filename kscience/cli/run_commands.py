@@ -12,13 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from kscience.run.config import new_config, options_from_args
+from kscience.run.config import llm_choice, new_config, options_from_args
 from kscience.record.liveness import display_status
 from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.record.snapshot import Snapshot, iterations_done, run_listing, speedup
-from kscience.record.text import fmt_us, fmt_x, kind_text
+from kscience.record.text import fmt_us, fmt_x, kind_text, plural
 from kscience.record.store import StoreError, open_store
 from kscience.record.summary import CPU_NOTE, summary_lines
 from kscience.usage import UsageError
@@ -39,9 +39,14 @@ def cmd_run(args) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             why = getattr(exc, "strerror", None) or exc
             raise UsageError(f"cannot read seed kernel {args.seed_kernel}: {why}") from None
-    config = new_config(args.problem, options_from_args(args))
+    options = options_from_args(args)
+    config = new_config(args.problem, options, say_choice=False)
     with open_store_or_explain(args.db, create=True) as store:
-        return _drive(Run.create(config, store=store, seed_source=seed_source), args)
+        run = Run.create(config, store=store, seed_source=seed_source)
+        choice = llm_choice(options)
+        if choice:  # said once the run exists: a bad argument or problem gets its error line alone
+            print(f"kscience: {choice}", file=sys.stderr)
+        return _drive(run, args)
 
 
 def cmd_resume(args) -> int:
@@ -54,7 +59,7 @@ def cmd_resume(args) -> int:
 
 def _drive(run: Run, args) -> int:
     print(f"kscience: run {run.id}: {run.problem.name} with {run.config.llm} ({run.config.strategy}), "
-          f"up to {run.target} iterations, stored in {run.store.path}", file=sys.stderr)
+          f"up to {plural(run.target, 'iteration')}, stored in {run.store.path}", file=sys.stderr)
     progress = Progress(run.target, initial=iterations_done(run.store.plans(run.id)))
     run.subscribe(progress)
     try:

@@ -66,6 +66,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         except Verdict as v:
             result.status, result.message, result.failing_shape = v.status, v.args[0], v.shape
             result.geomean_us = None
+            if "landlock" not in result.confinement and "sandbox" in session.last_reply:  # failed on import
+                result.confinement["landlock"] = str(session.last_reply["sandbox"])[:200]
         except torch.cuda.OutOfMemoryError:  # the worker shares the GPU and may have taken it all
             result.status, result.geomean_us = R.REJECTED, None
             result.message = "GPU memory exhausted in the judge: the candidate's worker left too little free memory"

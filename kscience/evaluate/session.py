@@ -71,6 +71,7 @@ class Session:
         self.phases_s: dict[str, float] = {}
         self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
+        self.last_reply: dict = {}  # the worker's last in-order reply (a failed import's names its sandbox)
         self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
         self.seq = 0
         self.used_seeds: set[int] = set()  # every seed sent to the worker: no content is ever sent twice
@@ -102,6 +103,7 @@ class Session:
         with self._channel_errors(phase, shape):
             msg = recv_json(self.worker.channel, self.phase_end, self.worker.alive)
         self._in_order(msg, phase, shape)
+        self.last_reply = msg
         if msg.get("status") != expect:
             status = msg.get("status") if msg.get("status") in R.STATUSES[1:] else R.REJECTED
             raise Verdict(status, redact(str(msg.get("message", f"unexpected reply {str(msg)[:80]}")))[:400], shape)

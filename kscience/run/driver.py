@@ -87,7 +87,7 @@ class Run:
             raise StoreError(f"run {run_id} is still running (pid {row['pid']} on {row['host']}); "
                              "if that process is gone, resume with --force")
         if iterations is not None and iterations < 0:
-            raise ConfigError(f"--iterations on resume is how many to add: 0 or more, not {iterations}")
+            raise ConfigError(f"--iterations must be at least 0 (on resume: how many to add), not {iterations}")
         done = iterations_done(store.plans(run_id))
         stored = dict(row["config"])
         if (stored.get("iterations") or 0) < 0:  # stored by a version that added a negative count unchecked
