@@ -36,17 +36,17 @@ from kscience.record.store import Store, StoreError
 from kscience.run.threads import Background
 
 
-def _check_evaluations_left(run_id: str, config: RunConfig, candidates: list[dict], done: int) -> None:
+def _check_evaluations_left(store: Store, run_id: str, config: RunConfig, done: int) -> None:
     """More iterations on a run whose --evaluations budget is spent would end at once, having done nothing:
     say so before anything changes. The budget is the user's cap on work; only --evaluations raises it."""
     if config.evaluations is None:
         return
-    judged = judged_count(candidates)
+    judged = judged_count(store.candidates(run_id))
     if judged >= config.evaluations:
         raise ConfigError(f"run {run_id} has spent its evaluation budget ({judged} of {config.evaluations}); "
                           f"--iterations adds designs, not evaluations: raise the budget as well, e.g. "
                           f"kscience resume {run_id} --iterations {config.iterations - done} "
-                          f"--evaluations {judged + 3 * (config.iterations - done)}")
+                          f"--evaluations {judged + 3 * (config.iterations - done)} --db {store.path}")
 
 
 class Run:
@@ -103,7 +103,7 @@ class Run:
             # budget lifts the iterations with it.
             run.target = config.iterations = max(config.iterations, config.evaluations)
         if iterations:
-            _check_evaluations_left(run_id, config, store.candidates(run_id), done)
+            _check_evaluations_left(store, run_id, config, done)
         usage = store.llm_usage(run_id)
         run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
                                                            spent_tokens=usage["tokens"], done=done)
