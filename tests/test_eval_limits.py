@@ -33,10 +33,11 @@ def hung(tmp_path):
 
 def test_eval_timeout_ends_a_hung_seed_within_its_limit(tmp_path, hung):
     done, took = kscience("run", "softmax", "--seed-kernel", hung, "--iterations", "0", "--repairs", "0",
-                          "--eval-timeout", "3", "--llm", "offline", "--db", str(tmp_path / "k.db"))
+                          "--eval-timeout", "15", "--llm", "offline", "--db", str(tmp_path / "k.db"))
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert "timed out: the 3 s limit per step set for this evaluation ran out while checking correctness" in done.stderr
-    assert took < 90  # the judge's own limit for a check is 300 s on the CPU
+    # (15 s, not less: on a loaded CI machine the worker's import alone can take several seconds)
+    assert "timed out: the 15 s limit per step set for this evaluation ran out while checking correctness" in done.stderr
+    assert took < 120  # the judge's own limit for a check is 300 s on the CPU
 
 
 def test_time_limit_ends_the_evaluation_in_flight_and_a_resume_judges_it(tmp_path, hung):
@@ -49,8 +50,8 @@ def test_time_limit_ends_the_evaluation_in_flight_and_a_resume_judges_it(tmp_pat
         (run,) = store.list_runs()
         (seed,) = store.candidates(run["id"])
         assert run["status"] == "stopped" and seed["status"] == "pending"  # not a verdict: kept for resume
-    resumed, _ = kscience("resume", run["id"], "--eval-timeout", "2", "--db", db)
-    assert "2 s limit per step" in resumed.stderr
+    resumed, _ = kscience("resume", run["id"], "--eval-timeout", "15", "--time-limit", "600", "--db", db)
+    assert "15 s limit per step" in resumed.stderr
     with Store(db) as store:
         assert store.candidates(run["id"])[0]["status"] == "timeout"
 
@@ -59,11 +60,11 @@ def test_a_long_evaluation_says_how_long_and_under_which_limit(tmp_path, monkeyp
     monkeypatch.setattr(judging, "RUNNING_SAY_S", 1.0)
     said = []
     with Store(tmp_path / "k.db") as store:
-        run = Run.create(RunConfig(problem="softmax", iterations=0, repairs=0, llm="offline", eval_timeout_s=4),
+        run = Run.create(RunConfig(problem="softmax", iterations=0, repairs=0, llm="offline", eval_timeout_s=15),
                          store=store, seed_source=HUNG)
         run.subscribe(lambda e: said.append(e) if isinstance(e, EvaluationWaiting) else None)
         run.start(background=False)
-    assert said and all(e.state == "still being judged (limit 4 s per step)" for e in said)
+    assert said and all(e.state == "still being judged (limit 15 s per step)" for e in said)
     assert said[0].waited_s >= 1
 
 
