@@ -95,7 +95,7 @@ class RunConfig:
     # costs a small multiple of what a working one takes rather than the judge's full limits.
     eval_timeout_s: float | None = setting(None, "--eval-timeout", "the longest the judge waits for a candidate "
                                            "in one step (importing it, checking a shape, timing a shape); "
-                                           "default: 10x the seed's slowest step, at least 30 s, at most the "
+                                           "default: 10x the seed's slowest step, at least 60 s, at most the "
                                            "judge's own limits (120 s to 300 s)", metavar="SECONDS",
                                            on_resume=True)
     llm_retries: int = setting(LLM_RETRIES, "--llm-retries", "retries of a failed LLM request", metavar="N",

@@ -32,8 +32,9 @@ WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits fo
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
 RUNNING_SAY_S = 60.0  # an evaluation still running says so after this long, and again as often
 # The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
-# first compile, autotuning, a slower shape), and never below the floor (worker start-up, a busy machine).
-STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 30.0
+# first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy
+# machine).
+STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 60.0
 CANDIDATE_STEPS = ("import", "check", "time", "recheck")  # the phases in which the candidate's code runs
 
 
