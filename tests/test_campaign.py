@@ -169,7 +169,7 @@ CAMPAIGN_SAMPLES = {
     "base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"), "strategy": ("tree", "tree"),
     "repairs": ("1", 1), "executor": ("ray", "ray"), "gpus": ("2", 2), "knowledge": ("notes", ["notes"]),
     "seed": ("5", 5), "overrides": ("batch_size=2", {}), "max_cost_usd": ("1.5", 1.5), "max_tokens": ("900", 900),
-    "time_limit_s": ("60", 60.0), "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
+    "time_limit_s": ("60", 60.0), "eval_timeout_s": ("45", 45.0), "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
     "compiled_baseline": (None, False), "target": ("h100", "h100"), "profile": ("ncu", "ncu"),
     "stop_at_sol": ("0.8", 0.8),
 }
@@ -439,3 +439,20 @@ def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, m
     assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
     shown = campaign_html(campaign.store, campaign.id)
     assert "vectoradd_py" in shown and "skipped" in shown and "1/1 done" in shown and "several GPUs" in shown
+
+
+def test_problems_the_offline_scientist_cannot_start_on_are_skipped_with_the_reason(tmp_path, capsys, monkeypatch):
+    """A KernelBench file and a GPU MODE directory have no Triton seed: offline, nothing is tried and nothing
+    is reported as evaluated and no resume is suggested."""
+    monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
+    folder = write_suite(tmp_path / "level1")
+    histogram = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "pmpp" / "histogram_py"
+    db = str(tmp_path / "k.db")
+    code = main(["campaign", str(folder / "relu_1d.py"), str(histogram), "--llm", "offline", "--db", db])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err
+    for name in ("relu_1d", "histogram_py"):
+        assert f"{name}: skipped: needs a model: the offline scientist cannot write kernels from scratch" in err
+    assert "0 of 2 problems evaluated (2 skipped)" in out and "campaign --resume" not in err
+    with Store(db) as store:
+        assert store.list_runs() == []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kscience.run.config import RunConfig
+from kscience.run.config import ConfigError, RunConfig
 from kscience.run.driver import Run
 from kscience.record.snapshot import run_metrics
 from kscience.scientist.llm import LLMError
@@ -167,3 +167,34 @@ def test_kill_9_mid_iteration_loses_nothing_and_the_run_resumes(tmp_path):
         chosen = [p["id"] for p in store.plans(run_id) if p["chosen"]]
         children = [c for c in store.candidates(run_id) if c["kind"] == "child"]
         assert sorted(c["plan_id"] for c in children) == sorted(chosen)  # one child per plan, none twice
+
+
+def test_a_negative_iteration_count_is_refused_and_a_run_stored_with_one_resumes(tmp_path):
+    store = Store(tmp_path / "k.db")
+    run = Run.create(RunConfig(problem="softmax", iterations=1), store=store, seed_source=fake_kernel(100.0),
+                     scientist=ScriptedScientist(), executor=FakeExecutor())
+    assert run.start(background=False).status == "finished"
+    before = store.run(run.id)
+    with pytest.raises(ConfigError, match="--iterations must be at least 0 .on resume: how many to add., not -5"):
+        Run.resume(run.id, store=store, iterations=-5, scientist=ScriptedScientist(), executor=FakeExecutor())
+    assert store.run(run.id) == before  # refused before anything was written
+    # A run stored with a negative total (as an unchecked resume once left it) resumes again.
+    store.update_run(run.id, config={**before["config"], "iterations": -4})
+    resumed = Run.resume(run.id, store=store, iterations=1, scientist=ScriptedScientist(), executor=FakeExecutor())
+    assert resumed.target == 2 and resumed.start(background=False).status == "finished"
+    assert run_metrics(store, run.id)["iterations_done"] == 2
+
+
+def test_more_iterations_on_a_spent_evaluation_budget_say_to_raise_it(tmp_path):
+    store = Store(tmp_path / "k.db")
+    run = Run.create(RunConfig(problem="softmax", iterations=3, evaluations=2), store=store,
+                     seed_source=fake_kernel(100.0), scientist=ScriptedScientist(), executor=FakeExecutor())
+    assert run.start(background=False).status == "finished"
+    before = store.run(run.id)
+    with pytest.raises(ConfigError, match=rf"spent its evaluation budget \(2 of 2\).*--evaluations"):
+        Run.resume(run.id, store=store, iterations=1, scientist=ScriptedScientist(), executor=FakeExecutor())
+    assert store.run(run.id) == before
+    resumed = Run.resume(run.id, store=store, iterations=1, evaluations=5, scientist=ScriptedScientist(),
+                         executor=FakeExecutor())
+    assert resumed.start(background=False).status == "finished"
+    assert run_metrics(store, run.id)["n_candidates"] > 2

@@ -128,7 +128,7 @@ def test_the_default_database_comes_from_the_environment(tmp_path, capsys, monke
     (("softmax", "--llm", "offline", "--seed-kernel", "/nonexistent/k.py"), "cannot read seed kernel"),
     (("softmax", "--llm", "offline", "--knowledge", "/nonexistent/notes"), "knowledge folder not found"),
     (("softmax", "--llm", "offline", "--executor", "cluster"), "unknown executor 'cluster'"),
-    (("softmax", "--llm", "offline", "--iterations", "-1"), "must be >= 0"),
+    (("softmax", "--llm", "offline", "--iterations", "-1"), "--iterations must be at least 0, not -1"),
 ])
 def test_bad_run_arguments_are_usage_errors_and_store_no_run(tmp_path, capsys, args, words):
     db = str(tmp_path / "k.db")

@@ -24,22 +24,21 @@ import sys
 import threading
 from pathlib import Path
 
-from kscience.run.config import ConfigError, RunConfig, add_db_option, add_run_options, check_settings, options_from_args
+from kscience.run.config import (ConfigError, RunConfig, add_db_option, add_run_options, check_settings, llm_choice,
+                                 options_from_args)
 from kscience.device import detect
 from kscience.record.liveness import display_status, run_is_alive
-from kscience.problems import ProblemError, builtin_names, load_problem
-from kscience.problems.device_map import mapped_device
+from kscience.problems import ProblemError, builtin_names, load_problem, no_such_problem
+from kscience.problems.fit import fit_reason
 from kscience.problems.kernelbench import _module_constants
+from kscience.run.baselines import reference_source
 from kscience.run.driver import Run
+from kscience.scientist.offline import cannot_work_on
 from kscience.scientist.llm.factory import default_llm_spec
 from kscience.record.store import Store, StoreError
 
 EXPERIMENTS_PER_ROUND = 3  # the designer's plans chosen per design round (scientist.roles.CHOICE_RULES)
 SKIPPED, PENDING = "skipped", "pending"
-# What a problem needs at once, as a multiple of one input set plus one output: the judge's copy
-# and the worker's, the pristine inputs kept for the unchanged-input check, and the reference output.
-MEMORY_FACTOR = 4
-FREE_SHARE = 0.9  # of the memory free when the campaign starts
 
 
 class CampaignConfig:
@@ -57,7 +56,7 @@ class CampaignConfig:
         check_settings(settings)
         if attempts is not None:
             if attempts < 1:
-                raise ValueError("attempts must be >= 1")
+                raise ConfigError(f"--attempts must be at least 1, not {attempts}")
             settings["iterations"] = math.ceil(attempts / EXPERIMENTS_PER_ROUND)
         self.problems, self.attempts, self.name = problems, attempts, name
         self.settings = {k: v for k, v in settings.items() if v is not None}
@@ -110,8 +109,7 @@ def suite_locators(suite: str) -> list[str]:
         elif path.exists():
             out.append(str(path.resolve()))
         else:
-            raise ProblemError(f"no problem {item!r}: not a built-in ({', '.join(builtin_names())}), "
-                               "a file or a folder")
+            raise no_such_problem(item)
     return list(dict.fromkeys(out))
 
 
@@ -130,58 +128,6 @@ def overrides_for(locator: str, overrides: dict) -> dict:
     except (OSError, SyntaxError):
         return {}  # loading it will say what is wrong
     return {k: v for k, v in overrides.items() if k in names}
-
-
-# --- will it fit? ----------------------------------------------------------------------------------
-def _tensor_bytes(data) -> int:
-    import torch
-
-    if isinstance(data, torch.Tensor):
-        return data.numel() * data.element_size()
-    if isinstance(data, (tuple, list)):
-        return sum(_tensor_bytes(x) for x in data)
-    if isinstance(data, dict):
-        return sum(_tensor_bytes(x) for x in data.values())
-    return 0
-
-
-def needed_bytes(problem, interpreted: bool) -> int | None:
-    """Memory the largest benchmark shape needs at once, estimated on PyTorch's meta device (no memory
-    is taken); None when the problem's input builder cannot run there."""
-    import torch
-
-
-    largest = 0
-    for shape in problem.shapes("all", interpreted):
-        try:
-            with torch.device("meta"), mapped_device("meta"):
-                data = problem.generate_input(0, "meta", **shape)
-                out = problem.ref_kernel(data)
-        except Exception:  # an op without a meta kernel, a generator on meta: no estimate
-            return None
-        largest = max(largest, MEMORY_FACTOR * _tensor_bytes(data) + _tensor_bytes(out))
-    return largest
-
-
-def free_bytes(interpreted: bool) -> int | None:
-    import torch
-
-    if not interpreted and torch.cuda.is_available():
-        return torch.cuda.mem_get_info()[0]
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def fit_reason(problem, device) -> str | None:
-    """Why the problem cannot run on this device, or None when it can (or cannot be told)."""
-    need = needed_bytes(problem, device.interpreted)
-    free = free_bytes(device.interpreted)
-    if need is None or free is None or need <= FREE_SHARE * free:
-        return None
-    where = "host memory" if device.interpreted else f"{device.name} memory"
-    return f"does not fit: needs about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB of {where} free"
 
 
 # --- the campaign ----------------------------------------------------------------------------------
@@ -316,13 +262,23 @@ class Campaign:
 
         config = self.config.run_config(row["locator"], row["overrides"], f"{row['name']} ({self.id})")
         problem = load_problem(row["locator"], row["overrides"])
-        reason = fit_reason(problem, detect())
+        reason = fit_reason(problem, detect()) or self._offline_reason(config, problem)
         if reason:
             self._set(row, status=SKIPPED, reason=reason)
             return None
         run = Run.create(config, store=self.store)
         self.store.update_run(run.id, campaign_id=self.id)
         return run
+
+
+    @staticmethod
+    def _offline_reason(config: RunConfig, problem) -> str | None:
+        """A problem the offline scientist cannot start on (no seed kernel it can rewrite) is skipped with the
+        reason, as `kscience run` refuses it, rather than failed as if it had been tried."""
+        if config.llm.partition("@")[0] != "offline":
+            return None
+        reason = cannot_work_on(problem, [problem.seed_source or reference_source(problem)])
+        return reason and f"needs a model: {reason}; a campaign with --llm openai:MODEL or gemini:MODEL runs it"
 
 
 # --- from a command line: `kscience campaign` and `%kscience campaign` ------------------------------
@@ -359,9 +315,11 @@ def campaign_from_args(args, store: Store) -> Campaign:
     settings = options_from_args(args)
     if args.attempts is not None and "iterations" in settings:
         raise ConfigError("give --attempts or --iterations, not both")
-    if settings.get("llm") is None:
-        settings["llm"], reason = default_llm_spec()
-        print(f"kscience: {reason}", file=sys.stderr)
+    reason = llm_choice(settings)
+    settings["llm"] = settings.get("llm") or default_llm_spec()[0]
     name = settings.pop("name", "")
     config = CampaignConfig(problems=args.problems, attempts=args.attempts, name=name, **settings)
-    return Campaign.create(",".join(args.suite), config, store=store)
+    campaign = Campaign.create(",".join(args.suite), config, store=store)
+    if reason:  # said once the campaign exists: a bad argument or suite gets its error line alone
+        print(f"kscience: {reason}", file=sys.stderr)
+    return campaign

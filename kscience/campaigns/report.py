@@ -5,8 +5,10 @@ time, status, attempts and LLM cost. Per suite: the success rate, fast_p for p i
 eager and against torch.compile, the geometric-mean speedup, attempts and cost.
 
 Definitions (after KernelBench, Ouyang et al. 2025, and its `fastp` code):
-* the kernel of a problem is the fastest correct candidate the scientist wrote (children and
-  repairs); the seed is the starting point, not an answer, and the baselines are not candidates;
+* the kernel of a problem ("best child") is the fastest correct candidate the scientist wrote
+  (children, repairs, composites); the seed is the starting point, not an answer, and the baselines
+  are not candidates. `kscience runs` and `show` count the seed in their "best"; the report says
+  which it counts under its table;
 * speedup = baseline time / kernel time, both measured by the same judge in the same run;
 * fast_p = the share of problems whose kernel is correct and whose speedup is greater than p;
   fast_0 is therefore the correctness (success) rate;
@@ -24,6 +26,7 @@ import math
 
 from kscience.record.liveness import display_status
 from kscience.record.store import Store
+from kscience.record.summary import CPU_NOTE, times_rank
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "vendor": "vendor_us",
@@ -41,7 +44,7 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
         row = {"position": entry["position"], "name": entry["name"], "locator": entry["locator"],
                "status": entry["status"], "reason": entry["reason"], "run_id": entry["run_id"],
                "eager_us": None, "compiled_us": None, "vendor_us": None, "seed_us": None, "best_us": None, "best_id": None,
-               "attempts": 0, "cost_usd": 0.0, "tokens": 0, "device": None}
+               "attempts": 0, "cost_usd": 0.0, "tokens": 0, "device": None, "interpreted": False}
         if entry["run_id"]:
             run = store.run(entry["run_id"])
             row["status"] = display_status(run)
@@ -70,7 +73,7 @@ def _run_numbers(store: Store, run_id: str) -> dict:
             "seed_us": time_of("seed"),
             "best_us": best["geomean_us"] if best else None, "best_id": best["id"] if best else None,
             "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
-            "device": judged.get("name")}
+            "device": judged.get("name"), "interpreted": bool(judged.get("interpreted"))}
 
 
 def _library_numbers(cands: list[dict], row: dict) -> dict:
@@ -164,7 +167,7 @@ def report_lines(report: dict) -> list[str]:
     c, s = report["campaign"], report["summary"]
     lines = [f"campaign {c['id']} ({c['status']}): {c['suite']}", ""]
     head = f"{'problem':<28} {'status':<11} {'eager us':>10} {'compile us':>10} {'seed us':>10} " \
-           f"{'vendor us':>10} {'best us':>10} {'vs eager':>9} {'vs compile':>10} {'vs vendor':>9} {'tries':>5} " \
+           f"{'vendor us':>10} {'best child':>10} {'vs eager':>9} {'vs compile':>10} {'vs vendor':>9} {'tries':>5} " \
            f"{'cost $':>7}"
     lines += [head, "-" * len(head)]
     for r in report["problems"]:
@@ -174,7 +177,7 @@ def report_lines(report: dict) -> list[str]:
                      f"{r['attempts']:>5} {r['cost_usd']:>7.2f}")
         losers = [name for name, key in (("PyTorch eager", "speedup_eager"), ("torch.compile", "speedup_compiled"),
                                          ("the vendor library", "speedup_vendor")) if r[key] and r[key] < 1]
-        if losers:
+        if losers and times_rank({"interpreted": r.get("interpreted")}):
             lines.append(f"    LOSES: the best kernel is slower than {', '.join(losers)}")
         if r.get("library_us"):
             lines.append(f"    best installed library: {r['library_label']}, {_us(r['library_us'])} us; the best kernel "
@@ -185,7 +188,10 @@ def report_lines(report: dict) -> list[str]:
                          f"(fastest baseline {_us(r['fastest_us'])} us, {_x(r['speedup_fastest'])})")
         if r["status"] in ("skipped", "failed") and r["reason"]:
             lines.append(f"    {r['reason'][:150]}")
-    lines.append("")
+    lines += ["", "best child: the fastest correct kernel the scientist wrote, in us; the seed is its starting "
+                  "point and not counted (as KernelBench counts), so it may be slower than the seed"]
+    if any(r.get("interpreted") for r in report["problems"]):
+        lines.append(f"(CPU interpreter: {CPU_NOTE}; no kernel is said to lose on them)")
     lines.append(f"{s['n_evaluated']} of {s['n_problems']} problems evaluated ({s['n_skipped']} skipped); "
                  f"success rate {_pct(s['success_rate'])}; {s['attempts']} attempts; "
                  f"LLM cost ${s['cost_usd']:.2f}")

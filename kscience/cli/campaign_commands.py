@@ -21,6 +21,7 @@ from kscience.run.config import EXECUTORS, add_db_option
 from kscience.run.events import CandidateEvaluated
 from kscience.campaigns.retime import comparison, comparison_lines, retime
 from kscience.cli.run_commands import open_store_or_explain
+from kscience.record.text import kind_text, plural
 from kscience.usage import UsageError
 
 
@@ -71,15 +72,16 @@ def _status_line(campaign, row, event) -> None:
         print(f"kscience: [{row['position'] + 1}] {row['name']}: {row['status']}{why}", file=sys.stderr)
     elif isinstance(event, CandidateEvaluated):
         t = f" {event.geomean_us:.1f} us" if event.geomean_us else ""
-        print(f"kscience:     {row['name']}: {event.kind} {event.candidate_id} {event.status}{t}", file=sys.stderr)
+        print(f"kscience:     {row['name']}: {kind_text(event.kind)} {event.candidate_id} {event.status}{t}",
+              file=sys.stderr)
 
 
 def cmd_campaign(args) -> int:
 
     with open_store_or_explain(args.db, create=not args.resume) as store:
         campaign = _setup(lambda: campaign_from_args(args, store))
-        print(f"kscience: campaign {campaign.id}: {len(campaign.problems())} problems with {campaign.config.llm}, "
-              f"{campaign.config.iterations} iterations each, stored in {store.path}", file=sys.stderr)
+        print(f"kscience: campaign {campaign.id}: {plural(len(campaign.problems()), 'problem')} with {campaign.config.llm}, "
+              f"{plural(campaign.config.iterations, 'iteration')} each, stored in {store.path}", file=sys.stderr)
         campaign.subscribe(_status_line)
         try:
             _setup(lambda: campaign.start())

@@ -50,6 +50,7 @@ examples:
   kscience run softmax --iterations 3 --llm offline
   kscience runs                                  # stored runs, newest first
   kscience show RUN_ID                           # a run's numbers and candidates
+  kscience show CANDIDATE_ID                     # one candidate: verdicts, message, diff, source
   kscience best RUN_ID > best.py                 # its fastest correct kernel
   kscience resume RUN_ID --iterations 2          # two more design rounds
 """
@@ -124,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the runs as JSON")
     s.set_defaults(func=cmd_runs)
 
-    s = sub.add_parser("show", help="a run, its candidates and its numbers")
-    _run_id(s)
+    s = sub.add_parser("show", help="a run, its candidates and its numbers; or one candidate in full")
+    s.add_argument("run_id", metavar="ID", help="a run's id (r-...), as `kscience runs` lists it, or a candidate's "
+                                               "(c-...): its verdict per shape, message, finding, diff and source")
     add_db_option(s)
     s.add_argument("--json", action="store_true", help="print the run, its candidates, plans and findings as JSON")
     s.set_defaults(func=cmd_show)

@@ -11,7 +11,9 @@ from kscience.run.config import parse_sets
 from kscience.evaluate.executor import visible_gpus
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest, confinement_line
+from kscience.device import detect
 from kscience.problems import builtin_names, load_problem, shape_label
+from kscience.problems.fit import fit_reason
 from kscience.record.text import fmt_seconds, fmt_us
 from kscience.usage import UsageError
 
@@ -43,6 +45,9 @@ def cmd_eval(args) -> int:
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read candidate {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    too_big = fit_reason(problem, detect())
+    if too_big:  # before a worker exists: the judge would fail to allocate and blame the candidate
+        raise UsageError(f"{problem.name} {too_big}")
     request = EvalRequest(problem=problem.locator, source=source, overrides=overrides, shapes=args.shapes,
                           timeout_s=problem.time_limit_s if args.timeout is None else args.timeout,
                           allow_weak_confinement=args.unconfined)

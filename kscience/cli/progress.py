@@ -54,7 +54,10 @@ class Progress:
                 us, what = f"{fmt_us(event.geomean_us):>15} us {vs_seed:>9} vs seed", event.hypothesis
             else:
                 us, what = " " * 36, event.message
-            self._line(f"  {event.candidate_id} {kind_text(event.kind):<14} {event.status:<13} {us}  {what[:70]}")
+            # Tagged with its iteration: with several lines at once, verdicts of different iterations interleave.
+            tag = f"it {event.iteration}" if event.iteration else ""
+            self._line(f"  {tag:<5} {event.candidate_id} {kind_text(event.kind):<14} {event.status:<13} {us}  "
+                       f"{what[:70]}")
             if self.bar is not None and event.best_us:
                 self.bar.set_description_str(f"best {fmt_us(event.best_us, ' us')}")
         elif isinstance(event, CandidateProfiled):  # what the profile cost, or why there is none (said once)

@@ -12,12 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from kscience.run.config import new_config, options_from_args
+from kscience.run.config import llm_choice, new_config, options_from_args
 from kscience.record.liveness import display_status
+from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.record.snapshot import Snapshot, iterations_done, run_listing, speedup
-from kscience.record.text import fmt_us, fmt_x, kind_text
+from kscience.record.text import fmt_us, fmt_x, kind_text, plural
 from kscience.record.store import StoreError, open_store
 from kscience.record.summary import CPU_NOTE, summary_lines
 from kscience.usage import UsageError
@@ -38,9 +39,14 @@ def cmd_run(args) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             why = getattr(exc, "strerror", None) or exc
             raise UsageError(f"cannot read seed kernel {args.seed_kernel}: {why}") from None
-    config = new_config(args.problem, options_from_args(args))
+    options = options_from_args(args)
+    config = new_config(args.problem, options, say_choice=False)
     with open_store_or_explain(args.db, create=True) as store:
-        return _drive(Run.create(config, store=store, seed_source=seed_source), args)
+        run = Run.create(config, store=store, seed_source=seed_source)
+        choice = llm_choice(options)
+        if choice:  # said once the run exists: a bad argument or problem gets its error line alone
+            print(f"kscience: {choice}", file=sys.stderr)
+        return _drive(run, args)
 
 
 def cmd_resume(args) -> int:
@@ -53,7 +59,7 @@ def cmd_resume(args) -> int:
 
 def _drive(run: Run, args) -> int:
     print(f"kscience: run {run.id}: {run.problem.name} with {run.config.llm} ({run.config.strategy}), "
-          f"up to {run.target} iterations, stored in {run.store.path}", file=sys.stderr)
+          f"up to {plural(run.target, 'iteration')}, stored in {run.store.path}", file=sys.stderr)
     progress = Progress(run.target, initial=iterations_done(run.store.plans(run.id)))
     run.subscribe(progress)
     try:
@@ -69,7 +75,11 @@ def _drive(run: Run, args) -> int:
         print(f"kscience: error: {row['error']} (run {run.id} is stored; continue with: "
               f"kscience resume {run.id} --db {run.store.path})", file=sys.stderr)
         return 1
-    return 0 if row["status"] == "finished" else 1
+    if row["status"] != "finished":
+        return 1
+    db = f" --db {run.store.path}"
+    print(f"kscience: next: kscience show {run.id}{db} / kscience best {run.id}{db} > best.py", file=sys.stderr)
+    return 0
 
 
 def _print_outcome(run: Run, args) -> dict:
@@ -102,6 +112,8 @@ def cmd_runs(args) -> int:
         print(f"{r['id']:<11} {Path(r['problem']).name[:20]:<20} {r['status']:<11} {r['iterations_done']:>4} "
               f"{r['n_candidates']:>5} {fmt_us(r['seed_us']):>14} {fmt_us(r['best_us']):>14} "
               f"{fmt_x(speedup(r['seed_us'], r['best_us'])):>8}  {timed_on[:16]:<16} {r['llm'][:22]:<22} {created}")
+    print("best us: the fastest correct kernel of the run, the seed included (a campaign report's best child "
+          "leaves the seed out)")
     if any(r["interpreted"] for r in rows):
         print(f"(CPU interpreter: {CPU_NOTE})")
     return 0
@@ -115,8 +127,10 @@ def _snapshot(store, run_id: str) -> Snapshot:
 
 
 def cmd_show(args) -> int:
+    if args.run_id.startswith("c-"):
+        return _show_candidate(args)
     with open_store_or_explain(args.db, create=False, readonly=True) as store:
-        snap = _snapshot(store, args.run_id)
+        snap, db = _snapshot(store, args.run_id), store.path
     row, metrics = snap.run, snap.metrics()
     if args.json:
         print(json.dumps({"run": _run_json(row), "metrics": metrics, "candidates": snap.candidates,
@@ -133,6 +147,19 @@ def cmd_show(args) -> int:
         sol_text = f"{sol['worst']:.0%}" if sol else "-"
         print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind_text(c['kind']):<14} {c['status']:<13} "
               f"{fmt_us(c['geomean_us']):>14} {sol_text:>5}  {c['hypothesis'][:60]}")
+        if c["status"] not in ("ok", "pending") and c["message"]:  # why it failed, in short
+            print(f"  {'':>3} {'':<11} {c['message'][:100]}")
+    print(f"\n(one candidate in full: kscience show CANDIDATE_ID --db {db})")
+    return 0
+
+
+def _show_candidate(args) -> int:
+    with open_store_or_explain(args.db, create=False, readonly=True) as store:
+        try:
+            detail = candidate_detail(store, args.run_id)
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+    print(json.dumps(detail, indent=2) if args.json else "\n".join(candidate_lines(detail)))
     return 0
 
 

@@ -63,7 +63,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
                                 message=f"refusing to run unconfined: no {'; no '.join(weak)} on this machine "
                                         "(allow_weak_confinement=True, --unconfined or "
                                         "KSCIENCE_ALLOW_WEAK_CONFINEMENT=1 to run anyway)")
-        session = Session(problem, device, gpu, request.timeout_s, keep_spare)
+        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
                               timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events",
                               confinement=dict(session.worker.confinement(), weak=weak, allowed_weak=allowed))
@@ -73,6 +73,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         except Verdict as v:
             result.status, result.message, result.failing_shape = v.status, v.args[0], v.shape
             result.geomean_us = None
+            if "landlock" not in result.confinement and "sandbox" in session.last_reply:  # failed on import
+                result.confinement["landlock"] = str(session.last_reply["sandbox"])[:200]
         except torch.cuda.OutOfMemoryError:  # the worker shares the GPU and may have taken it all
             result.status, result.geomean_us = R.REJECTED, None
             result.message = "GPU memory exhausted in the judge: the candidate's worker left too little free memory"

@@ -100,6 +100,8 @@ class EvalRequest:
     overrides: dict = field(default_factory=dict)
     shapes: str = "all"  # "tests", "benchmarks" or "all"
     timeout_s: float | None = None  # overall cap; phase limits scale from it
+    step_limit_s: float | None = None  # the longest one step (import, a check, a timed shape) may wait for the
+                                       # candidate; it lowers the judge's own phase limits, never raises them
     candidate_id: str | None = None  # for bookkeeping by callers only
     # [rtol, atol] to check with instead of the problem's: a run sets it only for the problem's
     # vendor-library baseline (Problem.vendor_tolerance), never for a kernel

@@ -63,7 +63,7 @@ class Session:
     """One evaluation: a worker, its channel, its limits and the clock that runs out."""
 
     def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
-                 keep_spare: bool):
+                 keep_spare: bool, step_limit_s: float | None = None):
         self.problem, self.device, self.gpu = problem, device, gpu
         self.cpu = int(device.interpreted)
         self.deadline = time.monotonic() + timeout_s if timeout_s else math.inf
@@ -72,12 +72,13 @@ class Session:
         self._inner_s: list[float] = []  # seconds of phases nested in each open phase (see `phase`)
         self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
+        self.last_reply: dict = {}  # the worker's last in-order reply (a failed import's names its sandbox)
         self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
         self.seq = 0
         self.used_seeds: set[int] = set()  # every seed sent to the worker: no content is ever sent twice
         self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
-        self.timeout_s = timeout_s
-        self.phase_limit, self.phase_end, self.by_deadline = 0.0, math.inf, False
+        self.timeout_s, self.step_limit_s = timeout_s, step_limit_s
+        self.phase_limit, self.phase_end, self.by_deadline, self.by_step = 0.0, math.inf, False, False
         self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
         self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, the worker's input build included
@@ -86,7 +87,12 @@ class Session:
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
         """Send a command; its replies must arrive before the phase's limit runs out."""
         self.seq += 1
-        limit_s = LIMITS[phase][self.cpu] if limit_s is None else limit_s
+        if limit_s is None:
+            limit_s = LIMITS[phase][self.cpu]
+            self.by_step = bool(self.step_limit_s) and self.step_limit_s < limit_s
+            limit_s = self.step_limit_s if self.by_step else limit_s
+        else:
+            self.by_step = False
         left = self.deadline - time.monotonic()
         self.by_deadline = left < limit_s  # the evaluation's own limit, not the phase's, runs out first
         self.phase_limit = max(min(limit_s, left), 0.0)
@@ -98,6 +104,7 @@ class Session:
         with self._channel_errors(phase, shape):
             msg = recv_json(self.worker.channel, self.phase_end, self.worker.alive)
         self._in_order(msg, phase, shape)
+        self.last_reply = msg
         if msg.get("status") != expect:
             status = msg.get("status") if msg.get("status") in R.STATUSES[1:] else R.REJECTED
             raise Verdict(status, redact(str(msg.get("message", f"unexpected reply {str(msg)[:80]}")))[:400], shape)
@@ -160,6 +167,8 @@ class Session:
         doing = _DOING.get(phase, phase)
         if self.by_deadline:
             return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {doing}"
+        if self.by_step:
+            return f"timed out: the {_seconds(self.phase_limit)} limit per step set for this evaluation ran out while {doing}"
         return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {doing} ran out"
 
     def _death(self) -> str:

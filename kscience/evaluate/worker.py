@@ -105,8 +105,8 @@ def serve(in_fd: int, out_fd: int) -> None:
     try:
         h = Harness(job, [harness, integrity, timing, wire, confine, sys.modules[__name__]])
     except BaseException as exc:
-        f = call_fault(exc)
-        send_json(ch, {"status": f.status, "message": str(f), "seq": seq})
+        f = call_fault(exc)  # the sandbox is reported here too: the verdict's confinement line names it
+        send_json(ch, {"status": f.status, "message": str(f), "seq": seq, "sandbox": sandbox})
         return
     send_json(ch, {"status": "ready", "seq": seq, "sandbox": sandbox, "idle_gap_us": h.idle_gap_us,
                    "setup_s": h.setup_s, "waiting": h.waiting})

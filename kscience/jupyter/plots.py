@@ -86,15 +86,15 @@ def _on_scale(us: float, low: float | None, high: float | None) -> bool:
     return low is None or low / OFF_SCALE <= us <= high * OFF_SCALE
 
 
-def _baseline(ax, label: str, us: float, low: float | None, high: float | None) -> None:
-    """A baseline as a horizontal line where it falls within the candidates' range (padded), else
-    as an arrow at the edge, labelled with its time, so it does not squeeze the candidates."""
+def _baseline(ax, label: str, us: float, on_scale: bool) -> None:
+    """A baseline as a horizontal line where the axis shows it, else as an arrow at the edge,
+    labelled with its time, so it does not squeeze the candidates."""
     colour, style = BASELINE_STYLES.get(label, LIBRARY_STYLE)
     text = f"{label} {fmt_us(us, ' µs', 1)}"
-    if _on_scale(us, low, high):
+    if on_scale:
         ax.axhline(us, color=colour, linestyle=style, linewidth=1.4, label=text)
         return
-    above = us > high
+    above = us > ax.get_ylim()[1]
     y = 0.97 if above else 0.03
     ax.annotate(f"{text} {'↑' if above else '↓'} (off scale)", xy=(0.99, y), xycoords="axes fraction",
                 ha="right", va="top" if above else "bottom", fontsize=LEGEND_FONT - 1, color=colour)
@@ -126,27 +126,32 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
     low, high = (min(values), max(values)) if values else (None, None)
     vendor = snap.vendor
     vendor_us = vendor["geomean_us"] if vendor and vendor["status"] == "ok" else None
-    for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
-                      ("vendor library", vendor_us), ("physical floor", base.floor_us),
-                      *((c["hypothesis"].split(";")[0], c["geomean_us"]) for c in snap.libraries if c["status"] == "ok")):
-        if us:
-            _baseline(ax, label, us, low, high)
-            if _on_scale(us, low, high):
-                values.append(us)
+    baselines = [(label, us) for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
+                                                ("vendor library", vendor_us), ("physical floor", base.floor_us),
+                                                *((c["hypothesis"].split(";")[0], c["geomean_us"])
+                                                  for c in snap.libraries if c["status"] == "ok")) if us]
+    values += [us for _, us in baselines if _on_scale(us, low, high)]  # the axis is fitted to these
     for k, x in enumerate(session_starts):
         ax.axvline(x, color="#616161", linestyle=(0, (4, 3)), linewidth=1.0, zorder=1,
                    label="resumed session starts" if k == 0 else None)
         ax.annotate("resumed", xy=(x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -3),
                     textcoords="offset points", ha="left", va="top", fontsize=LEGEND_FONT - 1, color="#616161")
+    if values and max(values) / min(values) > SPAN_FOR_LOG:
+        ax.set_yscale("log")
+        ax.set_ylim(min(values) / 1.3, max(values) * 1.3)
+    elif values:
+        ax.set_ylim(0, max(values) * 1.12)  # a linear time axis starts at zero, so gaps read true
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if max(values) >= 100 else f"{v:g}"))
+    # A baseline the axis reaches is a line (a linear axis from zero reaches any faster one); only one
+    # beyond the axis is an arrow at its edge.
+    bottom, top = ax.get_ylim()
+    for label, us in baselines:
+        _baseline(ax, label, us, on_scale=bottom <= us <= top)
+    ax.set_ylim(bottom, top)
     handles, labels = ax.get_legend_handles_labels()
     for note in base.missing():  # say which lines are missing rather than leave the reader guessing
         handles.append(Line2D([], [], linestyle="none"))
         labels.append(note)
-    if values and max(values) / min(values) > SPAN_FOR_LOG:
-        ax.set_yscale("log")
-    elif values:
-        ax.set_ylim(0, max(values) * 1.12)  # a linear time axis starts at zero, so gaps read true
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if max(values) >= 100 else f"{v:g}"))
     ax.set_xlabel("evaluation (order of verdicts)" if by == "evaluation" else "iteration (design round)")
     ax.set_ylabel("geomean time over shapes (µs)")
     ax.grid(alpha=0.3)
@@ -197,7 +202,7 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     ax.set_ylabel("speedup of the best kernel (×, log)")
     title = f"best kernel {best['id']}: {fmt_us(best['geomean_us'], ' µs')} geomean"
     if snap.seed is not None and best["id"] == snap.seed["id"]:
-        title += "; no candidate beat the seed, so the best kernel is the seed (1x vs seed)"
+        title += "\nno candidate beat the seed, so the best kernel is the seed (1x vs seed)"
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=LEGEND_FONT, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3, which="both")
@@ -336,9 +341,11 @@ def draw_uplift(ax, snap: Snapshot) -> None:
     ax.set_title(f"{len(measured)} experiment(s) measured"
                  + (f", {failed} without a correct kernel (not shown)" if failed else ""), fontsize=9)
     handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=[Line2D([], [], marker="o", linestyle="none", color="#2e7d32", label="inside prediction"),
-                       Line2D([], [], marker="o", linestyle="none", color="#ef6c00", label="outside prediction"),
-                       *handles], fontsize=LEGEND_FONT, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    keys = [Line2D([], [], marker="o", linestyle="none", color=colour, label=f"{where} prediction")
+            for where, colour, inside in (("inside", "#2e7d32", True), ("outside", "#ef6c00", False))
+            if any(p["inside"] == inside for p in measured)]  # a key only for points that are drawn
+    ax.legend(handles=[*keys, *handles], fontsize=LEGEND_FONT, frameon=False, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
 
 

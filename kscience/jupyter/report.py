@@ -64,6 +64,18 @@ def figure_stem(snap: Snapshot) -> str:
     return Path(snap.run["problem"]).stem or snap.run["id"]
 
 
+def report_figure(snap: Snapshot, suffix: str) -> Figure:
+    """One report figure of a run (a key of FIGURES), titled with the problem, run, device and model."""
+    what, draw, size = FIGURES[suffix]
+    fig = Figure(figsize=size, dpi=120, layout="constrained")
+    draw(fig.add_subplot(), snap)
+    device = snap.device.get("name") or "unknown device"
+    # The problem's name, not its path: a KernelBench file's full path ran past the figure's edge.
+    fig.suptitle(f"{Path(snap.run['problem']).name}: {what}\nrun {snap.run['id']}, {device}, {snap.run['llm']}",
+                 fontsize=9)
+    return fig
+
+
 def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = None,
                   command: str | None = None) -> list[Path]:
     """Draw the report figures of one run into `figures_dir`; returns the paths written."""
@@ -76,12 +88,10 @@ def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = 
     command = command or f"python -m kscience.jupyter.report --db {shlex.quote(str(db))} " \
                          f"--figures-dir {shlex.quote(str(figures_dir))} --run {snap.run['id']}"
     written = []
-    for suffix, (what, draw, size) in FIGURES.items():
+    for suffix, (what, _, _) in FIGURES.items():
         if suffix == "sol" and snap.sol_summary(snap.best) is None:  # no roofline bound (CPU): nothing to plot
             continue
-        fig = Figure(figsize=size, dpi=120, layout="constrained")
-        draw(fig.add_subplot(), snap)
-        fig.suptitle(f"{snap.run['problem']}: {what}\nrun {snap.run['id']}, {device}, {snap.run['llm']}", fontsize=9)
+        fig = report_figure(snap, suffix)
         path = out / f"{figure_stem(snap)}-{suffix}.png"
         path.write_bytes(plots.png_bytes(fig, Title=f"{snap.run['problem']} {suffix}", Source=command,
                                          Description=f"{what}; run {snap.run['id']} on {device}"))

@@ -96,5 +96,10 @@ def load_problem(locator: str, overrides: dict | None = None, probed: dict | Non
         return load_gpumode_dir(path.resolve(), overrides, probed)
     if path.is_file() and path.suffix == ".py":
         return load_kernelbench_file(path.resolve(), overrides)
-    known = ", ".join(builtin_names())
-    raise ProblemError(f"no problem {locator!r}: not a built-in ({known}), a .py file or a folder")
+    raise no_such_problem(locator)
+
+
+def no_such_problem(locator: str) -> ProblemError:
+    """The one wording of "this names no problem", for `run`, `eval` and `campaign` alike."""
+    return ProblemError(f"no problem {locator!r}: not a built-in ({', '.join(builtin_names())}), "
+                        "a KernelBench .py file or a folder")

@@ -102,10 +102,16 @@ def summary_lines(row: dict, m: dict) -> list[str]:
     return lines + sol_lines(m)
 
 
+def times_rank(device: dict) -> bool:
+    """Whether times judged on `device` may rank kernels against the baselines: the CPU interpreter's check
+    the machinery only, so neither `show` nor a campaign report says a kernel LOSES on them."""
+    return not device.get("interpreted")
+
+
 def verdict_lines(m: dict) -> list[str]:
     """Plainly, whether a user would rather pick a baseline than the best kernel; and what composition did."""
     best, lines = m["best_us"], []
-    if best is not None and not (m.get("device") or {}).get("interpreted"):  # interpreter times rank nothing
+    if best is not None and times_rank(m.get("device") or {}):
         rivals = [(name, us) for name, us in ((EAGER, m["reference_us"]), ("torch.compile", m["compiled_us"]),
                                               (m.get("vendor_label") or "the vendor library", m.get("vendor_us")),
                                               *((lib["label"], lib["us"]) for lib in m.get("libraries") or []))

@@ -97,6 +97,13 @@ class RunConfig:
     # Per session: a resumed run gets the full limit again.
     time_limit_s: float | None = setting(None, "--time-limit", "stop this session after this long",
                                          metavar="SECONDS", on_resume=True)
+    # None: derived from the seed's own evaluation (kscience.run.judging.step_limit), so a hung candidate
+    # costs a small multiple of what a working one takes rather than the judge's full limits.
+    eval_timeout_s: float | None = setting(None, "--eval-timeout", "the longest the judge waits for a candidate "
+                                           "in one step (importing it, checking a shape, timing a shape); "
+                                           "default: 10x the seed's slowest step, at least 60 s, at most the "
+                                           "judge's own limits (120 s to 300 s)", metavar="SECONDS",
+                                           on_resume=True)
     llm_retries: int = setting(LLM_RETRIES, "--llm-retries", "retries of a failed LLM request", metavar="N",
                                on_resume=True)
     llm_timeout_s: float = setting(LLM_TIMEOUT_S, "--llm-timeout", "limit per LLM request", metavar="SECONDS",
@@ -129,12 +136,13 @@ class RunConfig:
             self.executor = "queue:" + queue_directory(self.executor)
         if self.iterations is None:  # an evaluation budget alone bounds the run: a design yields at least one
             self.iterations = 3 if self.evaluations is None else self.evaluations
-        if self.iterations < 0 or self.repairs < 0:
-            raise ConfigError("iterations and repairs must be >= 0")
-        if self.evaluations is not None and self.evaluations < 1:
-            raise ConfigError(f"--evaluations must be at least 1 (the seed is evaluated), not {self.evaluations}")
-        if self.lines is not None and self.lines < 1:
-            raise ConfigError(f"--lines must be at least 1, not {self.lines}")
+        for flag, value, least in (("--iterations", self.iterations, 0), ("--repairs", self.repairs, 0),
+                                   ("--evaluations", self.evaluations, 1), ("--lines", self.lines, 1),
+                                   ("--gpus", self.gpus, 1)):
+            if value is not None and value < least:  # one wording for every count a user sets
+                raise ConfigError(f"{flag} must be at least {least}, not {value}")
+        if self.eval_timeout_s is not None and self.eval_timeout_s <= 0:
+            raise ConfigError(f"--eval-timeout must be a positive number of seconds, not {self.eval_timeout_s:g}")
         if self.profile is not None and self.profile not in PROFILERS:
             raise ConfigError(f"unknown profiler {self.profile!r}: use {', '.join(PROFILERS)}")
         if self.stop_at_sol is not None and not 0 < self.stop_at_sol <= 1:
@@ -260,12 +268,18 @@ def check_settings(options: dict) -> None:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)}: use {', '.join(SETTINGS)}")
 
 
-def new_config(problem: str, options: dict) -> RunConfig:
-    """A RunConfig from keyword settings; without `llm`, the model is chosen from the API keys set
-    (and the choice is said on stderr)."""
+def new_config(problem: str, options: dict, *, say_choice: bool = True) -> RunConfig:
+    """A RunConfig from keyword settings; without `llm`, the model is chosen from the API keys set, and
+    the choice is said on stderr once the settings are valid (`say_choice=False`: the caller says it,
+    with `llm_choice`, once the run exists, so an error is never preceded by it)."""
     check_settings(options)
-    if options.get("llm") is None:
-        spec, reason = default_llm_spec()
+    reason = llm_choice(options)
+    config = RunConfig(problem=problem, **{**options, "llm": options.get("llm") or default_llm_spec()[0]})
+    if reason and say_choice:
         print(f"kscience: {reason}", file=sys.stderr)
-        options = {**options, "llm": spec}
-    return RunConfig(problem=problem, **options)
+    return config
+
+
+def llm_choice(options: dict) -> str | None:
+    """Why this model, when the settings leave it to the API keys set; None when they name one."""
+    return None if options.get("llm") is not None else default_llm_spec()[1]

@@ -18,7 +18,7 @@ import traceback
 from typing import Callable
 
 from kscience.run.baselines import compiled_source, reference_source
-from kscience.run.config import RunConfig
+from kscience.run.config import ConfigError, RunConfig
 from kscience.device import detect
 from kscience.run.environment import environment
 from kscience.evaluate.executors import make_executor
@@ -31,9 +31,22 @@ from kscience.scientist.knowledge import knowledge_for
 from kscience.scientist.llm import Budget, BudgetExceeded, LLMError
 from kscience.scientist.llm.factory import make_llm
 from kscience.scientist.roles import Scientist
-from kscience.record.snapshot import first_of_kind, iterations_done, run_metrics
+from kscience.record.snapshot import first_of_kind, iterations_done, judged_count, run_metrics
 from kscience.record.store import Store, StoreError
 from kscience.run.threads import Background
+
+
+def _check_evaluations_left(store: Store, run_id: str, config: RunConfig, done: int) -> None:
+    """More iterations on a run whose --evaluations budget is spent would end at once, having done nothing:
+    say so before anything changes. The budget is the user's cap on work; only --evaluations raises it."""
+    if config.evaluations is None:
+        return
+    judged = judged_count(store.candidates(run_id))
+    if judged >= config.evaluations:
+        raise ConfigError(f"run {run_id} has spent its evaluation budget ({judged} of {config.evaluations}); "
+                          f"--iterations adds designs, not evaluations: raise the budget as well, e.g. "
+                          f"kscience resume {run_id} --iterations {config.iterations - done} "
+                          f"--evaluations {judged + 3 * (config.iterations - done)} --db {store.path}")
 
 
 class Run:
@@ -73,17 +86,24 @@ class Run:
         if run_is_alive(row) and not force:
             raise StoreError(f"run {run_id} is still running (pid {row['pid']} on {row['host']}); "
                              "if that process is gone, resume with --force")
-        config = RunConfig.from_dict({**row["config"], **{k: v for k, v in changes.items() if v is not None}})
+        if iterations is not None and iterations < 0:
+            raise ConfigError(f"--iterations must be at least 0 (on resume: how many to add), not {iterations}")
+        done = iterations_done(store.plans(run_id))
+        stored = dict(row["config"])
+        if (stored.get("iterations") or 0) < 0:  # stored by a version that added a negative count unchecked
+            stored["iterations"] = done
+        config = RunConfig.from_dict({**stored, **{k: v for k, v in changes.items() if v is not None}})
         problem = load_problem(config.problem, config.overrides)
         run = cls(store, config, problem, scientist=scientist, executor=executor)
         run.id = run_id
-        done = iterations_done(store.plans(run_id))
         if iterations is not None:
             run.target = config.iterations = done + iterations
-        elif changes.get("evaluations") and row["config"].get("iterations") == row["config"].get("evaluations"):
+        elif changes.get("evaluations") and stored.get("iterations") == stored.get("evaluations"):
             # The run was bounded by its evaluation budget alone (its iterations were set from it): a larger
             # budget lifts the iterations with it.
             run.target = config.iterations = max(config.iterations, config.evaluations)
+        if iterations:
+            _check_evaluations_left(store, run_id, config, done)
         usage = store.llm_usage(run_id)
         run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
                                                            spent_tokens=usage["tokens"], done=done)
@@ -173,7 +193,9 @@ class Run:
                                     compiled_source=compiled_source(self.problem),
                                     compiled_baseline=self.config.compiled_baseline, stop=self._stop,
                                     profile=self.config.profile, stop_at_sol=self.config.stop_at_sol,
-                                    lines=self.config.lines, max_evaluations=self.config.evaluations)
+                                    lines=self.config.lines, max_evaluations=self.config.evaluations,
+                                    eval_timeout_s=self.config.eval_timeout_s,
+                                    time_limit_s=self.config.time_limit_s)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"

@@ -27,10 +27,26 @@ from kscience.run.line import EvaluationsSpent, Stopped, source_diff
 from kscience.scientist import compose
 from kscience.record.snapshot import best_candidate, first_of_kind, judged_count
 from kscience.record.store import BASELINE_KINDS, PENDING
+from kscience.scientist.llm import BudgetExceeded
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
 PROFILE_LOOK_S = 0.2  # how often a waiting profile job looks for a slot no evaluation wants
+RUNNING_SAY_S = 60.0  # an evaluation still running says so after this long, and again as often
+# The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
+# first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy
+# machine).
+STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 60.0
+CANDIDATE_STEPS = ("import", "check", "time", "recheck")  # the phases in which the candidate's code runs
+
+
+def step_limit(seed: dict | None) -> float | None:
+    """The default per-step limit of a run's candidates: from its seed's own evaluation, None (the judge's own
+    limits) until the seed was judged ok. The judge never raises its own limits for it."""
+    if seed is None or seed["status"] != R.OK or not seed["result"]:
+        return None
+    slowest = max((seed["result"].get("phases_s", {}).get(p, 0.0) for p in CANDIDATE_STEPS), default=0.0)
+    return max(STEP_LIMIT_FACTOR * slowest, STEP_LIMIT_FLOOR_S)
 
 
 class Judging:
@@ -54,6 +70,7 @@ class Judging:
         self._composing, self._compose_again = False, False
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
+        self.time_limit_s = ctx.time_limit_s  # this session's --time-limit: it ends evaluations in flight too
         self.busy_s = [0.0] * self.capacity
         self.evaluations = [0] * self.capacity
 
@@ -126,14 +143,20 @@ class Judging:
         try:
             ctx.check_stop()
             ctx.stage("evaluate", cand["iteration"], cand["id"], line)
+            left = self._time_left()
             request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
                                     overrides=ctx.problem.overrides_for(cand["kind"]), shapes="all",
                                     candidate_id=cand["id"],
                                     tolerance=ctx.problem.tolerance_for(cand["kind"], cand["hypothesis"]),
-                                    baseline=baseline)
+                                    baseline=baseline, timeout_s=left, step_limit_s=self.step_limit_for(cand))
             future = self.executor.submit(request)
             try:
-                return (await self._outcome(cand, future, line)).to_dict()
+                result = await self._outcome(cand, future, line, request.step_limit_s)
+                if result.status == R.TIMEOUT and left is not None and time.monotonic() - self._t0 >= self.time_limit_s:
+                    # Cut by the session's time limit, not judged: it stays pending and a resume judges it.
+                    raise BudgetExceeded(f"time limit reached: {self.time_limit_s:g}s (the evaluation of "
+                                         f"{cand['id']} in flight was ended; a resume evaluates it again)")
+                return result.to_dict()
             except asyncio.CancelledError:
                 # Interrupted: a started evaluation runs to its end in its own process anyway (the executor
                 # waits for it on shutdown), so keep its verdict rather than redo it; one that the command's
@@ -155,6 +178,24 @@ class Judging:
                 self._free.put_nowait(slot)
             with contextlib.suppress(Exception):  # a full disk must not hide the evaluation's own outcome
                 self.save()
+
+    def _time_left(self) -> float | None:
+        """Seconds left of this session's --time-limit (None without one); raises once it is spent."""
+        if self.time_limit_s is None:
+            return None
+        left = self.time_limit_s - (time.monotonic() - self._t0)
+        if left <= 0:
+            raise BudgetExceeded(f"time limit reached: {self.time_limit_s:g}s")
+        return left
+
+    def step_limit_for(self, cand: dict) -> float | None:
+        """--eval-timeout, else the limit derived from the seed; the baselines (the problem's own code)
+        get the judge's own limits."""
+        if cand["kind"] in BASELINE_KINDS:
+            return None
+        if self.ctx.eval_timeout_s is not None:
+            return self.ctx.eval_timeout_s
+        return step_limit(first_of_kind(self.ctx.store.candidates(self.ctx.run_id), "seed"))
 
     def record_verdict(self, cand: dict, result: dict) -> dict:
         """Store an evaluation's verdict, then announce it (committed before anyone is told).
@@ -216,14 +257,16 @@ class Judging:
                                   diff=source_diff(sources[comp.fallback], text)))
         await self.evaluate(cand, line)
 
-    async def _outcome(self, cand: dict, future, line: int) -> R.EvalResult:
+    async def _outcome(self, cand: dict, future, line: int, step_limit_s: float | None) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it
-        waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result."""
+        waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result.
+        One that runs long is reported every RUNNING_SAY_S, with the limit it runs under."""
         wrapped = asyncio.wrap_future(future)
         started, said, said_at = time.monotonic(), None, 0.0
+        next_say = RUNNING_SAY_S
         while True:
             try:
-                done, _ = await asyncio.wait({wrapped}, timeout=WAIT_LOOK_S)
+                done, _ = await asyncio.wait({wrapped}, timeout=min(WAIT_LOOK_S, RUNNING_SAY_S))
             except asyncio.CancelledError:  # the caller takes the outcome from `future`: this copy goes unread
                 wrapped.cancel()
                 raise
@@ -231,6 +274,14 @@ class Judging:
                 return wrapped.result()
             state = self.executor.wait_state(future)
             if state is None:
+                waited = time.monotonic() - started
+                if waited >= next_say:
+                    next_say = waited + RUNNING_SAY_S
+                    limit = (f"limit {step_limit_s:g} s per step" if step_limit_s
+                             else "the judge's limits, 120 s to 300 s per step")
+                    self.ctx.emit(EvaluationWaiting(candidate_id=cand["id"], iteration=cand["iteration"],
+                                                    state=f"still being judged ({limit})", waited_s=round(waited, 1),
+                                                    line=line))
                 continue
             if self.ctx.stop_requested():
                 future.cancel()

@@ -43,7 +43,8 @@ class Controller:
     def __init__(self, *, store: Store, run_id: str, problem: Problem, scientist, executor: Executor,
                  bus: EventBus, repairs: int, seed_source: str, reference_source: str, compiled_source: str,
                  compiled_baseline: bool | None, stop: threading.Event, profile: str | None = None,
-                 stop_at_sol: float | None = None, lines: int | None = None, max_evaluations: int | None = None):
+                 stop_at_sol: float | None = None, lines: int | None = None, max_evaluations: int | None = None,
+                 eval_timeout_s: float | None = None, time_limit_s: float | None = None):
         self.store, self.run_id, self.problem = store, run_id, problem
         self.scientist, self.executor, self.bus = scientist, executor, bus
         self.repairs = repairs
@@ -54,6 +55,7 @@ class Controller:
         self._halted = False  # set when one experiment failed, so every line stops at its next step
         self.lines = max(1, lines or executor.capacity)  # default: one line per evaluation slot
         self.max_evaluations = max_evaluations
+        self.eval_timeout_s, self.time_limit_s = eval_timeout_s, time_limit_s  # --eval-timeout, --time-limit
         self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile auto/ncu/none, --stop-at-sol F
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given

@@ -7,6 +7,6 @@ interface the models use (`backend.py`). A run with `--llm offline` answers "did
 plain autotuning?" for the same number of evaluations.
 """
 
-from kscience.scientist.offline.backend import NOTICE, OfflineLLM
+from kscience.scientist.offline.backend import NOTICE, OfflineLLM, cannot_work_on
 
-__all__ = ["NOTICE", "OfflineLLM"]
+__all__ = ["NOTICE", "OfflineLLM", "cannot_work_on"]

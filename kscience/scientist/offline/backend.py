@@ -51,6 +51,23 @@ def _first_sentence(text: str) -> str:
     return re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
 
 
+def cannot_work_on(problem: Any, kernels: list[str]) -> str | None:
+    """Why the offline scientist has nothing to do on `problem` from `kernels` (the seed first), or None:
+    it only rewrites Triton kernels with patterns or knobs its catalogue knows, and writes none from scratch."""
+    shapes = [*problem.tests, *problem.benchmarks, *problem.cpu_tests, *problem.cpu_benchmarks]
+
+    def workable(source: str) -> bool:
+        try:
+            return bool(catalogue(source, shapes))
+        except SyntaxError:
+            return False
+
+    if any(workable(k) for k in kernels):
+        return None
+    return (f"the offline scientist cannot write kernels from scratch, and no move of its catalogue applies to "
+            f"the seed of {problem.name} (no Triton kernel with knobs it knows)")
+
+
 class OfflineLLM(LLM):
     name = "offline"
     notice = NOTICE
@@ -68,19 +85,10 @@ class OfflineLLM(LLM):
     async def preflight(self, problem: Any, kernels: list[str]) -> None:
         """It cannot write a kernel from scratch: without a catalogue move on any of `kernels` (the seed, and
         on a resumed run the correct kernels a model wrote) it has nothing to do."""
-        shapes = [*problem.tests, *problem.benchmarks, *problem.cpu_tests, *problem.cpu_benchmarks]
-
-        def workable(source: str) -> bool:
-            try:
-                return bool(catalogue(source, shapes))
-            except SyntaxError:
-                return False
-
-        if not any(workable(k) for k in kernels):
-            raise LLMError(f"the offline scientist cannot write kernels from scratch, and no move of its catalogue "
-                           f"applies to the seed of {problem.name} (no Triton kernel with knobs it knows); run it "
-                           "with a model (--llm openai:MODEL or gemini:MODEL) or start from a Triton kernel "
-                           "(--seed-kernel FILE)")
+        reason = cannot_work_on(problem, kernels)
+        if reason:
+            raise LLMError(f"{reason}; run it with a model (--llm openai:MODEL or gemini:MODEL) or start from a "
+                           "Triton kernel (--seed-kernel FILE)")
 
     async def complete(self, prompt: str, *, role: str, system: str | None = None,
                        schema: dict | None = None, context: Any = None) -> tuple[str, LLMCall]:

@@ -17,7 +17,9 @@ Everything is derived from the source text, so the same base always yields the s
 from __future__ import annotations
 
 import ast
+import builtins
 import re
+import symtable
 from dataclasses import dataclass
 
 from kscience.scientist.offline.kernel_source import Move, Source
@@ -213,9 +215,27 @@ def crossover_moves(src: Source, reference: Source | None, reference_id: str) ->
     return moves
 
 
+def undefined_names(source: str) -> set[str]:
+    """Global names the functions of `source` read that the module never binds (nor the builtins): a
+    rewrite that removed an assignment but kept a use. Empty for a module with a star import."""
+    top = symtable.symtable(source, "<kernel>", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    if "*" in bound or any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
+                           for n in ast.walk(ast.parse(source))):
+        return set()
+    missing, tables = set(), list(top.get_children())
+    while tables:
+        table = tables.pop()
+        tables.extend(table.get_children())
+        missing |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()
+                    and s.get_name() not in bound and not hasattr(builtins, s.get_name())}
+    return missing
+
+
 def catalogue(source: str, shapes: list[dict], reference: str | None = None,
               reference_id: str = "the reference") -> list[Move]:
-    """Every move that applies to `source`, each producing a distinct source that still parses."""
+    """Every move that applies to `source`, each producing a distinct source that still parses and defines
+    every global name it reads (that `source` itself defines)."""
     try:
         src = Source(source)
     except SyntaxError:
@@ -228,13 +248,14 @@ def catalogue(source: str, shapes: list[dict], reference: str | None = None,
             ref = None
     found = [m for build in STRUCTURAL_MOVES for m in build(src, shapes)]
     found += crossover_moves(src, ref, reference_id) + knob_moves(src)
-    moves, seen = [], {source.strip()}
+    moves, seen, unknown = [], {source.strip()}, undefined_names(source)
     for move in found:
         key = move.new_source.strip()
         if key in seen:
             continue
         try:
-            ast.parse(move.new_source)
+            if undefined_names(move.new_source) - unknown:
+                continue
         except SyntaxError:
             continue
         seen.add(key)

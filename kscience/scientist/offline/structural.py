@@ -119,10 +119,10 @@ def warps_from_row_length(src: Source, shapes: list[dict]) -> list[Move]:
     if not launch_line.lstrip().startswith(src.segment(call.func)) or any(
             isinstance(n, ast.Name) and n.id == "warps" for n in ast.walk(src.tree)):
         return []  # the launch must open its own statement, where the warp count can be computed first
-    text = src.replace_node(warps.value, "warps")
-    text = Source(text).replace_lines(call.lineno - 1, call.lineno - 1, [
+    renamed = Source(src.replace_node(warps.value, "warps"))  # same lines: `num_warps=` may be on the launch's first
+    text = renamed.replace_lines(call.lineno - 1, call.lineno - 1, [
         f"{_indent(launch_line)}warps = max(1, min(16, {src.segment(block.value)} // (32 * ELEMENTS_PER_THREAD)))",
-        launch_line])
+        renamed.lines[call.lineno - 1]])
     text = Source(text).replace_lines(assign.lineno - 1, assign.lineno - 1, [
         "ELEMENTS_PER_THREAD = 8  # row elements per thread: num_warps follows the row length"])
     return [Move(
