@@ -48,6 +48,7 @@ class Judging:
         self._t0 = time.monotonic()
         self.busy_s = [0.0] * self.capacity
         self.evaluations = [0] * self.capacity
+        self.asked = 0  # evaluations asked for and not yet over: waiting for a slot or in flight
 
     # --- the budget ------------------------------------------------------------------------------
     def evaluations_left(self) -> int | None:
@@ -61,6 +62,14 @@ class Judging:
         left = self.evaluations_left()
         if left is not None and left <= 0:
             raise EvaluationsSpent(f"evaluation budget reached: {self.max_evaluations} evaluation(s)")
+
+    def backlog_s(self) -> float | None:
+        """Seconds the slots need for the evaluations asked for now, at this session's mean evaluation
+        time; None until one has been timed."""
+        timed = sum(self.evaluations)
+        if not timed:
+            return None
+        return sum(self.busy_s) / timed * self.asked / self.capacity
 
     # --- one evaluation --------------------------------------------------------------------------
     async def evaluate(self, cand: dict, line: int = 0, *, counted: bool = True) -> dict:
@@ -90,7 +99,12 @@ class Judging:
         ctx = self.ctx
         if self._free.empty():  # every slot is taken: the dashboard shows this line waiting for the evaluator
             ctx.stage("queued", cand["iteration"], cand["id"], line)
-        slot = await self._free.get()
+        self.asked += 1
+        try:
+            slot = await self._free.get()
+        except BaseException:
+            self.asked -= 1
+            raise
         started = time.monotonic()
         future = None
         try:
@@ -111,6 +125,7 @@ class Judging:
                         self.record_verdict(cand, future.result().to_dict())
                 raise
         finally:
+            self.asked -= 1
             if future is not None:
                 self.busy_s[slot] += time.monotonic() - started
                 self.evaluations[slot] += 1
@@ -132,7 +147,7 @@ class Judging:
                                     status=cand["status"], geomean_us=cand["geomean_us"], message=cand["message"],
                                     best_us=best["geomean_us"] if best else None,
                                     seed_us=seed["geomean_us"] if seed else None))
-        ctx.recorded.set()
+        ctx.changed.set()
         return cand
 
     # --- per-shape composition (kscience/scientist/compose.py) -----------------------------------

@@ -3,7 +3,8 @@ and how a plan's prediction reads against what was measured.
 
 Following the GPU Kernel Scientist (Andrews & Witteveen, 2025): five plans with a predicted uplift
 range and an innovation score, of which three are chosen: the most innovative, the highest
-predicted maximum and the highest predicted minimum.
+predicted maximum and the highest predicted minimum. Where several lines of a run wait for work,
+one answer holds plans for each of them: it is split into groups of three chosen by the same rules.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kscience.scientist.llm.base import LLMError, one_line
 from kscience.scientist.strategy import OK
 
-PLANS_WANTED = 5
+PLANS_WANTED = 5  # plans asked of a designer answer for one line
+PLANS_PER_LINE = 3  # plans one line carries out: one per choice rule
 
 
 @dataclass
@@ -59,8 +61,8 @@ def _plan_from(obj) -> Plan | None:
     return Plan(one_line(title, 120), rationale.strip(), changes, low, high, int(min(max(round(innovation), 1), 10)))
 
 
-def parse_plans(text: str) -> list[Plan]:
-    """The designer's valid plans (at most five, distinct titles); LLMError if there is none."""
+def parse_plans(text: str, limit: int = PLANS_WANTED) -> list[Plan]:
+    """The designer's valid plans (at most `limit`, distinct titles); LLMError if there is none."""
     try:
         answer = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -74,7 +76,7 @@ def parse_plans(text: str) -> list[Plan]:
             titles.add(plan.title.lower())
     if not plans:
         raise LLMError("designer answer had no valid plan")
-    return plans[:PLANS_WANTED]
+    return plans[:limit]
 
 
 CHOICE_RULES = (  # (why_chosen, ranking key); each rule takes the best plan not chosen yet
@@ -103,14 +105,32 @@ def mark_chosen(plans: list[Plan], done: Iterable[str] = ()) -> list[Plan]:
     return plans
 
 
-def choose_untaken(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
-    """Lines designing on one base at once: when a chosen plan is titled as an experiment carried
-    out or under way there (`taken`), choose again by the rules among the plans not taken; plans
-    that clash with nothing keep the designer's choice."""
-    taken_keys = {_title_key(t) for t in taken}
-    if any(p.chosen and _title_key(p.title) in taken_keys for p in plans):
-        mark_chosen(plans, taken)
-    return plans
+def titled_as(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
+    """The plans titled as an experiment in `taken`: proposed again, refused as duplicates."""
+    keys = {_title_key(t) for t in taken}
+    return [p for p in plans if _title_key(p.title) in keys]
+
+
+def plans_wanted(groups: int) -> int:
+    """Plans to ask one answer for when it is to keep `groups` lines busy: three for each, and two
+    spare for the first so one line alone still chooses three of five, as the paper's designer does."""
+    return PLANS_PER_LINE * groups + PLANS_WANTED - PLANS_PER_LINE
+
+
+def split_into_groups(plans: list[Plan], taken: Iterable[str], groups: int) -> list[list[Plan]]:
+    """Up to `groups` disjoint groups of chosen plans, each picked by the choice rules among the plans no
+    earlier group took and not titled as an experiment in `taken`; the first group is the best by the
+    rules. Each plan is a copy, marked chosen with its rule."""
+    used = {_title_key(t) for t in taken}
+    out: list[list[Plan]] = []
+    for _ in range(groups):
+        rest = [replace(p) for p in plans if _title_key(p.title) not in used]
+        chosen = [p for p in mark_chosen(rest) if p.chosen]
+        if not chosen:
+            break
+        out.append(chosen)
+        used |= {_title_key(p.title) for p in chosen}
+    return out
 
 
 def predicted_range(plan: Plan) -> str:
