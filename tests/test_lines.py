@@ -115,8 +115,7 @@ def test_concurrent_designs_on_one_base_never_choose_a_plan_twice(tmp_path):
     pairs = chosen_titles_per_base(run.store, run.id)
     assert len(pairs) == len(set(pairs))
     assert sci.in_flight_seen[:2] == [[], []]  # both designed before either had stored a plan
-    refused = [e["payload"]["refused"] for e in run.store.events(run.id) if e["type"] == "hypotheses_proposed"]
-    assert any(refused)
+    assert [s for s in stages(run, "refused") if s["detail"].startswith("5 proposed plan(s) already taken")]
     assert any(len(seen) == 5 for seen in sci.in_flight_seen[2:])  # a later design saw all five under way
     assert len(run.store.findings(run.id)) == len(pairs)
 

@@ -47,7 +47,6 @@ class HypothesesProposed(Event):
     reference_id: str | None
     justification: str
     plans: list[dict] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)  # titles the designer proposed that were taken already
 
 
 @dataclass

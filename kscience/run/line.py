@@ -84,12 +84,12 @@ class Line:
         return [*done, *in_flight, *self.ctx.sharing.pooled_titles(base_id)]
 
     def _store(self, iteration: int, base_id: str, reference_id: str | None, justification: str,
-               plans: list[Plan], refused: list[str] = ()) -> list[dict]:
+               plans: list[Plan]) -> list[dict]:
         ctx = self.ctx
         rows = ctx.store.add_plans(ctx.run_id, iteration, base_id=base_id, reference_id=reference_id,
                                    justification=justification, plans=[asdict(p) for p in plans])
         ctx.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
-                                    justification=justification, refused=list(refused),
+                                    justification=justification,
                                     plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
         return [r for r in rows if r["chosen"]]
 
@@ -121,7 +121,6 @@ class Line:
             others = sorted((v for v in population if v.status == R.OK and v.id != base.id),
                             key=lambda v: v.geomean_us)
             tried, redesigned, order = [], set(), [base, *others[:MAX_BASE_SWITCHES]]
-            refused: list[str] = []
             while order:
                 candidate = order.pop(0)
                 if candidate is not base:
@@ -140,8 +139,12 @@ class Line:
                 # meanwhile is refused, and when nothing is left the base is designed on once more, now
                 # with those plans in view as under way.
                 taken = self._taken(base.id)
-                groups = split_into_groups(plans, taken, groups_wanted)
-                refused += [p.title for p in titled_as(plans, taken)]
+                # The scientist marks none chosen when all it proposes was carried out already.
+                groups = split_into_groups(plans, taken, groups_wanted) if any(p.chosen for p in plans) else []
+                refused = [p.title for p in titled_as(plans, taken)]
+                if refused:  # counted by benchmarks/search_throughput.py
+                    self._stage("refused", iteration, f"{len(refused)} proposed plan(s) already taken on {base.id}: "
+                                + "; ".join(refused))
                 if not groups and len(taken) > len(done) + len(in_flight) and candidate.id not in redesigned:
                     redesigned.add(candidate.id)
                     order.insert(0, candidate)
@@ -161,7 +164,7 @@ class Line:
                             f"{justification} [plans proposed in iteration {iteration}'s design by line "
                             f"{self.number}, favouring {avenue.split(':')[0]}]", g) for g in spare]
             return self._store(iteration, base.id, reference.id if reference else None,
-                               f"{justification} [favouring {avenue.split(':')[0]}]", stored, refused)
+                               f"{justification} [favouring {avenue.split(':')[0]}]", stored)
         finally:
             sharing.finish(design, pooled)
 
