@@ -64,6 +64,7 @@ def summary_lines(row: dict, m: dict) -> list[str]:
              + (f"{'vs torch.compile':>18}" if compiled else "")]
     rows = [(EAGER, eager)] + ([("torch.compile", compiled)] if m["compiled_status"] else [])
     rows += [("vendor library", m.get("vendor_us"))] if m.get("vendor_status") else []
+    keys = {EAGER: "reference", "torch.compile": "compiled", "vendor library": "vendor", "seed": "seed"}
     for name, us in (*rows, ("seed", seed), (f"best {m['best_id'] or ''}", best)):
         line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(eager, us)):>18}"
         if compiled:
@@ -73,6 +74,9 @@ def summary_lines(row: dict, m: dict) -> list[str]:
         if name == "vendor library":
             line += f"  {m['vendor_label']}" + (f" [{m['vendor_status']}: {(m['vendor_message'] or '')[:160]}]"
                                                 if us is None else "")
+        host = (m.get("figure_hosts") or {}).get(keys.get(name, "best"))
+        if len(m.get("hosts") or []) > 1 and host:  # figures from several machines: say whose each is
+            line += f"  on {host}"
         lines.append(line)
     lines += verdict_lines(m)
     uplift = m["uplift"]
@@ -88,6 +92,8 @@ def summary_lines(row: dict, m: dict) -> list[str]:
                                              if uplift else "no plan measured"),
               *([f"  evaluator busy         {fmt_busy(m['busy_per_slot'])} of the run's wall time"]
                 if m.get("busy_per_slot") else []),
+              *([f"  judged on hosts        {', '.join(m['hosts'])}: a new best and every composite were judged "
+                 "again beside the best on one host"] if len(m.get("hosts") or []) > 1 else []),
               f"  LLM                    {llm_text(m['llm'])}"]
     return lines + sol_lines(m)
 

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 
-from kscience.run import profiling
+from kscience.run import confirm, profiling
 from kscience.evaluate import result as R
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
 from kscience.run.line import EvaluationsSpent, Stopped, source_diff
@@ -41,6 +41,8 @@ class Judging:
             self._free.put_nowait(slot)
         self._reserved = 0  # evaluations asked for and not yet recorded: they count against the budget
         self._profiling = asyncio.Lock()  # one profile at a time, each with every evaluation slot held
+        self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
+        self.pairs = 0  # pairs submitted for confirmation this session
         # One composer at a time (lines record verdicts concurrently); a verdict recorded while it works
         # makes it look again rather than start a second one (see maybe_compose).
         self._composing, self._compose_again = False, False
@@ -89,31 +91,80 @@ class Judging:
             finally:
                 self._reserved -= counted
         cand = self.record_verdict(cand, result)
+        if twin is None:  # a candidate that would be the best, or a composite, holds on one host
+            cand = await self._hold_best(cand, line)
         if ctx.profile == "ncu" and twin is None and profiling.candidate_to_profile(
                 cand, ctx.store.candidates(ctx.run_id)):
             await self._profile(cand, line)
         await self.maybe_compose(cand["iteration"], line)  # after every recorded verdict
         return cand
 
-    async def _judge(self, cand: dict, line: int) -> dict:
+    async def _hold_best(self, cand: dict, line: int) -> dict:
+        """After `cand`'s verdict: a composite judged beside the best, then the best settled against its
+        close contenders from other hosts (kscience.run.confirm); one at a time. Returns cand's row."""
         ctx = self.ctx
-        if self._free.empty():  # every slot is taken: the dashboard shows this line waiting for the evaluator
+        async with self._confirming:
+            rival = confirm.rival(ctx.store.candidate(cand["id"]), ctx.store.candidates(ctx.run_id))
+            if rival is not None:
+                await self._confirm(ctx.store.candidate(cand["id"]), rival, line)
+        await self.settle(confirm.ROUNDS, line)
+        return ctx.store.candidate(cand["id"])
+
+    async def settle(self, rounds: int, line: int = 0) -> None:
+        """Judge the best beside its close contenders from other hosts, at most `rounds` pairs."""
+        async with self._confirming:
+            for _ in range(rounds):
+                pair = confirm.unsettled(self.ctx.store.candidates(self.ctx.run_id))
+                if pair is None:
+                    break
+                await self._confirm(*pair, line)
+
+    async def _confirm(self, cand: dict, best: dict, line: int) -> dict:
+        """Judge `cand` and the current best again, submitted at once, until both verdicts come from one
+        host (at most confirm.TRIES pairs); store those figures in place of the earlier ones."""
+        ctx = self.ctx
+        ctx.stage("confirm", cand["iteration"], f"{cand['id']} beside {best['id']} on one host", line)
+        for _ in range(confirm.TRIES):
+            self.pairs += 1
+            tag = f"confirm {cand['id']} vs {best['id']} #{self.pairs}"  # a new request, not an earlier one's answer
+            # Two slots held, then both requests go out with nothing between them.
+            slots = [await self._free.get() for _ in range(min(2, self.capacity))]
+            ctx.check_stop()
+            futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
+            mine, theirs = await asyncio.gather(
+                self._judge(cand, line, tag, slots[0], futures[0]),
+                self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
+            if (mine.get("device") or {}).get("host") == (theirs.get("device") or {}).get("host"):
+                ctx.store.record_result(best["id"], confirm.confirmed(theirs, cand, mine, best))
+                return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
+        return self.record_verdict(cand, confirm.unconfirmed(cand["result"], confirm.TRIES))
+
+    def _request(self, cand: dict, tag: str = "") -> R.EvalRequest:
+        """The evaluation request for `cand`; a `tag` makes it a new request for the same source."""
+        problem = self.ctx.problem
+        return R.EvalRequest(problem=problem.locator, source=cand["source"], overrides=dict(problem.overrides),
+                             shapes="all", candidate_id=f"{cand['id']} ({tag})" if tag else cand["id"],
+                             tolerance=problem.tolerance_for(cand["kind"]))
+
+    async def _judge(self, cand: dict, line: int, tag: str = "", slot: int | None = None,
+                     future=None) -> dict:
+        """One evaluation on a slot: `slot` when the caller holds one for it (released here), else the next
+        free; `future` when the caller has submitted the request already."""
+        ctx = self.ctx
+        if slot is None and self._free.empty():  # the dashboard shows this line waiting for the evaluator
             ctx.stage("queued", cand["iteration"], cand["id"], line)
         self.asked += 1
         try:
-            slot = await self._free.get()
+            slot = await self._free.get() if slot is None else slot
         except BaseException:
             self.asked -= 1
             raise
         started = time.monotonic()
-        future = None
         try:
-            ctx.check_stop()
+            if future is None:
+                ctx.check_stop()
             ctx.stage("evaluate", cand["iteration"], cand["id"], line)
-            request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
-                                    overrides=dict(ctx.problem.overrides), shapes="all", candidate_id=cand["id"],
-                                    tolerance=ctx.problem.tolerance_for(cand["kind"]))
-            future = self.executor.submit(request)
+            future = future or self.executor.submit(self._request(cand, tag))
             try:
                 return (await self._outcome(cand, future, line)).to_dict()
             except asyncio.CancelledError:

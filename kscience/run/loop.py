@@ -19,7 +19,7 @@ import asyncio
 import threading
 import time
 
-from kscience.run import profiling
+from kscience.run import confirm, profiling
 from kscience.run.baselines import REUSED_BASELINES, compiled_baseline_wanted, vendor_source, vendor_title
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
@@ -90,6 +90,7 @@ class Controller:
             await self.judging.maybe_compose(self.iterations_done())
             self.observe()
             await self._schedule(target)
+            await self.judging.settle(confirm.FINAL_ROUNDS)  # figures from several hosts: end on a settled best
         finally:
             self.judging.save()  # this session's wall time and every slot's busy time
 
