@@ -130,3 +130,18 @@ def test_concurrent_lines_build_on_different_bases_where_the_population_allows(t
     assert taken_a == [] and taken_b == [base_a] and base_b != base_a
     bases = {p["iteration"]: p["base_id"] for p in store.plans(first.id) if p["iteration"] > 1}
     assert {base_a, base_b} <= set(bases.values())
+
+
+def test_the_offline_scientist_proposes_disjoint_plans_to_lines_designing_at_once():
+    from kscience.problems import load_problem
+    from kscience.scientist.plans import AVENUES
+    from test_offline import offline_scientist, seed_view
+
+    problem = load_problem("matmul")
+    sci = offline_scientist(problem)
+    titles = [{p.title for p in run(sci.design(seed_view(problem), None, [], wanted=14, avenue=avenue,
+                                               others=["line 9 is designing on c0"]))}
+              for avenue in AVENUES[:2]]
+    assert len(titles[0]) >= 6 and len(titles[1]) >= 6 and not titles[0] & titles[1]
+    alone = {p.title for p in run(sci.design(seed_view(problem), None, [], wanted=14, avenue=AVENUES[0]))}
+    assert len(alone) == 12  # designing alone, every title is its to propose

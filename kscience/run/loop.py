@@ -38,6 +38,7 @@ from kscience.record.store import BASELINE_KINDS, PENDING, Store
 __all__ = ["Controller", "RunError", "Stopped"]
 
 AHEAD_PER_LINE = 2  # iterations one line may have going: one being judged while the next is designed
+MODEL_CALLS_TO_A_CHILD = 2  # a design, then its writer: answers between a line's start and its first child
 
 
 class Controller:
@@ -186,10 +187,10 @@ class Controller:
 
     def _design_ahead(self) -> bool:
         """Whether a line whose candidates are all written may start its next design while they are judged:
-        when a designer answer takes at least as long as the evaluator needs for the work queued on it
-        (and while either is not yet known), so the evaluator has work when the answer comes."""
+        when the evaluator's queued work would run out before a design and its writes (two model answers)
+        could add to it, and while either side's time is not yet known."""
         backlog = self.judging.backlog_s()
-        return self.model_s is None or backlog is None or backlog <= self.model_s
+        return self.model_s is None or backlog is None or backlog <= MODEL_CALLS_TO_A_CHILD * self.model_s
 
     def _occupied(self, tasks: dict) -> int:
         """Lines in use: a line whose candidates are all written counts as free while designing ahead pays."""

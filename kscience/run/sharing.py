@@ -16,14 +16,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from kscience.scientist.plans import Plan
+from kscience.scientist.plans import AVENUES, Plan
 
-AVENUES = (  # one favoured direction per design under way, so concurrent answers differ
-    "memory traffic: fewer bytes moved, wider or coalesced accesses, reuse through registers or shared memory",
-    "compute and tensor cores: fewer instructions per element, tensor-core instructions, cheaper math",
-    "occupancy and launch shape: block and grid sizes, warps, stages, work per program",
-    "algorithmic change: a different decomposition, fusion or order of the computation",
-)
 MAX_GROUPS_PER_ANSWER = 4  # lines one answer is asked to supply (a longer answer is slower and worse)
 
 

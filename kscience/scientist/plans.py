@@ -19,6 +19,12 @@ from kscience.scientist.strategy import OK
 
 PLANS_WANTED = 5  # plans asked of a designer answer for one line
 PLANS_PER_LINE = 3  # plans one line carries out: one per choice rule
+AVENUES = (  # one favoured direction per design under way, so concurrent answers differ
+    "memory traffic: fewer bytes moved, wider or coalesced accesses, reuse through registers or shared memory",
+    "compute and tensor cores: fewer instructions per element, tensor-core instructions, cheaper math",
+    "occupancy and launch shape: block and grid sizes, warps, stages, work per program",
+    "algorithmic change: a different decomposition, fusion or order of the computation",
+)
 
 
 @dataclass

@@ -349,7 +349,7 @@ class Scientist:
                         avenue=f"\nFavour this avenue, where it fits the kernel: {avenue}.\n" if avenue else "")
         brief = Brief("designer", self.bench, self._shapes(), base=base, reference=reference,
                       findings=list(findings), done=[*done, *in_flight], profile=base.profile,
-                      wanted=wanted, avenue=avenue)
+                      wanted=wanted, avenue=avenue, others=others)
         schema = load_schema("designer.json")
         schema["properties"]["avenues"]["description"] = f"{max(10, 2 * wanted)} distinct directions, one line each"
         schema["properties"]["plans"]["description"] = f"{wanted} experiment plans"

@@ -12,7 +12,9 @@ in a brief measured (the base, the reference, each finding's child), and the wri
 the best kernel so far; one slot a round goes to an untried structural rewrite from the catalogue
 (`moves.py`, `structural.py`) where the source has a pattern it recognises. It is honest
 about its limits: a plan outside the catalogue is declined, and a repair it cannot justify fails.
-It is deterministic: every answer draws from a generator seeded with (seed, role, prompt).
+It is deterministic: every answer draws from a generator seeded with (seed, role, prompt); the knob
+search is seeded from it, and while other lines design at once it keeps to the share of titles its
+line's avenue owns, so concurrent lines are proposed different experiments.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kscience.scientist.offline.moves import allowed, catalogue, find_knobs, set
 from kscience.scientist.offline.search import Observation, best_of, propose, search_name
 from kscience.scientist.offline.space import describe, knob_space
 from kscience.scientist.offline.structural import STRUCTURAL_MOVES
+from kscience.scientist.plans import AVENUES
 
 NOTICE = ("offline scientist (no LLM configured): plain autotuning of the seed's declared knobs plus a fixed "
           "catalogue of structural moves")
@@ -45,6 +48,15 @@ SEARCH_TITLE = "knob search: "
 def _key(source: str) -> str:
     """Identity of a kernel text that survives code-block round trips (final newline, trailing spaces)."""
     return hashlib.sha256("\n".join(line.rstrip() for line in source.strip().split("\n")).encode()).hexdigest()
+
+
+def _share(brief):
+    """Which titles this designer may propose: while other lines design at once (each favouring another
+    avenue), the titles whose hash falls to this avenue, so concurrent answers never overlap; else all."""
+    if not brief.others or brief.avenue not in AVENUES:
+        return lambda title: True
+    index = AVENUES.index(brief.avenue)
+    return lambda title: int(hashlib.sha256(title.encode()).hexdigest()[:8], 16) % len(AVENUES) == index
 
 
 def _config_of(title: str) -> dict[str, int]:
@@ -151,7 +163,9 @@ class OfflineLLM(LLM):
         if brief.reference is not None:
             self._observe(brief.reference.source, brief.reference.geomean_us)
         reported = {f.split(":", 1)[0] for f in brief.findings} | set(brief.done)
-        structural = [m for m in moves if m.title in self._structural_titles(brief) and m.title not in reported]
+        mine = _share(brief)
+        structural = [m for m in moves if m.title in self._structural_titles(brief) and m.title not in reported
+                      and mine(m.title)]
         space = knob_space(base.source)
         observations = self._observations(space)
         # Asked for plans for several lines: a structural move for each line's three where there are
@@ -162,8 +176,9 @@ class OfflineLLM(LLM):
         under_way = [_config_of(t) for t in brief.done if t.startswith(SEARCH_TITLE)]
         # Seeded by the prompt's generator as well as the scientist's seed: lines whose prompts differ
         # (each names its own avenue and what the others design) are proposed different configurations.
-        configs, method = propose(space, observations, slots, self.seed * 1_000_003 + rng.randrange(2**31),
-                                  exclude=under_way)
+        configs, method = propose(space, observations, slots * len(AVENUES) if brief.others else slots,
+                                  self.seed * 1_000_003 + rng.randrange(2**31), exclude=under_way)
+        configs = [c for c in configs if mine(f"{SEARCH_TITLE}{describe(c)}")][:slots]
         self.search_ran.add(method)
         best = best_of(observations)
         said = (f"{method} search over {len(space.names)} knobs ({', '.join(space.names)}; {space.size()} raw "
