@@ -26,7 +26,8 @@ Targets (issue 39) on one H100 with a 30 s model and a 240 s window: K = 8 lines
 evaluations per hour of one line, every slot busy >= 0.9 after the first child, <= 5% refused.
 
     python benchmarks/search_throughput.py                          # one GPU: 1 and 8 lines, ~9 min
-    python benchmarks/search_throughput.py --lines 8                # the 8-line run only, ~4.5 min
+    python benchmarks/search_throughput.py --lines 1 --out one.json # or in two calls of ~4.5 min each:
+    python benchmarks/search_throughput.py --lines 8 --one-line-from one.json
     python benchmarks/search_throughput.py --gpus 2 --lines 1,16    # two GPUs
     KSCIENCE_DEVICE=cpu python benchmarks/search_throughput.py --quick  # CPU interpreter check, ~3 min
 """
@@ -96,7 +97,7 @@ def measure(store: Store, run_id: str, started: float, window: float, slots: int
             refused += int(p["detail"].split()[0])
         elif e["type"] == "candidate_evaluated":
             judged.setdefault(p["candidate_id"], (e["ts"], p["message"]))
-    first_child = min((t for c, t in began.items() if kinds.get(c) == "child"), default=None)
+    first_child = min((min(t, queued.get(c, t)) for c, t in began.items() if kinds.get(c) == "child"), default=None)
     members = [c for c in judged if kinds.get(c) not in BASELINE_KINDS]
     in_window = [c for c in members if judged[c][0] <= end]
     twins = sum(judged[c][1].startswith("same source as") for c in members if kinds.get(c) == "child")
@@ -157,6 +158,8 @@ def main() -> int:
     ap.add_argument("--sample", type=float, default=10.0, help="seconds between queue-length samples")
     ap.add_argument("--quick", action="store_true",
                     help="CPU check: 2 interpreter slots, 3 s model, 60 s window, 1 and 4 lines")
+    ap.add_argument("--one-line-from", metavar="JSON",
+                    help="compare with the 1-line run of an earlier report of this script (same settings)")
     ap.add_argument("--db", help="keep the runs in this database (default: a temporary one)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/search-throughput-<device>-<date>.json)")
     args = ap.parse_args()
@@ -176,7 +179,8 @@ def main() -> int:
             print(f"running {args.problem} with {lines} line(s), {n_slots} slot(s), a {args.latency:g} s model, "
                   f"{args.window:g} s window ...", file=sys.stderr, flush=True)
             runs.append(one_run(db, args, lines))
-    one = next((r for r in runs if r["lines"] == 1), None)
+    earlier = json.loads(Path(args.one_line_from).read_text())["runs"] if args.one_line_from else []
+    one = next((r for r in [*runs, *earlier] if r["lines"] == 1), None)
     for r in runs:
         r["vs_one_line"] = (round(r["evaluations_per_hour"] / one["evaluations_per_hour"], 2)
                             if one and one["evaluations_per_hour"] else None)

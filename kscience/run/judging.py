@@ -129,8 +129,13 @@ class Judging:
             tag = f"confirm {cand['id']} vs {best['id']} #{self.pairs}"  # a new request, not an earlier one's answer
             # Two slots held, then both requests go out with nothing between them.
             slots = [await self._free.get() for _ in range(min(2, self.capacity))]
-            ctx.check_stop()
-            futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
+            try:
+                ctx.check_stop()
+                futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
+            except BaseException:
+                for slot in slots:
+                    self._free.put_nowait(slot)
+                raise
             mine, theirs = await asyncio.gather(
                 self._judge(cand, line, tag, slots[0], futures[0]),
                 self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))

@@ -1,7 +1,8 @@
 """One line of work: select a base, design, then write -> evaluate -> repair -> finding per chosen plan.
 
-A line is one iteration of the run: one design and its chosen experiments (up to three, run as
-concurrent tasks so their model calls overlap). The controller keeps up to `--lines` lines going
+A line is one iteration of the run: one group of chosen experiments (up to three, run as concurrent
+tasks so their model calls overlap), from its own design or from another line's answer that was asked
+for plans for several lines (kscience.run.sharing). The controller keeps up to `--lines` lines going
 at once; each runs on its own clock and reads the shared population and every finding recorded
 so far from the store when it needs them. Every step commits what it produced before the next one
 starts, so a line dropped at any point is picked up by `resume` from the store.

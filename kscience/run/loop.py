@@ -4,7 +4,9 @@ A line is one iteration: select a base, design, then write -> evaluate -> repair
 each chosen plan. With one line, iterations follow one another as design rounds always did; with
 K lines, K iterations run at once on their own clocks, sharing the population, every finding
 recorded so far and the evaluation slots (kscience.run.judging), so the evaluator keeps working while
-the model thinks. `--iterations N` counts designs started in total; the run also ends at its
+the model thinks. Lines waiting for work share one designer answer (kscience.run.sharing); a line
+whose candidates are all written counts as free while the evaluator's queue would otherwise run dry
+before a new design and its writes come back, so its next iteration is designed while they are judged. `--iterations N` counts designs started in total; the run also ends at its
 `--evaluations` budget, at `--stop-at-sol`, when nothing is left to try, or on a stop.
 
 Every step reads what it needs from the store and commits what it produced before the next step
