@@ -145,3 +145,16 @@ def test_the_offline_scientist_proposes_disjoint_plans_to_lines_designing_at_onc
     assert len(titles[0]) >= 6 and len(titles[1]) >= 6 and not titles[0] & titles[1]
     alone = {p.title for p in run(sci.design(seed_view(problem), None, [], wanted=14, avenue=AVENUES[0]))}
     assert len(alone) == 12  # designing alone, every title is its to propose
+
+
+def test_one_answer_is_split_into_disjoint_groups_of_three():
+    from kscience.scientist.plans import Plan, plans_wanted, split_into_groups
+
+    plans = [Plan(f"p{i}", "r", ["c"], float(i), float(i + 5), i % 10 + 1, chosen=i in (7, 8, 9)) for i in range(12)]
+    groups = split_into_groups(plans, taken=["p11"], groups=4)
+    titles = [[p.title for p in g] for g in groups]
+    assert titles[0] == ["p7", "p8", "p9"]  # the designer's own choice first
+    flat = [t for g in titles for t in g]
+    assert len(flat) == len(set(flat)) == 11 and "p11" not in flat and [len(g) for g in titles] == [3, 3, 3, 2]
+    assert split_into_groups(plans, taken=["p8"], groups=1)[0][0].title != "p8"  # a clash: the rules choose
+    assert plans_wanted(1) == 5 and plans_wanted(4) == 14

@@ -124,12 +124,16 @@ def plans_wanted(groups: int) -> int:
 
 
 def split_into_groups(plans: list[Plan], taken: Iterable[str], groups: int) -> list[list[Plan]]:
-    """Up to `groups` disjoint groups of chosen plans, each picked by the choice rules among the plans no
-    earlier group took and not titled as an experiment in `taken`; the first group is the best by the
-    rules. Each plan is a copy, marked chosen with its rule."""
+    """Up to `groups` disjoint groups of chosen plans, none titled as an experiment in `taken`: first the
+    designer's own choice where none of it is taken, then groups picked by the choice rules among the
+    plans no earlier group took. Each plan is a copy."""
     used = {_title_key(t) for t in taken}
     out: list[list[Plan]] = []
-    for _ in range(groups):
+    mine = [replace(p) for p in plans if p.chosen]
+    if mine and groups > 0 and not any(_title_key(p.title) in used for p in mine):
+        out.append(mine)
+        used |= {_title_key(p.title) for p in mine}
+    while len(out) < groups:
         rest = [replace(p) for p in plans if _title_key(p.title) not in used]
         chosen = [p for p in mark_chosen(rest) if p.chosen]
         if not chosen:
