@@ -1,30 +1,42 @@
 """Does a run use the machine? One problem searched by one line, then by K lines, with a slow model.
 
 The model is the offline scientist answering as slowly as a real model (`--llm offline@SECONDS`:
-every answer takes --latency seconds, 30 by default), so the runs differ only in how many lines of
-work they keep going. Each run gets the same wall-clock window (--window: new work stops being
-started then, work in flight finishes), a fresh local executor and a fresh compile cache. Printed
-and written to benchmarks/results/search-throughput-<device>-<date>.json, per run:
+every answer takes --latency seconds, 30 by default). Its designs differ per line and per call: its
+knob search is seeded by each prompt (which names the line's avenue and what the other lines are
+designing) and samples the knob space rather than listing it, so on matmul (six knobs, 18,750 raw
+combinations, the default problem) its catalogue does not run out within the window. The runs differ
+only in how many lines they keep going. Each run gets the same wall-clock window (--window) from its
+start; at its end the run is cancelled as Ctrl-C would (started evaluations finish and are kept).
+Each run gets a fresh local executor and compile cache. Per run, printed and written to
+benchmarks/results/search-throughput-<device>-<date>.json:
 
-  evaluations per hour   candidate kernels judged (seed, children, repairs) per hour of the run
-  busy per slot          fraction of the run's wall time each evaluation slot had one in flight
-                         (the run's own record, as `kscience show` prints it), start-up included
-  best at n              the best correct kernel among each run's first n evaluations, n the fewest
-                         any run made: what the same number of evaluations bought
+  start-up s          run start to the first child's submission (preflight, seed, baselines, the first
+                      design and write)
+  evals/h             candidate kernels judged (seed, children, repairs, composites) by the window's end,
+                      per hour of window
+  busy per slot       the fraction of [first child's submission, window end] each slot had an evaluation
+                      in flight (slots assigned to the run's evaluation intervals as they were taken)
+  accepted/min        plans carried out (chosen and stored) per minute of window
+  refused             plans proposed that were already carried out, under way or pooled elsewhere, plus
+                      children whose source had been judged already, as a share of all proposed
+  queue               evaluations waiting for a slot, sampled every --sample seconds (JSON; the table
+                      gives its mean and the share of samples with work waiting)
 
-Targets (issue 24): with K = 2 x slots lines and a 30 s model, busy >= 0.9 per GPU and evaluations per
-hour >= 2.5x the serial run's. Both need the evaluator to be the bottleneck: K lines supply about
-3K evaluations per ~4 model latencies, so K must be near 4 x latency / (3 x seconds per evaluation).
+Targets (issue 39) on one H100 with a 30 s model and a 240 s window: K = 8 lines reach >= 2.5x the
+evaluations per hour of one line, every slot busy >= 0.9 after the first child, <= 5% refused.
 
-    python benchmarks/search_throughput.py                        # one GPU: ~5 min
-    python benchmarks/search_throughput.py --gpus 2               # two GPUs, K = 4
-    python benchmarks/search_throughput.py --lines 2,6            # several K against the one serial run
-    KSCIENCE_DEVICE=cpu python benchmarks/search_throughput.py --quick   # CPU interpreter, 2 slots
+    python benchmarks/search_throughput.py                          # one GPU: 1 and 8 lines, ~9 min
+    python benchmarks/search_throughput.py --lines 1 --out one.json # or in two calls of ~4.5 min each:
+    python benchmarks/search_throughput.py --lines 8 --one-line-from one.json
+    python benchmarks/search_throughput.py --gpus 2 --lines 1,16    # two GPUs
+    KSCIENCE_DEVICE=cpu python benchmarks/search_throughput.py --quick  # CPU interpreter check, ~3 min
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -37,117 +49,162 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's kscience
 
-from kscience.run.config import RunConfig  # noqa: E402
 from kscience.device import detect  # noqa: E402
 from kscience.evaluate.executor import LocalExecutor  # noqa: E402
+from kscience.record.store import BASELINE_KINDS, Store  # noqa: E402
+from kscience.run.config import RunConfig  # noqa: E402
 from kscience.run.driver import Run  # noqa: E402
-from kscience.record.snapshot import Snapshot, judged_count  # noqa: E402
-from kscience.record.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store  # noqa: E402
+
+TARGETS = {"evaluations_per_hour_vs_one_line": 2.5, "busy_per_slot": 0.9, "refused_share": 0.05}
+QUICK = {"latency": 3.0, "window": 60.0, "cpu_workers": 2, "lines": "1,4"}
 
 
-MIN_LATENCIES = 5  # a window shorter than this many model answers measures only the start of a run
+def run_for(run: Run, window: float) -> str:
+    """Run until it ends or `window` seconds have passed, then cancel it as Ctrl-C does."""
+    async def bounded() -> None:
+        task = asyncio.create_task(run.run_async())
+        done, _ = await asyncio.wait({task}, timeout=window)
+        if not done:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(bounded())
+    return run.store.run(run.id)["status"]
 
 
-def one_run(db: Path, *, problem: str, lines: int, latency: float, window: float, gpus: int | None,
-            cpu_workers: int | None, evaluations: int) -> dict:
+def slot_busy(intervals: list[tuple[float, float]], slots: int, start: float, end: float) -> list[float]:
+    """Each slot's busy share of [start, end]: intervals go, in order of start, to the first free slot."""
+    free_at, busy = [float("-inf")] * slots, [0.0] * slots
+    for a, b in sorted(intervals):
+        slot = next((s for s in range(slots) if free_at[s] <= a + 1e-6), min(range(slots), key=free_at.__getitem__))
+        free_at[slot] = b
+        busy[slot] += max(0.0, min(b, end) - max(a, start))
+    span = end - start
+    return [round(x / span, 3) if span > 0 else 0.0 for x in busy]
+
+
+def measure(store: Store, run_id: str, started: float, window: float, slots: int, sample_s: float) -> dict:
+    """The run's figures from its own record: events with their times, candidates, plans."""
+    end = started + window
+    kinds = {c["id"]: c["kind"] for c in store.candidates(run_id)}
+    queued, began, judged, refused = {}, {}, {}, 0
+    for e in store.events(run_id):
+        p = e["payload"]
+        if e["type"] == "stage_changed" and p["stage"] in ("queued", "evaluate"):
+            (queued if p["stage"] == "queued" else began).setdefault(p["detail"], e["ts"])
+        elif e["type"] == "stage_changed" and p["stage"] == "refused":
+            refused += int(p["detail"].split()[0])
+        elif e["type"] == "candidate_evaluated":
+            judged.setdefault(p["candidate_id"], (e["ts"], p["message"]))
+    first_child = min((min(t, queued.get(c, t)) for c, t in began.items() if kinds.get(c) == "child"), default=None)
+    members = [c for c in judged if kinds.get(c) not in BASELINE_KINDS]
+    in_window = [c for c in members if judged[c][0] <= end]
+    twins = sum(judged[c][1].startswith("same source as") for c in members if kinds.get(c) == "child")
+    intervals = [(began[c], judged[c][0]) for c in began if c in judged]
+    plans = store.plans(run_id)
+    chosen = [p for p in plans if p["chosen"] and p["created"] <= end]
+    samples = []
+    t = started
+    while t <= end:
+        samples.append((round(t - started, 1), sum(q <= t < began.get(c, float("inf")) for c, q in queued.items())))
+        t += sample_s
+    after = [n for s, n in samples if first_child is not None and started + s >= first_child]
+    proposed = len(chosen) + refused
+    return {
+        "startup_s": round(first_child - started, 1) if first_child else None,
+        "evaluations": len(in_window), "evaluations_after_window": len(members) - len(in_window),
+        "evaluations_per_hour": round(3600 * len(in_window) / window, 1),
+        "busy_per_slot": slot_busy(intervals, slots, first_child, end) if first_child else [0.0] * slots,
+        "accepted_plans": len(chosen), "accepted_per_minute": round(60 * len(chosen) / window, 2),
+        "iterations": len({p["iteration"] for p in chosen}),
+        "refused_plans": refused, "duplicate_children": twins,
+        "refused_share": round((refused + twins) / proposed, 3) if proposed else 0.0,
+        "queue": samples, "queue_mean_after_first_child": round(sum(after) / len(after), 2) if after else None,
+        "queue_nonempty_share_after_first_child": round(sum(n > 0 for n in after) / len(after), 2) if after else None,
+        "model_calls": sum(1 for _ in store.llm_calls(run_id)),
+    }
+
+
+def one_run(db: Path, args, lines: int) -> dict:
     os.environ["KSCIENCE_CACHE"] = tempfile.mkdtemp(prefix="kscience-cache-")  # no kernel compiled by another run
     store = Store(db)
-    config = RunConfig(problem=problem, llm=f"offline@{latency:g}", lines=lines, evaluations=evaluations,
-                       time_limit_s=window, compiled_baseline=False, name=f"{lines} line(s)")
-    executor = LocalExecutor(gpus=gpus, cpu_workers=cpu_workers)
+    config = RunConfig(problem=args.problem, llm=f"offline@{args.latency:g}", lines=lines,
+                       evaluations=args.evaluations, compiled_baseline=False, profile=args.profile,
+                       name=f"{lines} line(s)")
+    executor = LocalExecutor(gpus=args.gpus, cpu_workers=args.cpu_workers)
     try:
         run = Run.create(config, store=store, executor=executor)
-        started = time.monotonic()
-        status = run.start(background=False).status
-        wall = time.monotonic() - started
+        started = time.time()
+        status = run_for(run, args.window)
+        wall = time.time() - started
     finally:
         executor.shutdown()
-    snap = Snapshot.load(store, run.id)
-    judged = [c for c in snap.candidates
-              if c["kind"] not in BASELINE_KINDS and c["status"] not in (PENDING, WRITE_FAILED)]
-    judged.sort(key=lambda c: c["evaluated"])
-    first_child = next((c["evaluated"] for c in judged if c["kind"] != "seed"), None)
+    figures = measure(store, run.id, started, args.window, executor.capacity, args.sample)
     return {"run_id": run.id, "lines": lines, "slots": executor.capacity, "status": status, "error": run.error,
-            "wall_s": round(wall, 1), "evaluations": judged_count(snap.candidates),
-            "evaluations_per_hour": round(3600 * judged_count(snap.candidates) / wall, 1),
-            "busy_per_slot": snap.busy_fractions, "iterations": snap.iterations_done,
-            "first_child_after_s": round(first_child - snap.run["created"], 1) if first_child else None,
-            "best_us": snap.best["geomean_us"] if snap.best else None, "seed_us": snap.metrics()["seed_us"],
-            "llm_calls": snap.usage["offline_calls"],
-            "_times": [c["geomean_us"] if c["status"] == "ok" else None for c in judged]}
-
-
-def best_within(times: list[float | None], n: int) -> float | None:
-    ok = [t for t in times[:n] if t]
-    return min(ok) if ok else None
+            "wall_s": round(wall, 1), **figures}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problem", default="softmax")
+    ap.add_argument("--problem", default="matmul")
     ap.add_argument("--latency", type=float, default=None, help="seconds per model answer (default 30)")
-    ap.add_argument("--window", type=float, default=None,
-                    help="seconds each run starts new work for; work in flight then finishes (default: ten "
-                         "model latencies)")
-    ap.add_argument("--lines", default=None, metavar="K,K,...", help="concurrent runs' lines (default 2 x slots)")
+    ap.add_argument("--window", type=float, default=None, help="seconds each run is given (default 240)")
+    ap.add_argument("--lines", default=None, metavar="K,K,...", help="runs to make (default 1 and 8 x slots)")
     ap.add_argument("--gpus", type=int, default=None, help="evaluation slots on at most N GPUs (default: all)")
     ap.add_argument("--cpu-workers", type=int, default=None, help="interpreter slots without a GPU (default 1)")
-    ap.add_argument("--evaluations", type=int, default=500, help="cap per run (the window normally ends it)")
-    ap.add_argument("--quick", action="store_true", help="CPU check: 2 interpreter slots, 3 s model, 90 s window")
+    ap.add_argument("--evaluations", type=int, default=1000, help="cap per run (the window normally ends it)")
+    ap.add_argument("--profile", default="auto", help="--profile of each run (auto, ncu, none)")
+    ap.add_argument("--sample", type=float, default=10.0, help="seconds between queue-length samples")
+    ap.add_argument("--quick", action="store_true",
+                    help="CPU check: 2 interpreter slots, 3 s model, 60 s window, 1 and 4 lines")
+    ap.add_argument("--one-line-from", metavar="JSON",
+                    help="compare with the 1-line run of an earlier report of this script (same settings)")
     ap.add_argument("--db", help="keep the runs in this database (default: a temporary one)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/search-throughput-<device>-<date>.json)")
     args = ap.parse_args()
-    quick = {"latency": 3.0, "window": 90.0, "cpu_workers": 2} if args.quick else {}
-    for name, default in {"latency": 30.0, "cpu_workers": None, **quick}.items():
+    defaults = {"latency": 30.0, "window": 240.0, **(QUICK if args.quick else {})}
+    for name, value in defaults.items():
         if getattr(args, name) is None:
-            setattr(args, name, default)
-    if args.window is None:
-        args.window = 10 * args.latency
-    if args.window < MIN_LATENCIES * args.latency:
-        # Measured on an H100: a 70 s window with a 30 s model ended every run after 2-3 evaluations.
-        print(f"search_throughput: a {args.window:g} s window is under {MIN_LATENCIES} model latencies; a line "
-              "needs three answers before its first child exists, so this measures start-up, not throughput",
-              file=sys.stderr)
+            setattr(args, name, value)
     device = detect()
-    slots = LocalExecutor(gpus=args.gpus, cpu_workers=args.cpu_workers)
-    n_slots = slots.capacity
-    slots.shutdown()
-    concurrent = [int(k) for k in args.lines.split(",")] if args.lines else [2 * n_slots]
+    probe = LocalExecutor(gpus=args.gpus, cpu_workers=args.cpu_workers)
+    n_slots = probe.capacity
+    probe.shutdown()
+    counts = [int(k) for k in (args.lines or f"1,{8 * n_slots}").split(",")]
     with tempfile.TemporaryDirectory(prefix="kscience-throughput-") as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "runs.db"
         runs = []
-        for lines in [1, *concurrent]:
+        for lines in counts:
             print(f"running {args.problem} with {lines} line(s), {n_slots} slot(s), a {args.latency:g} s model, "
                   f"{args.window:g} s window ...", file=sys.stderr, flush=True)
-            runs.append(one_run(db, problem=args.problem, lines=lines, latency=args.latency, window=args.window,
-                                gpus=args.gpus, cpu_workers=args.cpu_workers, evaluations=args.evaluations))
-    common = min(len(r["_times"]) for r in runs)
-    serial = runs[0]
+            runs.append(one_run(db, args, lines))
+    earlier = json.loads(Path(args.one_line_from).read_text())["runs"] if args.one_line_from else []
+    one = next((r for r in [*runs, *earlier] if r["lines"] == 1), None)
     for r in runs:
-        r["best_at_common_n_us"] = best_within(r.pop("_times"), common)
-        r["vs_serial_evaluations_per_hour"] = round(r["evaluations_per_hour"] / serial["evaluations_per_hour"], 2)
+        r["vs_one_line"] = (round(r["evaluations_per_hour"] / one["evaluations_per_hour"], 2)
+                            if one and one["evaluations_per_hour"] else None)
     date = datetime.date.today().isoformat()
     report = {"benchmark": "search_throughput", "device": device.name, "date": date, "problem": args.problem,
-              "settings": {"latency_s": args.latency, "window_s": args.window, "slots": n_slots,
-                           "gpus": args.gpus, "cpu_workers": args.cpu_workers, "evaluation_cap": args.evaluations,
+              "settings": {"latency_s": args.latency, "window_s": args.window, "slots": n_slots, "gpus": args.gpus,
+                           "cpu_workers": args.cpu_workers, "evaluation_cap": args.evaluations,
                            "model": f"offline@{args.latency:g}", "compiled_baseline": False,
-                           "quick": args.quick},
-              "common_n": common, "runs": runs,
-              "targets": {"busy_per_slot": 0.9, "evaluations_per_hour_vs_serial": 2.5, "lines": 2 * n_slots}}
+                           "profile": args.profile, "quick": args.quick},
+              "runs": runs, "targets": TARGETS}
     print(f"\n{device.name}  {args.problem}  {n_slots} slot(s), model {args.latency:g} s/answer, "
           f"window {args.window:g} s  {date}")
-    print(f"{'lines':>5}{'wall s':>8}{'evals':>7}{'evals/h':>9}{'x serial':>9}{'iters':>6}{'1st child s':>12}"
-          f"{'best us':>10}{f'best@{common}':>10}  busy per slot")
+    print(f"{'lines':>5}{'start-up s':>11}{'evals':>7}{'evals/h':>9}{'x 1 line':>9}{'accepted/min':>13}"
+          f"{'refused':>9}{'queue':>7}  busy per slot")
     for r in runs:
-        best = "-" if r["best_us"] is None else f"{r['best_us']:.2f}"
-        at_n = "-" if r["best_at_common_n_us"] is None else f"{r['best_at_common_n_us']:.2f}"
-        first = "-" if r["first_child_after_s"] is None else f"{r['first_child_after_s']:.0f}"
-        print(f"{r['lines']:>5}{r['wall_s']:>8.0f}{r['evaluations']:>7}{r['evaluations_per_hour']:>9.0f}"
-              f"{r['vs_serial_evaluations_per_hour']:>9.2f}{r['iterations']:>6}{first:>12}{best:>10}{at_n:>10}  "
+        ratio = "-" if r["vs_one_line"] is None else f"{r['vs_one_line']:.2f}"
+        startup = "-" if r["startup_s"] is None else f"{r['startup_s']:.0f}"
+        queue = "-" if r["queue_mean_after_first_child"] is None else f"{r['queue_mean_after_first_child']:.1f}"
+        print(f"{r['lines']:>5}{startup:>11}{r['evaluations']:>7}{r['evaluations_per_hour']:>9.0f}{ratio:>9}"
+              f"{r['accepted_per_minute']:>13.2f}{r['refused_share']:>9.1%}{queue:>7}  "
               + ", ".join(f"{b:.2f}" for b in r["busy_per_slot"]) + f"  ({r['status']})")
     suffix = "-quick" if args.quick else ""
-    out = Path(args.out) if args.out else (ROOT / "benchmarks" / "results" /
-                                           f"search-throughput-{re.sub(r'[^A-Za-z0-9]+', '_', device.name).strip('_')}-{date}{suffix}.json")
+    name = re.sub(r"[^A-Za-z0-9]+", "_", device.name).strip("_")
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"search-throughput-{name}-{date}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}", file=sys.stderr)

@@ -8,6 +8,7 @@ and the evaluator rejects it. Where the device is unknown there is no floor.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -59,7 +60,7 @@ class Device:
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name, "l2_bytes": self.l2_bytes,
-                "interpreted": self.interpreted, "versions": versions()}
+                "interpreted": self.interpreted, "versions": versions(), "host": socket.gethostname()}
 
 
 def detect(force_cpu: bool | None = None) -> Device:

@@ -68,11 +68,11 @@ class FakeScientist:
     def observe(self, bench):
         self.bench = bench
 
-    async def select(self, population, findings=()):
+    async def select(self, population, findings=(), taken=()):
         best = min((v for v in population if v.status == "ok"), key=lambda v: v.geomean_us)
         return Selection(base_id=best.id, reference_id=None, justification="the fastest correct kernel")
 
-    async def design(self, base, reference, findings, done=(), in_flight=()):
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
         def plan(title, chosen):
             return Plan(title=title, rationale=f"{title} because the profile says so", changes=[title],
                         predicted_min_pct=5.0, predicted_max_pct=30.0, innovation=3, chosen=chosen,

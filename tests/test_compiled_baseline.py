@@ -48,7 +48,7 @@ class RecordingScientist(FakeScientist):
     def __init__(self):
         self.populations = []
 
-    async def select(self, population, findings=()):
+    async def select(self, population, findings=(), taken=()):
         self.populations.append({v.id for v in population})
         return await super().select(population)
 

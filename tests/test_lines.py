@@ -43,28 +43,29 @@ def chosen_titles_per_base(store, run_id) -> list[tuple[str, str]]:
 
 
 class SlowWriter(ScriptedScientist):
-    """Writes for the plans of `slow_iteration` take `slow_s`; the rest are instant. Every design
-    records the findings it was given and which iterations had findings stored then."""
+    """Writes for the plans titled `#D.I` for I in `slow` (D the design's number) take `slow_s`; the
+    rest are instant."""
 
-    def __init__(self, slow_iteration: int, slow_s: float, **kw):
+    def __init__(self, slow: set[str], slow_s: float, **kw):
         super().__init__(**kw)
-        self.slow_iteration, self.slow_s = slow_iteration, slow_s
+        self.slow, self.slow_s = slow, slow_s
         self.designs = 0
 
-    async def design(self, base, reference, findings, done=(), in_flight=()):
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
         self.designs += 1
-        return await super().design(base, reference, findings, done, in_flight)
+        return await super().design(base, reference, findings, done, in_flight, **asked)
 
     async def write(self, plan, base, reference):
-        if plan.title.endswith(f"#{self.slow_iteration}.0") or f"#{self.slow_iteration}." in plan.title:
+        if plan.title.split()[-1] in self.slow:
             await asyncio.sleep(self.slow_s)
         return await super().write(plan, base, reference)
 
 
 def test_lines_run_concurrently_and_a_finding_of_one_line_reaches_another_lines_designer(tmp_path):
-    # Two lines: iteration 2's writes are slow, so iteration 1 ends first and a new line (iteration 3)
-    # designs while iteration 2 is still in flight: it must see iteration 1's findings.
-    sci = SlowWriter(slow_iteration=2, slow_s=1.0, factors=(0.9, 0.8, 1.1, 0.7, 0.6))
+    # Two lines: one design supplies both (iterations 1 and 2); iteration 2's writes are slow, so
+    # iteration 1 ends first and its line designs iteration 3 while iteration 2 is still in flight: it
+    # must see iteration 1's findings.
+    sci = SlowWriter(slow={"#1.3", "#1.4", "#1.5"}, slow_s=1.0, factors=(0.9, 0.8, 1.1, 0.7, 0.6))
     executor = FakeExecutor(capacity=2, delay_s=0.05)
     run = make_run(tmp_path, sci, executor, iterations=3, lines=2)
     assert run.start(background=False).status == "finished", run.error
@@ -73,10 +74,10 @@ def test_lines_run_concurrently_and_a_finding_of_one_line_reaches_another_lines_
     by_plan = {p["id"]: p for p in store.plans(run.id)}
     assert len(findings) == 9 and {p["iteration"] for p in by_plan.values()} == {1, 2, 3}
     first = [f["text"] for f in findings if by_plan[f["plan_id"]]["iteration"] == 1]
-    assert sci.design_findings[0] == [] and sci.design_findings[1] == []  # both lines designed at once
-    assert sci.design_findings[2] == first  # iteration 1's lessons, none yet of iteration 2 (in flight)
-    lines_designing = {s["line"] for s in stages(run, "design")}
-    assert lines_designing == {1, 2}
+    assert sci.design_findings[0] == [] and len(sci.design_findings) == 2  # one answer for both lines
+    assert sci.design_findings[1] == first  # iteration 1's lessons, none yet of iteration 2 (in flight)
+    assert {s["line"] for s in stages(run, "design")} == {1}  # line 2 took the plans line 1's answer left it
+    assert {s["line"] for s in stages(run, "write")} == {1, 2}
     assert executor.max_in_flight == 2
     # no plan was chosen twice on one base, though two lines designed on the seed at once
     pairs = chosen_titles_per_base(store, run.id)
@@ -92,7 +93,7 @@ class Stubborn(ScriptedScientist):
         self._all_designing = asyncio.Event()
         self._designing, self._overlap = 0, overlap
 
-    async def design(self, base, reference, findings, done=(), in_flight=()):
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
         self.in_flight_seen.append(list(in_flight))
         self._designing += 1
         if self._designing == self._overlap:
@@ -104,40 +105,31 @@ class Stubborn(ScriptedScientist):
         return plans
 
 
-def test_a_plan_in_flight_is_never_designed_twice(tmp_path):
-    sci = Stubborn(factors=(0.9, 0.8, 1.1, 0.7, 0.6))
-    run = make_run(tmp_path, sci, FakeExecutor(capacity=2, delay_s=0.05), iterations=2, lines=2)
-    assert run.start(background=False).status == "finished", run.error
-    pairs = chosen_titles_per_base(run.store, run.id)
-    assert len(pairs) == len(set(pairs))  # the second design on the seed had its duplicates refused
-    seed_id = run.store.candidates(run.id)[0]["id"]
-    # the first line stored its three; the second's clashed, so its two other proposals stood in for them
-    assert [t for b, t in pairs if b == seed_id] == ["x0.9 same", "x0.8 same", "x1.1 same", "x0.7 same", "x0.6 same"]
-    assert sci.in_flight_seen[:2] == [[], []]  # both designed before either had stored a plan
-    assert len(run.store.findings(run.id)) == len(pairs)
-
-
-def test_a_line_whose_every_proposal_is_taken_designs_again_seeing_them_under_way(tmp_path):
-    sci = Stubborn(overlap=3, factors=(0.9, 0.8, 1.1, 0.7, 0.6))
-    run = make_run(tmp_path, sci, FakeExecutor(capacity=2, delay_s=0.05), iterations=3, lines=3)
+def test_concurrent_designs_on_one_base_never_choose_a_plan_twice(tmp_path):
+    # Six lines: one answer supplies at most four, so two designs run at once on the seed; this designer
+    # ignores what it is told and proposes the same titles both times. The second answer's clashes are
+    # refused (and said so), and the lines it was to supply design again, told those plans are under way.
+    sci = Stubborn(overlap=2, factors=(0.9, 0.8, 1.1, 0.7, 0.6))
+    run = make_run(tmp_path, sci, FakeExecutor(capacity=2, delay_s=0.05), iterations=6, lines=6)
     assert run.start(background=False).status == "finished", run.error
     pairs = chosen_titles_per_base(run.store, run.id)
     assert len(pairs) == len(set(pairs))
-    # the third line found all five titles taken on the seed and asked once more, told they are under way
-    assert sci.in_flight_seen[3] and len(sci.in_flight_seen[3]) == 5
-    assert len({p["iteration"] for p in run.store.plans(run.id)}) == 3  # it still designed, later, elsewhere
+    assert sci.in_flight_seen[:2] == [[], []]  # both designed before either had stored a plan
+    assert [s for s in stages(run, "refused") if s["detail"].startswith("5 proposed plan(s) already taken")]
+    assert any(len(seen) == 5 for seen in sci.in_flight_seen[2:])  # a later design saw all five under way
+    assert len(run.store.findings(run.id)) == len(pairs)
 
 
 def test_the_designer_is_told_what_other_lines_have_under_way(tmp_path):
-    sci = SlowWriter(slow_iteration=1, slow_s=0.5, factors=(0.9, 0.8, 1.1, 0.7, 0.6))
+    sci = SlowWriter(slow={"#1.0", "#1.1", "#1.2"}, slow_s=0.5, factors=(1.1, 1.2, 1.3, 1.4, 1.5))
     run = make_run(tmp_path, sci, FakeExecutor(capacity=2, delay_s=0.01), iterations=3, lines=2)
 
     # The third design starts while iteration 1 is still writing: its titles are under way on the seed.
     original = sci.design
 
-    async def spy(base, reference, findings, done=(), in_flight=()):
+    async def spy(base, reference, findings, done=(), in_flight=(), **asked):
         spy.seen.append((base.id, list(done), list(in_flight)))
-        return await original(base, reference, findings, done, in_flight)
+        return await original(base, reference, findings, done, in_flight, **asked)
 
     spy.seen = []
     sci.design = spy
@@ -211,7 +203,7 @@ def test_a_loopback_model_drives_three_lines(tmp_path, monkeypatch):
     pairs = chosen_titles_per_base(store, run.id)
     assert len(pairs) == len(set(pairs)) == 9  # three lines designed on the seed at once, nine distinct plans
     assert len(store.findings(run.id)) == 9 and executor.max_in_flight == 2
-    assert {s["line"] for s in stages(run, "design")} == {1, 2, 3}
+    assert {s["line"] for s in stages(run, "write")} == {1, 2, 3}
 
 
 KILLED_RUN = textwrap.dedent("""
@@ -371,7 +363,7 @@ def test_lines_through_a_queue_directory(tmp_path):
     chosen = sorted(p["id"] for p in store.plans(run.id) if p["chosen"])
     assert len(chosen) == 12 and sorted(f["plan_id"] for f in store.findings(run.id)) == chosen
     assert worker.executor.max_in_flight == 2 and worker.done == len(worker.executor.requests)
-    assert {s["line"] for s in stages(run, "design")} == {1, 2, 3, 4}
+    assert {s["line"] for s in stages(run, "write")} == {1, 2, 3, 4}
 
 
 def test_ctrl_c_with_lines_in_flight_keeps_every_started_verdict(tmp_path):

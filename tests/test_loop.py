@@ -111,19 +111,20 @@ class ScriptedScientist:
         if role in self.fail:
             raise self.fail.pop(role)
 
-    async def select(self, population, findings=()):
+    async def select(self, population, findings=(), taken=()):
         self._enter("select", tuple(v.id for v in population))
         best = min((v for v in population if v.status == "ok"), key=lambda v: v.geomean_us)
         return Selection(base_id=best.id, reference_id=None, justification="fastest correct")
 
-    async def design(self, base, reference, findings, done=(), in_flight=()):
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
         self._enter("design", base.id)
         self.design_findings.append(list(findings))
         self.design_done.append((base.id, list(done)))
+        factors = [self.factors[i % len(self.factors)] for i in range(asked.get("wanted", len(self.factors)))]
         return [Plan(title=f"x{f} #{len(self.design_findings)}.{i}", rationale="scripted", changes=[f"scale {f}"],
                      predicted_min_pct=0.0, predicted_max_pct=20.0, innovation=1, chosen=i < 3,
                      why_chosen="first three" if i < 3 else "")
-                for i, f in enumerate(self.factors)]
+                for i, f in enumerate(factors)]
 
     async def write(self, plan, base, reference):
         self._enter("write", plan.title)
@@ -364,7 +365,7 @@ def test_the_offline_scientist_drives_the_loop_with_every_strategy(tmp_path, str
 class ExhaustedScientist(ScriptedScientist):
     """Proposes only experiments already carried out on the base: the rules choose none of them."""
 
-    async def design(self, base, reference, findings, done=(), in_flight=()):
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
         plans = await super().design(base, reference, findings, done, in_flight)
         for p in plans:
             p.chosen, p.why_chosen = False, ""

@@ -58,9 +58,16 @@ def judged_count(candidates: list[dict]) -> int:
     return sum(c["kind"] not in BASELINE_KINDS and c["status"] not in (PENDING, WRITE_FAILED) for c in candidates)
 
 
+def _host(cand: dict | None) -> str | None:
+    """The host that judged a candidate's stored verdict (device.host), where it was recorded."""
+    return (((cand or {}).get("result") or {}).get("device") or {}).get("host")
+
+
 def best_candidate(candidates: list[dict]) -> dict | None:
-    """The fastest correct population member (the seed counts; the baselines do not)."""
-    ok = [c for c in candidates if c["kind"] not in BASELINE_KINDS and c["status"] == OK and c["geomean_us"]]
+    """The fastest correct population member (the seed counts; the baselines do not). A member judged slower
+    than another on one host (kscience.run.confirm) is not the best, whatever its figure from another host."""
+    ok = [c for c in candidates if c["kind"] not in BASELINE_KINDS and c["status"] == OK and c["geomean_us"]
+          and not (c["result"] or {}).get("slower_than")]
     return min(ok, key=lambda c: c["geomean_us"]) if ok else None
 
 
@@ -379,6 +386,10 @@ class Snapshot:
                            "message": c["message"] if c["status"] != OK else None} for c in self.libraries],
             **fastest_baseline(ref, compiled, self.vendor, self.libraries, best_us),
             "n_composites": sum(c["kind"] == "composite" and c["status"] != PENDING for c in self.candidates),
+            # Which machine judged each figure (kscience.run.confirm): a run's figures compare only on one.
+            "hosts": sorted({h for h in map(_host, self.candidates) if h}),
+            "figure_hosts": {"reference": _host(ref), "compiled": _host(compiled), "vendor": _host(self.vendor),
+                             "seed": _host(seed), "best": _host(best)},
             "best_kind": best["kind"] if best else None,
             "evaluated_to_best": evaluated.index(best) + 1 if best in evaluated else None,
             "iterations_done": self.iterations_done,

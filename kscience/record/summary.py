@@ -68,6 +68,7 @@ def summary_lines(row: dict, m: dict) -> list[str]:
     rows += [("vendor call alone", m.get("vendor_alone_us"))] if m.get("vendor_alone_status") else []
     libraries = {f"installed lib {i + 1}": lib for i, lib in enumerate(m.get("libraries") or [])}
     rows += [(name, lib["us"]) for name, lib in libraries.items()]
+    keys = {EAGER: "reference", "torch.compile": "compiled", "vendor library": "vendor", "seed": "seed"}
     for name, us in (*rows, ("seed", seed), (f"best {m['best_id'] or ''}", best)):
         line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(eager, us)):>18}"
         if compiled:
@@ -83,6 +84,9 @@ def summary_lines(row: dict, m: dict) -> list[str]:
         if name in libraries:  # what it is, with its version; where it has no time, why (not installed...)
             lib = libraries[name]
             line += f"  {lib['label']}" + (f" [{lib['status']}: {(lib['message'] or '')[:160]}]" if us is None else "")
+        host = (m.get("figure_hosts") or {}).get(keys.get(name) or ("best" if name.startswith("best") else ""))
+        if len(m.get("hosts") or []) > 1 and host:  # figures from several machines: say whose each is
+            line += f"  on {host}"
         lines.append(line)
     lines += verdict_lines(m)
     uplift = m["uplift"]
@@ -98,6 +102,8 @@ def summary_lines(row: dict, m: dict) -> list[str]:
                                              if uplift else "no plan measured"),
               *([f"  evaluator busy         {fmt_busy(m['busy_per_slot'])} of the run's wall time"]
                 if m.get("busy_per_slot") else []),
+              *([f"  judged on hosts        {', '.join(m['hosts'])}: a new best and every composite were judged "
+                 "again beside the best on one host"] if len(m.get("hosts") or []) > 1 else []),
               f"  LLM                    {llm_text(m['llm'])}"]
     return lines + sol_lines(m)
 

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 
-from kscience.run import profiling
+from kscience.run import confirm, profiling
 from kscience.evaluate import profile_job
 from kscience.evaluate import result as R
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
@@ -65,6 +65,8 @@ class Judging:
         self._baselines_out = 0  # baselines in flight: they take no slot (see _judge)
         self._no_baselines_out = asyncio.Event()
         self._no_baselines_out.set()
+        self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
+        self.pairs = 0  # pairs submitted for confirmation this session
         # One composer at a time (lines record verdicts concurrently); a verdict recorded while it works
         # makes it look again rather than start a second one (see maybe_compose).
         self._composing, self._compose_again = False, False
@@ -73,6 +75,7 @@ class Judging:
         self.time_limit_s = ctx.time_limit_s  # this session's --time-limit: it ends evaluations in flight too
         self.busy_s = [0.0] * self.capacity
         self.evaluations = [0] * self.capacity
+        self.asked = 0  # evaluations asked for and not yet over: waiting for a slot or in flight
 
     # --- the budget ------------------------------------------------------------------------------
     def evaluations_left(self) -> int | None:
@@ -80,6 +83,14 @@ class Judging:
         if self.max_evaluations is None:
             return None
         return self.max_evaluations - judged_count(self.ctx.store.candidates(self.ctx.run_id)) - self._reserved
+
+    def backlog_s(self) -> float | None:
+        """Seconds the slots need for the evaluations asked for now, at this session's mean evaluation
+        time; None until one has been timed."""
+        timed = sum(self.evaluations)
+        if not timed:
+            return None
+        return sum(self.busy_s) / timed * self.asked / self.capacity
 
     def check_budget(self) -> None:
         """Raise EvaluationsSpent when nothing more may be evaluated (before writing what cannot be judged)."""
@@ -105,6 +116,8 @@ class Judging:
             finally:
                 self._reserved -= counted
         cand = self.record_verdict(cand, result)
+        if twin is None:  # a candidate that would be the best, or a composite, holds on one host
+            cand = await self._hold_best(cand, line)
         if twin is None and ctx.profile and not self.no_ncu and (
                 profiling.candidate_to_profile(cand, ctx.store.candidates(ctx.run_id))
                 or (cand["status"] == R.OK and "ncu" in self.asked_for(cand))):
@@ -119,40 +132,98 @@ class Judging:
         row = next((p for p in self.ctx.store.plans(self.ctx.run_id) if p["id"] == cand["plan_id"]), None)
         return list(((row or {}).get("plan") or {}).get("measure") or [])
 
-    async def _judge(self, cand: dict, line: int) -> dict:
+    async def _hold_best(self, cand: dict, line: int) -> dict:
+        """After `cand`'s verdict: a composite judged beside the best, then the best settled against its
+        close contenders from other hosts (kscience.run.confirm); one at a time. Returns cand's row."""
         ctx = self.ctx
-        baseline = cand["kind"] in BASELINE_KINDS
-        if self._free.empty() and not baseline:  # every slot is taken: the dashboard shows this line waiting
-            ctx.stage("queued", cand["iteration"], cand["id"], line)
-        slot = None
-        if baseline:
-            # A baseline takes no slot, so the seed and the baselines are asked for together (one batch of a
-            # queue's requests, one round of a cluster's); the executor runs them as its capacity allows. Not
-            # while a profile runs, whose counters would share the GPU with them, and a profile waits for them.
-            async with self._profiling:
-                self._baselines_out += 1
-                self._no_baselines_out.clear()
-        else:
-            self._queued += 1
+        async with self._confirming:
+            rival = confirm.rival(ctx.store.candidate(cand["id"]), ctx.store.candidates(ctx.run_id))
+            if rival is not None:
+                await self._confirm(ctx.store.candidate(cand["id"]), rival, line)
+        await self.settle(confirm.ROUNDS, line)
+        return ctx.store.candidate(cand["id"])
+
+    async def settle(self, rounds: int, line: int = 0) -> None:
+        """Judge the best beside its close contenders from other hosts, at most `rounds` pairs."""
+        async with self._confirming:
+            for _ in range(rounds):
+                pair = confirm.unsettled(self.ctx.store.candidates(self.ctx.run_id))
+                if pair is None:
+                    break
+                await self._confirm(*pair, line)
+
+    async def _confirm(self, cand: dict, best: dict, line: int) -> dict:
+        """Judge `cand` and the current best again, submitted at once, until both verdicts come from one
+        host (at most confirm.TRIES pairs); store those figures in place of the earlier ones."""
+        ctx = self.ctx
+        ctx.stage("confirm", cand["iteration"], f"{cand['id']} beside {best['id']} on one host", line)
+        for _ in range(confirm.TRIES):
+            self.pairs += 1
+            tag = f"confirm {cand['id']} vs {best['id']} #{self.pairs}"  # a new request, not an earlier one's answer
+            # Two slots held, then both requests go out with nothing between them.
+            slots = [await self._free.get() for _ in range(min(2, self.capacity))]
             try:
-                slot = await self._free.get()
-            finally:
-                self._queued -= 1
-        started = time.monotonic()
-        future = None
+                ctx.check_stop()
+                futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
+            except BaseException:
+                for slot in slots:
+                    self._free.put_nowait(slot)
+                raise
+            mine, theirs = await asyncio.gather(
+                self._judge(cand, line, tag, slots[0], futures[0]),
+                self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
+            if (mine.get("device") or {}).get("host") == (theirs.get("device") or {}).get("host"):
+                ctx.store.record_result(best["id"], confirm.confirmed(theirs, cand, mine, best))
+                return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
+        return self.record_verdict(cand, confirm.unconfirmed(cand["result"], confirm.TRIES))
+
+    def _request(self, cand: dict, tag: str = "") -> R.EvalRequest:
+        """The evaluation request for `cand`; a `tag` makes it a new request for the same source."""
+        problem = self.ctx.problem
+        return R.EvalRequest(problem=problem.locator, source=cand["source"],
+                             overrides=problem.overrides_for(cand["kind"]), shapes="all",
+                             candidate_id=f"{cand['id']} ({tag})" if tag else cand["id"],
+                             tolerance=problem.tolerance_for(cand["kind"], cand["hypothesis"]),
+                             baseline=cand["kind"] in BASELINE_KINDS, timeout_s=self._time_left(),
+                             step_limit_s=self.step_limit_for(cand))
+
+    async def _judge(self, cand: dict, line: int, tag: str = "", slot: int | None = None,
+                     future=None) -> dict:
+        """One evaluation: on `slot` when the caller holds one for it (released here), else on the next free
+        one, or on none for a baseline; `future` when the caller has submitted the request already."""
+        ctx = self.ctx
+        baseline = cand["kind"] in BASELINE_KINDS and future is None
+        if slot is None and not baseline and self._free.empty():  # the dashboard shows this line waiting
+            ctx.stage("queued", cand["iteration"], cand["id"], line)
+        self.asked += 1
         try:
-            ctx.check_stop()
+            if baseline:
+                # A baseline takes no slot, so the seed and the baselines are asked for together (one batch of
+                # a queue's requests, one round of a cluster's); the executor runs them as its capacity allows.
+                # Not while a profile runs, whose counters would share the GPU with them; a profile waits for them.
+                async with self._profiling:
+                    self._baselines_out += 1
+                    self._no_baselines_out.clear()
+            elif slot is None:
+                self._queued += 1
+                try:
+                    slot = await self._free.get()
+                finally:
+                    self._queued -= 1
+        except BaseException:
+            self.asked -= 1
+            raise
+        started = time.monotonic()
+        try:
+            if future is None:
+                ctx.check_stop()
             ctx.stage("evaluate", cand["iteration"], cand["id"], line)
-            left = self._time_left()
-            request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
-                                    overrides=ctx.problem.overrides_for(cand["kind"]), shapes="all",
-                                    candidate_id=cand["id"],
-                                    tolerance=ctx.problem.tolerance_for(cand["kind"], cand["hypothesis"]),
-                                    baseline=baseline, timeout_s=left, step_limit_s=self.step_limit_for(cand))
-            future = self.executor.submit(request)
+            request = self._request(cand, tag)
+            future = future or self.executor.submit(request)
             try:
                 result = await self._outcome(cand, future, line, request.step_limit_s)
-                if result.status == R.TIMEOUT and left is not None and time.monotonic() - self._t0 >= self.time_limit_s:
+                if (result.status == R.TIMEOUT and request.timeout_s is not None
+                        and time.monotonic() - self._t0 >= self.time_limit_s):
                     # Cut by the session's time limit, not judged: it stays pending and a resume judges it.
                     raise BudgetExceeded(f"time limit reached: {self.time_limit_s:g}s (the evaluation of "
                                          f"{cand['id']} in flight was ended; a resume evaluates it again)")
@@ -160,18 +231,19 @@ class Judging:
             except asyncio.CancelledError:
                 # Interrupted: a started evaluation runs to its end in its own process anyway (the executor
                 # waits for it on shutdown), so keep its verdict rather than redo it; one that the command's
-                # Ctrl-C or SIGTERM ended unjudged raises here, and its candidate stays pending for a resume. Its verdict is
-                # stored and announced like any other, so every view shows the candidate a user saw judged.
+                # Ctrl-C or SIGTERM ended unjudged raises here, and its candidate stays pending for a resume.
+                # Its verdict is stored and announced like any other, so every view shows what a user saw judged.
                 if not future.cancel():
                     with contextlib.suppress(Exception):
                         self.record_verdict(cand, future.result().to_dict())
                 raise
         finally:
-            if slot is None:
+            self.asked -= 1
+            if baseline:
                 self._baselines_out -= 1
                 if not self._baselines_out:
                     self._no_baselines_out.set()
-            else:
+            elif slot is not None:
                 if future is not None:
                     self.busy_s[slot] += time.monotonic() - started
                     self.evaluations[slot] += 1
@@ -211,7 +283,7 @@ class Judging:
                                     status=cand["status"], geomean_us=cand["geomean_us"], message=cand["message"],
                                     best_us=best["geomean_us"] if best else None,
                                     seed_us=seed["geomean_us"] if seed else None))
-        ctx.recorded.set()
+        ctx.changed.set()
         return cand
 
     # --- per-shape composition (kscience/scientist/compose.py) -----------------------------------

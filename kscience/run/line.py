@@ -1,7 +1,8 @@
 """One line of work: select a base, design, then write -> evaluate -> repair -> finding per chosen plan.
 
-A line is one iteration of the run: one design and its chosen experiments (up to three, run as
-concurrent tasks so their model calls overlap). The controller keeps up to `--lines` lines going
+A line is one iteration of the run: one group of chosen experiments (up to three, run as concurrent
+tasks so their model calls overlap), from its own design or from another line's answer that was asked
+for plans for several lines (kscience.run.sharing). The controller keeps up to `--lines` lines going
 at once; each runs on its own clock and reads the shared population and every finding recorded
 so far from the store when it needs them. Every step commits what it produced before the next one
 starts, so a line dropped at any point is picked up by `resume` from the store.
@@ -11,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-from dataclasses import asdict
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
 
 from kscience.evaluate import result as R
 from kscience.run import profiling
 from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed
 from kscience.scientist.briefing import coverage
-from kscience.scientist.plans import choose_untaken
+from kscience.run.sharing import Group
+from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
 from kscience.record.snapshot import REPAIRABLE, uplift_pct
 from kscience.record.store import PENDING, WRITE_FAILED
@@ -58,15 +62,52 @@ class Line:
         self.ctx.stage(stage, iteration, detail, self.number)
 
     # --- a new iteration ---------------------------------------------------------------------
-    async def design(self, iteration: int) -> list[dict]:
-        """Select a base and design on it; store the round and return its chosen plans' rows."""
+    async def find_work(self, iteration: int) -> list[dict]:
+        """This iteration's chosen plans, stored: a group another line's design left in the pool, else one
+        from a design under way with a group to spare (waited for), else this line's own design."""
+        ctx, sharing = self.ctx, self.ctx.sharing
+        while True:
+            group = sharing.take(lambda base_id: base_id in ctx.views())
+            if group is not None:  # its plans may have been stored by a design on the same base since
+                fresh = split_into_groups(group.plans, self._taken(group.base_id), 1,
+                                          getattr(ctx.scientist, "chooser", "paper"))
+                if fresh:
+                    return self._store(iteration, group.base_id, group.reference_id, group.justification, fresh[0])
+                continue
+            design = sharing.joinable()
+            if design is None:
+                return await self.design(iteration)
+            design.claims += 1
+            self._stage("waiting", iteration, f"for the design of line {design.line}")
+            await design.answered.wait()
+
+    def _taken(self, base_id: str) -> list[str]:
+        """Titles carried out, under way or waiting in the pool on `base_id`."""
+        done, in_flight = self.ctx.plans_on(base_id)
+        return [*done, *in_flight, *self.ctx.sharing.pooled_titles(base_id)]
+
+    def _store(self, iteration: int, base_id: str, reference_id: str | None, justification: str,
+               plans: list[Plan]) -> list[dict]:
         ctx = self.ctx
+        rows = ctx.store.add_plans(ctx.run_id, iteration, base_id=base_id, reference_id=reference_id,
+                                   justification=justification, plans=[asdict(p) for p in plans])
+        ctx.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
+                                    justification=justification,
+                                    plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
+        return [r for r in rows if r["chosen"]]
+
+    async def design(self, iteration: int) -> list[dict]:
+        """Select a base and design on it, asking for plans for every line waiting for work; store this
+        line's group (and the answer's plans no group took), pool the others, return this line's rows."""
+        ctx, sharing = self.ctx, self.ctx.sharing
         ctx.observe()
         views = ctx.views()
         population = list(views.values())
         findings = [f["text"] for f in ctx.store.findings(ctx.run_id)]  # oldest first, from every line
+        groups_wanted = sharing.groups_wanted(ctx.lines_waiting())
+        avenue = sharing.avenue_for(self.number)
         self._stage("select", iteration)
-        selection = await ctx.scientist.select(population, findings)
+        selection = await ctx.scientist.select(population, findings, taken=sharing.taken_bases())
         base = views.get(selection.base_id)
         justification = selection.justification
         if base is None or base.status != R.OK:  # the selector must build on a correct kernel
@@ -74,52 +115,80 @@ class Line:
             justification = f"{justification} [selected {selection.base_id!r} is not a correct candidate; " \
                             f"using the fastest correct one, {base.id}]"
         reference = views.get(selection.reference_id) if selection.reference_id != base.id else None
-        # Every finding so far: fitting them to the prompt's budget is the designer's job. A base with
-        # nothing new to try gives way to the next correct member; when none has anything left, the
-        # line ends rather than run an empty round.
-        others = sorted((v for v in population if v.status == R.OK and v.id != base.id), key=lambda v: v.geomean_us)
-        tried, redesigned, order = [], set(), [base, *others[:MAX_BASE_SWITCHES]]
-        while order:
-            candidate = order.pop(0)
-            if candidate is not base:
-                justification += f" [switched to {candidate.id}: nothing new to try on {base.id}]"
-                base, reference = candidate, None
-            self._stage("design", iteration, f"base {base.id}")
-            done, in_flight = ctx.plans_on(base.id)
-            plans = await ctx.scientist.design(base, reference, findings, done, in_flight)
-            # Lines designing on one base at once propose alike: a plan another line stored meanwhile
-            # is refused, the designer's other proposals stand in for it, and when none is left the
-            # base is designed on once more, now with those plans in view as under way.
-            taken = sum(ctx.plans_on(base.id), [])
-            chooser = getattr(ctx.scientist, "chooser", "paper")
-            if any(p.chosen for p in plans) and not any(p.chosen for p in choose_untaken(plans, taken, chooser)) \
-                    and len(taken) > len(done) + len(in_flight) and candidate.id not in redesigned:
-                redesigned.add(candidate.id)
-                order.insert(0, candidate)
-                continue
-            if any(p.chosen for p in plans):
-                break
-            tried.append(base.id)
-        else:
-            raise NothingLeft(f"iteration {iteration}: every experiment proposed for {', '.join(tried)} was already "
-                              "carried out or is under way there; nothing left to try")
-        rows = ctx.store.add_plans(ctx.run_id, iteration, base_id=base.id,
-                                   reference_id=reference.id if reference else None,
-                                   justification=justification, plans=[asdict(p) for p in plans])
-        ctx.emit(HypothesesProposed(iteration=iteration, base_id=base.id,
-                                    reference_id=reference.id if reference else None, justification=justification,
-                                    plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
-        return [r for r in rows if r["chosen"]]
+        design = sharing.start(self.number, base.id, avenue, groups_wanted)
+        pooled: list[Group] = []
+        try:
+            # Every finding so far: fitting them to the prompt's budget is the designer's job. A base with
+            # nothing new to try gives way to the next correct member; when none has anything left, the
+            # line ends rather than run an empty round.
+            others = sorted((v for v in population if v.status == R.OK and v.id != base.id),
+                            key=lambda v: v.geomean_us)
+            tried, redesigned, order = [], set(), [base, *others[:MAX_BASE_SWITCHES]]
+            while order:
+                candidate = order.pop(0)
+                if candidate is not base:
+                    justification += f" [switched to {candidate.id}: nothing new to try on {base.id}]"
+                    base, reference = candidate, None
+                    design.base_id = base.id
+                self._stage("design", iteration, f"base {base.id}")
+                done, in_flight = ctx.plans_on(base.id)
+                in_flight += sharing.pooled_titles(base.id)
+                asked = time.monotonic()
+                plans = await ctx.scientist.design(base, reference, findings, done, in_flight,
+                                                   wanted=plans_wanted(groups_wanted), avenue=avenue,
+                                                   others=sharing.others(design))
+                ctx.note_model_time(time.monotonic() - asked)
+                # Lines designing on one base at once may still propose alike: a plan another line stored
+                # meanwhile is refused, and when nothing is left the base is designed on once more, now
+                # with those plans in view as under way.
+                taken = self._taken(base.id)
+                # The scientist marks none chosen when all it proposes was carried out already.
+                chooser = getattr(ctx.scientist, "chooser", "paper")
+                groups = split_into_groups(plans, taken, groups_wanted, chooser) if any(p.chosen for p in plans) else []
+                refused = [p.title for p in titled_as(plans, taken)]
+                if refused:  # counted by benchmarks/search_throughput.py
+                    self._stage("refused", iteration, f"{len(refused)} proposed plan(s) already taken on {base.id}: "
+                                + "; ".join(refused))
+                if not groups and len(taken) > len(done) + len(in_flight) and candidate.id not in redesigned:
+                    redesigned.add(candidate.id)
+                    order.insert(0, candidate)
+                    continue
+                if groups:
+                    break
+                tried.append(base.id)
+            else:
+                raise NothingLeft(f"iteration {iteration}: every experiment proposed for {', '.join(tried)} was "
+                                  "already carried out or is under way there; nothing left to try")
+            mine, spare = groups[0], groups[1:]
+            handed = {p.title for g in spare for p in g}
+            kept = {p.title: p for p in mine}
+            stored = [kept.get(p.title) or replace(p, chosen=False, why_chosen="") for p in plans
+                      if p.title not in handed]
+            pooled = [Group(base.id, reference.id if reference else None,
+                            f"{justification} [plans proposed in iteration {iteration}'s design by line "
+                            f"{self.number}, favouring {avenue.split(':')[0]}]", g) for g in spare]
+            return self._store(iteration, base.id, reference.id if reference else None,
+                               f"{justification} [favouring {avenue.split(':')[0]}]", stored)
+        finally:
+            sharing.finish(design, pooled)
 
     # --- its experiments ---------------------------------------------------------------------
-    async def experiments(self, plan_rows: list[dict]) -> None:
-        """Run plans concurrently. If one fails, every line stops after its current step; the first
-        failure is raised once all of this line's experiments have committed what they finished."""
+    async def experiments(self, plan_rows: list[dict], written: Callable[[], None] = lambda: None) -> None:
+        """Run plans concurrently; `written()` is called once every plan has its candidate written, so
+        the controller may start this line's next design while they are judged. If one fails, every line
+        stops after its current step; the first failure is raised once all of this line's experiments
+        have committed what they finished."""
         ctx = self.ctx
+        unwritten = [len(plan_rows)]
+
+        def one_written() -> None:
+            unwritten[0] -= 1
+            if unwritten[0] == 0:
+                written()
 
         async def guarded(row: dict) -> None:
             try:
-                await self.experiment(row)
+                await self.experiment(row, one_written)
             except Stopped:
                 raise
             except Exception:
@@ -134,7 +203,7 @@ class Line:
         if errors:
             raise errors[0]
 
-    async def experiment(self, row: dict) -> None:
+    async def experiment(self, row: dict, written: Callable[[], None] = lambda: None) -> None:
         ctx = self.ctx
         plan = Plan(**row["plan"])
         iteration, views = row["iteration"], ctx.views()
@@ -147,6 +216,7 @@ class Line:
             draft = await ctx.scientist.write(plan, base, reference)
             chain = [self.add_draft(draft, kind="child", parent_id=base.id, parent_source=base.source,
                                     iteration=iteration, plan_id=row["id"], hypothesis=plan.title)]
+        written()
         final = await self.settle(chain, iteration=iteration, plan_id=row["id"], title=plan.title)
         # A spent evaluation budget does not stop a judged chain's finding (its lesson is what the next
         # designer of any line needs); a user's stop does, and a resumed run records it.

@@ -4,7 +4,9 @@ A line is one iteration: select a base, design, then write -> evaluate -> repair
 each chosen plan. With one line, iterations follow one another as design rounds always did; with
 K lines, K iterations run at once on their own clocks, sharing the population, every finding
 recorded so far and the evaluation slots (kscience.run.judging), so the evaluator keeps working while
-the model thinks. `--iterations N` counts designs started in total; the run also ends at its
+the model thinks. Lines waiting for work share one designer answer (kscience.run.sharing); a line
+whose candidates are all written counts as free while the evaluator's queue would otherwise run dry
+before a new design and its writes come back, so its next iteration is designed while they are judged. `--iterations N` counts designs started in total; the run also ends at its
 `--evaluations` budget, at `--stop-at-sol`, when nothing is left to try, or on a stop.
 
 Every step reads what it needs from the store and commits what it produced before the next step
@@ -19,7 +21,7 @@ import asyncio
 import threading
 import time
 
-from kscience.run import profiling
+from kscience.run import confirm, profiling
 from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, library_candidate, library_title,
                                     vendor_alone_source, vendor_source, vendor_title)
 from kscience.evaluate import result as R
@@ -27,6 +29,7 @@ from kscience.evaluate.executor import Executor
 from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
 from kscience.run.judging import Judging
 from kscience.run.line import EvaluationsSpent, Line, NothingLeft, RunError, Stopped
+from kscience.run.sharing import Sharing
 from kscience.problems import Problem, shape_label
 from kscience.problems.libraries import missing_line
 from kscience.scientist import compose
@@ -37,6 +40,9 @@ from kscience.record.snapshot import best_candidate, first_of_kind, iterations_d
 from kscience.record.store import BASELINE_KINDS, PENDING, Store
 
 __all__ = ["Controller", "RunError", "Stopped"]
+
+AHEAD_PER_LINE = 2  # iterations one line may have going: one being judged while the next is designed
+MODEL_CALLS_TO_A_CHILD = 2  # a design, then its writer: answers between a line's start and its first child
 
 
 class Controller:
@@ -59,7 +65,13 @@ class Controller:
         self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile auto/ncu/none, --stop-at-sol F
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
-        self.recorded = asyncio.Event()  # set by each verdict recorded (kscience.run.judging)
+        # Set by each verdict recorded (kscience.run.judging) and each line whose candidates are all
+        # written: either may let the controller start a line.
+        self.changed = asyncio.Event()
+        self.sharing = Sharing()  # pooled plans and designs under way (kscience.run.sharing)
+        self._seeking: set[asyncio.Task] = set()  # line tasks that have no plans stored yet
+        self._written: set[asyncio.Task] = set()  # line tasks whose candidates are all written
+        self.model_s: float | None = None  # how long a designer answer takes, smoothed
 
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
@@ -87,6 +99,7 @@ class Controller:
             await self.judging.maybe_compose(self.iterations_done())
             self.observe()
             await self._schedule(target)
+            await self.judging.settle(confirm.FINAL_ROUNDS)  # figures from several hosts: end on a settled best
         finally:
             self.judging.save()  # this session's wall time and every slot's busy time
 
@@ -96,8 +109,8 @@ class Controller:
         tasks: dict[asyncio.Task, tuple[int, int]] = {}  # line task -> (its line number, its iteration)
         for rows in self._open_iterations():
             number = self._free_line(tasks)
-            tasks[asyncio.create_task(Line(self, number).experiments(rows))] = (number, rows[0]["iteration"])
-        designing: set[asyncio.Task] = set()
+            tasks[asyncio.create_task(self._resumed_line(number, rows))] = (number, rows[0]["iteration"])
+        designing = self._seeking
         failure: BaseException | None = None
         stopped: Stopped | None = None
         spent: EvaluationsSpent | None = None
@@ -108,7 +121,8 @@ class Controller:
             while True:
                 while (failure is None and stopped is None and spent is None and ended is None
                        and not self.stop_requested()
-                       and len(tasks) < self.lines and self.iterations_done() + len(designing) < target
+                       and self._occupied(tasks) < self.lines and len(tasks) < AHEAD_PER_LINE * self.lines
+                       and self.iterations_done() + len(designing) < target
                        and (exhausted_at is None or self._population_size() > exhausted_at)):
                     ended = profiling.stop_message(self.problem, best_candidate(self.store.candidates(self.run_id)),
                                                    self.stop_at_sol)
@@ -125,16 +139,19 @@ class Controller:
                     tasks[task] = (number, iteration)
                 if not tasks:
                     break
-                # Woken when a line ends, and when a verdict is recorded: a line that found nothing left
-                # to try may find something on the new member.
-                self.recorded.clear()
-                woken = asyncio.create_task(self.recorded.wait())
+                # Woken when a line ends, when a verdict is recorded (a line that found nothing left to try
+                # may find something on the new member) and when a line's candidates are all written.
+                self.changed.clear()
+                woken = asyncio.create_task(self.changed.wait())
                 done, _ = await asyncio.wait([*tasks, woken], return_when=asyncio.FIRST_COMPLETED)
                 woken.cancel()
                 for task in done & tasks.keys():
                     number, iteration = tasks.pop(task)
                     designing.discard(task)
-                    if self.lines > 1:  # the dashboard shows each line's stage: this one has none now
+                    self._written.discard(task)
+                    # The dashboard shows each line's stage: this one has none now, unless the line
+                    # already works on its next iteration.
+                    if self.lines > 1 and number not in {n for n, _ in tasks.values()}:
                         self.stage("line ended", iteration, "", number)
                     exc = task.exception()
                     if isinstance(exc, NothingLeft):
@@ -163,10 +180,37 @@ class Controller:
             self.stage("done", self.iterations_done(), ended)
 
     async def _new_line(self, number: int, iteration: int, designing: set) -> None:
-        line = Line(self, number)
-        rows = await line.design(iteration)
-        designing.discard(asyncio.current_task())  # stored: counted by iterations_done from now on
-        await line.experiments(rows)
+        line, me = Line(self, number), asyncio.current_task()
+        rows = await line.find_work(iteration)
+        designing.discard(me)  # stored: counted by iterations_done from now on
+        await line.experiments(rows, lambda: self._all_written(me))
+
+    async def _resumed_line(self, number: int, rows: list[dict]) -> None:
+        me = asyncio.current_task()
+        await Line(self, number).experiments(rows, lambda: self._all_written(me))
+
+    def _all_written(self, task: asyncio.Task) -> None:
+        self._written.add(task)
+        self.changed.set()
+
+    def _design_ahead(self) -> bool:
+        """Whether a line whose candidates are all written may start its next design while they are judged:
+        when the evaluator's queued work would run out before a design and its writes (two model answers)
+        could add to it, and while either side's time is not yet known."""
+        backlog = self.judging.backlog_s()
+        return self.model_s is None or backlog is None or backlog <= MODEL_CALLS_TO_A_CHILD * self.model_s
+
+    def _occupied(self, tasks: dict) -> int:
+        """Lines in use: a line whose candidates are all written counts as free while designing ahead pays."""
+        ahead = self._design_ahead()
+        return sum(not (ahead and task in self._written) for task in tasks)
+
+    def lines_waiting(self) -> int:
+        """Line tasks that have no plans yet: what one designer answer should supply."""
+        return len(self._seeking)
+
+    def note_model_time(self, seconds: float) -> None:
+        self.model_s = seconds if self.model_s is None else 0.5 * (self.model_s + seconds)
 
     def _open_iterations(self) -> list[list[dict]]:
         """The chosen plans without a finding, one list per iteration: each is resumed as a line."""
@@ -177,10 +221,11 @@ class Controller:
                 by_iteration.setdefault(p["iteration"], []).append(p)
         return [by_iteration[i] for i in sorted(by_iteration)]
 
-    @staticmethod
-    def _free_line(tasks: dict) -> int:
-        """The lowest line number not in use, so the dashboard's lines keep their numbers."""
-        used = {number for number, _ in tasks.values()}
+    def _free_line(self, tasks: dict) -> int:
+        """The lowest line number not in use, so the dashboard's lines keep their numbers; a line designing
+        ahead leaves its number to its next iteration."""
+        ahead = self._design_ahead()
+        used = {number for task, (number, _) in tasks.items() if not (ahead and task in self._written)}
         return next(n for n in range(1, len(used) + 2) if n not in used)
 
     def _next_iteration(self) -> int:

@@ -246,6 +246,10 @@ class Brief:
     reference: object = None  # CandidateView
     findings: list[str] = field(default_factory=list)  # oldest first
     done: list[str] = field(default_factory=list)  # experiments already carried out on the base
+    wanted: int = 5  # plans the designer is asked for
+    avenue: str = ""  # the direction the designer's line favours (one of plans.AVENUES)
+    others: list[str] = field(default_factory=list)  # designs other lines have under way, in words
+    taken: list[str] = field(default_factory=list)  # bases other lines are designing on now, for the selector
     plan: object = None  # roles.Plan, for the writer and the finding
     source: str | None = None  # the kernel the answer is to change (repair, or a writer's retry)
     status: str = ""

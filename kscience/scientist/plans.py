@@ -5,6 +5,8 @@ Following the GPU Kernel Scientist (Andrews & Witteveen, 2025): five plans with 
 range and an innovation score, of which three are chosen: the most innovative, the highest
 predicted maximum and the highest predicted minimum. Under the "loop" chooser the designer only
 predicts, and the loop chooses by predicted upside and by distance from the plans already tried.
+Where several lines of a run wait for work, one answer holds plans for each of them: it is split
+into groups of three chosen by the same rules.
 """
 
 from __future__ import annotations
@@ -13,13 +15,20 @@ import json
 import math
 from collections.abc import Iterable
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kscience.scientist.llm.base import LLMError, one_line
 from kscience.scientist.measurements import parse_measure
 from kscience.scientist.strategy import OK
 
-PLANS_WANTED = 5
+PLANS_WANTED = 5  # plans asked of a designer answer for one line
+PLANS_PER_LINE = 3  # plans one line carries out: one per choice rule
+AVENUES = (  # one favoured direction per design under way, so concurrent answers differ
+    "memory traffic: fewer bytes moved, wider or coalesced accesses, reuse through registers or shared memory",
+    "compute and tensor cores: fewer instructions per element, tensor-core instructions, cheaper math",
+    "occupancy and launch shape: block and grid sizes, warps, stages, work per program",
+    "algorithmic change: a different decomposition, fusion or order of the computation",
+)
 # Who chooses the three plans carried out: "paper" (the GPU Kernel Scientist's rule over the designer's
 # own scores, the method reproduced) or "loop" (the designer only predicts; the loop picks by predicted
 # upside and by distance from plans tried or under way), so the two can be compared at equal budgets.
@@ -70,8 +79,8 @@ def _plan_from(obj) -> Plan | None:
                 int(min(max(round(innovation), 1), 10)) if innovation else 0, measure=parse_measure(obj.get("measure")))
 
 
-def parse_plans(text: str) -> list[Plan]:
-    """The designer's valid plans (at most five, distinct titles); LLMError if there is none."""
+def parse_plans(text: str, limit: int = PLANS_WANTED) -> list[Plan]:
+    """The designer's valid plans (at most `limit`, distinct titles); LLMError if there is none."""
     try:
         answer = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -85,7 +94,7 @@ def parse_plans(text: str) -> list[Plan]:
             titles.add(plan.title.lower())
     if not plans:
         raise LLMError("designer answer had no valid plan")
-    return plans[:PLANS_WANTED]
+    return plans[:limit]
 
 
 CHOICE_RULES = (  # (why_chosen, ranking key); each rule takes the best plan not chosen yet
@@ -130,14 +139,14 @@ LOOP_TIES = ("Ties go to the higher predicted maximum (for distance: the higher 
              "listed first.")
 
 
-def choice_text(chooser: str = "paper") -> str:
-    """How the three plans carried out are chosen, for the designer's prompt."""
+def choice_text(chooser: str = "paper", carried: str = "Three plans will be carried out") -> str:
+    """How the plans carried out (`carried`: how many, by how many lines) are chosen, for the designer's prompt."""
     if chooser == "loop":
-        return ("Three plans will be carried out, chosen by the loop from your predictions alone: the highest "
+        return (f"{carried}, chosen by the loop from your predictions alone: the highest "
                 "predicted upside (the middle of its range), the one furthest from the experiments already tried "
                 "or under way on this base (by the words of its title and changes), and the next highest upside "
                 f"weighed by its distance from those. {LOOP_TIES} So predict honestly; no score of yours is used.")
-    return ("Three plans will be carried out: the most innovative, the one with the highest predicted maximum "
+    return (f"{carried}: the most innovative, the one with the highest predicted maximum "
             f"and the one with the highest predicted minimum, so make the ranges honest. {TIES}")
 
 
@@ -159,14 +168,37 @@ def mark_chosen(plans: list[Plan], done: Iterable[str] = (), chooser: str = "pap
     return plans
 
 
-def choose_untaken(plans: list[Plan], taken: Iterable[str], chooser: str = "paper") -> list[Plan]:
-    """Lines designing on one base at once: when a chosen plan is titled as an experiment carried
-    out or under way there (`taken`), choose again by the rules among the plans not taken; plans
-    that clash with nothing keep the designer's choice."""
-    taken_keys = {_title_key(t) for t in taken}
-    if any(p.chosen and _title_key(p.title) in taken_keys for p in plans):
-        mark_chosen(plans, taken, chooser)
-    return plans
+def titled_as(plans: list[Plan], taken: Iterable[str]) -> list[Plan]:
+    """The plans titled as an experiment in `taken`: proposed again, refused as duplicates."""
+    keys = {_title_key(t) for t in taken}
+    return [p for p in plans if _title_key(p.title) in keys]
+
+
+def plans_wanted(groups: int) -> int:
+    """Plans to ask one answer for when it is to keep `groups` lines busy: three for each, and two
+    spare for the first so one line alone still chooses three of five, as the paper's designer does."""
+    return PLANS_PER_LINE * groups + PLANS_WANTED - PLANS_PER_LINE
+
+
+def split_into_groups(plans: list[Plan], taken: Iterable[str], groups: int,
+                      chooser: str = "paper") -> list[list[Plan]]:
+    """Up to `groups` disjoint groups of chosen plans, none titled as an experiment in `taken`: first the
+    designer's own choice where none of it is taken, then groups picked by the choice rules among the
+    plans no earlier group took. Each plan is a copy."""
+    used = {_title_key(t) for t in taken}
+    out: list[list[Plan]] = []
+    mine = [replace(p) for p in plans if p.chosen]
+    if mine and groups > 0 and not any(_title_key(p.title) in used for p in mine):
+        out.append(mine)
+        used |= {_title_key(p.title) for p in mine}
+    while len(out) < groups:
+        rest = [replace(p) for p in plans if _title_key(p.title) not in used]
+        chosen = [p for p in mark_chosen(rest, (), chooser) if p.chosen]
+        if not chosen:
+            break
+        out.append(chosen)
+        used |= {_title_key(p.title) for p in chosen}
+    return out
 
 
 def predicted_range(plan: Plan) -> str:

@@ -34,7 +34,8 @@ from kscience.scientist.hardware import Hardware
 from kscience.scientist.knowledge import fill_probes
 from kscience.scientist.llm.base import LLMError, one_line
 from kscience.scientist.measurements import prompt_text as measurements_text
-from kscience.scientist.plans import (CHOOSERS, Plan, choice_text, mark_chosen, measured_clause, parse_plans,
+from kscience.scientist.plans import (CHOOSERS, PLANS_PER_LINE, PLANS_WANTED, Plan, choice_text, mark_chosen,
+                                      measured_clause, parse_plans,
                                       predicted_range)
 from kscience.scientist.prompts import load_schema, render
 from kscience.scientist.strategy import OK, CandidateView, Selection, ranked, seed_of, tournament, tree_search
@@ -301,28 +302,36 @@ class Scientist:
         return text
 
     # --- selector ------------------------------------------------------------------------------
-    async def select(self, population: list[CandidateView], findings: list[str] = ()) -> Selection:
+    async def select(self, population: list[CandidateView], findings: list[str] = (),
+                     taken: Iterable[str] = ()) -> Selection:
+        """The base for the next design and a reference; `taken` are the bases other lines are designing
+        on right now, built on again only where no other correct member is left."""
         if not population:
             raise ValueError("cannot select from an empty population")
+        taken = list(taken)
         if self.strategy == "tournament":
-            return tournament(population)
+            return tournament(population, taken)
         if self.strategy == "tree":
-            return tree_search(population, self.rng, self.epsilon)
+            return tree_search(population, self.rng, self.epsilon, taken)
         correct = ranked(population)
         if len(correct) <= 1:  # nothing to choose: no call
             only = correct[0] if correct else seed_of(population)
             return Selection(only.id, None, f"{only.id} is the only correct member, so it is the base "
                                             "(no selector call: nothing to choose)")
-        return await self._llm_select(population, list(findings))
+        return await self._llm_select(population, list(findings), taken)
 
-    async def _llm_select(self, population: list[CandidateView], findings: list[str]) -> Selection:
+    async def _llm_select(self, population: list[CandidateView], findings: list[str],
+                          taken: list[str]) -> Selection:
         shown = _selector_members(population)
         omitted = len(population) - len(shown)
         note = f"\n{omitted} slower or older members are not shown." if omitted else ""
+        taken_text = (f"\nOther lines of this run are designing on {', '.join(taken)} right now: choose another "
+                      "base where one with comparable promise exists, so the lines explore different kernels.\n"
+                      if taken else "")
         prompt = render("selector.md", header=self.header(), task=self.task(), omitted=note,
                         candidates=json.dumps([_member(v) for v in shown], indent=1),
-                        findings=fit_findings(findings))
-        brief = Brief("selector", self.bench, self._shapes(), population=shown, findings=findings)
+                        findings=fit_findings(findings), taken=taken_text)
+        brief = Brief("selector", self.bench, self._shapes(), population=shown, findings=findings, taken=taken)
         text = await self._ask(prompt, brief, load_schema("selector.json"))
         try:
             answer = json.loads(text)
@@ -342,30 +351,43 @@ class Scientist:
 
     # --- designer ------------------------------------------------------------------------------
     async def design(self, base: CandidateView, reference: CandidateView | None,
-                     findings: list[str], done: Iterable[str] = (), in_flight: Iterable[str] = ()) -> list[Plan]:
-        """Plans for the next round on `base`; `done` titles the experiments already run on it,
-        `in_flight` those other lines of the run are carrying out on it now."""
-        done, in_flight = list(done), list(in_flight)
+                     findings: list[str], done: Iterable[str] = (), in_flight: Iterable[str] = (), *,
+                     wanted: int = PLANS_WANTED, avenue: str = "", others: Iterable[str] = ()) -> list[Plan]:
+        """`wanted` plans for the next rounds on `base`; `done` titles the experiments already run on it,
+        `in_flight` those other lines of the run are carrying out on it or will soon; `avenue` is the
+        direction this line favours and `others` says what other lines are designing right now."""
+        done, in_flight, others = list(done), list(in_flight), list(others)
         done_text = ("\nAlready carried out on this base (will not be run again): "
                      + "; ".join(done) + "\n") if done else ""
         if in_flight:
             done_text += ("\nUnder way on this base in another line of this run (will not be run again): "
                           + "; ".join(in_flight) + "\n")
+        if others:
+            done_text += ("\nBeing designed right now by other lines of this run (propose something else): "
+                          + "; ".join(others) + ".\n")
+        carried = (f"{PLANS_PER_LINE} plans will be carried out" if wanted <= PLANS_WANTED else
+                   f"The plans will be carried out by {(wanted - PLANS_WANTED) // PLANS_PER_LINE + 1} lines of "
+                   f"work, {PLANS_PER_LINE} each")
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
                         knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
                         first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
-                        headroom=headroom(base), choice=choice_text(self.chooser), measurements=measurements_text(),
+                        headroom=headroom(base), wanted=wanted, avenues=max(10, 2 * wanted),
+                        avenue=f"\nFavour this avenue, where it fits the kernel: {avenue}.\n" if avenue else "",
+                        choice=choice_text(self.chooser, carried), measurements=measurements_text(),
                         scoring="" if self.chooser == "loop" else
                         "   - `innovation`: 1 for routine retuning up to 10 for an idea new to this kernel.\n")
         brief = Brief("designer", self.bench, self._shapes(), base=base, reference=reference,
-                      findings=list(findings), done=[*done, *in_flight], profile=base.profile)
+                      findings=list(findings), done=[*done, *in_flight], profile=base.profile,
+                      wanted=wanted, avenue=avenue, others=others)
         schema = load_schema("designer.json")
+        schema["properties"]["avenues"]["description"] = f"{max(10, 2 * wanted)} distinct directions, one line each"
+        schema["properties"]["plans"]["description"] = f"{wanted} experiment plans"
         if self.chooser == "loop":  # the designer predicts; it scores nothing the loop would choose by
             item = schema["properties"]["plans"]["items"]
             del item["properties"]["innovation"]
             item["required"].remove("innovation")
         text = await self._ask(prompt, brief, schema)
-        return mark_chosen(parse_plans(text), [*done, *in_flight], self.chooser)
+        return mark_chosen(parse_plans(text, wanted), [*done, *in_flight], self.chooser)
 
     # --- writer and repair ---------------------------------------------------------------------
     async def _draft(self, prompt: str, brief: Brief, against: str) -> Draft:

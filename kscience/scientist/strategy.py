@@ -10,7 +10,9 @@ Two rules, both deterministic for a given random generator:
   sometimes a random other live node. A node whose last few attempts all failed or were slower
   than it is a dead branch and is not expanded again.
 
-Without any correct member both fall back to the seed, the member without a parent.
+Without any correct member both fall back to the seed, the member without a parent. Where other lines
+of the run are designing on some bases right now (`taken`), both build on another correct member
+if there is one, so concurrent lines explore different kernels.
 """
 
 from __future__ import annotations
@@ -113,15 +115,25 @@ def most_different(base: CandidateView, pool: list[CandidateView]) -> tuple[Cand
     return best, why
 
 
-def tournament(population: list[CandidateView]) -> Selection:
+def _untaken(ok: list[CandidateView], taken: list[str]) -> tuple[list[CandidateView], str]:
+    """The members no other line is designing on (all of them where every one is), and what that left out."""
+    free = [c for c in ok if c.id not in taken]
+    if not free or len(free) == len(ok):
+        return ok, ""
+    return free, f" (other lines are designing on {', '.join(c.id for c in ok if c.id in taken)})"
+
+
+def tournament(population: list[CandidateView], taken: list[str] = ()) -> Selection:
     ok = ranked(population)
     if not ok:
         seed = seed_of(population)
         return Selection(seed.id, None, f"no member is correct yet, so the base is the seed {seed.id}")
-    base = ok[0]
-    reference, why = most_different(base, ok[1:1 + TOURNAMENT_TOP_K])
+    free, aside = _untaken(ok, list(taken))
+    base = free[0]
+    reference, why = most_different(base, [c for c in ok if c is not base][:TOURNAMENT_TOP_K])
     members = f"{len(ok)} correct members" if len(ok) > 1 else "the only correct member"
-    text = f"base {base.id} has the best geomean, {base.geomean_us:.2f} us ({members})"
+    best = "has the best geomean" if base is ok[0] else "has the best geomean of the members left"
+    text = f"base {base.id} {best}, {base.geomean_us:.2f} us ({members}){aside}"
     text += f"; {why}" if reference else "; no other correct member to compare with"
     return Selection(base.id, reference.id if reference else None, text)
 
@@ -156,7 +168,8 @@ def _lineage(node: CandidateView, by_id: dict[str, CandidateView], kids: dict[st
     return line
 
 
-def tree_search(population: list[CandidateView], rng: random.Random, epsilon: float) -> Selection:
+def tree_search(population: list[CandidateView], rng: random.Random, epsilon: float,
+                taken: list[str] = ()) -> Selection:
     ok = ranked(population)
     if not ok:
         seed = seed_of(population)
@@ -164,7 +177,9 @@ def tree_search(population: list[CandidateView], rng: random.Random, epsilon: fl
     kids = _children(population)
     dead = [c for c in ok if is_dead(c, kids.get(c.id, []))]
     live = [c for c in ok if c.id not in {d.id for d in dead}]
+    live, aside = _untaken(live, list(taken))
     pruned = f"; pruned as dead branches: {', '.join(c.id for c in dead)}" if dead else ""
+    pruned += aside
     if not live:
         base = ok[0]
         how = f"every branch is pruned, so the best node {base.id} ({base.geomean_us:.2f} us) is expanded again"

@@ -12,7 +12,9 @@ in a brief measured (the base, the reference, each finding's child), and the wri
 the best kernel so far; one slot a round goes to an untried structural rewrite from the catalogue
 (`moves.py`, `structural.py`) where the source has a pattern it recognises. It is honest
 about its limits: a plan outside the catalogue is declined, and a repair it cannot justify fails.
-It is deterministic: every answer draws from a generator seeded with (seed, role, prompt).
+It is deterministic: every answer draws from a generator seeded with (seed, role, prompt); the knob
+search is seeded from it, and while other lines design at once it keeps to the share of titles its
+line's avenue owns, so concurrent lines are proposed different experiments.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kscience.scientist.offline.moves import allowed, catalogue, find_knobs, set
 from kscience.scientist.offline.search import Observation, best_of, propose, search_name
 from kscience.scientist.offline.space import describe, knob_space
 from kscience.scientist.offline.structural import STRUCTURAL_MOVES
+from kscience.scientist.plans import AVENUES
 
 NOTICE = ("offline scientist (no LLM configured): plain autotuning of the seed's declared knobs plus a fixed "
           "catalogue of structural moves")
@@ -45,6 +48,20 @@ SEARCH_TITLE = "knob search: "
 def _key(source: str) -> str:
     """Identity of a kernel text that survives code-block round trips (final newline, trailing spaces)."""
     return hashlib.sha256("\n".join(line.rstrip() for line in source.strip().split("\n")).encode()).hexdigest()
+
+
+def _share(brief):
+    """Which titles this designer may propose: while other lines design at once (each favouring another
+    avenue), the titles whose hash falls to this avenue, so concurrent answers never overlap; else all."""
+    if not brief.others or brief.avenue not in AVENUES:
+        return lambda title: True
+    index = AVENUES.index(brief.avenue)
+    return lambda title: int(hashlib.sha256(title.encode()).hexdigest()[:8], 16) % len(AVENUES) == index
+
+
+def _config_of(title: str) -> dict[str, int]:
+    """The knob values a knob-search plan's title names."""
+    return {name: int(v) for name, v in re.findall(r"(\w+)=(\d+)", title[len(SEARCH_TITLE):])}
 
 
 def _first_sentence(text: str) -> str:
@@ -118,7 +135,7 @@ class OfflineLLM(LLM):
         population = list(brief.population)
         if not population:
             raise LLMError("offline scientist: the selector was given no population")
-        chosen = strategy.tournament(population)
+        chosen = strategy.tournament(population, list(brief.taken))
         return json.dumps({"base_id": chosen.base_id, "reference_id": chosen.reference_id or "",
                            "justification": f"{NOTICE}; tournament rule: {chosen.justification}"})
 
@@ -154,11 +171,22 @@ class OfflineLLM(LLM):
         if brief.reference is not None:
             self._observe(brief.reference.source, brief.reference.geomean_us)
         reported = {f.split(":", 1)[0] for f in brief.findings} | set(brief.done)
-        structural = [m for m in moves if m.title in self._structural_titles(brief) and m.title not in reported]
+        mine = _share(brief)
+        structural = [m for m in moves if m.title in self._structural_titles(brief) and m.title not in reported
+                      and mine(m.title)]
         space = knob_space(base.source)
         observations = self._observations(space)
-        slots = EXPERIMENTS - min(len(structural), STRUCTURAL_PER_ROUND)
-        configs, method = propose(space, observations, slots, self.seed)
+        # Asked for plans for several lines: a structural move for each line's three where there are
+        # enough, the knob search for the rest.
+        wanted = max(EXPERIMENTS, brief.wanted // EXPERIMENTS * EXPERIMENTS)
+        rounds = wanted // EXPERIMENTS
+        slots = wanted - min(len(structural), STRUCTURAL_PER_ROUND * rounds)
+        under_way = [_config_of(t) for t in brief.done if t.startswith(SEARCH_TITLE)]
+        # Seeded by the prompt's generator as well as the scientist's seed: lines whose prompts differ
+        # (each names its own avenue and what the others design) are proposed different configurations.
+        configs, method = propose(space, observations, slots * len(AVENUES) if brief.others else slots,
+                                  self.seed * 1_000_003 + rng.randrange(2**31), exclude=under_way)
+        configs = [c for c in configs if mine(f"{SEARCH_TITLE}{describe(c)}")][:slots]
         self.search_ran.add(method)
         best = best_of(observations)
         said = (f"{method} search over {len(space.names)} knobs ({', '.join(space.names)}; {space.size()} raw "
@@ -171,11 +199,11 @@ class OfflineLLM(LLM):
                   "predicted_min_pct": -10, "predicted_max_pct": 10, "innovation": 1} for c in configs]
         plans += [{"title": m.title, "rationale": m.rationale, "changes": m.changes,
                    "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
-                   "innovation": m.innovation} for m in structural[:EXPERIMENTS - len(plans)]]
+                   "innovation": m.innovation} for m in structural[:wanted - len(plans)]]
         if not plans:  # knob space exhausted and every structural move tried: the old one-step moves
             plans = [{"title": m.title, "rationale": m.rationale, "changes": m.changes,
                       "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
-                      "innovation": m.innovation} for m in moves[:EXPERIMENTS]]
+                      "innovation": m.innovation} for m in moves if m.title not in reported][:wanted]
         if not plans:
             raise LLMError(f"offline scientist: no catalogue move applies to {base.id} "
                            "(no tunable literal and no pattern it knows how to rewrite)")
@@ -194,7 +222,7 @@ class OfflineLLM(LLM):
     def _write(self, brief, rng: random.Random) -> str:
         title, base = brief.plan.title, brief.base.source
         if title.startswith(SEARCH_TITLE):
-            config = {name: int(v) for name, v in re.findall(r"(\w+)=(\d+)", title[len(SEARCH_TITLE):])}
+            config = _config_of(title)
             new_source = knob_space(base).apply(base, config)
         else:
             move = next((m for m in self._moves(brief) if m.title == title), None)
@@ -266,7 +294,7 @@ class OfflineLLM(LLM):
         if brief.child is not None:
             self._observe(brief.child.source, brief.child.geomean_us if status == strategy.OK else None)
         elif brief.plan.title.startswith(SEARCH_TITLE) and brief.base is not None:  # it never became a kernel
-            config = {name: int(v) for name, v in re.findall(r"(\w+)=(\d+)", brief.plan.title[len(SEARCH_TITLE):])}
+            config = _config_of(brief.plan.title)
             self._observe(knob_space(brief.base.source).apply(brief.base.source, config), None)
         if status != strategy.OK:
             return (f"The change broke the kernel ({status}), so its constraints need checking before the idea "

@@ -56,9 +56,11 @@ def best_of(observations: list[Observation]) -> Observation | None:
 
 
 def propose(space: KnobSpace, observations: list[Observation], n: int, seed: int,
-            method: str | None = None) -> tuple[list[dict[str, int]], str]:
-    """Up to `n` distinct legal configurations not yet observed, and the name of the search that chose them."""
+            method: str | None = None, exclude: list[dict[str, int]] = ()) -> tuple[list[dict[str, int]], str]:
+    """Up to `n` distinct legal configurations neither observed nor in `exclude` (under way elsewhere),
+    and the name of the search that chose them."""
     seen = {o.config for o in observations}
+    seen |= {tuple((name, c[name]) for name in space.names) for c in exclude if all(name in c for name in space.names)}
     if not space.knobs or n <= 0:
         return [], "none"
     listed = space.legal_configs()

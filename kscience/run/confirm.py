@@ -1,0 +1,90 @@
+"""A best that holds on one machine.
+
+Results may come from several machines of one name (queue workers started per batch, Ray nodes, a run
+resumed elsewhere), and two H100s differ by more than the noise of one: a kernel that looks faster
+than the best may only have been timed on a faster machine, and a per-shape composite predicted from
+parts timed on different machines may not be what it measures. So, once a run's verdicts come from
+more than one host, every composite is judged again together with the current best, and so is the
+member that looks fastest together with each close contender (slower by less than HOST_SPREAD) timed
+on another host, a new best included: both requests are submitted at once so that one worker (one
+batch, one node) takes them, both verdicts are replaced by those same-host figures, and the slower of
+the two is marked as such (the record's best skips it from then on). That may
+leave another member looking fastest: it is settled in turn, at most ROUNDS pairs after one verdict
+and FINAL_ROUNDS when the session's lines have ended.
+A pair that lands on two hosts TRIES times is left as it is, marked unconfirmed. Each verdict keeps
+the host that judged it (`device.host`, see kscience.device); `show` prints it beside each figure
+once there is more than one.
+"""
+
+from __future__ import annotations
+
+from kscience.evaluate import result as R
+from kscience.record.store import BASELINE_KINDS
+from kscience.scientist import compose
+
+TRIES = 2  # pairs submitted before a candidate is kept with its figure marked unconfirmed
+ROUNDS = 2  # pairs judged after one verdict before the best is left as it stands
+FINAL_ROUNDS = 8  # pairs judged at the end of a session, so the run ends on a settled best
+# How much slower than the best a kernel timed on another host may look and still be the faster one:
+# machines of one name differ by more than their noise (two H100s 14% apart, measured 2026-11-27).
+HOST_SPREAD = 0.25
+
+
+def host_of(cand: dict) -> str | None:
+    return ((cand.get("result") or {}).get("device") or {}).get("host")
+
+
+def hosts(cands: list[dict]) -> set[str]:
+    """The hosts that judged the run's candidates so far (baselines included)."""
+    return {h for h in map(host_of, cands) if h}
+
+
+def _members(cands: list[dict]) -> list[dict]:
+    """Correct members not yet found slower than another on one host (those cannot be the best)."""
+    return [c for c in cands if c["kind"] not in BASELINE_KINDS and c["status"] == R.OK and c["geomean_us"]
+            and not (c["result"] or {}).get("slower_than")]
+
+
+def rival(composite: dict, cands: list[dict]) -> dict | None:
+    """The best that a correct composite is judged beside, its parts having been timed wherever they
+    were; None on one host or without another correct member."""
+    if composite["kind"] != compose.KIND or composite["status"] != R.OK or len(hosts(cands)) <= 1:
+        return None
+    others = [c for c in _members(cands) if c["id"] != composite["id"]]
+    return min(others, key=lambda c: c["geomean_us"], default=None)
+
+
+def unsettled(cands: list[dict]) -> tuple[dict, dict] | None:
+    """(the member that looks fastest, its closest contender timed on another host), where a contender is
+    a member slower by less than HOST_SPREAD: the pair to judge on one host next. None when every
+    contender was timed on the best's host (or all verdicts came from one)."""
+    if len(hosts(cands)) <= 1:
+        return None
+    ok = _members(cands)
+    if not ok:
+        return None
+    best = min(ok, key=lambda c: c["geomean_us"])
+    if (best["result"] or {}).get("unconfirmed"):
+        return None
+    contenders = [c for c in ok if c is not best and host_of(c) != host_of(best) and not c["result"].get("unconfirmed")
+                  and c["geomean_us"] < best["geomean_us"] * (1.0 + HOST_SPREAD)]
+    return (best, min(contenders, key=lambda c: c["geomean_us"])) if contenders else None
+
+
+def confirmed(result: dict, other: dict, other_result: dict, earlier: dict) -> dict:
+    """`result` of a same-host pair, saying so, with the figure it replaces; marked `slower_than` the other
+    where the other came out faster, which keeps it from being the best however figures from other hosts
+    compare (and so every pair settles one member for good)."""
+    host = (result.get("device") or {}).get("host") or "one host"
+    before = earlier.get("result") or {}
+    out = dict(result, message=f"judged back to back with {other['id']} on {host}: {result.get('message', '')}",
+               replaced={"geomean_us": before.get("geomean_us"), "host": (before.get("device") or {}).get("host")})
+    mine, theirs = result.get("geomean_us"), other_result.get("geomean_us")
+    if other_result.get("status") == R.OK and theirs and (result.get("status") != R.OK or not mine or theirs < mine):
+        out["slower_than"] = other["id"]
+    return out
+
+
+def unconfirmed(result: dict, tries: int) -> dict:
+    return dict(result, unconfirmed=True, message=f"not confirmed on one host ({tries} pair(s) judged on "
+                                                  f"different hosts): {result.get('message', '')}")
