@@ -13,7 +13,7 @@ class OneSlot:
 
 
 def judging() -> Judging:
-    return Judging(SimpleNamespace(check_stop=lambda: None, profile="auto"), OneSlot(), None)
+    return Judging(SimpleNamespace(check_stop=lambda: None, profile="auto", time_limit_s=None), OneSlot(), None)
 
 
 def test_a_profile_job_waits_while_an_evaluation_is_queued_once_over_its_share():

@@ -329,7 +329,7 @@ class Judging:
                                   diff=source_diff(sources[comp.fallback], text)))
         await self.evaluate(cand, line)
 
-    async def _outcome(self, cand: dict, future, line: int, step_limit_s: float | None) -> R.EvalResult:
+    async def _outcome(self, cand: dict, future, line: int, step_limit_s: float | None = None) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it
         waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result.
         One that runs long is reported every RUNNING_SAY_S, with the limit it runs under."""
