@@ -241,7 +241,8 @@ def several_gpus(tmp_path: Path) -> Path:
 
 def test_a_folder_of_gpu_mode_directories_is_a_suite():
     pmpp = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "pmpp"
-    assert [Path(p).name for p in suite_locators(str(pmpp))] == ["histogram_py", "vectoradd_py", "vectorsum_py"]
+    assert [Path(p).name for p in suite_locators(str(pmpp))] == ["histogram_py", "sort_py", "vectoradd_py",
+                                                                  "vectorsum_py"]
 
 
 # --------------------------------------------------------------------------- end to end
