@@ -135,7 +135,9 @@ def test_slot_process_gives_the_in_process_verdicts():
         judge.close()
     local = [evaluate(r) for r in requests]
     assert [r.status for r in remote] == [r.status for r in local] == [OK, WRONG_ANSWER, WRONG_ANSWER]
-    assert [[s.shape for s in r.shapes] for r in remote] == [[s.shape for s in r.shapes] for r in local]
+    # each evaluation draws its own shape order, so the shapes are compared as sets
+    assert [sorted(map(str, (s.shape for s in r.shapes))) for r in remote] == \
+        [sorted(map(str, (s.shape for s in r.shapes))) for r in local]
     assert remote[0].device["name"] == local[0].device["name"] and remote[0].device["interpreted"]
     assert again.status == OK
 
