@@ -2,7 +2,8 @@
 # The single-GPU checks the issues ask for, runnable as one command or step by step (a device
 # command may run 10 minutes at most, so a step that overruns is cut off and the next one starts):
 #   bash benchmarks/gpu_session.sh OUTDIR [tests] [evaluator] [runs] [model-runs] [profile] [profile-run]
-#   (none named: tests, evaluator, runs, model-runs)
+#   (none named: tests, evaluator, runs, model-runs; `tests` leaves out the published-sort file, which
+#   `sorttests` runs in a device command of its own: together they are all of tests/gpu)
 # model-runs: two iterations on every built-in (offline) and on a KernelBench level-1 and level-2 file
 # (the offline scientist must refuse them before any timing; then a scripted model writes the kernels).
 # profile: compile facts and Nsight Compute metrics of every built-in seed.
@@ -69,7 +70,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=cs
   nvidia-smi --query-gpu=compute_mode,persistence_mode,clocks_event_reasons.active --format=csv; } | tee -a "$out/gpu.txt"
 for step in $steps; do
   case $step in
-    tests) timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short --durations=12 tests/gpu 2>&1 | tee "$out/gpu-tests.log" ;;
+    tests) timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short --durations=12 tests/gpu \
+             --deselect tests/gpu/test_gpu_gpumode_sort.py 2>&1 | tee "$out/gpu-tests.log" ;;
+    sorttests) # GPU MODE's published sorts, five evaluations each: 17-76 s an evaluation on an H100, so
+               # about 8 minutes, a device command of their own until a pmpp evaluation is faster
+               timeout "${SORT_S:-570}" python3 -m pytest -v -s -rfEs --tb=short tests/gpu/test_gpu_gpumode_sort.py \
+                 2>&1 | tee "$out/gpu-sort-tests.log" ;;
     falserej) timeout "${FALSEREJ_S:-560}" python3 benchmarks/false_rejections.py --count "${COUNT:-1000}" \
                 --time-limit "${FALSEREJ_LIMIT:-420}" --per-gpu "${PER_GPU:-3}" ${ADD_TO:+--add-to "$ADD_TO"} ${NEIGHBOUR:+--neighbour} \
                 ${REFK:+--gpumode "$REFK" --sweep "${SWEEP:-benchmarks/results/gpumode-sweep-NVIDIA_H100_80GB_HBM3-2026-11-24.md}"} \
@@ -157,7 +163,7 @@ for step in $steps; do
         --budget "$(( ${COMPOSE_S:-570} - 45 ))" --db "$out/composition.db" --out "$out" 2>&1 | tee -a "$out/composition.log"
       python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
         "$out/composition.db" ;;
-    *) echo "unknown step $step (tests, probe, falserej, gpumode, graphprobe, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
+    *) echo "unknown step $step (tests, sorttests, probe, falserej, gpumode, graphprobe, evaluator, runs, model-runs, profile, profile-run, spare, ray, queue, cpuslots, sparewait, throughput, compose-gemm, compose-rows, profile-default)" >&2
        exit 2 ;;
   esac
 done
