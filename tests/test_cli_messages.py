@@ -180,6 +180,20 @@ def test_reading_commands_open_the_store_read_only(tmp_path, capsys):
     assert code == 0 and out == "no runs yet\n"
 
 
+def test_reading_a_finished_database_leaves_no_file_beside_it(tmp_path, capsys):
+    # A database copied or kept as a result (no writer has it open, so no -wal file): reading it
+    # changes no byte and adds no -wal or -shm file to its folder.
+    path = tmp_path / "k.db"
+    Store(path).close()
+    before, names = path.read_bytes(), sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["k.db"]
+    code, _, _ = run_main(capsys, "runs", "--db", str(path))
+    assert code == 0
+    with Store(path, readonly=True) as store:
+        assert store.list_runs() == []
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == names
+
+
 # --- Ctrl-C -------------------------------------------------------------------------------------
 def test_the_verdict_in_flight_at_ctrl_c_is_stored_announced_and_shown(tmp_path, capsys):
     executor = FakeExecutor(delay_s=0.5)

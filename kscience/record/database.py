@@ -59,7 +59,9 @@ class Database:
             version = self._check_schema() if self.path.is_file() else 0
             # Read-only where nothing needs migrating; an older kscience file is migrated in place.
             self.readonly = readonly and version == SCHEMA_VERSION
-            self._db = self._connect(self.readonly)
+            # Read as immutable where no -wal file is beside it (no writer has it open), as the schema
+            # probe does: a read-only connection to a WAL file would leave -wal and -shm files behind.
+            self._db = self._connect(self.readonly, "mode=ro" if self._wal_beside() else "immutable=1")
             self._db.execute("PRAGMA foreign_keys=ON")
             if not self.readonly:
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -78,13 +80,15 @@ class Database:
         db.row_factory = sqlite3.Row
         return db
 
+    def _wal_beside(self) -> bool:
+        return self.path.with_name(self.path.name + "-wal").exists()
+
     def _check_schema(self) -> int:
         """The schema version of an existing file, read without changing a byte of it; a file that is
         not a kscience database (or is one of a newer kscience) is refused here."""
         # Without a -wal file beside it the file holds everything: read it as immutable, since even a
         # read-only connection to a WAL file leaves -wal and -shm files behind.
-        wal = self.path.with_name(self.path.name + "-wal").exists()
-        probe = self._connect(readonly=True, query="mode=ro" if wal else "immutable=1")
+        probe = self._connect(readonly=True, query="mode=ro" if self._wal_beside() else "immutable=1")
         try:
             version = probe.execute("PRAGMA user_version").fetchone()[0]
             tables = probe.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
