@@ -127,7 +127,8 @@ def measure(store: Store, run_id: str, started: float, window: float, slots: int
 
 
 def one_run(db: Path, args, lines: int) -> dict:
-    os.environ["KSCIENCE_CACHE"] = tempfile.mkdtemp(prefix="kscience-cache-")  # no kernel compiled by another run
+    cache = tempfile.TemporaryDirectory(prefix="kscience-cache-")  # no kernel compiled by another run
+    os.environ["KSCIENCE_CACHE"] = cache.name
     store = Store(db)
     config = RunConfig(problem=args.problem, llm=f"offline@{args.latency:g}", lines=lines,
                        evaluations=args.evaluations, compiled_baseline=False, profile=args.profile,
@@ -140,6 +141,7 @@ def one_run(db: Path, args, lines: int) -> dict:
         wall = time.time() - started
     finally:
         executor.shutdown()
+        cache.cleanup()
     figures = measure(store, run.id, started, args.window, executor.capacity, args.sample)
     return {"run_id": run.id, "lines": lines, "slots": executor.capacity, "status": status, "error": run.error,
             "wall_s": round(wall, 1), **figures}

@@ -14,6 +14,7 @@ a dead one left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -76,10 +77,8 @@ def _forget_in_child() -> None:
     global _pipe, _pipe_pid
     if _pipe is not None:
         for fd in _pipe:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
     _pipe, _pipe_pid = None, None
 
 

@@ -12,6 +12,7 @@ is no result and the notes say the claim is unchecked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -39,10 +40,8 @@ def results(device: Device | None = None, run=None) -> dict[str, str]:
     if device.interpreted:
         return {}
     path = cache_file(device)
-    try:
+    with contextlib.suppress(OSError, ValueError, TypeError):  # none cached yet, or a broken file: probe again
         return dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        pass
     found = (run or run_all)()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
