@@ -7,7 +7,13 @@ namespace, a collector freeze, a view check in every timed call and a secret sha
 the package into a temporary folder for each variant, undoes one of them there by a textual edit
 (refusing to run if the text is not found), and judges the solution with `bracket_probe.py` from that
 copy, so the worker the judge starts is the edited one. It prints, per variant, the verdict and each
-shape's event time and time outside the events, and writes them to OUT as JSON.
+shape's event time, time outside the events and the round's null calls' host minus event time (the
+clocks' disagreement in the worker's state then, against the idle gap it measured before the import),
+and writes them to OUT as JSON. Its answer on an H100 at f2e8195: no one layer. The solution was ok
+as is and with the view check undone, rejected with each other layer undone and with all six undone;
+rejected rounds had small shapes at 1.3-2x their event times in ok rounds (100k elements: 306-335 us
+against 162-209) and outside times to match (60-85 us against 33-50), big shapes unchanged: a slow
+state of the worker's host, whose launch no longer hides under the cover, not a layer.
 
     python benchmarks/probes/undo_layers.py --repo .refk --task pmpp/sort_py [--variants all-off,seccomp]
 """
@@ -87,8 +93,10 @@ def main() -> int:
         r = judge(variant, args)
         results.append(r)
         shapes = "  ".join(f"{x['shape'].split('=')[-1]}: {x['event_us'].get('median', 0):.0f}/{x['outside_us']:.0f}"
+                           f"/{x.get('null_host_less_event_us', {}).get('median', float('nan')):.0f}"
                            for x in r["rounds"])
-        print(f"{variant:20s} {r['status']:10s} {r['wall_s']:6.1f} s  event/outside us  {shapes}", flush=True)
+        print(f"{variant:20s} {r['status']:10s} {r['wall_s']:6.1f} s  event/outside/null host-event us  {shapes}",
+              flush=True)
         if r["status"] != "ok":
             print(f"{'':20s} {r['message'][:300]}", flush=True)
     device = results[0].get("device", "unknown") if results else "unknown"
