@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from kscience.evaluate import harness
+from kscience.evaluate.worker import harness
 
 CALLS = 7  # timed calls of the reference, after one untimed
 

@@ -19,12 +19,13 @@ import time
 import torch
 
 from kscience.device import Device
-from kscience.evaluate import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate import result as R
-from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
-from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
-from kscience.evaluate.sandbox import default_rss_limit, spares_held, start_worker
+from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
+from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.sandbox.spares import spares_held, start_worker
+from kscience.evaluate.sandbox.workers import default_rss_limit
 from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
+from kscience.evaluate.worker.harness import COVER_CYCLES, flush_bytes
 from kscience.problems import Problem, ProblemError, shape_label
 from kscience.redact import redact
 
@@ -198,7 +199,7 @@ class Session:
     def build_us(self, shape: dict) -> float:
         """The judge's own least time to build `shape`'s inputs and copy them once, as the worker
         does inside every call command (null ones included). The judge asks before the candidate is
-        imported (judge.py), so no candidate code can have slowed it: the CPU's null calls are capped
+        imported (judge/evaluation.py), so no candidate code can have slowed it: the CPU's null calls are capped
         with it (measure.py) and the forged-time check allows a share of it (crosscheck.BUILD_SHARE)."""
         key = shape_label(shape)
         if key not in self.builds_us:

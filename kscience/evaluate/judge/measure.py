@@ -25,7 +25,7 @@ import math
 import statistics
 import time
 
-from kscience.evaluate import crosscheck, drive
+from kscience.evaluate.judge import crosscheck, drive
 from kscience.problems import shape_label
 
 ROUNDS = (2, 3)  # at most this many rounds per shape on (GPU, CPU interpreter)

@@ -18,10 +18,13 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import candidate_output, compile_cache, drive, kernel_times, library_rule, peek, probes, profile_job
+from kscience.evaluate import kernel_times, library_rule
 from kscience.evaluate import result as R
-from kscience.evaluate.sandbox import weak_confinement_allowed, weak_points
-from kscience.evaluate.session import Session, Verdict, as_float, plural
+from kscience.evaluate.judge import candidate_output, drive, peek
+from kscience.evaluate.judge.session import Session, Verdict, as_float, plural
+from kscience.evaluate.profile import job as profile_job, probes
+from kscience.evaluate.sandbox import compile_cache
+from kscience.evaluate.sandbox.workers import weak_confinement_allowed, weak_points
 from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts
 from kscience.redact import redact
 
