@@ -1,4 +1,4 @@
-"""What a profiler sees of a candidate, in the two moments a run can look (issue 17).
+"""What a profiler sees of a candidate, in the two moments a run can look.
 
 * `after_evaluation`: free, for every candidate evaluated on a GPU. The compile facts the judge read
   from the compiled artefacts once the worker was gone (EvalResult.compile_facts), and the speed of

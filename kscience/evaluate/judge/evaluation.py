@@ -89,9 +89,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         finally:
             with session.phase("close"):  # killing the worker, then reading its compile facts
                 session.close(keep_cache=result.status == R.OK)
-                # The expected answers of a large shape leave gigabytes in this process's allocator
-                # cache, which the next candidate's worker then cannot have: six judges on one H200
-                # (2026-11-26) left an honest GPU MODE solution 2.7 of 140 GiB.
+                # the expected answers' allocator cache, which the next worker needs (docs/evaluation.md)
                 session.give_back_memory()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.output = candidate_output.digest(result.stdout_tail, result.stderr_tail)

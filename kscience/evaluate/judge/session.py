@@ -223,9 +223,8 @@ class Session:
             return self.problem.ref_kernel(self.problem.call_data(data))
 
     def give_back_memory(self) -> None:
-        """This process's allocator cache back to the GPU, before the worker runs on it: GPU MODE's
-        mla-decode reference decompresses its whole KV cache (tens of GiB), which the cache would
-        otherwise keep from the worker (an H200, 2026-11-26: the worker ran out with 4 of 140 GiB free)."""
+        """This process's allocator cache back to the GPU, before the worker runs on it: a
+        reference can leave tens of GiB there (docs/evaluation.md, "The allocator's cache")."""
         if not self.cpu:
             torch.cuda.empty_cache()
 

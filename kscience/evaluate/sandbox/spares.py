@@ -20,9 +20,8 @@ def _env_fingerprint(gpu: int | None, interpreted: bool) -> str:
 
 # Workers started in advance for each evaluation slot: their Python and torch imports, 4-5 s on an
 # H100 host, then overlap the evaluations before them. They touch no GPU until their job arrives.
-# One spare was not enough once an fp8_blockscale_gemm evaluation took 3.3 s: the next one waited
-# 2 s for its spare to finish importing. Two spares, each started two evaluations ahead, have had
-# twice as long.
+# One spare is not enough after a short evaluation (3.3 s of fp8_blockscale_gemm left the next one
+# waiting 2 s for its spare's imports); two, each started two evaluations ahead, have twice as long.
 SPARES_PER_SLOT = 2
 _spares: dict[tuple, list[tuple[str, Worker]]] = {}  # slot -> [(environment fingerprint, worker)], oldest first
 _spares_lock = threading.Lock()
@@ -55,10 +54,10 @@ def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_
 @contextlib.contextmanager
 def spares_held(worker: Worker):
     """The spares of `worker`'s slot stopped for the duration. A spare still importing (seconds of
-    CPU) beside a timed call disturbs both clocks: on an idle H100 (2026-11-26) an honest compiled
-    sort showed 35-48 us outside its events alone and 55-103 us while a spare started (rejected as
-    side work), and the judge's brackets jumped by milliseconds. So a slot's spares import while
-    its evaluation checks outputs and between evaluations, never while it times a shape."""
+    CPU) beside a timed call disturbs both clocks: it can push an honest call's time outside its
+    events past the side-work allowance, and it moves the judge's brackets by milliseconds. So a
+    slot's spares import while its evaluation checks outputs and between evaluations, never while it
+    times a shape."""
     with _spares_lock:
         held = [spare for _, spare in _spares.get(worker.slot, [])]
     for spare in held:

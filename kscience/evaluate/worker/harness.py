@@ -479,9 +479,9 @@ class Harness:
 
     def give_back_memory(self) -> None:
         """The allocator's cache back to the GPU, once a checked call was read or a shape's timed
-        calls are over: the judge computes the next answers on the same GPU, and GPU MODE's
-        mla-decode reference needs tens of GiB for that (an H200, 2026-11-26: the judge ran out
-        beside a worker holding its cache). Never between timed calls, whose allocations it would time."""
+        calls are over: the judge computes the next answers on the same GPU, which a reference can
+        need tens of GiB of (docs/evaluation.md, "The allocator's cache"). Never between timed calls,
+        whose allocations it would time."""
         if self.on_gpu:
             torch.cuda.empty_cache()
 
