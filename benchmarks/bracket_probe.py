@@ -28,9 +28,10 @@ import sys
 from pathlib import Path
 
 from kscience.device import detect
-from kscience.evaluate import crosscheck, measure, sandbox
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge import crosscheck, measure
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
+from kscience.evaluate.sandbox import spares
 from kscience.problems import load_problem, shape_label
 
 
@@ -92,7 +93,7 @@ def main() -> int:
                       keep_spare=args.spare)
     if args.spare:
         label += " (with a spare starting)"
-        sandbox.close_spares()
+        spares.close_spares()
     device = detect()
     print(f"{device.name}  {label}: {result.status}  {result.message[:200]}")
     print(f"{'shape':40s}{'event':>9s}{'host':>9s}{'timed br.':>11s}{'null br.':>10s}{'t-n':>9s}"

@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
-from kscience.evaluate import contexts
-from kscience.evaluate.harness import COVER_CYCLES, flush_bytes, reached
+from kscience.evaluate.judge import contexts
+from kscience.evaluate.worker.harness import COVER_CYCLES, flush_bytes, reached
 
 from false_rejections import busy_neighbour  # this folder is on the path of a script run from it
 

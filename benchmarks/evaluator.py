@@ -26,8 +26,8 @@ import torch
 import triton
 
 from kscience.device import detect
-from kscience.evaluate.crosscheck import side_work_share
-from kscience.evaluate.judge import evaluate, judging_process
+from kscience.evaluate.judge.crosscheck import side_work_share
+from kscience.evaluate.judge.evaluation import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
 

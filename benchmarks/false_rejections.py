@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
-from kscience.evaluate import contexts, crosscheck
-from kscience.evaluate.judge import evaluate, judging_process
+from kscience.evaluate.judge import contexts, crosscheck
+from kscience.evaluate.judge.evaluation import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
 

@@ -40,9 +40,9 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
-from kscience.evaluate import sandbox
-from kscience.evaluate.judge import evaluate, judging_process
+from kscience.evaluate.judge.evaluation import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
+from kscience.evaluate.sandbox import spares
 from kscience.problems import ProblemError, load_problem
 
 RESULTS = Path(__file__).parent / "results"
@@ -181,7 +181,7 @@ def main() -> int:
             out.write_text(_markdown(rows + later, device.name, date, commit, time.monotonic() - t_start, settings))
     out.write_text(_markdown(rows, device.name, date, commit, time.monotonic() - t_start, settings))
     print(f"wrote {out}")
-    sandbox.close_spares()
+    spares.close_spares()
     return 0
 
 

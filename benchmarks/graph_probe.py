@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
-from kscience.evaluate import timing
-from kscience.evaluate.harness import _spin_while_waiting, flush_bytes, idle_gap_us
+from kscience.evaluate.worker import timing
+from kscience.evaluate.worker.harness import _spin_while_waiting, flush_bytes, idle_gap_us
 
 WARMUP = 5  # CUDA graph trees warm up, record, then replay: every timed call here is a replay
 PROFILED = 5  # calls of each way under the profiler

@@ -4,7 +4,7 @@
    (tests/data/two_launch_softmax.py: a row-max kernel, then the normalising kernel, printing a fallback
    line): its per-kernel split per timed shape from the judge's torch.profiler pass, what it printed,
    the Nsight Compute profile job's result and cost, and `kscience show`'s lines for it.
-2. The fp8 dot probe on this device (kscience.evaluate.probes): which instruction each
+2. The fp8 dot probe on this device (kscience.evaluate.profile.probes): which instruction each
    `max_num_imprecise_acc` gives and how exact it is.
 
 Prints a table; writes benchmarks/results/kernel-split-<device>-<date>.json and the run's database.
@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from kscience.device import detect
-from kscience.evaluate import probes
+from kscience.evaluate.profile import probes
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 from kscience.record.summary import sol_lines

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from kscience.device import detect
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem
 from kscience.problems.libraries import installed_version, missing_line

@@ -19,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+from kscience.evaluate.judge.evaluation import evaluate
+from kscience.evaluate.profile import ncu
+from kscience.evaluate.result import EvalRequest
 from kscience.run import profiling
 from kscience.device import detect
-from kscience.evaluate import ncu
-from kscience.evaluate.judge import evaluate
-from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
 from kscience.scientist.profile_report import render_profile
 

@@ -46,8 +46,8 @@ import torch
 import triton
 
 from kscience.device import detect
-from kscience.evaluate.executor import Executor, LocalExecutor, visible_gpus
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.executors.base import Executor, LocalExecutor, visible_gpus
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult
 from kscience.problems import load_problem, shape_label
 
@@ -94,7 +94,7 @@ def make_local(workers: int, on_gpu: bool) -> Executor:
 
 
 def make_ray(workers: int, on_gpu: bool) -> Executor:
-    from kscience.evaluate.ray_executor import RayExecutor
+    from kscience.evaluate.executors.ray_cluster import RayExecutor
 
     return RayExecutor(gpus=workers) if on_gpu else RayExecutor(cpu_workers=workers)
 

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's kscience
 
 from kscience.device import detect  # noqa: E402
-from kscience.evaluate.executor import LocalExecutor  # noqa: E402
+from kscience.evaluate.executors.base import LocalExecutor  # noqa: E402
 from kscience.record.store import BASELINE_KINDS, Store  # noqa: E402
 from kscience.run.config import RunConfig  # noqa: E402
 from kscience.run.driver import Run  # noqa: E402

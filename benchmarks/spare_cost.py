@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from scaleout import host_cpus, mean_phases  # noqa: E402
 
 from kscience.device import detect  # noqa: E402
-from kscience.evaluate import sandbox  # noqa: E402
-from kscience.evaluate.judge import evaluate, judging_process  # noqa: E402
+from kscience.evaluate.judge.evaluation import evaluate, judging_process  # noqa: E402
 from kscience.evaluate.result import EvalRequest  # noqa: E402
+from kscience.evaluate.sandbox import spares, workers  # noqa: E402
 from kscience.problems import load_problem  # noqa: E402
 
 MODES = ("none", "spare", "import", "namespaces", "cuda")
@@ -60,10 +60,10 @@ def group_cpu_s(pgid: int) -> float:
     return total / _TICK
 
 
-def ready_spare(gpu: int, interpreted: bool) -> sandbox.Worker:
+def ready_spare(gpu: int, interpreted: bool) -> workers.Worker:
     """Leave a spare that has finished importing (its CPU time has stopped growing) for the next evaluation."""
-    sandbox.start_worker(gpu, interpreted, sandbox.default_rss_limit(), keep_spare=True).close()
-    _, spare = next(iter(sandbox._spares.values()))[-1]  # the newest spare
+    spares.start_worker(gpu, interpreted, workers.default_rss_limit(), keep_spare=True).close()
+    _, spare = next(iter(spares._spares.values()))[-1]  # the newest spare
     return settle(spare.proc.pid)
 
 
@@ -83,9 +83,9 @@ def disturbance(mode: str, gpu: int) -> subprocess.Popen | None:
     py = [sys.executable, "-c"]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
     if mode == "import":
-        return subprocess.Popen(py + ["import torch, kscience.evaluate.harness"], env=env)
-    if mode == "namespaces" and sandbox.namespaces_available():
-        return subprocess.Popen(sandbox._unshare_prefix() + ["sleep", "3"])
+        return subprocess.Popen(py + ["import torch, kscience.evaluate.worker.harness"], env=env)
+    if mode == "namespaces" and workers.namespaces_available():
+        return subprocess.Popen(workers._unshare_prefix() + ["sleep", "3"])
     if mode == "cuda":
         return subprocess.Popen(py + ["import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"],
                                 env=env)
@@ -123,7 +123,7 @@ def main() -> int:
             other = disturbance(mode, gpu)
             result = evaluate(request, gpu=gpu, keep_spare=mode == "spare")
             if mode == "spare":
-                cpu[mode].append(settle(next(iter(sandbox._spares.values()))[-1][1].proc.pid))
+                cpu[mode].append(settle(next(iter(spares._spares.values()))[-1][1].proc.pid))
             elif other is not None:
                 cpu[mode].append(cpu_of(other))
             runs[mode].append(result)
@@ -133,7 +133,7 @@ def main() -> int:
                 "disturbance_cpu_s": cpu[m]} for m in MODES}
     stamp = datetime.date.today().isoformat()
     report = {"device": device.name, "date": stamp, "problem": args.problem, "host": host_cpus(),
-              "warm_evaluation_s": warm.wall_s, "namespaces": sandbox.namespaces_available(), "modes": rows}
+              "warm_evaluation_s": warm.wall_s, "namespaces": workers.namespaces_available(), "modes": rows}
     out = Path(args.out) / f"spare-cost-{device.name.replace(' ', '_')}-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

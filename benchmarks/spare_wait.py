@@ -24,16 +24,16 @@ import sys
 from pathlib import Path
 
 from kscience.device import detect
-from kscience.evaluate import sandbox
-from kscience.evaluate.judge import evaluate, judging_process
+from kscience.evaluate.judge.evaluation import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
+from kscience.evaluate.sandbox import spares
 from kscience.problems import load_problem
 
 
-def series(request: EvalRequest, evaluations: int, spares: int) -> list[dict]:
-    """One slot's evaluations in a row with `spares` spares; the first, which starts them all, is left out."""
-    sandbox.close_spares()  # every series starts from no spare, as a fresh slot does
-    sandbox.SPARES_PER_SLOT = spares
+def series(request: EvalRequest, evaluations: int, count: int) -> list[dict]:
+    """One slot's evaluations in a row with `count` spares; the first, which starts them all, is left out."""
+    spares.close_spares()  # every series starts from no spare, as a fresh slot does
+    spares.SPARES_PER_SLOT = count
     rows = []
     for _ in range(evaluations + 1):
         result = evaluate(request, keep_spare=True)
@@ -58,17 +58,17 @@ def main() -> int:
     evaluate(request)  # warms the compile cache, so every series sees the same one
     report = {"device": device.name, "date": datetime.date.today().isoformat(), "problem": args.problem,
               "shapes": args.shapes, "series": {}}
-    for spares in (int(n) for n in args.spares.split(",")):
-        report["series"][spares] = series(request, args.evaluations, spares)
-    sandbox.close_spares()
+    for count in (int(n) for n in args.spares.split(",")):
+        report["series"][count] = series(request, args.evaluations, count)
+    spares.close_spares()
 
     print(f"\n{device.name}  {report['date']}  {args.problem} ({args.shapes} shapes), "
           f"{args.evaluations} evaluations in a row per spare count")
     print(f"{'spares':>7}{'start s (median)':>18}{'start s (max)':>15}{'import s (median)':>19}{'wall s (median)':>17}"
           "  start s, in order")
-    for spares, rows in report["series"].items():
+    for count, rows in report["series"].items():
         waits = [r["start_s"] for r in rows]
-        print(f"{spares:>7}{statistics.median(waits):>18.2f}{max(waits):>15.2f}"
+        print(f"{count:>7}{statistics.median(waits):>18.2f}{max(waits):>15.2f}"
               f"{statistics.median(r['import_s'] for r in rows):>19.2f}"
               f"{statistics.median(r['wall_s'] for r in rows):>17.2f}  " + " ".join(f"{w:.2f}" for w in waits))
     tag = re.sub(r"[^A-Za-z0-9_.-]", "", device.name.replace(" ", "_"))

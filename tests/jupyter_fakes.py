@@ -12,7 +12,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from kscience.evaluate.executor import Executor
+from kscience.evaluate.executors.base import Executor
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.run.driver import Run
 from kscience.scientist.roles import Draft, Plan, Selection

@@ -4,7 +4,7 @@ tests/gpu/test_gpu_lifetime.py.
 Each command runs with a TMPDIR of its own, so its processes (commands, slot judges, guardians,
 workers, whatever a candidate starts) are those whose environment names that folder, and what
 it leaves on disk is what that folder's sandbox folder still holds. Its cgroups carry the owner tags of its
-sandbox folders' names (kscience.evaluate.leftovers).
+sandbox folders' names (kscience.evaluate.sandbox.leftovers).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from kscience.evaluate.cgroup import Cgroup
-from kscience.evaluate.leftovers import CGROUP_PREFIX, FOLDER_PREFIX, sandbox_root
+from kscience.evaluate.sandbox.cgroup import Cgroup
+from kscience.evaluate.sandbox.leftovers import CGROUP_PREFIX, FOLDER_PREFIX, sandbox_root
 
 ROOT = Path(__file__).resolve().parents[1]
 GONE_WITHIN_S = 10.0  # after the kill, everything of the command must be gone by then

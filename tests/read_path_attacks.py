@@ -5,7 +5,7 @@ computed while the output is read."""
 # The running harness, found by walking up from the candidate's call, and whether this call is timed.
 FIND = """
 import sys
-from kscience.evaluate.harness import Harness
+from kscience.evaluate.worker.harness import Harness
 
 def _harness():
     f = sys._getframe(1)

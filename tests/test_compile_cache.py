@@ -4,7 +4,7 @@ import json
 
 from triton.runtime.cache import FileCacheManager
 
-from kscience.evaluate import compile_cache
+from kscience.evaluate.sandbox import compile_cache
 
 
 def _store_entry(root, first_workdir, children):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kscience.evaluate import compile_facts as cf
+from kscience.evaluate.profile import compile_facts as cf
 
 CACHE = Path(__file__).parent / "data" / "triton_cache"
 HOPPER_MM = "NMIJSKHEMPN4W2JHHJBIV22BZCDZNFLS72UT7OTC5GS7KLDWENLQ"
@@ -128,7 +128,7 @@ triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
 
 
 def test_a_gpu_worker_compiles_into_its_own_cache_and_facts_are_read_from_it(tmp_path):
-    from kscience.evaluate import compile_cache
+    from kscience.evaluate.sandbox import compile_cache
 
     dirs = compile_cache.private_dirs(tmp_path)
     assert dirs["TRITON_CACHE_DIR"].startswith(str(tmp_path))  # inside the worker's own folder

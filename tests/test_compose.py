@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from kscience.cli.main import main
-from kscience.run.config import RunConfig
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult
+from kscience.run.config import RunConfig
 from kscience.run.judging import Judging
 from kscience.problems import load_problem, shape_label
 from kscience.run.driver import Run

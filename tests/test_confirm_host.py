@@ -6,7 +6,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from kscience.evaluate.executor import Executor
+from kscience.evaluate.executors.base import Executor
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 from kscience.record.summary import summary_lines

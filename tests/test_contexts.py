@@ -3,7 +3,7 @@ faked, the reading of /proc is real."""
 
 import os
 
-import kscience.evaluate.contexts as contexts
+import kscience.evaluate.judge.contexts as contexts
 
 
 def test_a_process_holds_a_file_while_it_has_it_open(tmp_path):

@@ -8,7 +8,7 @@ import json
 from test_profile_run import DATA, h100_run
 from test_prompts import H100, result, view
 
-from kscience.evaluate import ncu
+from kscience.evaluate.profile import ncu
 from kscience.problems import load_problem
 from kscience.scientist.plans import LOOP_RULES, Plan, TIES, mark_chosen, parse_plans
 from kscience.scientist.roles import Scientist

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-import kscience.evaluate.judge as judge_module
-import kscience.evaluate.session as session_module
+import kscience.evaluate.judge.session as session_module
 from kscience.cli.main import main as cli_main
-from kscience.evaluate.judge import evaluate, shape_order
+from kscience.evaluate.judge import evaluation
+from kscience.evaluate.judge.evaluation import evaluate, shape_order
 from kscience.evaluate.result import (COMPILE_ERROR, CRASHED, OK, REJECTED, RUNTIME_ERROR, STATUSES, TIMEOUT,
                                       WRONG_ANSWER, EvalRequest, EvalResult, ShapeResult)
 from kscience.problems import builtin_names, geomean, load_problem
@@ -137,7 +137,7 @@ def test_cli_eval_not_ok_exits_one(tmp_path, capsys):
 
 
 def test_cli_eval_refuses_weak_confinement_unless_unconfined(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(judge_module, "weak_points", lambda: ["Landlock (test)"])
+    monkeypatch.setattr(evaluation, "weak_points", lambda: ["Landlock (test)"])
     candidate = tmp_path / "candidate.py"
     candidate.write_text(PLAIN_SOFTMAX)
     assert cli_main(["eval", "softmax", str(candidate), "--shapes", "tests"]) == 1

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import kscience.evaluate.executor as executor_module
-from kscience.evaluate.executor import LocalExecutor
-from kscience.evaluate.executors import make_executor
+import kscience.evaluate.executors.base as executor_module
+from kscience.evaluate.executors.base import LocalExecutor
+from kscience.evaluate.executors.factory import make_executor
 from kscience.evaluate.result import CRASHED, OK, WRONG_ANSWER, EvalRequest, EvalResult
 from kscience.problems import ProblemError, load_problem
 
@@ -118,8 +118,8 @@ def test_local_slots_pin_one_evaluation_per_gpu(monkeypatch):
 
 def test_slot_process_gives_the_in_process_verdicts():
     """The same candidates judged in this process and through a slot's own judge process."""
-    from kscience.evaluate.judge import evaluate
-    from kscience.evaluate.slot import JudgeProcess
+    from kscience.evaluate.executors.slot import JudgeProcess
+    from kscience.evaluate.judge.evaluation import evaluate
 
     requests = [softmax_request(), softmax_request(WRONG),
                 EvalRequest(problem="softmax", source="def custom_kernel(data):\n    return data[0]\n",
@@ -210,7 +210,7 @@ def _kill_when_judging() -> int:
 
 
 def test_ray_runs_evaluations_under_the_interpreter(ray_cluster):
-    from kscience.evaluate.ray_executor import RayExecutor
+    from kscience.evaluate.executors.ray_cluster import RayExecutor
 
     with RayExecutor(cpu_workers=2) as ex:
         assert ex.capacity == 2 and not ex.on_gpu
@@ -222,7 +222,7 @@ def test_ray_runs_evaluations_under_the_interpreter(ray_cluster):
 
 
 def test_ray_capacity_follows_the_cluster(ray_cluster):
-    from kscience.evaluate.ray_executor import RayExecutor
+    from kscience.evaluate.executors.ray_cluster import RayExecutor
 
     assert RayExecutor().capacity == 2  # two CPUs, no GPUs
     assert RayExecutor(cpu_workers=1).capacity == 1
@@ -231,7 +231,7 @@ def test_ray_capacity_follows_the_cluster(ray_cluster):
 
 
 def test_ray_candidate_faults_are_statuses_and_problem_errors_raise(ray_cluster):
-    from kscience.evaluate.ray_executor import RayExecutor
+    from kscience.evaluate.executors.ray_cluster import RayExecutor
 
     with RayExecutor(max_retries=0) as ex:
         wrong = ex.submit(softmax_request(WRONG))
@@ -242,7 +242,7 @@ def test_ray_candidate_faults_are_statuses_and_problem_errors_raise(ray_cluster)
 
 
 def test_ray_worker_killed_mid_evaluation_is_retried(ray_cluster):
-    from kscience.evaluate.ray_executor import RayExecutor
+    from kscience.evaluate.executors.ray_cluster import RayExecutor
 
     with RayExecutor(cpu_workers=1, max_retries=2) as ex:
         future = ex.submit(softmax_request(SLOW_FIRST_CALL))
@@ -255,7 +255,7 @@ def test_ray_worker_killed_mid_evaluation_is_retried(ray_cluster):
 
 
 def test_ray_evaluation_lost_on_every_attempt_is_a_crashed_result(ray_cluster):
-    from kscience.evaluate.ray_executor import RayExecutor
+    from kscience.evaluate.executors.ray_cluster import RayExecutor
 
     with RayExecutor(cpu_workers=1, max_retries=0) as ex:
         future = ex.submit(softmax_request(SLOW_FIRST_CALL))
@@ -266,7 +266,7 @@ def test_ray_evaluation_lost_on_every_attempt_is_a_crashed_result(ray_cluster):
 
 
 def test_worker_is_pinned_to_the_physical_gpu_an_inherited_visibility_list_names(monkeypatch, tmp_path):
-    from kscience.evaluate.sandbox import worker_env
+    from kscience.evaluate.sandbox.workers import worker_env
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
     monkeypatch.setattr("torch.version.hip", None)
@@ -280,7 +280,7 @@ def test_a_worker_compiles_in_its_own_process_not_in_a_pool_beside_the_timed_cal
     import subprocess
     import sys
 
-    from kscience.evaluate.sandbox import worker_env
+    from kscience.evaluate.sandbox.workers import worker_env
 
     env = worker_env(tmp_path, None, False, "token")
     probe = "import torch._inductor.config as c; print(c.compile_threads)"

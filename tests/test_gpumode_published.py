@@ -13,8 +13,8 @@ import torch
 
 from kscience.cli import problem_commands
 from kscience.cli.main import main
-from kscience.evaluate.compare import check_output
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.compare import check_output
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, load_problem
 from kscience.problems.device_map import TorchProxy, mapped_device

@@ -22,14 +22,15 @@ LAZY_ALLOWED = {
     ("kscience.jupyter.views", "kscience.jupyter.dashboard"): "ipywidgets, only where widgets render",
     ("kscience.jupyter.results", "kscience.jupyter.plots"): "matplotlib, only when a run is drawn",
     ("kscience.jupyter.results", "kscience.jupyter.static"): "matplotlib, only when a run is drawn",
-    ("kscience.evaluate.slot", "kscience.evaluate.judge"): "the judge (and torch), loaded in the slot's own process",
-    ("kscience.evaluate.ray_executor", "kscience.evaluate.judge"): "runs inside the Ray actor",
-    ("kscience.evaluate.ray_executor", "kscience.evaluate.sandbox"): "runs inside the Ray actor",
+    ("kscience.evaluate.executors.slot", "kscience.evaluate.judge.evaluation"): "the judge (and torch), loaded in the slot's own process",
+    ("kscience.evaluate.executors.ray_cluster", "kscience.evaluate.judge.evaluation"): "runs inside the Ray actor",
+    ("kscience.evaluate.executors.ray_cluster", "kscience.evaluate.sandbox.spares"): "runs inside the Ray actor",
     # The worker forks a reaper first and confines itself before loading what runs the candidate.
-    **{("kscience.evaluate.worker", f"kscience.evaluate.{m}"): "worker import order"
-       for m in ("confine", "harness", "integrity", "kernel_times", "lifeline", "proctree", "timing", "wire")},
-    ("kscience.evaluate.harness", "kscience.device"): "worker import order",
-    ("kscience.evaluate.harness", "kscience.problems"): "worker import order",
+    **{("kscience.evaluate.worker.__main__", f"kscience.evaluate.{m}"): "worker import order"
+       for m in ("worker.confine", "worker.harness", "worker.integrity", "kernel_times", "lifeline", "proctree",
+                 "worker.timing", "wire")},
+    ("kscience.evaluate.worker.harness", "kscience.device"): "worker import order",
+    ("kscience.evaluate.worker.harness", "kscience.problems"): "worker import order",
 }
 
 

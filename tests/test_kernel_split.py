@@ -16,8 +16,9 @@ import pytest
 from test_prompts import Capture
 from test_queue import start_worker, stop_worker
 
-from kscience.evaluate import candidate_output, kernel_times
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate import kernel_times
+from kscience.evaluate.judge import candidate_output
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.jupyter.panels import header_facts
 from kscience.problems import load_problem

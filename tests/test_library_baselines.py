@@ -11,7 +11,7 @@ import pytest
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
 from kscience.campaigns.report import beats_line, report_lines
 from kscience.cli.progress import Progress
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.library_rule import static_violation
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import Library, load_problem

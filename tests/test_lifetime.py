@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from kscience.evaluate import leftovers, lifeline, sandbox
+from kscience.evaluate import lifeline
+from kscience.evaluate.sandbox import leftovers, workers
 from lifetime import HANGING, ROOT, SLOW_AFTER_CHECK, Command
 
-pytestmark = pytest.mark.skipif(not sandbox.namespaces_available() or not shutil.which("unshare"),
+pytestmark = pytest.mark.skipif(not workers.namespaces_available() or not shutil.which("unshare"),
                                 reason="needs unprivileged user/PID namespaces (unshare) for the sandboxed worker")
 
 
@@ -96,8 +97,8 @@ def test_worker_killed_between_evaluations_leaves_nothing(tmp_path, sig):
 
 
 def test_worker_stopped_mid_evaluation_hands_the_request_back(tmp_path):
-    from kscience.evaluate import queue_files
-    from kscience.evaluate.queue_executor import QueueExecutor
+    from kscience.evaluate.executors import queue_files
+    from kscience.evaluate.executors.queue_dir import QueueExecutor
     from kscience.evaluate.result import EvalRequest
 
     queue = tmp_path / "queue"
@@ -115,7 +116,7 @@ def test_worker_stopped_mid_evaluation_hands_the_request_back(tmp_path):
 
 FROZEN_JUDGE = """
 import sys, time
-from kscience.evaluate.sandbox import Worker
+from kscience.evaluate.sandbox.workers import Worker
 w = Worker(None, True, 2 << 30)
 time.sleep(3)  # the worker imports torch
 assert w.freeze(), "not frozen"

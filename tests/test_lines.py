@@ -333,8 +333,8 @@ def test_lines_through_a_queue_directory(tmp_path):
     evaluations are the fake executor's: every plan gets its verdict through the directory."""
     import threading
 
-    from kscience.evaluate.queue_executor import QueueExecutor
-    from kscience.evaluate.queue_worker import Worker
+    from kscience.evaluate.executors.queue_dir import QueueExecutor
+    from kscience.evaluate.executors.queue_worker import Worker
 
     worker = Worker(tmp_path / "q", cpu_workers=1, poll_s=0.02, say=lambda line: None)
     worker.executor.shutdown()

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kscience.evaluate.executor import Executor
+from kscience.evaluate.executors.base import Executor
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.run.events import CandidateEvaluated, RunFailed, RunFinished
 from kscience.run.config import RunConfig

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kscience.evaluate import ncu
+from kscience.evaluate.profile import ncu
 
 DATA = Path(__file__).parent / "data" / "ncu"
 RECORDED = sorted(DATA.glob("h100_*.csv"))  # recorded on an H100 with ncu.command(...)
@@ -70,7 +70,7 @@ def test_command_line_is_the_recorded_one():
     assert cmd[:12] == ["ncu", "--csv", "--page", "raw", "--print-units", "base", "--profile-from-start", "off",
                         "--target-processes", "all", "--log-file", "/tmp/r.csv"]
     assert cmd.count("--section") == len(ncu.SECTIONS)
-    assert cmd[-5:] == ["python", "-m", "kscience.evaluate.profile_entry", "--problem", "matmul"]
+    assert cmd[-5:] == ["python", "-m", "kscience.evaluate.profile.entry", "--problem", "matmul"]
 
 
 def test_without_ncu_it_says_so_once_and_profiles_nothing(monkeypatch):
@@ -83,11 +83,11 @@ def test_without_ncu_it_says_so_once_and_profiles_nothing(monkeypatch):
 
 
 def test_the_profiled_entry_refuses_to_run_without_a_gpu(tmp_path, capsys):
-    from kscience.evaluate import profile_entry
+    from kscience.evaluate.profile import entry
     from kscience.problems import load_problem
 
     (tmp_path / "seed.py").write_text(load_problem("softmax").seed_source)
-    code = profile_entry.main(["--problem", "softmax", "--source", str(tmp_path / "seed.py"),
+    code = entry.main(["--problem", "softmax", "--source", str(tmp_path / "seed.py"),
                                "--shape", '{"m": 4, "n": 8}'])
     assert code == 2 and "no GPU" in capsys.readouterr().err
 

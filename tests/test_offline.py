@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem
 from kscience.scientist.briefing import Brief

@@ -2,8 +2,8 @@
 
 import types
 
-import kscience.evaluate.session as session_module
-from kscience.evaluate.session import Session
+import kscience.evaluate.judge.session as session_module
+from kscience.evaluate.judge.session import Session
 
 
 def test_a_nested_phase_is_taken_out_of_the_phase_around_it(monkeypatch):

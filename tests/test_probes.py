@@ -6,8 +6,8 @@ import asyncio
 
 from test_prompts import H100, Capture, result, view
 
-from kscience.evaluate import probes
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
+from kscience.evaluate.profile import probes
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import load_problem
 from kscience.scientist.briefing import bench_from_results

@@ -109,7 +109,7 @@ def test_reference_leaves_its_inputs_alone(name):
 def test_eager_baseline_agrees_with_the_reference(name):
     """The eager kernel is a baseline, so it must be right: within tolerance on every CPU shape.
     Problems whose reference is already plain PyTorch in their own dtypes need none."""
-    from kscience.evaluate.compare import check_output
+    from kscience.evaluate.judge.compare import check_output
 
     problem = load_problem(name)
     if problem.eager_kernel is None:

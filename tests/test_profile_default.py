@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
+from kscience.evaluate.profile import ncu
+from kscience.evaluate.profile.compile_facts import KernelFacts
 from kscience.run import profiling
 from kscience.cli.main import build_parser
 from kscience.run.config import RunConfig
-from kscience.evaluate import ncu
-from kscience.evaluate.compile_facts import KernelFacts
 from kscience.scientist.profile_report import render_profile
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"

@@ -16,11 +16,11 @@ import pytest
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel, kernel_time
 from test_prompts import H100, PLAN, Capture, result, view
 
+from kscience.evaluate.profile import compile_facts, job as profile_job, ncu
+from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.run import profiling
 from kscience.cli.main import main
 from kscience.run.config import RunConfig
-from kscience.evaluate import compile_facts, ncu, profile_job
-from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.run.events import CandidateProfiled, StageChanged
 from kscience.jupyter.panels import header_facts
 from kscience.jupyter.report import write_figures

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from kscience.evaluate.profile import compile_facts, ncu
 from kscience.run import profiling
-from kscience.evaluate import compile_facts, ncu
 from kscience.problems import load_problem
 
 DATA = Path(__file__).parent / "data"

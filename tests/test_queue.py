@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kscience.evaluate import queue_files as Q
-from kscience.evaluate.queue_executor import QueueExecutor
+from kscience.evaluate.executors import queue_files as Q
+from kscience.evaluate.executors.queue_dir import QueueExecutor
 from kscience.evaluate.result import OK, EvalRequest, EvalResult
 from kscience.run.events import EvaluationWaiting
 from kscience.problems import load_problem
@@ -212,7 +212,7 @@ def test_malformed_tampered_and_unsolicited_results_are_refused(tmp_path, caplog
 
 
 def test_worker_refuses_a_malformed_request(tmp_path):
-    from kscience.evaluate.queue_worker import Worker
+    from kscience.evaluate.executors.queue_worker import Worker
 
     ident = Q.new_id()
     Q.prepare(tmp_path)
@@ -246,7 +246,7 @@ def test_the_result_checker_knows_every_field_of_a_verdict():
     result coming back through a queue is refused as malformed."""
     import dataclasses
 
-    from kscience.evaluate import queue_files
+    from kscience.evaluate.executors import queue_files
     from kscience.evaluate.result import EvalResult, ShapeResult
 
     assert set(queue_files._RESULT_TYPES) == {f.name for f in dataclasses.fields(EvalResult)}

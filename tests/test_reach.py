@@ -7,12 +7,13 @@ import textwrap
 
 import pytest
 
-from kscience.evaluate import confine, sandbox
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
+from kscience.evaluate.sandbox import workers
+from kscience.evaluate.worker import confine
 from kscience.problems import load_problem
 
-pytestmark = pytest.mark.skipif(not sandbox.namespaces_available(),
+pytestmark = pytest.mark.skipif(not workers.namespaces_available(),
                                 reason="needs unprivileged user/PID/IPC namespaces (unshare) for the sandboxed worker")
 
 
@@ -94,7 +95,7 @@ for _path in _readable:
 def test_a_candidate_reads_no_other_sandbox_queue_or_database(tmp_path, monkeypatch):
     """Another sandbox's source, the sandboxes' folder, a queue's pending request and the run
     database are unreadable; a file beside the database is not."""
-    from kscience.evaluate.leftovers import folder_prefix, sandbox_root
+    from kscience.evaluate.sandbox.leftovers import folder_prefix, sandbox_root
 
     sibling = sandbox_root() / f"{folder_prefix()}sibling"  # a live owner's: no command removes it meanwhile
     sibling.mkdir(exist_ok=True)
@@ -105,7 +106,7 @@ def test_a_candidate_reads_no_other_sandbox_queue_or_database(tmp_path, monkeypa
     (tmp_path / "k.db").write_bytes(b"SQLite format 3\0")
     (tmp_path / "problem.py").write_text("x = 1\n")
     monkeypatch.delenv(confine.UNREADABLE_VAR, raising=False)
-    sandbox.hide_from_workers(queue, tmp_path / "k.db")
+    workers.hide_from_workers(queue, tmp_path / "k.db")
     try:
         unreadable = [str(sibling / "candidate.py"), str(sandbox_root()), str(queue / "requests" / "r.json"),
                       str(queue), str(tmp_path / "k.db")]

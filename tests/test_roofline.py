@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from kscience.device import Peaks, peaks_for
-from kscience.evaluate import compile_facts as cf
-from kscience.evaluate import ncu
+from kscience.evaluate.profile import compile_facts as cf
+from kscience.evaluate.profile import ncu
 from kscience.problems import load_problem
 from kscience.scientist.profile_report import render_headroom, render_profile
 from kscience.problems.roofline import ShapeSol, not_doing_the_work, result_sol, shape_sol, stop_at_sol, summary

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kscience.evaluate import drive
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge import drive
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import load_problem, outputs
 

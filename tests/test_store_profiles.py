@@ -3,8 +3,8 @@
 import sqlite3
 from pathlib import Path
 
-from kscience.evaluate import compile_facts as cf
-from kscience.evaluate import ncu
+from kscience.evaluate.profile import compile_facts as cf
+from kscience.evaluate.profile import ncu
 from kscience.record.database import SCHEMA_VERSION
 from kscience.record.store import Store
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
+from kscience.evaluate.judge.evaluation import evaluate
+from kscience.evaluate.result import EvalRequest
 from kscience.run.baselines import vendor_source
 from kscience.run.config import RunConfig
-from kscience.evaluate.judge import evaluate
-from kscience.evaluate.result import EvalRequest
 from kscience.jupyter.panels import header_facts
 from kscience.problems import ProblemError, load_problem
 from kscience.run.driver import Run

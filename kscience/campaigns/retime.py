@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from kscience.device import detect
-from kscience.evaluate.executors import make_executor
+from kscience.evaluate.executors.factory import make_executor
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, load_problem
 from kscience.record.store import BASELINE_KINDS, Store, StoreError

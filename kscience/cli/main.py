@@ -15,13 +15,13 @@ import threading
 from pathlib import Path
 
 from kscience.cli.campaign_commands import add_campaign_commands
+from kscience.evaluate.executors.slot import interrupt_all
+from kscience.evaluate.sandbox.leftovers import reclaim_and_say
+from kscience.evaluate.sandbox.workers import hide_from_workers
 from kscience.record.store import default_db
 from kscience.run.config import PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
-from kscience.evaluate.leftovers import reclaim_and_say
-from kscience.evaluate.sandbox import hide_from_workers
-from kscience.evaluate.slot import interrupt_all
 from kscience.usage import USER_ERRORS
 from kscience.version import __version__
 from kscience.cli.worker_command import cmd_worker

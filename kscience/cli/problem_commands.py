@@ -7,10 +7,10 @@ import re
 import sys
 from pathlib import Path
 
-from kscience.run.config import parse_sets
-from kscience.evaluate.executor import visible_gpus
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.executors.base import visible_gpus
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest, confinement_line
+from kscience.run.config import parse_sets
 from kscience.device import detect
 from kscience.problems import builtin_names, load_problem, shape_label
 from kscience.problems.fit import fit_reason

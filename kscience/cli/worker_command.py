@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from kscience.evaluate.queue_worker import Worker
+from kscience.evaluate.executors.queue_worker import Worker
 from kscience.usage import UsageError
 
 

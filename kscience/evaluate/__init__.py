@@ -1,7 +1,7 @@
 """The evaluator: whether a candidate kernel is correct, and how fast it is, decided by a trusted
 process about code it does not trust.
 
-Entry point: `kscience.evaluate.judge.evaluate(request, gpu=...)` takes an `EvalRequest`
+Entry point: `kscience.evaluate.judge.evaluation.evaluate(request, gpu=...)` takes an `EvalRequest`
 (result.py) and always returns an `EvalResult`, never raising for anything a candidate does.
 The loop reaches it through an `Executor` (executors.py: `make_executor`; executor.py: local slots per GPU;
 ray_executor.py: a Ray cluster).

@@ -50,7 +50,7 @@ class EvalResult:
     stderr_tail: str = ""
     output: str = ""  # the candidate's stdout and stderr, distinct lines, warnings first (candidate_output.py)
     kernel_profiler: str = ""  # what measured ShapeResult.kernels, or one line on why they are missing
-    # Nsight Compute, run by the judging machine (profile_job.py): {"ncu": NcuProfile dict, "flag",
+    # Nsight Compute, run by the judging machine (profile/job.py): {"ncu": NcuProfile dict, "flag",
     # "profile_s"}, or None; `profile_said` says why there is none when one was asked for
     profile: dict | None = None
     profile_said: str = ""
@@ -115,5 +115,5 @@ class EvalRequest:
     # shape of a correct candidate). [] measures nothing more.
     measure: list = field(default_factory=lambda: ["kernels"])
     # Set, the request is a profile job, not an evaluation: Nsight Compute on this shape of a candidate
-    # already judged, run where the request is judged (profile_job.py)
+    # already judged, run where the request is judged (profile/job.py)
     profile_shape: dict | None = None

@@ -29,16 +29,15 @@ def reference_source(problem: Problem) -> str:
 # and the harness keeps each call's output to check it.
 COMPILE_MODE = "max-autotune-no-cudagraphs"
 # One graph specialised and autotuned per shape, as a user compiling for the shapes they run gets. Left
-# dynamic, dynamo recompiles with symbolic sizes at the second shape, and on an H100 (2026-11-24) the
-# compiled matmul took 9,047 us geomean against 251 us in the default mode a run earlier; that
-# recompilation is the likely cause, not a confirmed one. Each shape needs its own compilation, so
-# dynamo's limit on recompilations (8 by default, after which it runs eager) is raised to cover a
-# problem's every shape.
+# dynamic, dynamo recompiles with symbolic sizes at the second shape, the likely cause of a compiled
+# matmul 36x slower than in the default mode on an H100 (9,047 against 251 us geomean). Each shape
+# needs its own compilation, so dynamo's limit on recompilations (8 by default, after which it runs
+# eager) is raised to cover a problem's every shape.
 COMPILE_ARGS = f"mode={COMPILE_MODE!r}, dynamic=False"
 
 
 # torch.compile in max-autotune benchmarks inductor's templates on every shape of the problem: on an H100
-# (2026-11-26) it took 325 s of a 400 s fp8 run, against 1-3 s for the eager and vendor baselines. Its
+# it takes 325 s of a 400 s fp8 run, against 1-3 s for the eager and vendor baselines. Its
 # time depends only on its source, the GPU and the versions, so a run takes it from an earlier run of the
 # same store that timed the same source there. The cheap baselines are timed by every run.
 REUSED_BASELINES = ("compiled",)

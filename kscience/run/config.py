@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
-from kscience.evaluate.queue_executor import queue_directory
+from kscience.evaluate.executors.queue_dir import queue_directory
 from kscience.run.profiling import PROFILERS
 from kscience.scientist.plans import CHOOSERS
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
@@ -32,7 +32,7 @@ class ConfigError(ValueError):
 
 
 def valid_executor(spec: str) -> bool:
-    """The executor specs `kscience.evaluate.executors.make_executor` understands."""
+    """The executor specs `kscience.evaluate.executors.factory.make_executor` understands."""
     return spec in ("local", "ray") or spec.startswith(("ray://", "queue:"))
 
 

@@ -26,7 +26,7 @@ TRIES = 2  # pairs submitted before a candidate is kept with its figure marked u
 ROUNDS = 2  # pairs judged after one verdict before the best is left as it stands
 FINAL_ROUNDS = 8  # pairs judged at the end of a session, so the run ends on a settled best
 # How much slower than the best a kernel timed on another host may look and still be the faster one:
-# machines of one name differ by more than their noise (two H100s 14% apart, measured 2026-11-27).
+# machines of one name differ by more than their noise (two H100s have measured 14% apart).
 HOST_SPREAD = 0.25
 
 

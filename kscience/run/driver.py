@@ -17,11 +17,11 @@ import threading
 import traceback
 from typing import Callable
 
+from kscience.evaluate.executors.factory import make_executor
 from kscience.run.baselines import compiled_source, reference_source
 from kscience.run.config import ConfigError, RunConfig
 from kscience.device import detect
 from kscience.run.environment import environment
-from kscience.evaluate.executors import make_executor
 from kscience.run.events import EventBus, RunFailed, RunFinished
 from kscience.record.liveness import run_is_alive, this_process
 from kscience.run.loop import Controller, RunError, Stopped

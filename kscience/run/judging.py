@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import time
 
-from kscience.run import confirm, profiling
-from kscience.evaluate import profile_job
 from kscience.evaluate import result as R
+from kscience.evaluate.profile import job as profile_job
+from kscience.run import confirm, profiling
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
 from kscience.run.line import EvaluationsSpent, Stopped, source_diff
 from kscience.scientist import compose
@@ -365,7 +365,7 @@ class Judging:
 
     async def _profile(self, cand: dict, line: int) -> None:
         """Nsight Compute on one shape of the candidate, as a profile job judged where evaluations are
-        (profile_job.py: local slot, Ray, queue), on one slot and never ahead of a queued evaluation
+        (profile/job.py: local slot, Ray, queue), on one slot and never ahead of a queued evaluation
         unless profiling has taken less than PROFILE_SHARE of the slots' time. Its cost is shown, and
         never timed."""
         ctx = self.ctx

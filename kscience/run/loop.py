@@ -25,7 +25,7 @@ from kscience.run import confirm, profiling
 from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, library_candidate, library_title,
                                     vendor_alone_source, vendor_source, vendor_title)
 from kscience.evaluate import result as R
-from kscience.evaluate.executor import Executor
+from kscience.evaluate.executors.base import Executor
 from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
 from kscience.run.judging import Judging
 from kscience.run.line import EvaluationsSpent, Line, NothingLeft, RunError, Stopped

@@ -1,11 +1,11 @@
-"""What a profiler sees of a candidate, in the two moments a run can look (issue 17).
+"""What a profiler sees of a candidate, in the two moments a run can look.
 
 * `after_evaluation`: free, for every candidate evaluated on a GPU. The compile facts the judge read
   from the compiled artefacts once the worker was gone (EvalResult.compile_facts), and the speed of
   light per timed shape. `seen` adds what else the evaluation brought back: time per launched kernel
   and the candidate's own output.
 * Nsight Compute: costly, for the seed and each new best (`--profile auto` or `ncu`, `none` turns it off),
-  as a profile job judged where the evaluations are (kscience.evaluate.profile_job) on the shape with the
+  as a profile job judged where the evaluations are (kscience.evaluate.profile.job) on the shape with the
   most headroom, outside the timed evaluation, with the 'not doing the work' check against what the
   problem needs. `profile_with_ncu` does the same in this process (benchmarks).
 
@@ -14,7 +14,7 @@ Both return keyword arguments for `Store.record_profile`, so the caller stores t
 
 from __future__ import annotations
 
-from kscience.evaluate import ncu, profile_job
+from kscience.evaluate.profile import job as profile_job, ncu
 from kscience.problems import Problem
 from kscience.problems.roofline import result_sol, stop_at_sol, summary
 

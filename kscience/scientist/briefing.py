@@ -49,7 +49,7 @@ class Bench:
     baselines: list[Baseline] = field(default_factory=list)
     versions: str = ""  # "torch 2.11.0, Triton 3.6.0, CUDA 12.8" of the evaluating device
     leaders: str = ""  # which kernel is fastest on which shapes (compose.leaders_text), when they differ
-    probes: dict = field(default_factory=dict)  # the judging device's probe results (kscience.evaluate.probes)
+    probes: dict = field(default_factory=dict)  # the judging device's probe results (kscience.evaluate.profile.probes)
 
     @property
     def interpreted(self) -> bool:

@@ -31,7 +31,7 @@ _ALIASES = {  # words a caller is likely to have (device kind or name) -> the no
 
 
 # A version-dependent claim in a note: `{{probe:NAME}}` stands where the judging device's result of
-# probe NAME (kscience.evaluate.probes) goes.
+# probe NAME (kscience.evaluate.profile.probes) goes.
 _PROBE = re.compile(r"\{\{probe:(\w+)\}\}")
 
 

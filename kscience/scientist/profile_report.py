@@ -8,8 +8,8 @@ never guessed: under the CPU interpreter there are none, and the text says so.
 
 from __future__ import annotations
 
-from kscience.evaluate.compile_facts import KernelFacts
-from kscience.evaluate.ncu import NcuProfile
+from kscience.evaluate.profile.compile_facts import KernelFacts
+from kscience.evaluate.profile.ncu import NcuProfile
 from kscience.problems import shape_label
 from kscience.problems.roofline import ShapeSol, summary
 

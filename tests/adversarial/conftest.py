@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-import kscience.evaluate.session as session_module
-from kscience.evaluate.judge import evaluate
+import kscience.evaluate.judge.session as session_module
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult
 
 # The honest computation (softmax data is `(x,)`, x an [m, n] bf16 matrix), for candidates to build on.

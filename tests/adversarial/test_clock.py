@@ -16,12 +16,12 @@ _PATCHES = {
     "torch.cuda.Event": "torch.cuda.Event = object",
     "torch.cuda.Event.elapsed_time": "torch.cuda.Event.elapsed_time = lambda self, end: 0.001",
     "torch.Tensor.clone": "torch.Tensor.clone = lambda self, *a, **k: self",
-    "kscience.evaluate.timing._perf_counter":
-        "import kscience.evaluate.timing as harness_timing\nharness_timing._perf_counter = lambda: 0.0",
+    "kscience.evaluate.worker.timing._perf_counter":
+        "import kscience.evaluate.worker.timing as harness_timing\nharness_timing._perf_counter = lambda: 0.0",
     "Harness._verify":
-        "import kscience.evaluate.harness as h\nh.Harness._verify = lambda self: None",
+        "import kscience.evaluate.worker.harness as h\nh.Harness._verify = lambda self: None",
     "Integrity.violation":
-        "import kscience.evaluate.integrity as i\ni.Integrity.violation = lambda self: None",
+        "import kscience.evaluate.worker.integrity as i\ni.Integrity.violation = lambda self: None",
     "kscience.evaluate.wire.send_json":
         "import kscience.evaluate.wire as w\n_real = w.send_json\nw.send_json = lambda ch, obj, *a: _real(ch, obj, *a)",
 }

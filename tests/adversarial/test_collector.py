@@ -4,7 +4,7 @@ pause to a single bracket, which the judge's estimate (a difference of brackets)
 
 import gc
 
-from kscience.evaluate import drive
+from kscience.evaluate.judge import drive
 from kscience.evaluate.result import OK
 
 

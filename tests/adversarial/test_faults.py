@@ -8,7 +8,7 @@ output is drained forever but only its tail kept, and a watchdog caps resident m
 import pytest
 
 from kscience.evaluate.result import COMPILE_ERROR, CRASHED, OK, RUNTIME_ERROR, TIMEOUT, WRONG_ANSWER
-from kscience.evaluate.sandbox import TAIL_BYTES
+from kscience.evaluate.sandbox.workers import TAIL_BYTES
 
 _OK_CALL = """
 def custom_kernel(data):

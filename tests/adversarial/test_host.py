@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-import kscience.evaluate.judge as judge_module
-from kscience.evaluate import compile_cache, sandbox
-from kscience.evaluate.cgroup import Cgroup
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge import evaluation
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import CRASHED, OK, REJECTED, WRONG_ANSWER, EvalRequest
+from kscience.evaluate.sandbox import compile_cache, workers
+from kscience.evaluate.sandbox.cgroup import Cgroup
 from kscience.evaluate.wire import MAX_JSON_DEPTH, Channel, ProtocolError, json_depth, recv_json
 
 _OK_CALL = """
@@ -81,8 +81,8 @@ def test_a_double_forked_setsid_child_without_the_token_does_not_survive(judge, 
     # a PID namespace (and without a cgroup) only the subreaper keeps it in reach.
     monkeypatch.setenv("KSCIENCE_SANDBOX_NAMESPACES", namespaces)
     monkeypatch.setenv("KSCIENCE_SANDBOX_CGROUP", "0")
-    monkeypatch.setattr(judge_module, "weak_points", lambda: [])  # a missing namespace is the point here
-    sandbox.namespaces_available.cache_clear()
+    monkeypatch.setattr(evaluation, "weak_points", lambda: [])  # a missing namespace is the point here
+    workers.namespaces_available.cache_clear()
     try:
         marker = f"{int.from_bytes(os.urandom(3), 'big') + 10**7}.5"
         result = judge(f"""
@@ -98,7 +98,7 @@ def test_a_double_forked_setsid_child_without_the_token_does_not_survive(judge, 
         assert result.confinement["reaper"] == ("pid 1 of the namespace" if namespaces == "1" else "subreaper")
         assert not _running(marker)  # the reaper killed it when the worker ended
     finally:
-        sandbox.namespaces_available.cache_clear()
+        workers.namespaces_available.cache_clear()
 
 
 def _running(marker: str) -> list[int]:
@@ -116,7 +116,7 @@ def test_every_process_but_the_server_is_stopped_while_outputs_are_read(judge, m
     # A setsid grandchild runs from the start; while the judge reads the held outputs, every
     # process of the worker except the one answering must be stopped, that grandchild included.
     seen = []
-    frozen = sandbox.Worker.frozen
+    frozen = workers.Worker.frozen
 
     @contextlib.contextmanager
     def checking_frozen(self, keep_serving=False):
@@ -127,7 +127,7 @@ def test_every_process_but_the_server_is_stopped_while_outputs_are_read(judge, m
             seen.append((serving, {pid: (st[0], int(st[3])) for pid, st in states.items()}))  # state, session
             yield done
 
-    monkeypatch.setattr(sandbox.Worker, "frozen", checking_frozen)
+    monkeypatch.setattr(workers.Worker, "frozen", checking_frozen)
     result = judge("""
         import os
         import time
@@ -266,7 +266,7 @@ def test_every_verdict_names_its_confinement(judge):
 
 def test_a_machine_without_a_layer_refuses_to_run_unless_asked(judge, monkeypatch):
     missing = ["Landlock (the candidate could write anywhere the user can)"]
-    monkeypatch.setattr(judge_module, "weak_points", lambda: missing)
+    monkeypatch.setattr(evaluation, "weak_points", lambda: missing)
     ran = 'print("candidate ran")\n' + _OK_CALL
     refused = judge(ran)
     assert refused.status == REJECTED and "refusing to run unconfined" in refused.message

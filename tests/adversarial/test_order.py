@@ -4,7 +4,7 @@ A kernel whose answer for one shape depends on having seen another shape first (
 by an earlier call) passes wherever the judge always runs shapes in the same order.
 """
 
-from kscience.evaluate import judge as judge_module
+from kscience.evaluate.judge import evaluation
 from kscience.evaluate.result import OK, WRONG_ANSWER
 from kscience.problems import load_problem
 
@@ -22,7 +22,7 @@ def custom_kernel(data):
 
 
 def _tests(seed: int) -> list[dict]:
-    return judge_module.shape_order(load_problem("softmax").shapes("tests", True), seed, "tests")
+    return evaluation.shape_order(load_problem("softmax").shapes("tests", True), seed, "tests")
 
 
 def _seed_where(wanted) -> int:
@@ -39,12 +39,12 @@ def test_orders_are_fresh_and_reproduce_from_their_seed():
     assert len(orders) == 6  # every order of three shapes
     assert _tests(7) == _tests(7)
     assert sorted(map(str, _tests(7))) == sorted(map(str, shapes))  # the same shapes, none lost
-    assert judge_module.order_seed() != judge_module.order_seed()
+    assert evaluation.order_seed() != evaluation.order_seed()
 
 
 def test_a_kernel_that_needs_an_earlier_shape_is_caught_when_that_shape_comes_later(judge, monkeypatch):
     seed = _seed_where(lambda order: _position(order, 4099) < _position(order, 128))
-    monkeypatch.setattr(judge_module, "order_seed", lambda: seed)
+    monkeypatch.setattr(evaluation, "order_seed", lambda: seed)
     result = judge(_NEEDS_ONE_ROW_FIRST)
     assert result.status == WRONG_ANSWER, result.message
     assert result.shape_order_seed == seed
@@ -53,7 +53,7 @@ def test_a_kernel_that_needs_an_earlier_shape_is_caught_when_that_shape_comes_la
 
 def test_the_recorded_seed_reproduces_the_order_the_shapes_ran_in(judge, monkeypatch):
     seed = _seed_where(lambda order: _position(order, 128) < _position(order, 4099))
-    monkeypatch.setattr(judge_module, "order_seed", lambda: seed)
+    monkeypatch.setattr(evaluation, "order_seed", lambda: seed)
     result = judge(_NEEDS_ONE_ROW_FIRST)
     assert result.status == OK, result.message
     assert [s.shape for s in result.shapes] == _tests(result.shape_order_seed)
@@ -61,5 +61,5 @@ def test_the_recorded_seed_reproduces_the_order_the_shapes_ran_in(judge, monkeyp
 
 def test_timed_shapes_are_ordered_afresh_too():
     shapes = [{"m": m, "n": 8} for m in range(1, 6)]
-    orders = {tuple(s["m"] for s in judge_module.shape_order(shapes, seed, "benchmarks")) for seed in range(20)}
+    orders = {tuple(s["m"] for s in evaluation.shape_order(shapes, seed, "benchmarks")) for seed in range(20)}
     assert len(orders) > 10

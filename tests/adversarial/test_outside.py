@@ -58,8 +58,8 @@ def test_switching_off_the_harness_check_and_slowing_its_clock_is_caught_by_the_
     # and the timing module's clock can then run a thousand times slow.
     result = judge(SLOW, """
         import gc
-        import kscience.evaluate.timing as T
-        from kscience.evaluate.harness import Harness
+        import kscience.evaluate.worker.timing as T
+        from kscience.evaluate.worker.harness import Harness
 
         _real, _done = time.perf_counter, []
 
@@ -251,7 +251,7 @@ import sys
 import threading
 import time
 
-from kscience.evaluate.timing import Timer
+from kscience.evaluate.worker.timing import Timer
 
 _todo = []
 
@@ -292,7 +292,7 @@ def test_a_thread_that_fixes_outputs_after_the_call_returned_is_caught(judge):
 def test_without_judge_reads_the_worker_is_asked_for_the_output_at_once(judge, monkeypatch):
     # Where the judge cannot read the worker's memory (the GPU, or a kernel that refuses), it asks
     # for the checked output's bytes before the worker hears anything else; the thread is too late.
-    import kscience.evaluate.peek as peek
+    import kscience.evaluate.judge.peek as peek
 
     monkeypatch.setattr(peek, "can_read", lambda pid: False)
     result = judge(_FIXER, shapes="benchmarks")

@@ -14,7 +14,7 @@ import types
 import pytest
 from read_path_attacks import ANSWER_ELSEWHERE, ANSWER_IN_SYNC, FIND, USERFAULTFD
 
-from kscience.evaluate import drive, peek
+from kscience.evaluate.judge import drive, peek
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
 
 
@@ -145,7 +145,7 @@ def test_memory_registered_with_userfaultfd_does_not_hang_the_judge(judge, monke
 def test_a_worker_that_cannot_all_be_stopped_is_not_read(judge, monkeypatch):
     # The judge reads only a worker it has stopped whole: else a process the candidate left
     # running could write the output while it is read.
-    from kscience.evaluate.sandbox import Worker
+    from kscience.evaluate.sandbox.workers import Worker
 
     real = Worker.freeze
     monkeypatch.setattr(Worker, "freeze", lambda self, keep_serving=False, thorough=False:
@@ -162,7 +162,7 @@ def test_watching_a_timer_keeps_nothing_of_it_once_it_is_let_go():
     import gc
     import weakref
 
-    from kscience.evaluate.integrity import Integrity
+    from kscience.evaluate.worker.integrity import Integrity
 
     class Buffers:
         __slots__ = ("work", "__weakref__")

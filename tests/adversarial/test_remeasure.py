@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-import kscience.evaluate.drive as drive
-import kscience.evaluate.measure as measure
+import kscience.evaluate.judge.drive as drive
+import kscience.evaluate.judge.measure as measure
+from kscience.evaluate.judge.session import Session
 from kscience.evaluate.result import OK, REJECTED
-from kscience.evaluate.session import Session
 
 # 150 ms of real work per call; the worker's clock is then set back so that it reports about 1 ms
 # (the timed region's start, rewritten through its frame: a forged clock in miniature).
@@ -171,8 +171,8 @@ def _on(gpu: _SharedGpu, monkeypatch):
     """The worker's GPU-facing names, pointed at the simulated GPU; returns its flush buffer."""
     import types
 
-    import kscience.evaluate.harness as harness
-    import kscience.evaluate.timing as timing
+    import kscience.evaluate.worker.harness as harness
+    import kscience.evaluate.worker.timing as timing
     for module in (timing, harness):
         monkeypatch.setattr(module, "_perf_counter", gpu.now)
     monkeypatch.setattr(harness, "_query", gpu.Event.query)
@@ -185,7 +185,7 @@ def _on(gpu: _SharedGpu, monkeypatch):
 def _timed_call_on(gpu: _SharedGpu, monkeypatch) -> tuple[float, float]:
     import types
 
-    import kscience.evaluate.timing as timing
+    import kscience.evaluate.worker.timing as timing
     h = types.SimpleNamespace(on_gpu=True, flush=_on(gpu, monkeypatch),
                               invoke=lambda work, cap, pack: gpu.run(gpu.kernel_us),
                               pack_output=lambda out, cap: out)
@@ -198,7 +198,7 @@ def test_a_wait_for_other_processes_on_the_gpu_is_in_neither_clock(monkeypatch):
     time slices before its first event ran, and with the host clock started at submission 275 of
     1,000 honest evaluations were rejected for side work. The worker's host clock now starts when
     the GPU reaches the call, so the wait is in neither figure, and side work still shows."""
-    from kscience.evaluate.crosscheck import side_work_problem
+    from kscience.evaluate.judge.crosscheck import side_work_problem
     event_us, host_us = _timed_call_on(_SharedGpu(wait_us=2400.0, kernel_us=100.0), monkeypatch)
     assert event_us == pytest.approx(100.0)
     assert 0.0 <= host_us - event_us < 30.0  # the reading steps only, not the 2.4 ms
@@ -216,7 +216,7 @@ def test_a_start_the_host_learns_of_late_never_makes_its_time_shorter_than_the_e
     the event time, which the judge refuses outright. The host time is never less than the event time."""
     import types
 
-    from kscience.evaluate.crosscheck import clock_problem
+    from kscience.evaluate.judge.crosscheck import clock_problem
     event_us, host_us = _timed_call_on(_SharedGpu(wait_us=2400.0, kernel_us=100.0, seen_late_us=2500.0),
                                        monkeypatch)
     assert event_us == pytest.approx(100.0) and host_us >= event_us
@@ -227,7 +227,7 @@ def test_a_start_the_host_learns_of_late_never_makes_its_time_shorter_than_the_e
 def test_the_host_clock_never_starts_after_the_gpu_reached_the_call(monkeypatch):
     """`reached` returns the moment of the last look that found the event not yet run: never
     later than the event, so the host span is never shorter than the GPU's."""
-    import kscience.evaluate.harness as harness
+    import kscience.evaluate.worker.harness as harness
     gpu = _SharedGpu(wait_us=1000.0, kernel_us=0.0)
     monkeypatch.setattr(harness, "_perf_counter", gpu.now)
     monkeypatch.setattr(harness, "_query", gpu.Event.query)
@@ -243,8 +243,8 @@ def test_the_idle_gap_is_measured_around_the_same_cover_as_every_timed_call(monk
     that of two bare events; with the idle gap taken around bare events, honest seeds came to 0.8-1.3
     of the side-work allowance and the fp8 seed was rejected at 66 us. The idle gap is now an empty
     region under the same flush and spin, so only what a call adds counts, and side work still shows."""
-    import kscience.evaluate.harness as harness
-    from kscience.evaluate.crosscheck import side_work_problem
+    import kscience.evaluate.worker.harness as harness
+    from kscience.evaluate.judge.crosscheck import side_work_problem
     gap = harness.idle_gap_us(_on(_SharedGpu(0.0, kernel_us=0.0, cover_late_us=60.0), monkeypatch))
     event_us, host_us = _timed_call_on(_SharedGpu(0.0, kernel_us=100.0, cover_late_us=60.0), monkeypatch)
     assert host_us - event_us >= 60.0
@@ -260,7 +260,7 @@ def test_the_judges_estimate_allows_for_the_spread_of_its_own_null_brackets():
     spread of the round's null brackets is allowed; on a GPU of its own that spread is small."""
     import types
 
-    from kscience.evaluate.crosscheck import forged_time_problem, null_spread_us
+    from kscience.evaluate.judge.crosscheck import forged_time_problem, null_spread_us
     calls = [types.SimpleNamespace(kind="null", window_us=w) for w in (900.0, 2500.0, 1700.0)]
     calls.append(types.SimpleNamespace(kind="timed", window_us=9000.0))
     assert null_spread_us(calls) == 1600.0
@@ -276,7 +276,7 @@ def test_the_judges_estimate_allows_a_share_of_its_own_time_to_build_the_inputs(
     with inputs the judge builds in about 150 ms (row by row from Python). A share of that build is
     allowed; a build of microseconds adds microseconds, so turning the on_gpu flag off (975 us
     reported, 2,644 us seen, H100 2026-11-26) is still doubted."""
-    from kscience.evaluate.crosscheck import forged_time_problem
+    from kscience.evaluate.judge.crosscheck import forged_time_problem
     assert forged_time_problem(600.7, 25488.9, False)
     assert forged_time_problem(600.7, 25488.9, False, build_us=150_000.0) is None
     assert forged_time_problem(975.0, 2644.0, False, build_us=300.0)
@@ -317,7 +317,7 @@ def _scripted_rounds(monkeypatch, doubts: list, spread_us: float, others: int | 
     import contextlib
     import types
 
-    from kscience.evaluate import crosscheck
+    from kscience.evaluate.judge import crosscheck
     script, recorded = iter(doubts), []
 
     def doubt(session, rnd, empty_cap, shape):
@@ -359,7 +359,7 @@ def _forged_round(others: int | None):
     null ones included, spreading them by milliseconds."""
     import types
 
-    from kscience.evaluate import crosscheck
+    from kscience.evaluate.judge import crosscheck
 
     calls = []
     for i in range(12):
@@ -390,7 +390,7 @@ def _loaded_host_round(others: int | None, side_us: float = 0.0, null_extra_us: 
     `null_extra_us`: what a candidate's own thread adds to the null calls."""
     import types
 
-    from kscience.evaluate import crosscheck
+    from kscience.evaluate.judge import crosscheck
 
     calls = []
     for _ in range(10):
@@ -450,8 +450,8 @@ def test_what_the_reference_itself_shows_outside_its_events_is_not_side_work():
     judge times the reference on the shape itself and allows what it shows, and no more."""
     import types
 
-    from kscience.evaluate import measure
-    from kscience.evaluate.crosscheck import side_work_problem
+    from kscience.evaluate.judge import measure
+    from kscience.evaluate.judge.crosscheck import side_work_problem
     events, honest, hiding = [400.0] * 9, [400.0 + 15 + 80] * 9, [400.0 + 15 + 200] * 9
     assert side_work_problem(events, honest, idle_gap_us=15.0)
     assert side_work_problem(events, honest, idle_gap_us=15.0, reference_us=75.0) is None
@@ -481,8 +481,8 @@ def test_the_judge_times_the_reference_as_a_worker_times_a_call(monkeypatch):
     import contextlib
     import types
 
-    import kscience.evaluate.harness as harness
-    from kscience.evaluate import reference_outside
+    import kscience.evaluate.worker.harness as harness
+    from kscience.evaluate.judge import reference_outside
 
     class _SideOnce(_SharedGpu):  # side work only where the reference leaves some
         def synchronize(self):
@@ -507,27 +507,28 @@ def test_a_slots_spares_are_stopped_while_its_evaluation_times_a_shape(monkeypat
     """A spare importing beside a timed call disturbed both clocks on an H100 (2026-11-26: an honest
     sort's time outside its events went from 35-48 us to 55-103 us). The slot's spares are stopped
     while a shape is timed and run again afterwards, so they still import between evaluations."""
-    from kscience.evaluate import proctree, sandbox
-    from kscience.evaluate.judge import evaluate
+    from kscience.evaluate import proctree
+    from kscience.evaluate.judge.evaluation import evaluate
     from kscience.evaluate.result import EvalRequest
+    from kscience.evaluate.sandbox import spares
 
     seen, time_shape = [], measure.time_shape
 
     def timing(session, *a, **k):
-        for _, spare in sandbox._spares[session.worker.slot]:
+        for _, spare in spares._spares[session.worker.slot]:
             # frozen as a cgroup, or each of its processes stopped by SIGSTOP
             seen.append(spare._stopped == {-1} or bool(spare._stopped) and all(map(proctree.stopped, spare.pids())))
         return time_shape(session, *a, **k)
 
-    sandbox.close_spares()
+    spares.close_spares()
     monkeypatch.setattr(measure, "time_shape", timing)
     source = "import torch\n\ndef custom_kernel(data):\n    return torch.softmax(data[0].float(), -1).to(torch.bfloat16)\n"
     try:
         result = evaluate(EvalRequest(problem="softmax", source=source, shapes="benchmarks"), keep_spare=True)
-        spares = [spare for queue in sandbox._spares.values() for _, spare in queue]
-        running = [not spare._stopped and not any(map(proctree.stopped, spare.pids())) for spare in spares]
+        kept = [spare for queue in spares._spares.values() for _, spare in queue]
+        running = [not spare._stopped and not any(map(proctree.stopped, spare.pids())) for spare in kept]
     finally:
-        sandbox.close_spares()
+        spares.close_spares()
     assert result.status == OK, result.message
-    assert len(seen) >= sandbox.SPARES_PER_SLOT and all(seen), seen
-    assert len(running) == sandbox.SPARES_PER_SLOT and all(running)
+    assert len(seen) >= spares.SPARES_PER_SLOT and all(seen), seen
+    assert len(running) == spares.SPARES_PER_SLOT and all(running)

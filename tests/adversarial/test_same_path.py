@@ -10,8 +10,8 @@ round is measured again on newly prepared buffers).
 
 import textwrap
 
-from kscience.evaluate.judge import evaluate
-from kscience.evaluate.measure import ROUNDS
+from kscience.evaluate.judge.evaluation import evaluate
+from kscience.evaluate.judge.measure import ROUNDS
 from kscience.evaluate.result import OK, EvalRequest
 
 # An honest fp8 candidate (the reference computation) that fails loudly if any call of a shape sees

@@ -7,8 +7,8 @@ kernel still passes, and attacks that the sampled reads must catch are still cau
 import pytest
 import torch
 
-import kscience.evaluate.compare as compare
-from kscience.evaluate import drive
+import kscience.evaluate.judge.compare as compare
+from kscience.evaluate.judge import drive
 from kscience.evaluate.result import OK, WRONG_ANSWER
 
 

@@ -9,7 +9,8 @@ no other process's environment can be read.
 import pytest
 
 from kscience.evaluate.result import OK, REJECTED, RUNTIME_ERROR
-from kscience.evaluate.sandbox import SPARES_PER_SLOT, _spares, close_spares, default_rss_limit, start_worker
+from kscience.evaluate.sandbox.spares import SPARES_PER_SLOT, _spares, close_spares, start_worker
+from kscience.evaluate.sandbox.workers import default_rss_limit
 
 SECRETS = {"OPENAI_API_KEY": "sk-test-4f9a1c2e7b3d5f60a1b2c3d4",
            "GEMINI_API_KEY": "gem-test-0123456789abcdef",

@@ -6,8 +6,8 @@ rechecks outputs it chooses after the calls returned. Returned outputs are poiso
 so even memory the allocator hands back holds no old answer.
 """
 
+from kscience.evaluate.judge.session import Session
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
-from kscience.evaluate.session import Session
 
 MISS_S = 0.1  # what a cache miss costs the memoising candidates below (under the CPU cache check's old 300 ms slack)
 

@@ -8,7 +8,7 @@ loop, but answers it precomputes from those are useless on the fresh inputs the 
 import pytest
 
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
-from kscience.evaluate.sandbox import namespaces_available
+from kscience.evaluate.sandbox.workers import namespaces_available
 
 # Returns the first answer-shaped tensor that is not its own input, found by `search()`.
 _RETURN_FOUND = """

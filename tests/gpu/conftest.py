@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult
 
 HONEST = """

@@ -151,7 +151,7 @@ def test_an_illegal_address_is_a_crash(judge):
 
 
 def test_a_kernel_that_never_ends_times_out_and_the_gpu_recovers(judge, monkeypatch):
-    import kscience.evaluate.session as session_module
+    import kscience.evaluate.judge.session as session_module
 
     monkeypatch.setitem(session_module.LIMITS, "check", (10.0, 10.0))
     result = judge("""

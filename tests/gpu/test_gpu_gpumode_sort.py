@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import load_problem
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.utils.cpp_extension
 
-import kscience.evaluate.session as session_module
-from kscience.evaluate.judge import evaluate
+import kscience.evaluate.judge.session as session_module
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import builtin_names, load_problem
 

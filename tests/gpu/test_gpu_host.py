@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.utils.cpp_extension
 
-import kscience.evaluate.session as session_module
+import kscience.evaluate.judge.session as session_module
 from kscience.evaluate.result import CRASHED, OK
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

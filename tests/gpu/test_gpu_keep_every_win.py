@@ -4,9 +4,9 @@ two real Triton kernels passes every shape of the evaluator."""
 import pytest
 import torch
 
-from kscience.run.baselines import vendor_source
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
+from kscience.run.baselines import vendor_source
 from kscience.problems import load_problem
 from kscience.scientist import compose
 

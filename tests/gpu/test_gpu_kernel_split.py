@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kscience.evaluate import kernel_times, probes
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate import kernel_times
+from kscience.evaluate.judge.evaluation import evaluate
+from kscience.evaluate.profile import probes
 from kscience.evaluate.result import OK, EvalRequest
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -4,7 +4,7 @@ declaration calls, where it is installed (tests/test_library_baselines.py: a ker
 import pytest
 import torch
 
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import builtin_names, load_problem
 from kscience.problems.libraries import missing_line

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from kscience.evaluate import contexts, crosscheck
-from kscience.evaluate.judge import evaluate
+from kscience.evaluate.judge import contexts, crosscheck
+from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER, EvalRequest
 from kscience.problems import load_problem
 
@@ -62,9 +62,9 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
     # timing.py to harness.py on 2026-11-26, and an attack on the old place alone forged nothing).
     result = judge(HEAVY, """
         import gc
-        import kscience.evaluate.harness as H
-        import kscience.evaluate.timing as T
-        from kscience.evaluate.harness import Harness
+        import kscience.evaluate.worker.harness as H
+        import kscience.evaluate.worker.timing as T
+        from kscience.evaluate.worker.harness import Harness
 
         class _Quick(torch.cuda.Event):
             def elapsed_time(self, end):
@@ -96,7 +96,7 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
     # test's own the attack is rejected; beside others, the recorded time must agree with the judge.
     result = judge(HEAVY, """
         import gc
-        from kscience.evaluate.harness import Harness
+        from kscience.evaluate.worker.harness import Harness
 
         _done = []
 
@@ -207,7 +207,7 @@ def test_a_thread_that_fixes_outputs_after_the_call_returned_is_caught(judge):
         import threading
         import time
 
-        from kscience.evaluate.timing import Timer
+        from kscience.evaluate.worker.timing import Timer
 
         _todo = []
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kscience.evaluate import compile_facts as cf
-from kscience.evaluate import ncu
+from kscience.evaluate.profile import compile_facts as cf
+from kscience.evaluate.profile import ncu
 from kscience.problems import load_problem
 from kscience.run.profiling import profile_with_ncu
 
@@ -76,7 +76,7 @@ def test_ncu_profile_of_the_softmax_seed():
 
 
 def test_the_judge_reports_compile_facts_of_every_seed():
-    from kscience.evaluate.judge import evaluate
+    from kscience.evaluate.judge.evaluation import evaluate
     from kscience.evaluate.result import EvalRequest
     from kscience.problems import builtin_names
 

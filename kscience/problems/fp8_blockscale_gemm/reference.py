@@ -91,9 +91,9 @@ def ref_kernel(data):
 
 
 VENDOR = "cuBLAS block-scaled fp8 GEMM (torch._scaled_mm, 1x128 x 128x128 scales, K-major copies timed)"
-# cuBLAS accumulates blockwise fp8 with Hopper's reduced precision too: on an H100 (2026-11-24) about
-# 300 of 98,304 elements of a test shape missed atol 1e-3 where outputs cancel to near zero (0.621
-# for 0.637). Its time is worth showing as what a user gets, so it is judged at a looser atol: one
+# cuBLAS accumulates blockwise fp8 with Hopper's reduced precision too: on an H100 about 300 of
+# 98,304 elements of a test shape miss atol 1e-3 where outputs cancel to near zero (0.621 for
+# 0.637). Its time is worth showing as what a user gets, so it is judged at a looser atol: one
 # bf16 step at the outputs' typical size (|c| has a median of 20-55 at k >= 1536, where bf16 steps
 # by 0.125-0.25), above the 0.08 Triton's default fp8 accumulation was measured off by (above).
 VENDOR_TOLERANCE = (RTOL, 0.25)
@@ -140,7 +140,7 @@ def cublas_blockwise(a, b, a_scale, b_scale):
 
     cuBLAS reads 128x128 scales with rows of k/128 rounded up to 4 floats, while torch 2.11 accepts
     them only unpadded: where k/128 is not a multiple of 4 (k = 256 and 2304 here), 94-97% of the
-    product came out wrong on an H100 and an H200 (2026-11-26), and a padded layout was refused.
+    product comes out wrong on an H100 and an H200, and a padded layout is refused.
     Zero-padding K to a multiple of 512 makes the two agree; the padding is timed with the copies."""
     return scaled_mm_k_major(*k_major_operands(a, b, a_scale, b_scale))
 

@@ -8,9 +8,9 @@ Ask/tell without state of its own: every call is given all the configurations me
   seeded from the run's seed and the number of observations, with the measured configurations
   added as finished trials. A configuration that failed counts as twice the slowest correct time,
   so the sampler learns to avoid its region. Until STARTUP configurations are measured TPE has
-  nothing to model, and its random start wasted a short run on an H200 (2026-11-23: six random
-  matmul and SwiGLU configurations, all 1.3-28x slower than the seed), so those first proposals
-  are the random+local ones below: the seed's neighbours first.
+  nothing to model, and random draws land far from the seed (1.3-28x slower than it on matmul and
+  SwiGLU), which a short run cannot afford; so those first proposals are the random+local ones
+  below: the seed's neighbours first.
 - "exhaustive" (a space of at most `n` unmeasured legal configurations left) or "random+local"
   (Optuna not installed): half of each batch are the best configuration's untried neighbours (one
   knob one step away), the rest uniform draws from the legal space.

@@ -23,8 +23,8 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from pathlib import Path
 
-from kscience.evaluate import queue_files as Q
-from kscience.evaluate.executor import Executor, check_positive
+from kscience.evaluate.executors import queue_files as Q
+from kscience.evaluate.executors.base import Executor, check_positive
 from kscience.evaluate.result import EvalRequest, EvalResult
 from kscience.problems import ProblemError
 

@@ -1,11 +1,11 @@
-"""Which executor a run's `--executor` spec names. Kept apart from executor.py, whose `Executor`
+"""Which executor a run's `--executor` spec names. Kept apart from base.py, whose `Executor`
 every kind of executor subclasses, so that naming them here makes no import cycle."""
 
 from __future__ import annotations
 
-from kscience.evaluate.executor import Executor, LocalExecutor
-from kscience.evaluate.queue_executor import QueueExecutor, queue_directory
-from kscience.evaluate.ray_executor import RayExecutor
+from kscience.evaluate.executors.base import Executor, LocalExecutor
+from kscience.evaluate.executors.queue_dir import QueueExecutor, queue_directory
+from kscience.evaluate.executors.ray_cluster import RayExecutor
 
 
 def make_executor(spec: str | None = None, gpus: int | None = None,

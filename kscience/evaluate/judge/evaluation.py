@@ -18,10 +18,13 @@ import time
 import torch
 
 from kscience.device import Device, detect
-from kscience.evaluate import candidate_output, compile_cache, drive, kernel_times, library_rule, peek, probes, profile_job
+from kscience.evaluate import kernel_times, library_rule
 from kscience.evaluate import result as R
-from kscience.evaluate.sandbox import weak_confinement_allowed, weak_points
-from kscience.evaluate.session import Session, Verdict, as_float, plural
+from kscience.evaluate.judge import candidate_output, drive, peek
+from kscience.evaluate.judge.session import Session, Verdict, as_float, plural
+from kscience.evaluate.profile import job as profile_job, probes
+from kscience.evaluate.sandbox import compile_cache
+from kscience.evaluate.sandbox.workers import weak_confinement_allowed, weak_points
 from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts
 from kscience.redact import redact
 
@@ -86,9 +89,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
         finally:
             with session.phase("close"):  # killing the worker, then reading its compile facts
                 session.close(keep_cache=result.status == R.OK)
-                # The expected answers of a large shape leave gigabytes in this process's allocator
-                # cache, which the next candidate's worker then cannot have: six judges on one H200
-                # (2026-11-26) left an honest GPU MODE solution 2.7 of 140 GiB.
+                # the expected answers' allocator cache, which the next worker needs (docs/evaluation.md)
                 session.give_back_memory()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
             result.output = candidate_output.digest(result.stdout_tail, result.stderr_tail)

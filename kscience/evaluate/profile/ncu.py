@@ -1,6 +1,6 @@
 """Nsight Compute on demand: hardware counters of one candidate on one shape, outside any timing.
 
-`profile(...)` runs `kscience.evaluate.profile_entry` (one warm-up call, then exactly one
+`profile(...)` runs `kscience.evaluate.profile.entry` (one warm-up call, then exactly one
 profiled call between cudaProfilerStart/Stop) under `ncu`, and parses ncu's own CSV report in
 this, the trusted, process. The profiled process is a plain subprocess: nothing it reports is
 read; only ncu's log file is, which ncu writes into a folder the candidate is not told of.
@@ -31,8 +31,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kscience.evaluate import leftovers, lifeline
-from kscience.evaluate.sandbox import worker_env
+from kscience.evaluate import lifeline
+from kscience.evaluate.sandbox import leftovers
+from kscience.evaluate.sandbox.workers import worker_env
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "Occupancy",
             "WarpStateStats", "LaunchStats")
@@ -137,7 +138,7 @@ def command(ncu: str, log_file: str | Path, entry_args: list[str], python: str =
     for s in SECTIONS:
         cmd += ["--section", s]
     cmd += ["--metrics", ",".join(METRICS)]
-    return cmd + [python, "-m", "kscience.evaluate.profile_entry", *entry_args]
+    return cmd + [python, "-m", "kscience.evaluate.profile.entry", *entry_args]
 
 
 def profile(problem: str, source: str, shape: dict, *, overrides: dict | None = None, gpu: int | None = None,

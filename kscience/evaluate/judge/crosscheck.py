@@ -20,7 +20,7 @@ import statistics
 CLOCK_SLACK_S = 0.05
 # Host time minus event time beyond the idle gap, per call, that honest launches stay under:
 # the larger of an absolute allowance and a share of the kernel time.
-GAP_SLACK_US, GAP_SHARE = 50.0, 0.15  # 30 us was crossed (30.4) by an honest joined side stream on an H100
+GAP_SLACK_US, GAP_SHARE = 50.0, 0.15  # an honest joined side stream reaches ~30 us on an H100
 IDLE_GAP_CAP_US = 200.0  # an idle gap reported above this is not believed (it would hide side work)
 # A call's host time may exceed the judge's bracket around the whole command by this much: both
 # read CLOCK_MONOTONIC, and the bracket strictly contains the call.
@@ -28,9 +28,9 @@ WINDOW_SLACK_US = 1.0
 # The judge's own estimate of a call may exceed the reported time by (ratio, slack us) on (GPU, CPU)
 # before the report is called forged. On the GPU the estimate includes the harness's host work
 # around a call that a null call skips (the candidate's launch path, the output's description) and
-# the pipe's jitter: on an H100 (2026-11-23) honest seeds showed 100-200 us of it, and single
-# estimates swung by as much again, so the GPU check catches only gross forgeries (a kernel of a
-# millisecond reported as tens of microseconds); CUDA events stay the figure. On an overloaded CPU
+# the pipe's jitter: on an H100 honest seeds show 100-200 us of it, and single estimates swing by
+# as much again, so the GPU check catches only gross forgeries (a kernel of a millisecond reported
+# as tens of microseconds); CUDA events stay the figure. On an overloaded CPU
 # machine (CI) both processes wait tens of milliseconds for a core, and that lands in the brackets.
 JUDGE_RATIO = (2.0, 2.0)
 JUDGE_SLACK_US = (500.0, 50_000.0)
@@ -101,11 +101,11 @@ def untrusted_estimate(each: list[float]) -> str | None:
 
 # Every command, timed or null, builds its inputs inside the judge's bracket, so the estimate (a
 # difference of brackets) carries the build's jitter, which grows with the build: GPU MODE's sort
-# tasks build their numbers row by row from Python, and on an idle H100 (2026-11-26) null brackets
-# of 17-480 ms had timed ones differ from them by -15 to +25 ms (8-16% of the build), for honest
-# calls of 0.2-5 ms. This share of the judge's own build time (measured before the import, so no
-# candidate code can stretch it: session.build_us) is allowed on top. The check can resolve no
-# finer than that; where a build takes microseconds it adds microseconds.
+# tasks build their numbers row by row from Python, and on an idle H100 null brackets of 17-480 ms
+# have timed ones differ from them by -15 to +25 ms (8-16% of the build), for honest calls of 0.2-5 ms.
+# This share of the judge's own build time (measured before the import, so no candidate code can
+# stretch it: session.build_us) is allowed on top. The check can resolve no finer than that; where
+# a build takes microseconds it adds microseconds.
 BUILD_SHARE = 0.25
 
 
@@ -119,9 +119,9 @@ def forged_time_problem(claimed_us: float, judged_us: float, interpreted: bool,
                         spread_us: float = 0.0, shared: bool = False, build_us: float = 0.0) -> str | None:
     """The worker's median against the judge's own estimate of the same calls. On a GPU `shared`
     with other processes each bracket also holds a wait for their time slices that varies by
-    milliseconds (an honest fp8 seed of 66 us was estimated at 1,775 us beside a busy neighbour on
-    the H100, 2026-11-25), so there the spread of the null calls' brackets (`null_spread_us`) is
-    allowed on top of the slack. Elsewhere the candidate made the spread: it is only named.
+    milliseconds (an honest fp8 seed of 66 us is estimated at about 1,775 us beside a busy neighbour
+    on an H100), so there the spread of the null calls' brackets (`null_spread_us`) is allowed on
+    top of the slack. Elsewhere the candidate made the spread: it is only named.
     `build_us`: the judge's own time to build the shape's inputs (BUILD_SHARE of it is allowed)."""
     if judged_us > forged_allowance_us(claimed_us, interpreted, spread_us if shared else 0.0, build_us):
         spread = ""
@@ -182,10 +182,10 @@ def null_excess_us(calls, idle_gap_us: float) -> float:
     """What the worker's null calls, which run nothing of the candidate's, showed outside their
     (empty) timed stream, beyond the idle gap, believed up to IDLE_GAP_CAP_US. Beside other
     processes on a loaded host every synchronised region shows tens of microseconds more than the
-    idle gap measured before the import (two H200s, twelve judges and a neighbour on both, 2026-11-26:
-    50-63 us for timed calls of 5 us kernels, rejected as side work). A candidate can raise it (a
-    thread of its own keeping the GPU busy), so it is allowed only where another process holds the
-    GPU (contexts.py), and only up to the cap."""
+    idle gap measured before the import (50-63 us per call on two loaded H200s, enough to reject an
+    honest 5 us kernel as side work). A candidate can raise it (a thread of its own keeping the GPU
+    busy), so it is allowed only where another process holds the GPU (contexts.py), and only up to
+    the cap."""
     nulls = [c for c in calls if c.kind == "null"]
     if not nulls:
         return 0.0

@@ -7,8 +7,8 @@ inputs no earlier call saw. After a round the judge asks two questions of what i
   judge's own bracket around it is impossible whatever the load, and rejects at once. A doubt
   that host noise could raise (the judge's estimate far above the events, side work beyond the
   idle gap, a bracket shorter than the flush) is only a doubt: the judge measures a second
-  round, and rejects only if that round raises a doubt too, quoting both. One pair of noisy
-  brackets on a busy host once rejected an honest softmax on an H200 as a cache.
+  round, and rejects only if that round raises a doubt too, quoting both: one pair of noisy
+  brackets on a busy host is enough to make an honest kernel look like a cheat.
 * On the CPU, can its own estimate be the figure (`crosscheck.untrusted_estimate`: positive, and
   the same on alternate calls)? If not, it measures again, up to `ROUNDS` times, and if its
   estimate never settles it records the least median of its brackets around whole calls: an
@@ -25,7 +25,7 @@ import math
 import statistics
 import time
 
-from kscience.evaluate import crosscheck, drive
+from kscience.evaluate.judge import crosscheck, drive
 from kscience.problems import shape_label
 
 ROUNDS = (2, 3)  # at most this many rounds per shape on (GPU, CPU interpreter)

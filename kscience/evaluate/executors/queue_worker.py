@@ -19,10 +19,10 @@ import threading
 import time
 from pathlib import Path
 
-from kscience.evaluate import queue_files as Q
-from kscience.evaluate.executor import LocalExecutor
-from kscience.evaluate.sandbox import hide_from_workers
-from kscience.evaluate.slot import EvaluationInterrupted
+from kscience.evaluate.executors import queue_files as Q
+from kscience.evaluate.executors.base import LocalExecutor
+from kscience.evaluate.executors.slot import EvaluationInterrupted
+from kscience.evaluate.sandbox.workers import hide_from_workers
 from kscience.problems import ProblemError
 
 LEASE_S = 120.0

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from kscience.evaluate.executor import Executor, check_positive
+from kscience.evaluate.executors.base import Executor, check_positive
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 
 # Settings that change how an evaluation runs; they follow the driver to every Ray worker.
@@ -50,17 +50,17 @@ class JudgeActor:
     judge addresses it as device 0; the actor evaluates one request at a time."""
 
     def __init__(self, on_gpu: bool):
-        from kscience.evaluate import judge  # torch and the judge, imported once per slot
+        from kscience.evaluate.judge import evaluation  # torch and the judge, imported once per slot
 
-        judge.judging_process()
-        self._evaluate, self._gpu = judge.evaluate, 0 if on_gpu else None
+        evaluation.judging_process()
+        self._evaluate, self._gpu = evaluation.evaluate, 0 if on_gpu else None
 
     def evaluate(self, request: dict) -> dict:
         # The next evaluation's worker starts now, as in a local slot.
         return self._evaluate(EvalRequest(**request), gpu=self._gpu, keep_spare=True).to_dict()
 
     def close(self) -> None:
-        from kscience.evaluate.sandbox import close_spares
+        from kscience.evaluate.sandbox.spares import close_spares
 
         close_spares()
 
@@ -90,7 +90,7 @@ class RayExecutor(Executor):
             if address is not None:
                 # Nodes of an existing cluster may hold another kscience, or none: ship the driver's
                 # (Ray uploads a local package only when the job starts).
-                job_env["py_modules"] = [str(Path(__file__).resolve().parents[1])]
+                job_env["py_modules"] = [str(Path(__file__).resolve().parents[2])]
             # No dashboard for a cluster that may be started here: it only costs start-up time.
             ray.init(address=address, runtime_env=job_env, **({} if address else {"include_dashboard": False}))
         resources = ray.cluster_resources()

@@ -14,8 +14,8 @@ import socket
 import time
 
 from kscience.device import detect
-from kscience.evaluate import ncu
 from kscience.evaluate import result as R
+from kscience.evaluate.profile import ncu
 from kscience.problems import Problem
 from kscience.problems.roofline import not_doing_the_work
 

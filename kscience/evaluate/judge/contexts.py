@@ -5,10 +5,10 @@ for their time slices, by milliseconds that vary from call to call: its estimate
 by as much, and the forged-time check allows the spread of the round's null brackets for it
 (`crosscheck.forged_time_problem`). A candidate can spread those brackets by itself, though: a
 worker that stops waiting for its GPU leaves each call's work queued into the calls after it
-(on an H100 a kernel of 5.8 ms was reported as 1.1 ms that way, 2026-11-25). So the spread is
-allowed only where the driver lists a context that belongs neither to the judge nor to the worker's
-processes: a contention the candidate cannot have made, since everything it starts stays among the
-worker's processes (`proctree`).
+(a kernel of 5.8 ms can be reported as 1.1 ms that way). So the spread is allowed only where the
+driver lists a context that belongs neither to the judge nor to the worker's processes: a contention
+the candidate cannot have made, since everything it starts stays among the worker's processes
+(`proctree`).
 
 NVML lists the contexts of every process on the device, in any container, under the host's process
 ids, which need not be ours: so its count is what is used, and the judge's and the worker's own

@@ -21,8 +21,8 @@ import time
 import numpy
 import torch
 
-from kscience.evaluate import peek
-from kscience.evaluate.compare import TIMED_CALL_BLOCKS
+from kscience.evaluate.judge import peek
+from kscience.evaluate.judge.compare import TIMED_CALL_BLOCKS
 from kscience.evaluate.wire import _DTYPES
 
 _random = secrets.SystemRandom()

@@ -7,7 +7,7 @@ sent with every verdict (`EvalResult.device["probes"]`), and the notes show it i
 Trusted code only: no candidate is involved. Under the CPU interpreter nothing is compiled, so there
 is no result and the notes say the claim is unchecked.
 
-    python -m kscience.evaluate.probes      # run every probe here and print the results
+    python -m kscience.evaluate.profile.probes      # run every probe here and print the results
 """
 
 from __future__ import annotations

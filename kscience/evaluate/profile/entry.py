@@ -5,7 +5,7 @@ Untrusted: it runs candidate code and nothing it prints is believed; the trusted
 only ncu's report. One warm-up call first compiles and autotunes outside the profiled range,
 so the report holds the kernels of exactly one steady-state call.
 
-    python -m kscience.evaluate.profile_entry --problem matmul --source cand.py --shape '{"m": 4096, ...}'
+    python -m kscience.evaluate.profile.entry --problem matmul --source cand.py --shape '{"m": 4096, ...}'
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ force.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import os
@@ -34,9 +33,12 @@ import threading
 import weakref
 from pathlib import Path
 
-from kscience.evaluate import compile_cache, compile_facts, confine, leftovers, lifeline, proctree
-from kscience.evaluate.cgroup import Cgroup
+from kscience.evaluate import lifeline, proctree
+from kscience.evaluate.profile import compile_facts
+from kscience.evaluate.sandbox import compile_cache, leftovers
+from kscience.evaluate.sandbox.cgroup import Cgroup
 from kscience.evaluate.wire import Channel, widen_pipe
+from kscience.evaluate.worker import confine
 from kscience.redact import SECRET_NAME, redact
 
 # Variables a worker may inherit: what Python, compilers and GPU runtimes need, nothing else.
@@ -65,7 +67,7 @@ def unreadable() -> list[str]:
 
 def worker_env(workdir: Path, gpu: int | None, interpreted: bool, token: str) -> dict:
     env = {k: v for k, v in os.environ.items() if _KEEP.match(k) and not SECRET_NAME.search(k)}
-    package_parent = str(Path(__file__).resolve().parents[2])
+    package_parent = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1", KSCIENCE_EVAL_TOKEN=token, **compile_cache.private_dirs(workdir))
@@ -120,6 +122,9 @@ def weak_points() -> list[str]:
 def weak_confinement_allowed() -> bool:
     """Whoever runs the evaluator said it may run with layers missing (`--unconfined`)."""
     return os.environ.get("KSCIENCE_ALLOW_WEAK_CONFINEMENT", "0") == "1"
+
+
+_live: "weakref.WeakSet[Worker]" = weakref.WeakSet()  # every worker of this process not yet closed
 
 
 class _Tail(threading.Thread):
@@ -354,82 +359,12 @@ class Worker:
         return redact(self.stdout.text()), redact(self.stderr.text())
 
 
-def _env_fingerprint(gpu: int | None, interpreted: bool) -> str:
-    """What a worker started now would inherit, less the parts unique to each worker."""
-    env = worker_env(Path("/"), gpu, interpreted, "")
-    return repr(sorted((k, v) for k, v in env.items() if k not in compile_cache.private_dirs(Path("/"))))
-
-
 def default_rss_limit() -> int:
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return int(os.environ.get("KSCIENCE_WORKER_RSS_BYTES", min(32 * 2**30, total // 2)))
 
 
-# Workers started in advance for each evaluation slot: their Python and torch imports, 4-5 s on an
-# H100 host, then overlap the evaluations before them. They touch no GPU until their job arrives.
-# One spare was not enough once an fp8_blockscale_gemm evaluation took 3.3 s: the next one waited
-# 2 s for its spare to finish importing. Two spares, each started two evaluations ahead, have had
-# twice as long.
-SPARES_PER_SLOT = 2
-_spares: dict[tuple, list[tuple[str, Worker]]] = {}  # slot -> [(environment fingerprint, worker)], oldest first
-_spares_lock = threading.Lock()
-_live: "weakref.WeakSet[Worker]" = weakref.WeakSet()  # every worker of this process not yet closed
-
-
-def start_worker(gpu: int | None, interpreted: bool, rss_limit_bytes: int, keep_spare: bool = False) -> Worker:
-    """A fresh worker for one evaluation: the oldest spare started for this slot if it is still
-    alive and was started with the environment a new worker would get now, else a new one. With
-    `keep_spare`, the slot's spares are topped up now for the evaluations to come."""
-    slot, fingerprint = (gpu, interpreted, rss_limit_bytes), _env_fingerprint(gpu, interpreted)
-    with _spares_lock:
-        queue = _spares.setdefault(slot, [])
-        stale = [w for f, w in queue if f != fingerprint or not w.alive()]
-        queue[:] = [(f, w) for f, w in queue if f == fingerprint and w.alive()]
-        worker = queue.pop(0)[1] if queue else None
-    for old in stale:
-        old.close()
-    if worker is None:
-        worker = Worker(gpu, interpreted, rss_limit_bytes)
-    worker.watch()
-    if keep_spare:  # one thread per slot calls this, so nobody else tops this slot up meanwhile
-        with _spares_lock:
-            missing = SPARES_PER_SLOT - len(_spares[slot])
-        started = [Worker(gpu, interpreted, rss_limit_bytes) for _ in range(missing)]
-        with _spares_lock:
-            _spares[slot].extend((fingerprint, spare) for spare in started)
-    return worker
-
-
-@contextlib.contextmanager
-def spares_held(worker: Worker):
-    """The spares of `worker`'s slot stopped for the duration. A spare still importing (seconds of
-    CPU) beside a timed call disturbs both clocks: on an idle H100 (2026-11-26) an honest compiled
-    sort showed 35-48 us outside its events alone and 55-103 us while a spare started (rejected as
-    side work), and the judge's brackets jumped by milliseconds. So a slot's spares import while
-    its evaluation checks outputs and between evaluations, never while it times a shape."""
-    with _spares_lock:
-        held = [spare for _, spare in _spares.get(worker.slot, [])]
-    for spare in held:
-        spare.freeze()
-    try:
-        yield
-    finally:
-        for spare in held:
-            spare.thaw()
-
-
-@atexit.register
-def close_spares() -> None:
-    with _spares_lock:
-        spares = [worker for queue in _spares.values() for _, worker in queue]
-        _spares.clear()
-    for worker in spares:
-        worker.close()
-
-
-def close_all() -> None:
-    """Kill every worker of this process, spares and the ones evaluating, thawing what is frozen:
-    what a judge does when it is told to stop (a signal) or its own parent has died."""
-    close_spares()
+def close_every_worker() -> None:
+    """Kill every worker of this process not yet closed, thawing what is frozen."""
     for worker in list(_live):
         worker.close()

@@ -26,8 +26,8 @@ import time
 
 import torch
 
-from kscience.evaluate.harness import Fault, Harness, covered_region, settle_garbage_collector
 from kscience.evaluate.wire import wire_dtype
+from kscience.evaluate.worker.harness import Fault, Harness, covered_region, settle_garbage_collector
 
 _perf_counter = time.perf_counter
 _copy, _clone = torch.Tensor.copy_, torch.Tensor.clone  # through the class (see harness.py)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from kscience.evaluate import lifeline, proctree
-from kscience.evaluate.cgroup import Cgroup
+from kscience.evaluate.sandbox.cgroup import Cgroup
 
 FOLDER_PREFIX = "kscience-eval-"
 CGROUP_PREFIX = "kscience-"
@@ -120,8 +120,8 @@ def guard() -> None:
         return
     fd = lifeline.read_end()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.Popen([sys.executable, "-m", "kscience.evaluate.leftovers", str(fd), lifeline.owner_tag()],
+        p for p in (str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.Popen([sys.executable, "-m", "kscience.evaluate.sandbox.leftovers", str(fd), lifeline.owner_tag()],
                             env=env, pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)
     _guardian = (os.getpid(), proc)

@@ -22,11 +22,11 @@ import traceback
 
 import torch
 
-from kscience.evaluate.integrity import Integrity
 from kscience.evaluate.library_rule import install_traps
+from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
+from kscience.evaluate.worker.integrity import Integrity
 from kscience.problems import outputs as packed
 from kscience.problems.device_map import mapped_device
-from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
 
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
@@ -41,7 +41,7 @@ _fill, _is_float = torch.Tensor.fill_, torch.Tensor.is_floating_point
 _numel, _element_size = torch.Tensor.numel, torch.Tensor.element_size
 _storage, _storage_ptr = torch.Tensor.untyped_storage, torch.UntypedStorage.data_ptr
 
-CPU_THREADS_VAR = "KSCIENCE_CPU_THREADS"  # an interpreter slot's share of the cores (executor.py)
+CPU_THREADS_VAR = "KSCIENCE_CPU_THREADS"  # an interpreter slot's share of the cores (executors/base.py)
 _CUDA_FAULT_WORDS = ("illegal memory access", "device-side assert", "CUDA error", "HIP error",
                      "unspecified launch failure", "misaligned address", "illegal instruction")
 GPU_MEMORY_FRACTION = 0.9  # leave the trusted process room to compute its reference answers
@@ -479,9 +479,9 @@ class Harness:
 
     def give_back_memory(self) -> None:
         """The allocator's cache back to the GPU, once a checked call was read or a shape's timed
-        calls are over: the judge computes the next answers on the same GPU, and GPU MODE's
-        mla-decode reference needs tens of GiB for that (an H200, 2026-11-26: the judge ran out
-        beside a worker holding its cache). Never between timed calls, whose allocations it would time."""
+        calls are over: the judge computes the next answers on the same GPU, which a reference can
+        need tens of GiB of (docs/evaluation.md, "The allocator's cache"). Never between timed calls,
+        whose allocations it would time."""
         if self.on_gpu:
             torch.cuda.empty_cache()
 

@@ -1,4 +1,4 @@
-"""A judge process per evaluation slot: `python -m kscience.evaluate.slot IN_FD OUT_FD`.
+"""A judge process per evaluation slot: `python -m kscience.evaluate.executors.slot IN_FD OUT_FD`.
 
 The judge's host work (drawing inputs, computing answers, reading outputs from the worker's
 pipe, comparing) is Python holding the GIL. With every slot's judge in one process, slots
@@ -32,9 +32,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from kscience.evaluate import lifeline
-from kscience.evaluate.harness import CPU_THREADS_VAR
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
-from kscience.evaluate.sandbox import close_all
+from kscience.evaluate.sandbox.spares import close_all
+from kscience.evaluate.worker.harness import CPU_THREADS_VAR
 from kscience.problems import ProblemError
 
 
@@ -80,13 +80,13 @@ class JudgeProcess:
 
     def _start(self) -> None:
         to_child, from_child = os.pipe(), os.pipe()
-        package_parent = str(Path(__file__).resolve().parents[2])
+        package_parent = str(Path(__file__).resolve().parents[3])
         env = dict(os.environ, **_visibility(self.gpu))
         if self.cpu_threads:
             env[CPU_THREADS_VAR] = str(self.cpu_threads)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "kscience.evaluate.slot", str(to_child[0]), str(from_child[1]),
+            [sys.executable, "-m", "kscience.evaluate.executors.slot", str(to_child[0]), str(from_child[1]),
              "none" if self.gpu is None else "0", str(lifeline.read_end())],
             # Its chatter (library warnings) goes to stderr: stdout may carry a command's JSON.
             env=env, stdin=subprocess.DEVNULL, stdout=2, close_fds=True,
@@ -165,7 +165,7 @@ def _parent_gone() -> None:
 
 
 def serve(conn_in: Connection, conn_out: Connection, gpu: int | None, parent_lifeline: int) -> None:
-    from kscience.evaluate.judge import evaluate, judging_process
+    from kscience.evaluate.judge.evaluation import evaluate, judging_process
 
     lifeline.watch(parent_lifeline, _parent_gone)
     signal.signal(signal.SIGTERM, _stop)

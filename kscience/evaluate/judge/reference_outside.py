@@ -2,12 +2,12 @@
 
 The side-work check (`crosscheck.side_work_problem`) reads the worker's device-synchronised host
 clock against its CUDA events: time the events did not see is work hidden beside the timed stream.
-Some honest calls show such a difference by themselves. On an H100 (2026-11-26) GPU MODE's pmpp
-sort solutions, `torch.sort` eager or compiled, showed 16-20% of their event time outside, over the
-check's 15%, on every round, and were rejected. So where a round raises that doubt the judge times
-the task's reference on the same shape in its own process, as a worker times a call (the cache
-flush, the spin, events, a device-wide synchronisation), and allows what the reference showed: a
-candidate may hide beside its stream no more than the trusted reference shows honestly.
+Some honest calls show such a difference by themselves: on an H100 GPU MODE's pmpp sort solutions,
+`torch.sort` eager or compiled, show 16-20% of their event time outside, over the check's 15%, on
+every round. So where a round raises that doubt the judge times the task's reference on the same
+shape in its own process, as a worker times a call (the cache flush, the spin, events, a
+device-wide synchronisation), and allows what the reference showed: a candidate may hide beside its
+stream no more than the trusted reference shows honestly.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from kscience.evaluate import harness
+from kscience.evaluate.worker import harness
 
 CALLS = 7  # timed calls of the reference, after one untimed
 

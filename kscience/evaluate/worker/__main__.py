@@ -88,9 +88,10 @@ def _writable_paths() -> list[str]:
 
 
 def serve(in_fd: int, out_fd: int) -> None:
-    from kscience.evaluate import confine, harness, integrity, kernel_times, timing, wire
-    from kscience.evaluate.harness import Harness, call_fault
+    from kscience.evaluate import kernel_times, wire
     from kscience.evaluate.wire import Channel, recv_json, send_json
+    from kscience.evaluate.worker import confine, harness, integrity, timing
+    from kscience.evaluate.worker.harness import Harness, call_fault
 
     confine.set_limits()
     ch = Channel(_hide(in_fd), _hide(out_fd), nonblocking=False)

@@ -19,12 +19,13 @@ import time
 import torch
 
 from kscience.device import Device
-from kscience.evaluate import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate import result as R
-from kscience.evaluate.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
-from kscience.evaluate.harness import COVER_CYCLES, flush_bytes
-from kscience.evaluate.sandbox import default_rss_limit, spares_held, start_worker
+from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
+from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.sandbox.spares import spares_held, start_worker
+from kscience.evaluate.sandbox.workers import default_rss_limit
 from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
+from kscience.evaluate.worker.harness import COVER_CYCLES, flush_bytes
 from kscience.problems import Problem, ProblemError, shape_label
 from kscience.redact import redact
 
@@ -198,7 +199,7 @@ class Session:
     def build_us(self, shape: dict) -> float:
         """The judge's own least time to build `shape`'s inputs and copy them once, as the worker
         does inside every call command (null ones included). The judge asks before the candidate is
-        imported (judge.py), so no candidate code can have slowed it: the CPU's null calls are capped
+        imported (judge/evaluation.py), so no candidate code can have slowed it: the CPU's null calls are capped
         with it (measure.py) and the forged-time check allows a share of it (crosscheck.BUILD_SHARE)."""
         key = shape_label(shape)
         if key not in self.builds_us:
@@ -222,9 +223,8 @@ class Session:
             return self.problem.ref_kernel(self.problem.call_data(data))
 
     def give_back_memory(self) -> None:
-        """This process's allocator cache back to the GPU, before the worker runs on it: GPU MODE's
-        mla-decode reference decompresses its whole KV cache (tens of GiB), which the cache would
-        otherwise keep from the worker (an H200, 2026-11-26: the worker ran out with 4 of 140 GiB free)."""
+        """This process's allocator cache back to the GPU, before the worker runs on it: a
+        reference can leave tens of GiB there (docs/evaluation.md, "The allocator's cache")."""
         if not self.cpu:
             torch.cuda.empty_cache()
 

@@ -4,8 +4,8 @@
 process (`slot.JudgeProcess`, so no two slots share a GIL), which starts a disposable worker
 pinned to that slot's GPU (through the device's own visibility variable), so two timings
 never share a GPU. The loop keeps `capacity` evaluations in flight, which keeps every slot
-busy. Clusters use `kscience.evaluate.ray_executor`, a GPU reachable only through files
-`kscience.evaluate.queue_executor`; `executors.make_executor` picks one from a spec string.
+busy. Clusters use `kscience.evaluate.executors.ray_cluster`, a GPU reachable only through files
+`kscience.evaluate.executors.queue_dir`; `executors.make_executor` picks one from a spec string.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import queue
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from kscience.evaluate.executors.slot import JudgeProcess
 from kscience.evaluate.result import EvalRequest, EvalResult
-from kscience.evaluate.slot import JudgeProcess
 
 
 class Executor(ABC):

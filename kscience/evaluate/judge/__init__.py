@@ -1,0 +1,16 @@
+"""The judge (trusted side): the process that holds the expected answers, the clock that counts and
+the verdict.
+
+    evaluation.py        `evaluate`: one request through a session's phases to its `EvalResult`
+    session.py           one evaluation's conversation with its worker: limits, checks, timed calls
+    measure.py           timing one shape in rounds; what is doubted is measured again
+    drive.py             the timed calls of one round, each on new inputs, and when to stop them
+    compare.py           whether an output is right (sampled byte ranges of big tensors)
+    crosscheck.py        whether reported times are believable
+    contexts.py          whether other processes share the GPU
+    peek.py              reading a timed call's output while the worker cannot run
+    reference_outside.py what the problem's own reference shows outside its timed stream
+    candidate_output.py  what the candidate printed, deduplicated and bounded
+
+Nothing is imported here.
+"""
