@@ -53,7 +53,10 @@ def describe(shape: dict, rnd, build_us: float, idle_gap_us: float) -> dict:
             "null_window_us": spread([c.window_us for c in nulls]),
             "event_us": spread([c.event_us for c in timed]), "host_us": spread([c.host_us for c in timed]),
             "timed_window_less_host_us": spread([c.window_us - c.host_us for c in timed]),
-            "null_window_less_host_us": spread([c.window_us - c.host_us for c in nulls])}
+            "null_window_less_host_us": spread([c.window_us - c.host_us for c in nulls]),
+            # the clocks' disagreement now, in this worker's state: a null call's host minus event time
+            "null_host_less_event_us": spread([c.host_us - c.event_us for c in nulls]),
+            "timed_host_less_event_us": spread([c.host_us - c.event_us for c in timed])}
 
 
 def main() -> int:

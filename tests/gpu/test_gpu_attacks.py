@@ -202,3 +202,44 @@ def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_is_rejected(judge)
             return y
         """, shapes="benchmarks")
     assert result.status == REJECTED, result.message
+
+
+@pytest.mark.xfail(strict=False, reason="open in issue 38: work run beside the cover that precedes the start event")
+def test_an_answer_computed_beside_the_cover_gains_nothing(judge):
+    """A thread of the candidate's watches the fixed input buffer from a stream of its own and, once
+    a command has loaded new inputs, computes the answer there. If the GPU runs that work beside the
+    cache flush and spin queued before each timed call's start event, the call itself only hands back
+    the buffer, and neither the events nor the host clock (the cover is taken off it) see the work.
+    Gaining nothing: rejected or wrong, or timed at no less than half the honest call."""
+    honest = judge(_OK_CALL, shapes="benchmarks")
+    assert honest.status == OK, honest.message
+    result = judge("""
+        import sys
+        import threading
+
+        sys.setswitchinterval(1e-6)  # the thread gets the interpreter between the harness's steps
+        _side = torch.cuda.Stream()
+        _state = {}
+
+        def _watch():
+            with torch.cuda.stream(_side):  # never ordered after the harness's stream
+                seen = None
+                while True:
+                    x, out = _state["x"], _state["out"]
+                    probe = x.view(-1)[-64:].float().sum().item()  # waits on this stream alone
+                    if probe != seen:
+                        torch.cuda._sleep(60_000)  # let the copy of the inputs finish
+                        out.copy_(honest(x))
+                        seen = probe
+
+        def custom_kernel(data):
+            (x,) = data
+            if _state.get("x") is None or _state["x"].data_ptr() != x.data_ptr() or _state["x"].shape != x.shape:
+                _state["x"], _state["out"] = x, honest(x)
+                if "thread" not in _state:
+                    _state["thread"] = threading.Thread(target=_watch, daemon=True)
+                    _state["thread"].start()
+            return _state["out"]
+        """, shapes="benchmarks")
+    print(f"honest {honest.geomean_us} us; attack {result.status} {result.geomean_us} us: {result.message[:300]}")
+    assert result.status != OK or result.geomean_us >= 0.5 * honest.geomean_us, result.message
