@@ -2,7 +2,8 @@
 # Ray and its dependencies as wheels for the GPU machines (Python 3.12, x86_64, no network there),
 # in .whl/ (git-ignored), small enough to travel with the working tree (64 MiB at most):
 # Ray's Java jars (30 MiB compressed, unused from Python) are taken out of its wheel.
-#   bash benchmarks/ray_wheels.sh && du -sh .whl      # then carry .whl; gpu_session.sh installs from it
+#   bash benchmarks/ray_wheels.sh && du -sh .whl      # then carry .whl and, there,
+#   pip install --no-index --find-links .whl ray   (before scaleout.py --executors local,ray)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ver=${RAY_VERSION:-2.60.0}

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+BRACKET_PROBE = Path(__file__).resolve().with_name("bracket_probe.py")
 
 # name -> [(file under kscience/evaluate, text, replacement)]
 EDITS = {
@@ -65,7 +66,7 @@ def judge(variant: str, args) -> dict:
         out = Path(tmp) / "out"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy), os.environ.get("PYTHONPATH", "")]))
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bracket_probe.py"), "--repo", args.repo,
+        proc = subprocess.run([sys.executable, str(BRACKET_PROBE), "--repo", args.repo,
                                "--task", args.task, "--solution", args.solution, "--shapes", args.shapes,
                                "--out", str(out)], env=env, capture_output=True, text=True, timeout=args.timeout)
         wall = time.monotonic() - t0

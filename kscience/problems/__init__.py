@@ -25,8 +25,10 @@ def builtin_names() -> list[str]:
     return sorted(p.name for p in _HERE.iterdir() if (p / "reference.py").is_file())
 
 
-def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source: str | None) -> Problem:
-    """Build a Problem from a module in kscience's built-in reference format."""
+def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source: str | None,
+                          overrides: dict | None = None) -> Problem:
+    """Build a Problem from a module in kscience's built-in reference format (`overrides`: the --set
+    values already applied to the module)."""
     missing = [n for n in ("generate_input", "ref_kernel", "TESTS", "BENCHMARKS") if not hasattr(mod, n)]
     if missing:
         raise ProblemError(f"{locator}: reference module lacks {', '.join(missing)}")
@@ -57,6 +59,7 @@ def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source:
         libraries=libraries,
         vendor_alone=getattr(mod, "VENDOR_ALONE", None),
         forbidden_calls=_forbidden_calls(mod, locator, libraries),
+        overrides=dict(overrides or {}),
     )
 
 
@@ -81,9 +84,7 @@ def _load_builtin(name: str, overrides: dict) -> Problem:
                                f"not {key}={value!r}")
         setattr(mod, key, value)
     seed = folder / "seed.py"
-    problem = from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None)
-    problem.overrides = dict(overrides)
-    return problem
+    return from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None, overrides)
 
 
 def load_problem(locator: str, overrides: dict | None = None, probed: dict | None = None) -> Problem:

@@ -174,7 +174,7 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
         with torch.no_grad():
             return reference_models[device](*data)
 
-    problem = Problem(
+    return Problem(
         name=path.stem,
         description=_description(module, path.stem),
         locator=str(path),
@@ -191,10 +191,9 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
         entry="ModelNew",
         overrides=overrides,
         seed_source=seed_from_reference(text),
+        source_text=text,
+        constants=_constants(module, names),
+        make_model=make_model,
+        reference_model_class=module.Model,
+        weights_seed=WEIGHTS_SEED,
     )
-    problem.source_text = text  # what the scientist shows as the reference implementation
-    problem.constants = _constants(module, names)
-    problem.make_model = make_model
-    problem.reference_model_class = module.Model
-    problem.weights_seed = WEIGHTS_SEED
-    return problem

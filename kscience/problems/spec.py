@@ -20,17 +20,19 @@ class ProblemError(Exception):
     """A problem file or folder that cannot be loaded or is inconsistent."""
 
 
-@dataclass
+# Slots: a Problem carries the fields declared here and nothing else, so every reader can see what a
+# problem may hold and `dataclasses.replace` keeps all of it.
+@dataclass(slots=True)
 class Problem:
-    name: str
-    description: str
+    name: str  # the run's and the tables' name for it: the built-in's, the file's stem, the folder's
+    description: str  # one line for listings and the scientist's task
     locator: str  # how a worker process reloads this problem: "softmax", "/path/model.py", "/path/dir"
     generate_input: Callable[..., Any]  # (seed, device, **shape) -> data (tuple of tensors)
     ref_kernel: Callable[[Any], Any]  # data -> expected output tensor
-    rtol: float
+    rtol: float  # relative and absolute tolerance a candidate's output is compared with
     atol: float
-    tests: list[Shape]
-    benchmarks: list[Shape]
+    tests: list[Shape]  # shapes a candidate must be right on (GPU)
+    benchmarks: list[Shape]  # shapes it is timed on, the score's geomean (GPU)
     cpu_tests: list[Shape]  # small shapes for the Triton interpreter
     cpu_benchmarks: list[Shape]
     flops: Callable[..., float] = lambda **shape: 0.0  # per call, for roofline; 0 = unknown
@@ -80,6 +82,16 @@ class Problem:
     # How the list of inputs is handed to the candidate and the reference: a tuple, except for
     # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
     call_data: Callable[[list], Any] = tuple
+    # KernelBench files (problems/kernelbench.py), whose candidate is a `ModelNew` module:
+    # the file as run (after --set), shown to the scientist as the reference implementation; None: the
+    # briefing shows the source of the module that defines ref_kernel
+    source_text: str | None = None
+    constants: dict = field(default_factory=dict)  # the file's module-level constants as run, by name
+    # (model class, seed, device) -> a model built with KernelBench's seeding, for the candidate's ModelNew
+    # in the worker and the reference's Model in the judge; None for problems whose entry is a function
+    make_model: Callable[..., Any] | None = None
+    reference_model_class: type | None = None  # the file's `Model`, which the judge builds with make_model
+    weights_seed: int = 0  # the seed make_model builds the reference's weights with
 
     def tolerance_for(self, kind: str, label: str = "") -> list[float] | None:
         """[rtol, atol] a candidate of this kind is judged with where it is not the problem's own: the

@@ -175,9 +175,8 @@ def coverage(result: dict | None, problem: Problem) -> str:
 def problem_source(problem: Problem) -> str:
     """The reference implementation's source: the KernelBench file (after --set), or the module
     that defines ref_kernel and generate_input."""
-    text = getattr(problem, "source_text", None)
-    if text:
-        return text
+    if problem.source_text:
+        return problem.source_text
     module = sys.modules.get(getattr(problem.ref_kernel, "__module__", ""), None)
     try:
         return inspect.getsource(module) if module is not None else inspect.getsource(problem.ref_kernel)

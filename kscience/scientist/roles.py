@@ -260,9 +260,8 @@ class Scientist:
 
     def task(self) -> str:
         p = self.problem
-        constants = getattr(p, "constants", None)
         if p.entry == "ModelNew":
-            values = ", ".join(f"{k}={v!r}" for k, v in (constants or {}).items()) or "none"
+            values = ", ".join(f"{k}={v!r}" for k, v in p.constants.items()) or "none"
             sizes = (f"Sizes come from the module constants (after --set), the same on every device: {values}. "
                      "get_inputs() and get_init_inputs() build the forward's and the constructor's arguments.")
         else:
@@ -282,9 +281,8 @@ class Scientist:
         """The problem as code, with its rule on calling libraries and (`library_sources`, for the designer
         and the writer) the library kernels it names as source to learn from."""
         p = self.problem
-        constants = getattr(p, "constants", None)
-        shown = ("Module constants as run: " + ", ".join(f"{k} = {v!r}" for k, v in constants.items()) + "\n"
-                 if constants else "")
+        shown = ("Module constants as run: " + ", ".join(f"{k} = {v!r}" for k, v in p.constants.items()) + "\n"
+                 if p.constants else "")
         on_cpu = self.bench.interpreted if self.bench is not None else bool(self.target and self.target.interpreted)
         device = "cpu" if on_cpu else "cuda"  # torch calls ROCm devices "cuda" too
         return render("problem.md", source=problem_source(p).rstrip("\n"), constants=shown,

@@ -232,7 +232,4 @@ def _with_reference_weights(problem: Problem, seed: int, device: Device) -> Prob
         with torch.no_grad():
             return model(*data)
 
-    clone = dataclasses.replace(problem, ref_kernel=reference)
-    clone.make_model = problem.make_model
-    clone.reference_model_class = problem.reference_model_class
-    return clone
+    return dataclasses.replace(problem, ref_kernel=reference)

@@ -12,7 +12,7 @@ inputs (a Python loop over rows), and timed brackets differed from null ones by 
 calls of 0.2-5 ms; brackets less the worker's host time were as large for null calls as for
 timed ones. Hence crosscheck.BUILD_SHARE; the table's `build` column is the judge's own build.
 
-    python benchmarks/bracket_probe.py --repo .refk --task pmpp_v2/sort_py [--solution submission.py]
+    python benchmarks/probes/bracket_probe.py --repo .refk --task pmpp_v2/sort_py [--solution submission.py]
         [--problem softmax] [--shapes benchmarks] [--spare] [--out DIR]
     (--spare: the next evaluation's worker starts during this one, as in a sweep or a run)
 """
@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--problem", help="a built-in problem instead, judged with its seed")
     ap.add_argument("--shapes", default="benchmarks", choices=("tests", "benchmarks", "all"))
     ap.add_argument("--spare", action="store_true", help="start the next evaluation's worker during this one")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).parents[1] / "results"))
     args = ap.parse_args()
     if args.problem:
         problem = load_problem(args.problem)

@@ -12,7 +12,7 @@ and of the null call with the host clock started when the GPU reached it (`reach
 worker times every call now), and what the looping processes themselves saw. Prints a table and writes
 benchmarks/results/contention-probe-<device>-<date>.json.
 
-    python benchmarks/contention_probe.py [--loopers 0,3] [--samples 60]
+    python benchmarks/probes/contention_probe.py [--loopers 0,3] [--samples 60]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import datetime
 import json
 import multiprocessing as mp
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -31,7 +32,8 @@ from kscience.device import detect
 from kscience.evaluate.judge import contexts
 from kscience.evaluate.worker.harness import COVER_CYCLES, flush_bytes, reached
 
-from false_rejections import busy_neighbour  # this folder is on the path of a script run from it
+sys.path.insert(0, str(Path(__file__).parents[1]))  # benchmarks/, for false_rejections
+from false_rejections import busy_neighbour  # noqa: E402
 
 
 def region_gap_us(kind: str, flush: torch.Tensor, scratch: torch.Tensor) -> float:
@@ -176,7 +178,7 @@ def main() -> None:
     ap.add_argument("--patterns", type=int, metavar="K", default=None,
                     help="instead: time a 100 us call queued each way of PATTERNS beside the neighbour and K "
                          "processes doing the same, and write contention-patterns-<device>-<date>.json")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).parents[1] / "results"))
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("contention_probe.py needs a CUDA GPU: it measures waits for other processes' time slices")

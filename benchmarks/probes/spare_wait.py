@@ -10,7 +10,7 @@ worker's GPU setup) and the wall seconds of each.
 It runs anywhere: under the CPU interpreter the evaluations are short and torch imports slowly, the
 case that two spares are for. Results go to benchmarks/results/spare-wait-<device>-<date>.json.
 
-    python benchmarks/spare_wait.py [--problem softmax] [--evaluations 6] [--spares 1,2] [--out DIR]
+    python benchmarks/probes/spare_wait.py [--problem softmax] [--evaluations 6] [--spares 1,2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all")
     ap.add_argument("--evaluations", type=int, default=6, help="evaluations per spare count, after a first one")
     ap.add_argument("--spares", default="1,2", help="spare counts to compare")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).parents[1] / "results"))
     args = ap.parse_args()
     judging_process()  # this process judges and nothing else, like a local slot
     device = detect()

@@ -17,7 +17,7 @@ Rounds interleave the modes so drift hits all alike. Per mode: wall seconds and 
 seconds per phase, and the CPU seconds the disturbance itself used. The host's CPU grant
 (affinity, cgroup quota) is recorded: a 16-core machine may allow fewer cores.
 
-    python benchmarks/spare_cost.py [--problem fp8_blockscale_gemm] [--rounds 2] [--out DIR]
+    python benchmarks/probes/spare_cost.py [--problem fp8_blockscale_gemm] [--rounds 2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # benchmarks/, for scaleout
 
 from scaleout import host_cpus, mean_phases  # noqa: E402
 
@@ -102,7 +102,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problem", default="fp8_blockscale_gemm")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).parents[1] / "results"))
     args = ap.parse_args()
     judging_process()  # as in a local slot
     device = detect()

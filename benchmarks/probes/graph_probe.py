@@ -10,7 +10,7 @@ the GPU reached the call), prints host minus event per call, then records a few 
 torch.profiler and lists every GPU activity with its stream and every CUDA runtime call that may wait
 (synchronisations, copies to the host), so the gap has a name. The traces land in OUT for a closer look.
 
-    python benchmarks/graph_probe.py --repo .refk [--task pmpp/sort_py] [--size 1000000] [--calls 60] [--out DIR]
+    python benchmarks/probes/graph_probe.py --repo .refk [--task pmpp/sort_py] [--size 1000000] [--calls 60] [--out DIR]
         [--compile-threads N]
     (--task: any task whose generate_input takes `size` and `seed` and returns a tensor or a tuple of
     them, as pmpp_v2/sort_py's (input, output) does; --compile-threads: inductor's compile workers,
@@ -122,7 +122,7 @@ def main() -> int:
     ap.add_argument("--task", default="pmpp/sort_py")
     ap.add_argument("--size", type=int, default=1_000_000)
     ap.add_argument("--calls", type=int, default=60)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).parents[1] / "results"))
     ap.add_argument("--compile-threads", type=int, default=None, help="inductor's compile workers (default its own)")
     args = ap.parse_args()
     if args.compile_threads is not None:
