@@ -34,16 +34,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BRACKET_PROBE = Path(__file__).resolve().with_name("bracket_probe.py")
 
-# name -> [(file under kscience/evaluate, text, replacement)]
+# name -> [(text, replacement)]: the text is looked for in every module under kscience/evaluate
 EDITS = {
-    "seccomp": [("confine.py", "    machine = _SECCOMP_ARCH.get(platform.machine())", "    machine = None")],
-    "read-rules": [("worker.py", 'unreadable = [p for p in os.environ.get(confine.UNREADABLE_VAR, "").split(os.pathsep) if p]',
+    "seccomp": [("    machine = _SECCOMP_ARCH.get(platform.machine())", "    machine = None")],
+    "read-rules": [('unreadable = [p for p in os.environ.get(confine.UNREADABLE_VAR, "").split(os.pathsep) if p]',
                     "unreadable = []")],
-    "scopes": [("confine.py", "scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0", "scoped = 0")],
-    "ipc-namespace": [("sandbox.py", '"--pid", "--ipc", ', '"--pid", ')],
-    "gc-freeze": [("harness.py", "    gc.freeze()", "    pass")],
-    "view-check": [("timing.py", "            h.not_a_view(out, self.work)", "            pass")],
-    "shape-order": [("judge.py", 'random.Random(f"{seed}:{which}").shuffle(shuffled)', "pass")],
+    "scopes": [("scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0", "scoped = 0")],
+    "ipc-namespace": [('"--pid", "--ipc", ', '"--pid", ')],
+    "gc-freeze": [("    gc.freeze()", "    pass")],
+    "view-check": [("            h.not_a_view(out, self.work)", "            pass")],
+    "shape-order": [('random.Random(f"{seed}:{which}").shuffle(shuffled)', "pass")],
 }
 EDITS["all-worker-layers"] = [e for k in ("seccomp", "read-rules", "scopes", "ipc-namespace", "gc-freeze", "view-check")
                               for e in EDITS[k]]
@@ -51,12 +51,12 @@ EDITS["all-worker-layers"] = [e for k in ("seccomp", "read-rules", "scopes", "ip
 
 def patched_copy(variant: str, into: Path) -> Path:
     shutil.copytree(ROOT / "kscience", into / "kscience", ignore=shutil.ignore_patterns("__pycache__"))
-    for name, text, replacement in EDITS.get(variant, []):
-        path = into / "kscience" / "evaluate" / name
-        source = path.read_text()
-        if text not in source:
-            raise SystemExit(f"undo_layers: {variant}: the text to undo is not in evaluate/{name}: {text!r}")
-        path.write_text(source.replace(text, replacement))
+    modules = sorted((into / "kscience" / "evaluate").rglob("*.py"))
+    for text, replacement in EDITS.get(variant, []):
+        holding = [m for m in modules if text in m.read_text()]
+        if len(holding) != 1:
+            raise SystemExit(f"undo_layers: {variant}: the text to undo is in {len(holding)} modules, not one: {text!r}")
+        holding[0].write_text(holding[0].read_text().replace(text, replacement))
     return into
 
 
