@@ -160,3 +160,12 @@ def test_a_time_limit_that_is_not_a_number_of_seconds_is_refused_in_one_line(tmp
     (folder / "task.yml").write_text((folder / "task.yml").read_text() + "test_timeout: soon\n")
     with pytest.raises(ProblemError, match=r"task.yml: test_timeout and benchmark_timeout must be positive"):
         load_problem(str(folder))
+
+
+def test_the_scientist_is_shown_the_tasks_reference_not_the_loader():
+    from kscience.scientist.briefing import problem_source
+
+    folder = PUBLISHED / "pmpp" / "vectoradd_py"
+    shown = problem_source(load_problem(str(folder)))
+    assert (folder / "reference.py").read_text() in shown and (folder / "task.py").read_text() in shown
+    assert "load_gpumode_dir" not in shown and "check_implementation" not in shown.split("# task.py")[1]

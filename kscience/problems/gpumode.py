@@ -104,7 +104,16 @@ def load_gpumode_dir(path: Path, overrides: dict, probed: dict | None = None) ->
         check=check if check.own or several else None,
         checks_alone=check.own is not None,
         time_limit_s=time_limit(task, task_file),
+        source_text=shown_source(reference_file, helpers),
     )
+
+
+def shown_source(reference_file: Path, helpers: list[tuple[str, Path]]) -> str:
+    """What the scientist is shown as the reference: the task's reference.py, and its task.py (the input
+    and output types) where the task has one; GPU MODE's own harness files (utils.py, eval.py) are not the task."""
+    parts = [f"# reference.py\n{reference_file.read_text()}"]
+    parts += [f"# {name}.py\n{file.read_text()}" for name, file in helpers if name == "task"]
+    return "\n\n".join(parts)
 
 
 def probed_facts(problem: Problem) -> dict:

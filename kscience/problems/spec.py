@@ -82,9 +82,9 @@ class Problem:
     # How the list of inputs is handed to the candidate and the reference: a tuple, except for
     # GPU MODE tasks whose generate_input returns one bare tensor, which get that tensor.
     call_data: Callable[[list], Any] = tuple
-    # KernelBench files (problems/kernelbench.py), whose candidate is a `ModelNew` module:
-    # the file as run (after --set), shown to the scientist as the reference implementation; None: the
-    # briefing shows the source of the module that defines ref_kernel
+    # The reference implementation as the scientist is shown it: a KernelBench file as run (after --set),
+    # a GPU MODE task's reference.py and task.py; None: the briefing shows the source of the module that
+    # defines ref_kernel (a built-in's reference.py)
     source_text: str | None = None
     constants: dict = field(default_factory=dict)  # the file's module-level constants as run, by name
     # (model class, seed, device) -> a model built with KernelBench's seeding, for the candidate's ModelNew
