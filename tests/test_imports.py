@@ -27,8 +27,8 @@ LAZY_ALLOWED = {
     ("kscience.evaluate.executors.ray_cluster", "kscience.evaluate.sandbox.spares"): "runs inside the Ray actor",
     # The worker forks a reaper first and confines itself before loading what runs the candidate.
     **{("kscience.evaluate.worker.__main__", f"kscience.evaluate.{m}"): "worker import order"
-       for m in ("worker.confine", "worker.harness", "worker.integrity", "kernel_times", "lifeline", "proctree",
-                 "worker.timing", "wire")},
+       for m in ("clocks", "worker.confine", "worker.harness", "worker.integrity", "kernel_times", "library_rule",
+                 "lifeline", "proctree", "worker.timing", "wire")},
     ("kscience.evaluate.worker.harness", "kscience.device"): "worker import order",
     ("kscience.evaluate.worker.harness", "kscience.problems"): "worker import order",
 }

@@ -32,9 +32,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from kscience.evaluate import lifeline
+from kscience.evaluate.clocks import CPU_THREADS_VAR
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 from kscience.evaluate.sandbox.spares import close_all
-from kscience.evaluate.worker.harness import CPU_THREADS_VAR
 from kscience.problems import ProblemError
 
 

@@ -23,7 +23,7 @@ import torch
 
 from kscience.evaluate.judge import peek
 from kscience.evaluate.judge.compare import TIMED_CALL_BLOCKS
-from kscience.evaluate.wire import _DTYPES
+from kscience.evaluate.wire import DTYPES
 
 _random = secrets.SystemRandom()
 
@@ -159,9 +159,9 @@ def median_rse(times: list[float]) -> float:
 
 
 def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
-    if not isinstance(where, dict) or str(where.get("dtype")) not in _DTYPES or not _dims(where.get("shape")):
+    if not isinstance(where, dict) or str(where.get("dtype")) not in DTYPES or not _dims(where.get("shape")):
         raise Unreadable(f"the worker did not say where the output of a timed {kind} call was")
-    out_shape, dtype = where["shape"], _DTYPES[str(where["dtype"])]
+    out_shape, dtype = where["shape"], DTYPES[str(where["dtype"])]
     if math.prod(out_shape) * torch.empty((), dtype=dtype).element_size() > cap:
         raise Unreadable(f"the output of a timed {kind} call is far larger than the answer")
     if where.get("device") != session.device.torch_device:  # the judge, not the worker, picks how to read

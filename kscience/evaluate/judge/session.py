@@ -20,12 +20,12 @@ import torch
 
 from kscience.device import Device
 from kscience.evaluate import result as R
+from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
 from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.sandbox.spares import spares_held, start_worker
 from kscience.evaluate.sandbox.workers import default_rss_limit
-from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
-from kscience.evaluate.worker.harness import COVER_CYCLES, flush_bytes
+from kscience.evaluate.wire import DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, ProblemError, shape_label
 from kscience.redact import redact
 
@@ -379,7 +379,7 @@ class Session:
         if self.problem.check is not None:  # its own check, which may accept another dtype (pmpp-prefixsum's
             # float32 against a float64 reference), on the output read whole (see drive._read). It
             # computes what it needs itself: no reference call here (linalg's is a factorisation).
-            out = look.whole if look.whole is not None else look.raw.view(_DTYPES[look.dtype]).reshape(look.shape)
+            out = look.whole if look.whole is not None else look.raw.view(DTYPES[look.dtype]).reshape(look.shape)
             ok, why, _ = self.judge_output(data, out, None)
             if not ok:
                 raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
