@@ -23,7 +23,8 @@ LAZY_ALLOWED = {
     ("kscience.jupyter.views", "kscience.jupyter.dashboard"): "ipywidgets, only where widgets render",
     ("kscience.jupyter.results", "kscience.jupyter.plots"): "matplotlib, only when a run is drawn",
     ("kscience.jupyter.results", "kscience.jupyter.static"): "matplotlib, only when a run is drawn",
-    ("kscience.evaluate.executors.slot", "kscience.evaluate.judge.evaluation"): "the judge (and torch), loaded in the slot's own process",
+    ("kscience.evaluate.executors.slot", "kscience.evaluate.judge.evaluation"):
+        "the judge (and torch), loaded in the slot's own process",
     ("kscience.evaluate.executors.ray_cluster", "kscience.evaluate.judge.evaluation"): "runs inside the Ray actor",
     ("kscience.evaluate.executors.ray_cluster", "kscience.evaluate.sandbox.spares"): "runs inside the Ray actor",
     # The worker forks a reaper first and confines itself before loading what runs the candidate.
