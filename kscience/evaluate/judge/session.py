@@ -5,7 +5,7 @@ phase's limit, checks a shape's output against the answer it computed itself, ti
 (judge-driven calls, stopped by the median's precision) and rechecks what the timed calls
 returned. Every reply must carry the sequence number of the command it answers and arrive
 within the phase's limit; anything else on the channel is a rejection. Anything wrong ends the
-evaluation with a `Verdict`, which `judge.evaluate` turns into the result. Times the worker
+evaluation with a `Verdict`, which `evaluation.evaluate` turns into the result. Times the worker
 reports are believed only after the checks in `crosscheck`.
 """
 
@@ -53,7 +53,7 @@ _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before 
 
 
 class Verdict(Exception):
-    """Ends an evaluation early with a status; `judge.evaluate` makes it the result."""
+    """Ends an evaluation early with a status; `evaluation.evaluate` makes it the result."""
 
     def __init__(self, status: str, message: str, shape: dict | None = None):
         super().__init__(message)

@@ -1,6 +1,6 @@
 """The untrusted side's process: `python -m kscience.evaluate.worker IN_FD OUT_FD LIFELINE_FD`.
 
-Started by `sandbox.Worker`. Inside its own PID namespace the process is PID 1, which the
+Started by `sandbox.workers.Worker`. Inside its own PID namespace the process is PID 1, which the
 kernel shields from most signals (even an `abort()` would not end it as expected) and which
 inherits every orphan; elsewhere it makes itself a child subreaper, which also inherits every
 orphan below it. Either way it forks first and stays behind only to reap, to kill what the
