@@ -84,7 +84,7 @@ def test_a_timeout_has_its_status(monkeypatch):
     result = softmax("import time\ndef custom_kernel(data):\n    time.sleep(60)\n")
     assert result.status == TIMEOUT, result.message
     assert "timed out: the judge's 5 s limit for checking correctness ran out" == result.message
-    # the first shape of this evaluation's own order (judge.shape_order)
+    # the first shape of this evaluation's own order (evaluation.shape_order)
     assert result.failing_shape == shape_order(load_problem("softmax").cpu_tests, result.shape_order_seed, "tests")[0]
 
 

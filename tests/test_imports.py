@@ -1,5 +1,6 @@
-"""The package's import graph: no cycles, and no function-local imports of kscience modules except
-where an optional dependency (or the worker's import order) needs one.
+"""The package's import graph: no cycles, no function-local imports of kscience modules except
+where an optional dependency (or the worker's import order) needs one, the layers in one direction,
+and the evaluator's trust sides apart (the worker loads nothing of the judge's side, and the reverse).
 
 The graph is read from the source with `ast`, function-local imports included, because a cycle
 through a lazy import is still two modules that cannot be understood (or moved) apart. Importing
@@ -22,13 +23,14 @@ LAZY_ALLOWED = {
     ("kscience.jupyter.views", "kscience.jupyter.dashboard"): "ipywidgets, only where widgets render",
     ("kscience.jupyter.results", "kscience.jupyter.plots"): "matplotlib, only when a run is drawn",
     ("kscience.jupyter.results", "kscience.jupyter.static"): "matplotlib, only when a run is drawn",
-    ("kscience.evaluate.executors.slot", "kscience.evaluate.judge.evaluation"): "the judge (and torch), loaded in the slot's own process",
+    ("kscience.evaluate.executors.slot", "kscience.evaluate.judge.evaluation"):
+        "the judge (and torch), loaded in the slot's own process",
     ("kscience.evaluate.executors.ray_cluster", "kscience.evaluate.judge.evaluation"): "runs inside the Ray actor",
     ("kscience.evaluate.executors.ray_cluster", "kscience.evaluate.sandbox.spares"): "runs inside the Ray actor",
     # The worker forks a reaper first and confines itself before loading what runs the candidate.
     **{("kscience.evaluate.worker.__main__", f"kscience.evaluate.{m}"): "worker import order"
-       for m in ("worker.confine", "worker.harness", "worker.integrity", "kernel_times", "lifeline", "proctree",
-                 "worker.timing", "wire")},
+       for m in ("clocks", "worker.confine", "worker.harness", "worker.integrity", "kernel_times", "library_rule",
+                 "lifeline", "proctree", "worker.timing", "wire")},
     ("kscience.evaluate.worker.harness", "kscience.device"): "worker import order",
     ("kscience.evaluate.worker.harness", "kscience.problems"): "worker import order",
 }
@@ -184,3 +186,67 @@ def test_the_store_and_the_evaluator_do_not_reach_into_each_other_or_the_screens
             bad = {t for t in targets if t.split(".")[1] in ("jupyter", "cli", "run", "record", "campaigns",
                                                              "scientist")}
             assert not bad, f"{name} imports {sorted(bad)}"
+
+
+# The evaluator's two sides (kscience/evaluate/__init__.py). The worker process runs candidate code,
+# so it loads nothing of the trusted side; the shared modules are loaded by both processes, so they
+# import neither side; the trusted side runs no worker code, save the one import stated here.
+EVALUATE = "kscience.evaluate"
+SHARED = {f"{EVALUATE}.{m}" for m in ("clocks", "kernel_times", "library_rule", "lifeline", "proctree", "result",
+                                      "wire")}
+WORKER = f"{EVALUATE}.worker"
+TRUSTED = tuple(f"{EVALUATE}.{p}" for p in ("executors", "judge", "profile", "sandbox"))
+BELOW_THE_EVALUATOR = ("kscience.device", "kscience.problems")  # what a worker may load from outside it
+TRUSTED_IMPORTS_OF_THE_WORKER = {
+    ("kscience.evaluate.sandbox.workers", "kscience.evaluate.worker.confine"):
+        "the sandbox reports the Landlock the worker will find (confine.landlock_abi) and hands it the paths "
+        "it must not read under confine's own variable",
+}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def side_violations(edges) -> list[str]:
+    """The (importer, imported) pairs among `edges` that cross the evaluator's sides the wrong way."""
+    bad = []
+    for importer, target in edges:
+        if _within(importer, WORKER) or importer in SHARED:
+            allowed = (target in SHARED or (_within(importer, WORKER) and _within(target, WORKER))
+                       or any(_within(target, p) for p in BELOW_THE_EVALUATOR))
+            if not allowed:
+                bad.append(f"{importer} imports {target}")
+        elif (any(_within(importer, p) for p in TRUSTED) and _within(target, WORKER)
+              and (importer, target) not in TRUSTED_IMPORTS_OF_THE_WORKER):
+            bad.append(f"{importer} imports {target}")
+    return bad
+
+
+def test_every_evaluator_module_is_on_one_side():
+    """A new module is placed: in worker/, in a trusted subpackage, or declared shared here."""
+    packages = {EVALUATE, WORKER, *TRUSTED}
+    placed = [m for m in module_files() if _within(m, EVALUATE) and m not in packages]
+    unplaced = [m for m in placed if m not in SHARED and not _within(m, WORKER)
+                and not any(_within(m, p) for p in TRUSTED)]
+    assert not unplaced, f"evaluator modules on no side: {unplaced}"
+
+
+def test_the_evaluators_sides_import_only_what_they_may():
+    edges = [(importer, target) for importer, target, _, _ in imports(module_files())]
+    assert not side_violations(edges), "\n".join(side_violations(edges))
+    used = {(importer, target) for importer, target in edges}
+    assert set(TRUSTED_IMPORTS_OF_THE_WORKER) <= used, "a stated exception no module needs any more"
+
+
+def test_the_side_rules_catch_each_kind_of_crossing():
+    assert side_violations([("kscience.evaluate.worker.harness", "kscience.evaluate.judge.session")])
+    assert side_violations([("kscience.evaluate.worker.timing", "kscience.redact")])
+    assert side_violations([("kscience.evaluate.clocks", "kscience.evaluate.worker.harness")])
+    assert side_violations([("kscience.evaluate.wire", "kscience.evaluate.sandbox.workers")])
+    assert side_violations([("kscience.evaluate.judge.session", "kscience.evaluate.worker.harness")])
+    assert side_violations([("kscience.evaluate.executors.slot", "kscience.evaluate.worker.harness")])
+    assert not side_violations([("kscience.evaluate.worker.timing", "kscience.evaluate.clocks"),
+                                ("kscience.evaluate.worker.harness", "kscience.problems.outputs"),
+                                ("kscience.evaluate.judge.session", "kscience.evaluate.clocks"),
+                                *TRUSTED_IMPORTS_OF_THE_WORKER])

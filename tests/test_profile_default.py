@@ -24,7 +24,7 @@ def test_auto_is_the_default_and_none_turns_it_off():
 
 def test_auto_leaves_the_question_of_ncu_to_the_judging_machine(monkeypatch):
     # No GPU and no ncu on the machine that runs the model: with queue:DIR or Ray the candidates are judged
-    # (and profiled) elsewhere, so the run asks and the judging machine answers (profile_job).
+    # (and profiled) elsewhere, so the run asks and the judging machine answers (profile/job.py).
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(ncu, "ncu_path", lambda: None)
     for setting in ("auto", "ncu"):

@@ -1,6 +1,6 @@
 """What a synchronised region waits for on a GPU shared with busy processes, by what it holds.
 
-Why the worker's host clock starts when the GPU reaches a call (harness.reached) rather than at
+Why the worker's host clock starts when the GPU reaches a call (clocks.reached) rather than at
 submission, and why no region of the judge's own can stand in for a worker's wait. This measures,
 beside a matrix-product neighbour and K processes that loop the worker's null call (flush, spin,
 two events), the host-minus-GPU gap, with the host clock started at submission, of:
@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
+from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes, reached
 from kscience.evaluate.judge import contexts
-from kscience.evaluate.worker.harness import COVER_CYCLES, flush_bytes, reached
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # benchmarks/, for false_rejections
 from false_rejections import busy_neighbour  # noqa: E402

@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
+from kscience.evaluate.clocks import flush_bytes, idle_gap_us, spin_while_waiting
 from kscience.evaluate.worker import timing
-from kscience.evaluate.worker.harness import _spin_while_waiting, flush_bytes, idle_gap_us
 
 WARMUP = 5  # CUDA graph trees warm up, record, then replay: every timed call here is a replay
 PROFILED = 5  # calls of each way under the profiler
@@ -133,10 +133,10 @@ def main() -> int:
         raise SystemExit("graph_probe: needs a CUDA GPU (it measures CUDA graph replays)")
     folder = Path(args.repo) / "problems" / args.task
     reference, submission = load(folder, "reference"), load(folder, "submission")
-    _spin_while_waiting(context_exists=False)  # synchronisation spins, as in the worker
+    spin_while_waiting(context_exists=False)  # synchronisation spins, as in the worker
     device = detect()
     flush = torch.empty(flush_bytes(device.l2_bytes) // 4, dtype=torch.int32, device="cuda")
-    _spin_while_waiting(context_exists=True)
+    spin_while_waiting(context_exists=True)
     ways = {"eager": reference.ref_kernel, "compiled": torch.compile(reference.ref_kernel),
             "published (reduce-overhead)": submission.custom_kernel}
     out = Path(args.out)

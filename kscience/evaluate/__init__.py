@@ -3,39 +3,79 @@ process about code it does not trust.
 
 Entry point: `kscience.evaluate.judge.evaluation.evaluate(request, gpu=...)` takes an `EvalRequest`
 (result.py) and always returns an `EvalResult`, never raising for anything a candidate does.
-The loop reaches it through an `Executor` (executors.py: `make_executor`; executor.py: local slots per GPU;
-ray_executor.py: a Ray cluster).
+`docs/evaluation.md` gives the threat model, each defence and the residual risks.
 
-Trusted side (the process that holds the expected answers and decides):
-    judge.py        the entry point: starts a session, runs it through its phases, decides the verdict
-    session.py      one evaluation's conversation with its worker: limits, checks, timed calls
-    measure.py      timing one shape in rounds: what is doubted is measured again, the CPU figure
-    drive.py        the timed calls of one round, each on new inputs, and when to stop them
-    compare.py      whether an output is right (sampled byte ranges of big tensors)
-    crosscheck.py   whether reported times are believable
-    contexts.py     whether other processes share the GPU (the driver's count of contexts)
-    sandbox.py      starts, watches and kills the worker process
+The subpackages are split by trust side: one process holds the expected answers, the clock that
+counts and the verdict (the judge's side); another imports the candidate (the worker), and whatever
+it runs or writes after a timed call returns is hostile. tests/test_imports.py holds the line: the
+worker imports only worker/, the shared modules, kscience.problems and kscience.device; the trusted
+side imports nothing of worker/ except sandbox/workers.py's use of confine (its reason is stated there).
+
+One evaluation, in call order:
+    executors/factory.make_executor -> executors/base.LocalExecutor (or ray_cluster, queue_dir)
+    -> executors/slot.JudgeProcess: the slot's long-lived trusted process
+    -> judge/evaluation.evaluate -> judge/session.Session, which starts its worker through
+       sandbox/spares.start_worker (a spare, or sandbox/workers.Worker)
+    -> the worker process (`python -m kscience.evaluate.worker`, worker/__main__.py): confine.py,
+       then harness.py imports the candidate and timing.py runs the timed calls (clocks.py)
+    -> judge/measure.time_shape -> judge/drive.run_calls: one command per call, bracketed by the
+       judge's clock, outputs read by the judge (peek.py)
+    -> judge/compare.py and judge/crosscheck.py: right answers, believable times
+    -> the verdict as an EvalResult, back through the slot to the executor's future.
+
+Trusted side:
+  judge/       the process that decides
+    evaluation.py        `evaluate`: a request through a session's phases to its result
+    session.py           one evaluation's conversation with its worker: limits, checks, timed calls
+    driving.py           `TimedSession`: what measure and drive use of a session
+    measure.py           timing one shape in rounds: what is doubted is measured again
+    drive.py             the timed calls of one round, each on new inputs, and when to stop them
+    compare.py           whether an output is right (sampled byte ranges of big tensors)
+    crosscheck.py        whether reported times are believable
+    contexts.py          whether other processes share the GPU (the driver's count of contexts)
+    peek.py              the judge reading a worker's memory itself
+    reference_outside.py what the problem's own reference shows outside its timed stream
     candidate_output.py  what the candidate printed, deduplicated and bounded, for the scientist
-    profile_job.py  Nsight Compute on a judged candidate, run wherever the request is judged
-    probes.py       fixed kernels that check the knowledge notes' version-dependent claims on this device
-    executor.py, ray_executor.py   where evaluations run
-    result.py       the request and verdict types (plain data: they cross process, Ray and database
-                    boundaries)
+  sandbox/     the worker processes
+    workers.py           starts, watches, freezes and kills one worker process
+    spares.py            each slot's workers started ahead, paused while their slot times a shape
+    cgroup.py            a cgroup per worker: memory and process caps, freezer, member list
+    compile_cache.py     each evaluation's private compile caches and the warm copy they start from
+    leftovers.py         what a dead kscience process left, removed
+  executors/   where evaluations run
+    base.py              `Executor`; `LocalExecutor`: slots per GPU on this machine
+    factory.py           `make_executor`: the executor a `--executor` spec names
+    slot.py              a slot's judge process (`python -m kscience.evaluate.executors.slot`)
+    ray_cluster.py       `RayExecutor`: slots on a Ray cluster
+    queue_dir.py         `QueueExecutor`: requests as files in a folder another machine serves
+    queue_worker.py      that machine's side (`kscience worker`)
+    queue_files.py       the folder's layout and atomic file operations
+  profile/     facts about a judged candidate and the device
+    job.py               Nsight Compute on a judged candidate, run wherever the request is judged
+    ncu.py               the Nsight Compute command and its report
+    entry.py             the process ncu profiles
+    compile_facts.py     registers, spills, shared memory per kernel, from the compile caches
+    probes.py            fixed kernels that check the knowledge notes' claims on this device
 
-Untrusted side (the worker process, `python -m kscience.evaluate.worker`, which imports the
-candidate):
-    worker.py       the process: confines itself, then answers the judge's commands
-    confine.py      restrictions it puts on itself before any candidate code runs
-    harness.py      imports the candidate, builds inputs, calls it, hands back outputs
-    integrity.py    notices a candidate that rewires the harness
-    timing.py       the timed loop
-    kernel_times.py time per launched kernel after the timed calls (both sides: the worker's profiled
-                    calls, the judge's checks of their reply)
+Untrusted side:
+  worker/      the process that imports the candidate
+    __main__.py          forks a reaper, confines itself, then answers the judge's commands
+    confine.py           restrictions it puts on itself before any candidate code runs
+    harness.py           imports the candidate, builds inputs, calls it, hands back outputs
+    integrity.py         notices a candidate that rewires the worker's modules
+    timing.py            the timed loop
 It also loads the problem (kscience.problems) to build inputs from the judge's seeds.
 
-Both sides:
-    wire.py         the framed channel between them (nothing is ever unpickled)
+Both sides (this folder):
+    result.py            the request and verdict types (plain data: they cross process, Ray and
+                         database boundaries)
+    wire.py              the framed channel between judge and worker (nothing is ever unpickled)
+    clocks.py            covered regions, the idle gap, spinning synchronisation: how a call is timed
+    kernel_times.py      time per launched kernel: the worker's profiled calls, the judge's checks
+    library_rule.py      forbidden library calls: the judge's static look, the worker's traps
+    lifeline.py          a pipe whose closing tells a child its parent died
+    proctree.py          the processes a worker started, as the kernel records them, and killing them
 
-Nothing is imported here: the worker starts from this package and must load as little as
-possible before it confines itself.
+Nothing is imported here, nor in any subpackage's __init__: the worker starts from this package and
+must load as little as possible before it confines itself.
 """

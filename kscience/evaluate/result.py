@@ -61,10 +61,10 @@ class EvalResult:
     phases_s: dict = field(default_factory=dict)
     failing_shape: dict | None = None
     compile_facts: list = field(default_factory=list)  # compile_facts.KernelFacts dicts, read after the worker
-    # The isolation layers in force (sandbox.Worker.confinement, Landlock as the worker applied it),
+    # The isolation layers in force (sandbox.workers.Worker.confinement, Landlock as the worker applied it),
     # "weak": required layers this machine lacked, "allowed_weak": whether the run accepted that.
     confinement: dict = field(default_factory=dict)
-    # The judge's secret seed of the order it ran the shapes in (judge.shape_order reproduces it)
+    # The judge's secret seed of the order it ran the shapes in (judge/evaluation.shape_order reproduces it)
     shape_order_seed: int | None = None
 
     @property

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy
 import torch
 
-_DTYPES = {str(d).removeprefix("torch."): d for d in (
+DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn,
     torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz, torch.int64, torch.int32,
     torch.int16, torch.int8, torch.uint8, torch.bool)}
@@ -53,7 +53,7 @@ class ChannelTimeout(Exception):
 def wire_dtype(dtype: torch.dtype) -> str | None:
     """The name a dtype travels under, or None when it may not cross the channel."""
     name = str(dtype).removeprefix("torch.")
-    return name if name in _DTYPES else None
+    return name if name in DTYPES else None
 
 
 def widen_pipe(fd: int) -> None:
@@ -201,7 +201,7 @@ def send_tensor(ch: Channel, header: dict, raw: memoryview) -> None:
 def recv_tensor(ch: Channel, max_bytes: int, deadline: float = math.inf, alive=None) -> tuple[dict, torch.Tensor]:
     """(header, tensor) from the worker; any inconsistency is a ProtocolError."""
     head = recv_json(ch, deadline, alive)
-    dtype = _DTYPES.get(str(head.get("dtype")))
+    dtype = DTYPES.get(str(head.get("dtype")))
     shape = head.get("shape")
     if dtype is None or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
         raise ProtocolError(f"bad tensor header: {str(head)[:200]}")
@@ -220,7 +220,7 @@ def recv_tensor(ch: Channel, max_bytes: int, deadline: float = math.inf, alive=N
 def recv_ranges(ch: Channel, n_bytes: int, deadline: float = math.inf, alive=None) -> tuple[dict, torch.Tensor]:
     """(header, flat uint8 bytes) of a tensor read at ranges totalling exactly `n_bytes`."""
     head = recv_json(ch, deadline, alive)
-    if str(head.get("dtype")) not in _DTYPES or not isinstance(head.get("shape"), list):
+    if str(head.get("dtype")) not in DTYPES or not isinstance(head.get("shape"), list):
         raise ProtocolError(f"bad tensor header: {str(head)[:200]}")
     data = ch.recv(n_bytes, deadline, alive)
     if len(data) != n_bytes:

@@ -1,4 +1,4 @@
-"""The order of shapes is the judge's secret, fresh for every evaluation (judge.shape_order).
+"""The order of shapes is the judge's secret, fresh for every evaluation (judge.evaluation.shape_order).
 
 A kernel whose answer for one shape depends on having seen another shape first (a table filled
 by an earlier call) passes wherever the judge always runs shapes in the same order.

@@ -171,14 +171,14 @@ def _on(gpu: _SharedGpu, monkeypatch):
     """The worker's GPU-facing names, pointed at the simulated GPU; returns its flush buffer."""
     import types
 
-    import kscience.evaluate.worker.harness as harness
+    import kscience.evaluate.clocks as clocks
     import kscience.evaluate.worker.timing as timing
-    for module in (timing, harness):
+    for module in (timing, clocks):
         monkeypatch.setattr(module, "_perf_counter", gpu.now)
-    monkeypatch.setattr(harness, "_query", gpu.Event.query)
-    monkeypatch.setattr(harness, "_Event", gpu.Event)
-    monkeypatch.setattr(harness, "_synchronize", gpu.synchronize)
-    monkeypatch.setattr(harness, "gpu_spin", lambda cycles: gpu.run(150.0))
+    monkeypatch.setattr(clocks, "_query", gpu.Event.query)
+    monkeypatch.setattr(clocks, "_Event", gpu.Event)
+    monkeypatch.setattr(clocks, "_synchronize", gpu.synchronize)
+    monkeypatch.setattr(clocks, "gpu_spin", lambda cycles: gpu.run(150.0))
     return types.SimpleNamespace(zero_=lambda: gpu.flush(100.0))
 
 
@@ -227,15 +227,15 @@ def test_a_start_the_host_learns_of_late_never_makes_its_time_shorter_than_the_e
 def test_the_host_clock_never_starts_after_the_gpu_reached_the_call(monkeypatch):
     """`reached` returns the moment of the last look that found the event not yet run: never
     later than the event, so the host span is never shorter than the GPU's."""
-    import kscience.evaluate.worker.harness as harness
+    import kscience.evaluate.clocks as clocks
     gpu = _SharedGpu(wait_us=1000.0, kernel_us=0.0)
-    monkeypatch.setattr(harness, "_perf_counter", gpu.now)
-    monkeypatch.setattr(harness, "_query", gpu.Event.query)
+    monkeypatch.setattr(clocks, "_perf_counter", gpu.now)
+    monkeypatch.setattr(clocks, "_query", gpu.Event.query)
     ev = gpu.Event()
     ev.record()  # runs at 1,000 us, once the other processes' slice ends
-    start = harness.reached(ev, submitted=0.0) * 1e6
+    start = clocks.reached(ev, submitted=0.0) * 1e6
     assert ev.t - 10.0 <= start <= ev.t
-    assert harness.reached(ev, submitted=0.5) == 0.5  # already reached: the submission time stands
+    assert clocks.reached(ev, submitted=0.5) == 0.5  # already reached: the submission time stands
 
 
 def test_the_idle_gap_is_measured_around_the_same_cover_as_every_timed_call(monkeypatch):
@@ -243,9 +243,9 @@ def test_the_idle_gap_is_measured_around_the_same_cover_as_every_timed_call(monk
     that of two bare events; with the idle gap taken around bare events, honest seeds came to 0.8-1.3
     of the side-work allowance and the fp8 seed was rejected at 66 us. The idle gap is now an empty
     region under the same flush and spin, so only what a call adds counts, and side work still shows."""
-    import kscience.evaluate.worker.harness as harness
+    import kscience.evaluate.clocks as clocks
     from kscience.evaluate.judge.crosscheck import side_work_problem
-    gap = harness.idle_gap_us(_on(_SharedGpu(0.0, kernel_us=0.0, cover_late_us=60.0), monkeypatch))
+    gap = clocks.idle_gap_us(_on(_SharedGpu(0.0, kernel_us=0.0, cover_late_us=60.0), monkeypatch))
     event_us, host_us = _timed_call_on(_SharedGpu(0.0, kernel_us=100.0, cover_late_us=60.0), monkeypatch)
     assert host_us - event_us >= 60.0
     assert side_work_problem([event_us] * 9, [host_us] * 9, idle_gap_us=gap) is None
@@ -481,7 +481,7 @@ def test_the_judge_times_the_reference_as_a_worker_times_a_call(monkeypatch):
     import contextlib
     import types
 
-    import kscience.evaluate.worker.harness as harness
+    import kscience.evaluate.clocks as clocks
     from kscience.evaluate.judge import reference_outside
 
     class _SideOnce(_SharedGpu):  # side work only where the reference leaves some
@@ -489,7 +489,7 @@ def test_the_judge_times_the_reference_as_a_worker_times_a_call(monkeypatch):
             super().synchronize()
             self.side_us = 0.0
 
-    monkeypatch.setattr(harness, "spinning", contextlib.nullcontext)
+    monkeypatch.setattr(clocks, "spinning", contextlib.nullcontext)
     for side in (0.0, 80.0):
         gpu = _SideOnce(0.0, kernel_us=0.0, cover_late_us=60.0)
         flush = _on(gpu, monkeypatch)

@@ -62,6 +62,7 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
     # timing.py to harness.py on 2026-11-26, and an attack on the old place alone forged nothing).
     result = judge(HEAVY, """
         import gc
+        import kscience.evaluate.clocks as C
         import kscience.evaluate.worker.harness as H
         import kscience.evaluate.worker.timing as T
         from kscience.evaluate.worker.harness import Harness
@@ -78,7 +79,7 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
                 for o in gc.get_objects():
                     if type(o) is Harness:
                         o.verify = lambda: None
-                for module in (H, T):
+                for module in (C, H, T):
                     if hasattr(module, "_Event"):
                         module._Event = _Quick
                 _done.append(1)

@@ -5,7 +5,7 @@ process (`slot.JudgeProcess`, so no two slots share a GIL), which starts a dispo
 pinned to that slot's GPU (through the device's own visibility variable), so two timings
 never share a GPU. The loop keeps `capacity` evaluations in flight, which keeps every slot
 busy. Clusters use `kscience.evaluate.executors.ray_cluster`, a GPU reachable only through files
-`kscience.evaluate.executors.queue_dir`; `executors.make_executor` picks one from a spec string.
+`kscience.evaluate.executors.queue_dir`; `factory.make_executor` picks one from a spec string.
 """
 
 from __future__ import annotations

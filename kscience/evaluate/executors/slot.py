@@ -3,7 +3,7 @@
 The judge's host work (drawing inputs, computing answers, reading outputs from the worker's
 pipe, comparing) is Python holding the GIL. With every slot's judge in one process, slots
 queued behind each other for it, so two GPUs gave 1.6x, not 2x (benchmarks/results/README.md).
-Here each slot owns a long-lived trusted process that runs `judge.evaluate` and keeps its own
+Here each slot owns a long-lived trusted process that runs `judge.evaluation.evaluate` and keeps its own
 spare worker, so slots share nothing but the machine. The process imports torch once; an
 evaluation costs only a request and a result, both plain JSON, on a private pair of pipes.
 
@@ -32,9 +32,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from kscience.evaluate import lifeline
+from kscience.evaluate.clocks import CPU_THREADS_VAR
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 from kscience.evaluate.sandbox.spares import close_all
-from kscience.evaluate.worker.harness import CPU_THREADS_VAR
 from kscience.problems import ProblemError
 
 

@@ -147,7 +147,7 @@ def outside_us(events: list[float], hosts: list[float], idle_gap_us: float) -> f
     """Median host time minus event time per call, beyond the idle gap: work the timed stream's
     events did not see. The idle gap is the clocks' fixed disagreement the worker measured, capped
     as it reaches the judge after the candidate's import. The worker's host clock starts when the
-    GPU reaches the call (`harness.reached`), so a wait for other processes' time slices is in
+    GPU reaches the call (`clocks.reached`), so a wait for other processes' time slices is in
     neither figure."""
     return statistics.median(h - e for e, h in zip(events, hosts)) - min(max(idle_gap_us, 0.0), IDLE_GAP_CAP_US)
 

@@ -23,7 +23,8 @@ import torch
 
 from kscience.evaluate.judge import peek
 from kscience.evaluate.judge.compare import TIMED_CALL_BLOCKS
-from kscience.evaluate.wire import _DTYPES
+from kscience.evaluate.judge.driving import TimedSession
+from kscience.evaluate.wire import DTYPES
 
 _random = secrets.SystemRandom()
 
@@ -78,7 +79,8 @@ def new_seed(used: set[int]) -> int:
     return seed
 
 
-def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tuple[list[Call], list[Look]]:
+def run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
+              used: set[int]) -> tuple[list[Call], list[Look]]:
     """`_run_calls` with this process's garbage collector paused: a full collection of the judge's
     own objects (a torch process holds hundreds of thousands) inside one bracket would add its
     pause to that call's estimate alone."""
@@ -91,7 +93,8 @@ def run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tup
             gc.enable()
 
 
-def _run_calls(session, shape: dict, plan: Plan, cap: int, used: set[int]) -> tuple[list[Call], list[Look]]:
+def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
+               used: set[int]) -> tuple[list[Call], list[Look]]:
     """Drive one shape's timed calls through `session` (a `session.Session`), after `prepare`.
 
     Every command carries a seed new to this evaluation (`used` holds every seed sent so far).
@@ -158,10 +161,10 @@ def median_rse(times: list[float]) -> float:
     return 1.2533 * sigma / math.sqrt(len(x)) / median
 
 
-def _read(session, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
-    if not isinstance(where, dict) or str(where.get("dtype")) not in _DTYPES or not _dims(where.get("shape")):
+def _read(session: TimedSession, shape: dict, where, seed: int, kind: str, cap: int) -> Look:
+    if not isinstance(where, dict) or str(where.get("dtype")) not in DTYPES or not _dims(where.get("shape")):
         raise Unreadable(f"the worker did not say where the output of a timed {kind} call was")
-    out_shape, dtype = where["shape"], _DTYPES[str(where["dtype"])]
+    out_shape, dtype = where["shape"], DTYPES[str(where["dtype"])]
     if math.prod(out_shape) * torch.empty((), dtype=dtype).element_size() > cap:
         raise Unreadable(f"the output of a timed {kind} call is far larger than the answer")
     if where.get("device") != session.device.torch_device:  # the judge, not the worker, picks how to read

@@ -45,7 +45,7 @@ def judging_process(cpu_threads: int | None = None) -> None:
 def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | None = None,
              keep_spare: bool = False) -> R.EvalResult:
     """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
-    `keep_spare` starts the next evaluation's worker now (see `sandbox.start_worker`)."""
+    `keep_spare` starts the next evaluation's worker now (see `spares.start_worker`)."""
     problem = problem or load_problem(request.problem, request.overrides)
     if request.tolerance is not None:
         problem = _with_tolerance(problem, request.tolerance)

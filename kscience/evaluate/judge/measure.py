@@ -26,6 +26,7 @@ import statistics
 import time
 
 from kscience.evaluate.judge import crosscheck, drive
+from kscience.evaluate.judge.driving import TimedSession
 from kscience.problems import shape_label
 
 ROUNDS = (2, 3)  # at most this many rounds per shape on (GPU, CPU interpreter)
@@ -55,7 +56,7 @@ class Round:
     doubt: str | None = None  # why the judge does not believe this round, if anything
 
 
-def time_shape(session, res, cap: int, plan: drive.Plan, warm_sets: int) -> str | None:
+def time_shape(session: TimedSession, res, cap: int, plan: drive.Plan, warm_sets: int) -> str | None:
     """Time `res.shape` into `res`; returns a rejection message, or None. Raises drive.Unreadable,
     and whatever `session.recheck` raises for a wrong output."""
     shape, interpreted = res.shape, session.device.interpreted
@@ -95,7 +96,7 @@ def time_shape(session, res, cap: int, plan: drive.Plan, warm_sets: int) -> str 
 _UNSURE = "the judge's own clock is unsure"
 
 
-def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> Round:
+def _round(session: TimedSession, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> Round:
     warm = [drive.new_seed(session.used_seeds) for _ in range(warm_sets)]
     t0 = time.monotonic()
     # Where the judge cannot read the worker's memory, the worker copies each output as its call
@@ -110,7 +111,7 @@ def _round(session, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> 
     return Round(calls, looks, setup_s, prepare_wall, crosscheck.null_spread_us(calls), session.others_on_gpu())
 
 
-def _doubt(session, rnd: Round, empty_cap: float, shape: dict) -> str | None:
+def _doubt(session: TimedSession, rnd: Round, empty_cap: float, shape: dict) -> str | None:
     """What host noise could have raised against this round, or None. The worker's figure is
     compared with the judge's plain estimate (null brackets uncapped, so host load that slows
     null calls as much as timed ones cancels); the CPU figure is the capped estimate."""
@@ -133,12 +134,12 @@ def _doubt(session, rnd: Round, empty_cap: float, shape: dict) -> str | None:
     return problem
 
 
-def _shared_excess_us(session, rnd: Round) -> float:
+def _shared_excess_us(session: TimedSession, rnd: Round) -> float:
     """What the side-work check allows on top beside other processes (crosscheck.null_excess_us); 0 elsewhere."""
     return crosscheck.null_excess_us(rnd.calls, session.worker_info.get("idle_gap_us", 0.0)) if rnd.others else 0.0
 
 
-def _record(session, res, rounds: list[Round], chosen: Round | None, empty_cap: float) -> None:
+def _record(session: TimedSession, res, rounds: list[Round], chosen: Round | None, empty_cap: float) -> None:
     """The figures: CUDA events of the chosen round on the GPU; on the CPU the judge's own estimate
     of the chosen round, or, where no round's estimate could be trusted, its brackets around the
     timed calls of the round whose median bracket is least (an upper bound)."""
@@ -171,7 +172,7 @@ def _windows(rnd: Round) -> list[float]:
     return [c.window_us for c in rnd.calls if c.kind == "timed"]
 
 
-def _empty_cap_us(session, shape: dict) -> float:
+def _empty_cap_us(session: TimedSession, shape: dict) -> float:
     """What a null call's bracket can honestly cost at most (see NULL_SLACK_US), from what the
     judge measured itself before the import: the pristine round trip, and building and copying the inputs."""
     return session.echo_us + 2 * session.build_us(shape) + NULL_SLACK_US

@@ -23,7 +23,7 @@ import threading
 
 import torch
 
-from kscience.evaluate.wire import _DTYPES
+from kscience.evaluate.wire import DTYPES
 
 
 class _IoVec(ctypes.Structure):
@@ -78,7 +78,7 @@ def read_tensor(pid: int, where: dict, max_bytes: int) -> torch.Tensor | None:
     """The tensor described by `where` ({"ptr", "shape", "strides", "dtype"}, as the worker
     reported it), copied out of process `pid`'s memory now; None if it cannot be read. Raises
     Stuck when the read did not return in time."""
-    dtype = _DTYPES.get(str(where.get("dtype")))
+    dtype = DTYPES.get(str(where.get("dtype")))
     shape, strides, ptr = where.get("shape"), where.get("strides"), where.get("ptr")
     if _readv is None or dtype is None or type(ptr) is not int or not isinstance(shape, list) or \
             not isinstance(strides, list) or len(shape) != len(strides) or \

@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from kscience.evaluate.worker import harness
+from kscience.evaluate import clocks
 
 CALLS = 7  # timed calls of the reference, after one untimed
 
@@ -30,11 +30,11 @@ def outside_us(problem, data: list, l2_bytes: int) -> float:
         return problem.ref_kernel(problem.call_data(data))
 
     try:
-        flush = torch.empty(harness.flush_bytes(l2_bytes) // 4, dtype=torch.int32, device="cuda")
-        with harness.spinning():
+        flush = torch.empty(clocks.flush_bytes(l2_bytes) // 4, dtype=torch.int32, device="cuda")
+        with clocks.spinning():
             call()
-            gap = harness.idle_gap_us(flush)
-            figures = [harness.covered_region(flush, call)[:2] for _ in range(CALLS)]
+            gap = clocks.idle_gap_us(flush)
+            figures = [clocks.covered_region(flush, call)[:2] for _ in range(CALLS)]
     except torch.cuda.OutOfMemoryError:
         return 0.0
     return max(statistics.median(host - event for event, host in figures) - gap, 0.0)

@@ -5,7 +5,7 @@ phase's limit, checks a shape's output against the answer it computed itself, ti
 (judge-driven calls, stopped by the median's precision) and rechecks what the timed calls
 returned. Every reply must carry the sequence number of the command it answers and arrive
 within the phase's limit; anything else on the channel is a rejection. Anything wrong ends the
-evaluation with a `Verdict`, which `judge.evaluate` turns into the result. Times the worker
+evaluation with a `Verdict`, which `evaluation.evaluate` turns into the result. Times the worker
 reports are believed only after the checks in `crosscheck`.
 """
 
@@ -20,12 +20,12 @@ import torch
 
 from kscience.device import Device
 from kscience.evaluate import result as R
+from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
 from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.sandbox.spares import spares_held, start_worker
 from kscience.evaluate.sandbox.workers import default_rss_limit
-from kscience.evaluate.wire import _DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
-from kscience.evaluate.worker.harness import COVER_CYCLES, flush_bytes
+from kscience.evaluate.wire import DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
 from kscience.problems import Problem, ProblemError, shape_label
 from kscience.redact import redact
 
@@ -53,7 +53,7 @@ _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before 
 
 
 class Verdict(Exception):
-    """Ends an evaluation early with a status; `judge.evaluate` makes it the result."""
+    """Ends an evaluation early with a status; `evaluation.evaluate` makes it the result."""
 
     def __init__(self, status: str, message: str, shape: dict | None = None):
         super().__init__(message)
@@ -378,7 +378,7 @@ class Session:
         if self.problem.check is not None:  # its own check, which may accept another dtype (pmpp-prefixsum's
             # float32 against a float64 reference), on the output read whole (see drive._read). It
             # computes what it needs itself: no reference call here (linalg's is a factorisation).
-            out = look.whole if look.whole is not None else look.raw.view(_DTYPES[look.dtype]).reshape(look.shape)
+            out = look.whole if look.whole is not None else look.raw.view(DTYPES[look.dtype]).reshape(look.shape)
             ok, why, _ = self.judge_output(data, out, None)
             if not ok:
                 raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)

@@ -25,7 +25,7 @@ What a candidate could still forge: the worker can write files into its own cach
 a candidate could plant a JSON/PTX/cubin describing a kernel it never ran, or alter one it did.
 These facts are therefore advice to the scientist, never a verdict: correctness and time are
 judged elsewhere and cannot be moved by them. The judge limits the damage by reading only the
-evaluation's private cache (sandbox.Worker reads it as it closes; a warm start copies in only the
+evaluation's private cache (sandbox/workers.Worker reads it as it closes; a warm start copies in only the
 entries of the identical source), by reading only regular files inside each entry's folder (a group file's paths are ignored: they could point anywhere on the machine), by
 bounding every read, and, when Nsight Compute ran, by `confirm_launched`, which keeps only kernels
 whose names the profiler saw launch.

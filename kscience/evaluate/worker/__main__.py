@@ -1,6 +1,6 @@
 """The untrusted side's process: `python -m kscience.evaluate.worker IN_FD OUT_FD LIFELINE_FD`.
 
-Started by `sandbox.Worker`. Inside its own PID namespace the process is PID 1, which the
+Started by `sandbox.workers.Worker`. Inside its own PID namespace the process is PID 1, which the
 kernel shields from most signals (even an `abort()` would not end it as expected) and which
 inherits every orphan; elsewhere it makes itself a child subreaper, which also inherits every
 orphan below it. Either way it forks first and stays behind only to reap, to kill what the
@@ -88,7 +88,7 @@ def _writable_paths() -> list[str]:
 
 
 def serve(in_fd: int, out_fd: int) -> None:
-    from kscience.evaluate import kernel_times, wire
+    from kscience.evaluate import clocks, kernel_times, library_rule, wire
     from kscience.evaluate.wire import Channel, recv_json, send_json
     from kscience.evaluate.worker import confine, harness, integrity, timing
     from kscience.evaluate.worker.harness import Harness, call_fault
@@ -104,7 +104,9 @@ def serve(in_fd: int, out_fd: int) -> None:
         job = recv_json(ch)
     seq = job.get("seq")
     try:
-        h = Harness(job, [harness, integrity, timing, wire, confine, sys.modules[__name__]])
+        # Every kscience.evaluate module this process runs is watched (tests/test_worker_integrity.py).
+        watched = [clocks, confine, harness, integrity, kernel_times, library_rule, timing, wire, sys.modules[__name__]]
+        h = Harness(job, watched)
     except BaseException as exc:
         f = call_fault(exc)  # the sandbox is reported here too: the verdict's confinement line names it
         send_json(ch, {"status": f.status, "message": str(f), "seq": seq, "sandbox": sandbox})

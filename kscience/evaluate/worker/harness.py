@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gc
 import importlib
 import importlib.util
 import math
@@ -22,6 +21,8 @@ import traceback
 
 import torch
 
+from kscience.evaluate.clocks import (CPU_THREADS_VAR, cuda_driver, flush_bytes, idle_gap_us, settle_garbage_collector,
+                                      spin_while_waiting, waiting_mode)
 from kscience.evaluate.library_rule import install_traps
 from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
 from kscience.evaluate.worker.integrity import Integrity
@@ -29,8 +30,6 @@ from kscience.problems import outputs as packed
 from kscience.problems.device_map import mapped_device
 
 _perf_counter = time.perf_counter
-_Event = torch.cuda.Event
-_synchronize = torch.cuda.synchronize
 _sleep = time.sleep
 _Tensor = torch.Tensor
 _type = type
@@ -41,14 +40,10 @@ _fill, _is_float = torch.Tensor.fill_, torch.Tensor.is_floating_point
 _numel, _element_size = torch.Tensor.numel, torch.Tensor.element_size
 _storage, _storage_ptr = torch.Tensor.untyped_storage, torch.UntypedStorage.data_ptr
 
-CPU_THREADS_VAR = "KSCIENCE_CPU_THREADS"  # an interpreter slot's share of the cores (executors/base.py)
 _CUDA_FAULT_WORDS = ("illegal memory access", "device-side assert", "CUDA error", "HIP error",
                      "unspecified launch failure", "misaligned address", "illegal instruction")
 GPU_MEMORY_FRACTION = 0.9  # leave the trusted process room to compute its reference answers
 _PERSISTING_L2_LIMIT = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
-_CU_CTX_SCHED_SPIN = 0x01
-_CU_CTX_SCHED_MASK = 0x07
-_SCHED_NAMES = {0: "auto", 1: "spin", 2: "yield", 4: "blocking"}
 
 
 def _holds_tensor(x, depth: int = 0) -> bool:
@@ -61,11 +56,6 @@ def _holds_tensor(x, depth: int = 0) -> bool:
     if isinstance(x, (tuple, list)):
         return any(_holds_tensor(v, depth + 1) for v in x)
     return hasattr(x, "__dict__") and any(_holds_tensor(v, depth + 1) for v in vars(x).values())
-
-
-def flush_bytes(l2_bytes: int) -> int:
-    """Size of the buffer overwritten before every timed call: twice the L2, at least 256 MB."""
-    return max(l2_bytes * 2, 256 * 2**20)
 
 
 class Fault(Exception):
@@ -93,67 +83,13 @@ def call_fault(exc: BaseException) -> Fault:
     return Fault("runtime_error", msg + where)
 
 
-def _cuda_driver():
-    """The NVIDIA driver library, or None (ROCm, or no driver library to talk to)."""
-    import ctypes
-
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-
-
-def _spin_while_waiting(context_exists: bool) -> None:
-    """Make synchronisation spin rather than sleep. A sleeping host thread wakes tens of
-    microseconds late after long kernels, which would blur the comparison of host and event
-    times that exposes work hidden on side streams. Set on the primary context before it is
-    created, and again on the current context once it exists (drivers that allow it)."""
-    import ctypes
-
-    cuda = _cuda_driver()
-    device = ctypes.c_int()
-    if cuda is None:
-        return
-    if not context_exists and cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), 0) == 0:
-        cuda.cuDevicePrimaryCtxSetFlags(device, ctypes.c_uint(_CU_CTX_SCHED_SPIN))
-    if context_exists and hasattr(cuda, "cuCtxSetFlags"):
-        cuda.cuCtxSetFlags(ctypes.c_uint(_CU_CTX_SCHED_SPIN))
-
-
-@contextlib.contextmanager
-def spinning():
-    """Synchronisation that spins for the duration, then waits as it did before: for a trusted
-    process (the judge) that times a call as a worker does, without changing how it waits otherwise."""
-    import ctypes
-
-    cuda, flags = _cuda_driver(), ctypes.c_uint()
-    if cuda is None or not hasattr(cuda, "cuCtxSetFlags") or cuda.cuCtxGetFlags(ctypes.byref(flags)) != 0:
-        yield
-        return
-    cuda.cuCtxSetFlags(ctypes.c_uint((flags.value & ~_CU_CTX_SCHED_MASK) | _CU_CTX_SCHED_SPIN))
-    try:
-        yield
-    finally:
-        cuda.cuCtxSetFlags(flags)
-
-
-def waiting_mode() -> str:
-    """How the current context's host threads wait for the GPU, as the driver reports it."""
-    import ctypes
-
-    cuda, flags = _cuda_driver(), ctypes.c_uint()
-    if cuda is None or not hasattr(cuda, "cuCtxGetFlags") or cuda.cuCtxGetFlags(ctypes.byref(flags)) != 0:
-        return "unknown"
-    return _SCHED_NAMES.get(flags.value & _CU_CTX_SCHED_MASK, "unknown")
-
-
 class _PersistingL2:
     """The driver's persisting-L2 reservation: pinned lines would survive the cache flush."""
 
     def __init__(self):
         import ctypes
 
-        self._cuda = _cuda_driver()
+        self._cuda = cuda_driver()
         self._value, self._zero = ctypes.c_size_t(), ctypes.c_size_t(0)
         self._byref = ctypes.byref
         self.clear()
@@ -188,88 +124,6 @@ def warm_compiler() -> None:
         importlib.import_module("triton.experimental.gluon")
 
 
-IDLE_SAMPLES = 25
-# After the flush the GPU spins this many cycles more (about 0.15 ms at 2 GHz) before a timed call's
-# start event: the flush alone (tens of microseconds on HBM3) is shorter than a Python launch on a
-# busy host, and any launch time not covered lands inside the event time (timing.Timer.timed_call).
-COVER_CYCLES = 300_000
-gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
-_query = torch.cuda.Event.query
-
-
-def reached(event, submitted: float) -> float:
-    """The host clock's start for a region whose first GPU work is `event`, recorded at `submitted`:
-    the moment of the last look that found the GPU had not reached it yet.
-
-    A GPU shared with other processes runs their contexts in turn: beside one busy neighbour on an
-    H100 (2026-11-25) every region, even two events alone, waited about 2.4 ms for its turn before
-    its first event ran, and 3.8 ms beside five busy processes, varying from process to process.
-    A host clock started at submission counts that wait as the call's; started here it counts only
-    what happened once the GPU took the region up. It starts no later than the host learns the event
-    ran; beside busy processes it now and then learns that a time slice late (3 calls in about 5,000
-    on an H100, 2026-11-25), so `timing.Timer.timed_call` never reports less than the event time."""
-    last = submitted
-    while True:
-        looked = _perf_counter()
-        if _query(event):
-            return last
-        last = looked
-
-
-def covered_region(flush: torch.Tensor, call) -> tuple[float, float, object]:
-    """(event us, host us, what `call()` returned) of one region on the GPU, as every timed call
-    and the idle gap are measured.
-
-    The cache flush, then a short spin, are queued just before the start event (the flush as
-    `triton.testing.do_bench` does), so the GPU is busy while the host launches the call and
-    launch latency stays out of the event time. The host clock starts when the GPU reaches the
-    flush (`reached`: not while other processes' time slices hold the GPU), and the flush and
-    spin, measured by their own events, are taken out of the host time, which otherwise spans
-    them, the call and a device-wide synchronisation (work hidden on side streams lands inside).
-    """
-    before, start, end = (_Event(enable_timing=True) for _ in range(3))
-    h0 = _perf_counter()
-    before.record()
-    flush.zero_()
-    if gpu_spin is not None:
-        gpu_spin(COVER_CYCLES)
-    h0 = reached(before, h0)
-    start.record()
-    out = call()
-    end.record()
-    _synchronize()
-    host = (_perf_counter() - h0) * 1e6 - before.elapsed_time(start) * 1e3
-    event = start.elapsed_time(end) * 1e3
-    # Beside other processes the host now and then learns that the GPU reached `before` a time
-    # slice after the event's own timestamp, so its clock starts late (an H100 with four busy
-    # processes, 2026-11-25: of about 5,000 calls, two came out at -2.2 and -2.9 ms and one below
-    # its event time). It cannot have waited less than the GPU ran the call.
-    return event, max(host, event), out
-
-
-def idle_gap_us(flush: torch.Tensor) -> float:
-    """Host time minus event time of an empty covered region (median of IDLE_SAMPLES): what the
-    two clocks disagree by around a call that does nothing. Measured with the cover every timed
-    call has: on an idle H100 (2026-11-26) an empty region read 3.7 us without it and 17-25 us
-    with it, and honest seeds, weighed against the smaller figure, came to 0.8-1.3 of the
-    side-work allowance."""
-    gaps = []
-    for _ in range(IDLE_SAMPLES):
-        _synchronize()
-        event, host, _ = covered_region(flush, lambda: None)
-        gaps.append(host - event)
-    return sorted(gaps)[len(gaps) // 2]
-
-
-def settle_garbage_collector() -> None:
-    """Everything alive now moves out of the collector's reach. A full collection walks every
-    object in the process, and torch.compile leaves hundreds of thousands (443,000 after compiling
-    one sort on a CPU, where a full collection then took 1.1 s): one landing in a judge's bracket
-    adds its pause to that call alone, and the judge's estimate, a difference of brackets, swings
-    with it. Objects made later are still collected; the worker is thrown away after one evaluation."""
-    gc.freeze()
-
-
 class Harness:
     """One candidate, imported into this worker, and everything needed to call it safely.
 
@@ -302,13 +156,13 @@ class Harness:
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
         self.settle_s, self.first_read_at = 0.0, 0.0  # the second look waits this long after the first
         if self.on_gpu:
-            _spin_while_waiting(context_exists=False)
+            spin_while_waiting(context_exists=False)
             torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_FRACTION)
             # Rewritten before every timed call so no call finds its data cached: twice the L2, and
             # at least 256 MB (do_bench's size) so the GPU stays busy while the host launches the call.
             self.flush = torch.empty(flush_bytes(self.device.l2_bytes) // 4, dtype=torch.int32, device="cuda")
             torch.cuda.synchronize()  # the context now exists, so the driver calls below apply to it
-            _spin_while_waiting(context_exists=True)
+            spin_while_waiting(context_exists=True)
             self.waiting = waiting_mode()
             self.l2 = _PersistingL2()
             self.idle_gap_us = idle_gap_us(self.flush)  # measured before the candidate can slow it down

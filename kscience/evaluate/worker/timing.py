@@ -26,8 +26,9 @@ import time
 
 import torch
 
+from kscience.evaluate.clocks import covered_region, settle_garbage_collector
 from kscience.evaluate.wire import wire_dtype
-from kscience.evaluate.worker.harness import Fault, Harness, covered_region, settle_garbage_collector
+from kscience.evaluate.worker.harness import Fault, Harness
 
 _perf_counter = time.perf_counter
 _copy, _clone = torch.Tensor.copy_, torch.Tensor.clone  # through the class (see harness.py)
@@ -110,7 +111,7 @@ class Timer:
 
     def timed_call(self, run: bool) -> tuple[float, float, torch.Tensor | None]:
         """(event us, host us, output) of one call, or of an empty region when not `run`; on the
-        GPU inside the cover every region has (`harness.covered_region`)."""
+        GPU inside the cover every region has (`clocks.covered_region`)."""
         h = self.h
         if h.on_gpu:
             event, host, out = covered_region(h.flush, lambda: h.invoke(self.work, self.cap, pack=False) if run else None)
