@@ -98,13 +98,12 @@ def reached(event, submitted: float) -> float:
     """The host clock's start for a region whose first GPU work is `event`, recorded at `submitted`:
     the moment of the last look that found the GPU had not reached it yet.
 
-    A GPU shared with other processes runs their contexts in turn: beside one busy neighbour on an
-    H100 (2026-11-25) every region, even two events alone, waited about 2.4 ms for its turn before
-    its first event ran, and 3.8 ms beside five busy processes, varying from process to process.
-    A host clock started at submission counts that wait as the call's; started here it counts only
-    what happened once the GPU took the region up. It starts no later than the host learns the event
-    ran; beside busy processes it now and then learns that a time slice late (3 calls in about 5,000
-    on an H100, 2026-11-25), so `timing.Timer.timed_call` never reports less than the event time."""
+    A GPU shared with other processes runs their contexts in turn, and a region can wait milliseconds
+    for its turn before its first event runs. A host clock started at submission counts that wait as
+    the call's; started here it counts only what happened once the GPU took the region up. It starts
+    no later than the host learns the event ran; beside busy processes it now and then learns that a
+    time slice late, so `timing.Timer.timed_call` never reports less than the event time
+    (docs/evaluation.md, "Why the evaluator is as it is", has the figures)."""
     last = submitted
     while True:
         looked = _perf_counter()
@@ -138,18 +137,16 @@ def covered_region(flush: torch.Tensor, call) -> tuple[float, float, object]:
     host = (_perf_counter() - h0) * 1e6 - before.elapsed_time(start) * 1e3
     event = start.elapsed_time(end) * 1e3
     # Beside other processes the host now and then learns that the GPU reached `before` a time
-    # slice after the event's own timestamp, so its clock starts late (an H100 with four busy
-    # processes, 2026-11-25: of about 5,000 calls, two came out at -2.2 and -2.9 ms and one below
-    # its event time). It cannot have waited less than the GPU ran the call.
+    # slice after the event's own timestamp, so its clock starts late. It cannot have waited less
+    # than the GPU ran the call.
     return event, max(host, event), out
 
 
 def idle_gap_us(flush: torch.Tensor) -> float:
     """Host time minus event time of an empty covered region (median of IDLE_SAMPLES): what the
     two clocks disagree by around a call that does nothing. Measured with the cover every timed
-    call has: on an idle H100 (2026-11-26) an empty region read 3.7 us without it and 17-25 us
-    with it, and honest seeds, weighed against the smaller figure, came to 0.8-1.3 of the
-    side-work allowance."""
+    call has: the cover adds its own disagreement (tens of microseconds on an H100), and honest
+    seeds weighed against a gap measured without it came near the side-work allowance."""
     gaps = []
     for _ in range(IDLE_SAMPLES):
         _synchronize()
