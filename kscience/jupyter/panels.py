@@ -12,7 +12,7 @@ import difflib
 import html
 
 from kscience.record.liveness import display_status
-from kscience.record.snapshot import Snapshot, error_text, inside_range, uplift_pct
+from kscience.record.snapshot import Snapshot, error_text, inside_range
 from kscience.record.text import fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
 from kscience.scientist.briefing import versions_text
 from kscience.scientist.profile_report import kernel_split_text
@@ -147,13 +147,13 @@ def _outcome(snap: Snapshot, plan: dict, finding: dict | None) -> str:
     if finding is None:
         # A stop can land between the verdict and the finding: the verdict is the outcome then.
         cand = _plan_candidate(snap, plan)
-        base = snap.by_id.get(plan["base_id"]) or {}
-        if cand is not None and cand["status"] == "ok":
-            pct = uplift_pct(base.get("geomean_us"), cand["geomean_us"])
+        base = snap.by_id.get(plan["base_id"])
+        if cand is not None and cand.ok:
+            pct = cand.uplift_over(base.geomean_us if base else None)
             if pct is not None:
                 return _measured(snap, plan, pct, cand)
         if cand is not None:
-            return f"{_status(cand['status'])} ({esc(cand['id'])})"
+            return f"{_status(cand.status)} ({esc(cand.id)})"
         state = "in progress" if display_status(snap.run) == "running" else "pending (resume the run to evaluate it)"
         return f'<span style="color: #757575;">{state}</span>'
     cand = snap.by_id.get(finding["candidate_id"]) or {}

@@ -16,7 +16,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kscience.problems import shape_label
-from kscience.record.snapshot import Snapshot, shape_times, speedup
+from kscience.record.snapshot import Snapshot
+from kscience.scientist.candidate import speedup
 from kscience.record.text import fmt_sol, fmt_us, fmt_x
 
 STATUS_COLOURS = {
@@ -171,10 +172,10 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     if best is None:
         ax.text(0.5, 0.5, "no correct kernel", ha="center", va="center", transform=ax.transAxes)
         return
-    times = shape_times(best)
+    times = best.times
     labels = list(times)
     bases = (("vs seed", snap.seed), ("vs PyTorch eager", snap.reference), ("vs torch.compile", snap.compiled))
-    series = [(name, shape_times(base)) for name, base in bases if base and base["status"] == "ok"]
+    series = [(name, base.times) for name, base in bases if base and base.ok]
     width = 0.8 / max(1, len(series))
     crowded = len(labels) > 8  # fp8's 18 shapes: a wider figure, labels standing up
     if crowded:

@@ -13,45 +13,26 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from kscience.evaluate.result import EvalResult
+from kscience.scientist.candidate import Candidate as StoredCandidate
 from kscience.run.events import RunFailed, RunFinished, event_from_dict
 from kscience.jupyter import panels
 from kscience.jupyter.views import show_live
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.run.driver import Run
-from kscience.record.snapshot import Snapshot, shape_times
+from kscience.record.snapshot import Snapshot
 from kscience.record.text import fmt_us, fmt_x
 from kscience.record.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events
 
 
-@dataclass(frozen=True, repr=False)
-class Candidate:
-    """One kernel the run produced, with its verdict."""
-
-    id: str
-    parent_id: str | None
-    kind: str  # seed, reference, compiled (torch.compile of the reference), child or repair
-    iteration: int
-    status: str
-    geomean_us: float | None
-    hypothesis: str
-    message: str
-    source: str
-    times: dict  # benchmark shape label -> median microseconds
-    result: EvalResult | None
-
-    @classmethod
-    def from_row(cls, row: dict) -> "Candidate":
-        return cls(id=row["id"], parent_id=row["parent_id"], kind=row["kind"], iteration=row["iteration"],
-                   status=row["status"], geomean_us=row["geomean_us"], hypothesis=row["hypothesis"],
-                   message=row["message"], source=row["source"], times=shape_times(row),
-                   result=EvalResult.from_dict(row["result"]) if row["result"] else None)
+class Candidate(StoredCandidate):
+    """One kernel the run produced, with its verdict (`times`: benchmark shape label -> median
+    microseconds), shown as a line of text or, in a notebook, with its source."""
 
     def __repr__(self) -> str:
         us = f" {fmt_us(self.geomean_us, panels.US)}" if self.geomean_us else ""

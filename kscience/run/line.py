@@ -23,7 +23,7 @@ from kscience.scientist.briefing import coverage
 from kscience.run.sharing import Group
 from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
-from kscience.record.snapshot import REPAIRABLE, uplift_pct
+from kscience.record.snapshot import REPAIRABLE
 from kscience.record.store import PENDING, WRITE_FAILED
 
 DIFF_LIMIT_CHARS = 20000
@@ -224,7 +224,7 @@ class Line:
         self._stage("finding", iteration, plan.title)
         ctx.observe()
         text = await ctx.scientist.finding(plan, base, final["status"], final["geomean_us"], child=ctx.view(final))
-        measured = uplift_pct(base.geomean_us, final["geomean_us"]) if final["status"] == R.OK else None
+        measured = final.uplift_over(base.geomean_us)
         ctx.store.add_finding(ctx.run_id, plan_id=row["id"], candidate_id=final["id"], iteration=iteration,
                               text=text, predicted_min_pct=plan.predicted_min_pct,
                               predicted_max_pct=plan.predicted_max_pct, measured_pct=measured)
