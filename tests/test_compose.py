@@ -19,6 +19,7 @@ from kscience.run.judging import Judging
 from kscience.problems import load_problem, shape_label
 from kscience.run.driver import Run
 from kscience.scientist import compose
+from kscience.scientist.candidate import Candidate
 from kscience.scientist.roles import CandidateView, Draft
 from kscience.scientist.strategy import tournament
 from kscience.record.database import SCHEMA_VERSION
@@ -34,8 +35,8 @@ def row(cid: str, times: dict, source: str = "", kind: str = "child") -> dict:
     shapes = [{"shape": {"m": m, "n": n}, "phase": "benchmark", "ok": True, "time_us": us}
               for (m, n), us in times.items()]
     gm = compose.geomean(list(times.values()))
-    return {"id": cid, "kind": kind, "status": "ok", "geomean_us": gm, "source": source,
-            "result": {"status": "ok", "shapes": shapes, "geomean_us": gm}}
+    return Candidate.from_row({"id": cid, "kind": kind, "status": "ok", "geomean_us": gm, "source": source,
+                               "result": {"status": "ok", "message": "", "shapes": shapes, "geomean_us": gm}})
 
 
 # Wide rows favour b, narrow rows a: a rule on n, never a list of shapes.
@@ -196,7 +197,8 @@ def test_fp8_wins_split_by_rows_as_in_the_real_model_trial():
         shapes = [{"shape": s, "phase": "benchmark", "ok": True, "time_us": big if s["m"] == 6144 else small}
                   for s in problem.benchmarks]
         gm = compose.geomean([s["time_us"] for s in shapes])
-        return {"id": cid, "kind": "child", "status": "ok", "geomean_us": gm, "source": "", "result": {"shapes": shapes}}
+        return Candidate.from_row({"id": cid, "kind": "child", "status": "ok", "geomean_us": gm, "source": "",
+                                   "result": {"status": "ok", "message": "", "shapes": shapes}})
 
     comp = compose.plan(problem, [fp8_row("c-60bb46a2", 200.0, 120.0), fp8_row("c-split", 280.0, 100.0)])
     assert comp is not None and comp.predicted_us == comp.oracle_us

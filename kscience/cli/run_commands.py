@@ -171,5 +171,5 @@ def cmd_best(args) -> int:
     if best is None:
         print(f"kscience: error: run {args.run_id} has no correct candidate", file=sys.stderr)
         return 1
-    sys.stdout.write(best["source"])
+    sys.stdout.write(best.source)
     return 0

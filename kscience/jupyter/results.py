@@ -208,9 +208,9 @@ class RunResult:
         rows = []
         for c in snap.candidates:
             vs_seed, vs_ref = snap.speedups(c)
-            rows.append({"id": c["id"], "parent_id": c["parent_id"], "kind": c["kind"], "iteration": c["iteration"],
-                         "status": c["status"], "geomean_us": c["geomean_us"], "speedup_vs_seed": vs_seed,
-                         "speedup_vs_reference": vs_ref, "hypothesis": c["hypothesis"], "message": c["message"]})
+            rows.append({"id": c.id, "parent_id": c.parent_id, "kind": c.kind, "iteration": c.iteration,
+                         "status": c.status, "geomean_us": c.geomean_us, "speedup_vs_seed": vs_seed,
+                         "speedup_vs_reference": vs_ref, "hypothesis": c.hypothesis, "message": c.message})
         columns = ["id", "parent_id", "kind", "iteration", "status", "geomean_us", "speedup_vs_seed",
                    "speedup_vs_reference", "hypothesis", "message"]
         return pd.DataFrame(rows, columns=columns).set_index("id")
@@ -233,7 +233,7 @@ class RunResult:
         text = f"<kscience run {self.id} ({snap.run['problem']}): {display_status(snap.run)}"
         if best:
             vs_seed, _ = snap.speedups(best)
-            text += f", best {best['id']} {fmt_us(best['geomean_us'], panels.US)}"
+            text += f", best {best.id} {fmt_us(best.geomean_us, panels.US)}"
             text += f" ({fmt_x(vs_seed)} vs seed)" if vs_seed else ""
         return text + ">"
 

@@ -108,7 +108,7 @@ class Run:
         run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
                                                            spent_tokens=usage["tokens"], done=done)
         seed = first_of_kind(store.candidates(run_id), "seed")
-        run._seed_source = seed["source"] if seed else (problem.seed_source or reference_source(problem))
+        run._seed_source = seed.source if seed else (problem.seed_source or reference_source(problem))
         env = environment(config, run._model_name())
         env["previous_sessions"] = [*row["environment"].pop("previous_sessions", []), row["environment"]]
         store.update_run(run_id, status="running", error=None, llm=config.llm, config=config.to_dict(),
