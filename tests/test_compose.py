@@ -15,7 +15,7 @@ from kscience.cli.main import main
 from kscience.run.config import RunConfig
 from kscience.evaluate.judge import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult
-from kscience.run.judging import Judging
+from kscience.run.composing import Composer
 from kscience.problems import load_problem, shape_label
 from kscience.run.driver import Run
 from kscience.scientist import compose
@@ -230,7 +230,7 @@ def test_a_size_every_timed_shape_shares_bounds_no_rule():
 def test_concurrent_lines_compose_one_at_a_time_and_never_the_same_composite_twice(tmp_path, monkeypatch):
     """Three lines record verdicts at once: one composer works, the others' verdicts make it look again."""
     active, most, asked_while_busy, composer = [0], [0], [], []
-    real_compose, real_maybe = Judging._compose, Judging.maybe_compose
+    real_compose, real_maybe = Composer._compose, Composer.maybe_compose
 
     async def watched_compose(self, iteration, line):
         composer[:] = [asyncio.current_task()]
@@ -245,8 +245,8 @@ def test_concurrent_lines_compose_one_at_a_time_and_never_the_same_composite_twi
         asked_while_busy.append(self._composing and asyncio.current_task() not in composer)  # another line
         await real_maybe(self, iteration, line)
 
-    monkeypatch.setattr(Judging, "_compose", watched_compose)
-    monkeypatch.setattr(Judging, "maybe_compose", watched_maybe)
+    monkeypatch.setattr(Composer, "_compose", watched_compose)
+    monkeypatch.setattr(Composer, "maybe_compose", watched_maybe)
     store = Store(tmp_path / "k.db")
     run = Run.create(RunConfig(problem="softmax", iterations=3, lines=3), store=store,
                      seed_source=kernel([10.0, 40.0, 9.0, 60.0]), scientist=TwoIdeas(),

@@ -1,16 +1,15 @@
-"""The loop's side of evaluation: evaluation slots, the evaluation budget, verdicts and busy time.
+"""The loop's side of evaluation: evaluation slots, verdicts, profile jobs and busy time.
 
 Every line of the run evaluates through one `Judging`: it keeps at most `executor.capacity`
-evaluations in flight (one per slot, numbered 0..capacity-1), refuses an evaluation once the
-run's `--evaluations` budget is spoken for, stores each verdict before announcing it, and
-measures, per slot, how long an evaluation was in flight on it. A slot's busy time is what the
-loop sees: from the request to its verdict (for a queue executor this includes the wait for a
-worker to claim it). Busy time and this session's wall time are stored after each evaluation and
-at the end, so a `kill -9` loses at most the wall time since the last verdict.
+evaluations in flight (one per slot, numbered 0..capacity-1), asks the run's `EvaluationBudget`
+(kscience.run.budget) before each, stores each verdict before announcing it, and measures, per
+slot, how long an evaluation was in flight on it. A slot's busy time is what the loop sees: from
+the request to its verdict (for a queue executor this includes the wait for a worker to claim
+it). Busy time and this session's wall time are stored after each evaluation and at the end, so a
+`kill -9` loses at most the wall time since the last verdict.
 
-After each verdict (and once the roots are judged) it composes: where the run's correct kernels
-differ in which is fastest per shape, a composite candidate dispatching by shape
-(kscience.scientist.compose) is written and judged through this same path, one composer at a time.
+After each verdict its `Composer` (kscience.run.composing) looks for a per-shape composite to judge
+through this same path.
 """
 
 from __future__ import annotations
@@ -23,14 +22,13 @@ from kscience.run import confirm, profiling
 from kscience.evaluate import profile_job
 from kscience.evaluate import result as R
 from kscience.problems import Problem
-from kscience.run.budget import EvaluationBudget, EvaluationsSpent
-from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting
+from kscience.run.budget import EvaluationBudget
+from kscience.run.composing import Composer
+from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
 from kscience.run.journal import Journal, Stopped, Stopping
-from kscience.run.line import source_diff
-from kscience.scientist import compose
 from kscience.scientist.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind
-from kscience.record.store import BASELINE_KINDS, PENDING
+from kscience.record.store import BASELINE_KINDS
 from kscience.scientist.llm import BudgetExceeded
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
@@ -76,9 +74,7 @@ class Judging:
         self._no_baselines_out.set()
         self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
         self.pairs = 0  # pairs submitted for confirmation this session
-        # One composer at a time (lines record verdicts concurrently); a verdict recorded while it works
-        # makes it look again rather than start a second one (see maybe_compose).
-        self._composing, self._compose_again = False, False
+        self.composer = Composer(journal, problem, budget, self.evaluate)  # composes after every verdict
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
         self.time_limit_s = time_limit_s  # it ends evaluations in flight too
@@ -114,7 +110,7 @@ class Judging:
                 profiling.candidate_to_profile(cand, self.journal.candidates())
                 or (cand.ok and "ncu" in self.asked_for(cand))):
             await self._profile(cand, line)
-        await self.maybe_compose(cand.iteration, line)  # after every recorded verdict
+        await self.composer.maybe_compose(cand.iteration, line)  # after every recorded verdict
         return cand
 
     def asked_for(self, cand: Candidate) -> list[str]:
@@ -274,48 +270,6 @@ class Judging:
             best_us=best.geomean_us if best else None, seed_us=seed.geomean_us if seed else None))
         self.changed.set()
         return cand
-
-    # --- per-shape composition (kscience/scientist/compose.py) -----------------------------------
-    async def maybe_compose(self, iteration: int, line: int = 0) -> None:
-        """Judge a pending composite (a resumed run), then build and judge a new one when the correct
-        kernels differ in which is fastest per shape and no composite of the same parts and rules exists.
-        Called after every recorded verdict and once the roots are judged. Lines record verdicts at once,
-        so one caller composes at a time: a call while it works (its own composite's verdict included)
-        only asks it to look again at the store once it is done, so no state is composed twice or missed."""
-        self._compose_again = True
-        if self._composing:
-            return
-        self._composing = True
-        try:
-            while self._compose_again:
-                self._compose_again = False
-                await self._compose(iteration, line)
-        except EvaluationsSpent:  # the budget is spoken for: a composite is neither written nor judged
-            pass
-        finally:
-            self._composing = False
-
-    async def _compose(self, iteration: int, line: int) -> None:
-        for cand in self.journal.candidates():
-            if cand.kind == compose.KIND and cand.status == PENDING:
-                await self.evaluate(cand, line)
-        cands = self.journal.candidates()
-        comp = compose.plan(self.problem, cands)
-        if comp is None:
-            return
-        sources = {c.id: c.source for c in cands}
-        text = compose.source(comp, sources)
-        if any(c.source == text for c in cands):
-            return
-        self.budget.check()  # nothing is written that the budget could not judge
-        self.journal.stage("compose", iteration, compose.summary(comp), line)
-        cand = self.journal.store.add_composite(
-            self.journal.run_id, parts=comp.parts, rules=comp.to_dict(), kind=compose.KIND, source=text,
-            hypothesis=compose.summary(comp), iteration=iteration, parent_id=comp.fallback)
-        self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=comp.fallback, kind=compose.KIND,
-                                           iteration=iteration, plan_title=cand.hypothesis, status=cand.status,
-                                           diff=source_diff(sources[comp.fallback], text)))
-        await self.evaluate(cand, line)
 
     async def _outcome(self, cand: Candidate, future, line: int, step_limit_s: float | None = None) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it

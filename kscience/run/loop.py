@@ -100,7 +100,7 @@ class Controller:
                 return
             # Composition also follows every verdict (kscience.run.judging); here it judges a composite a
             # stopped run left pending, and composes what the roots of a resumed run make possible.
-            await self.judging.maybe_compose(self.iterations_done())
+            await self.judging.composer.maybe_compose(self.iterations_done())
             self.population.observe()
             await self._schedule(target)
             await self.judging.settle(confirm.FINAL_ROUNDS)  # figures from several hosts: end on a settled best
