@@ -134,7 +134,8 @@ def cmd_show(args) -> int:
         snap, db = _snapshot(store, args.run_id), store.path
     row, metrics = snap.run, snap.metrics()
     if args.json:
-        print(json.dumps({"run": _run_json(row), "metrics": metrics, "candidates": [c.to_row() for c in snap.candidates],
+        print(json.dumps({"run": _run_json(row), "metrics": metrics,
+                          "candidates": [c.to_row() for c in snap.candidates],
                           "plans": snap.plans, "findings": snap.findings}, indent=2))
         return 0
     print("\n".join(summary_lines(row, metrics)))

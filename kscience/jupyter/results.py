@@ -179,26 +179,26 @@ class RunResult:
     @property
     def candidates(self) -> list[Candidate]:
         """Every candidate in the order it was written, the baselines (PyTorch eager, torch.compile) included."""
-        return [Candidate.from_row(c) for c in self.store.candidates(self.id)]
+        return [Candidate.from_row(c.row) for c in self.store.candidates(self.id)]
 
     def candidate(self, candidate_id: str) -> Candidate:
-        return Candidate.from_row(self.store.candidate(candidate_id))
+        return Candidate.from_row(self.store.candidate(candidate_id).row)
 
     @property
     def best(self) -> Candidate | None:
         """The fastest correct kernel (the seed counts; the baselines do not)."""
         best = self.snapshot().best
-        return Candidate.from_row(best) if best else None
+        return Candidate.from_row(best.row) if best else None
 
     @property
     def seed(self) -> Candidate | None:
         seed = self.snapshot().seed
-        return Candidate.from_row(seed) if seed else None
+        return Candidate.from_row(seed.row) if seed else None
 
     @property
     def reference(self) -> Candidate | None:
         ref = self.snapshot().reference
-        return Candidate.from_row(ref) if ref else None
+        return Candidate.from_row(ref.row) if ref else None
 
     def to_dataframe(self):
         """One row per candidate (index: id) with its verdict and speedups over seed and reference."""

@@ -116,8 +116,8 @@ class Store(Database):
         return Candidate.from_row(rows[0])
 
     def candidates(self, run_id: str) -> list[Candidate]:
-        return [Candidate.from_row(r) for r in self._query("SELECT * FROM candidates WHERE run_id=? ORDER BY seq",
-                                                           (run_id,))]
+        rows = self._query("SELECT * FROM candidates WHERE run_id=? ORDER BY seq", (run_id,))
+        return [Candidate.from_row(r) for r in rows]
 
     def evaluated_with_source(self, run_id: str, source: str) -> Candidate | None:
         rows = self._query("SELECT * FROM candidates WHERE run_id=? AND source=? AND result IS NOT NULL "
@@ -126,8 +126,9 @@ class Store(Database):
 
     def judged_elsewhere(self, run_id: str, kind: str, source: str) -> list[Candidate]:
         """Candidates of `kind` with exactly this source that other runs of this store judged, newest first."""
-        return [Candidate.from_row(r) for r in self._query("SELECT * FROM candidates WHERE run_id<>? AND kind=? AND source=? AND result IS NOT NULL "
-                           "ORDER BY evaluated DESC", (run_id, kind, source))]
+        rows = self._query("SELECT * FROM candidates WHERE run_id<>? AND kind=? AND source=? AND result IS NOT NULL "
+                           "ORDER BY evaluated DESC", (run_id, kind, source))
+        return [Candidate.from_row(r) for r in rows]
 
     # --- profiles ----------------------------------------------------------------------------
     def record_profile(self, cand_id: str, *, compile_facts: list | None = None, ncu: dict | None = None,

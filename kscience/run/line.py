@@ -253,7 +253,7 @@ class Line:
             self.stopping.check()
             self.budget.check()
             attempts += 1
-            self._stage("repair", iteration, f"{broken['id']} attempt {attempts}")
+            self._stage("repair", iteration, f"{broken.id} attempt {attempts}")
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
                                                attempts, coverage=coverage(broken.stored_result, self.problem),

@@ -88,7 +88,8 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
             why = (result.get("message") or "").strip().splitlines()
             rows.append(Baseline(label, f"{result.get('status')}: {why[0][:300] if why else 'no reason given'}", None))
         else:
-            rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"), benchmark_times(result.get("shapes"))))
+            rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"),
+                                 benchmark_times(result.get("shapes"))))
     if floor:
         rows.append(Baseline("physical floor", "bound", geomean(list(floor.values())), dict(floor)))
     timing = (seed or {}).get("timing_label") or ("cpu interpreter (host clock)" if device.interpreted else "")

@@ -103,6 +103,8 @@ class Candidate(Mapping):
 
     # A candidate is one row: two reads of it are equal when the row is.
     def __eq__(self, other) -> bool:
+        if isinstance(other, Candidate):
+            return self.row == other.row
         return isinstance(other, Mapping) and self.row == dict(other.items())
 
     __hash__ = None
