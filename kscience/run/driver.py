@@ -17,7 +17,7 @@ import threading
 import traceback
 from typing import Callable
 
-from kscience.run.baselines import compiled_source, reference_source
+from kscience.run.baselines import reference_source
 from kscience.run.config import ConfigError, RunConfig
 from kscience.device import detect
 from kscience.run.environment import environment
@@ -187,15 +187,8 @@ class Run:
             if executor is None:
                 executor = make_executor(self.config.executor, self.config.gpus)
             controller = Controller(store=self.store, run_id=self.id, problem=self.problem,
-                                    scientist=self._scientist, executor=executor, bus=self.bus,
-                                    repairs=self.config.repairs, seed_source=self._seed_source,
-                                    reference_source=reference_source(self.problem),
-                                    compiled_source=compiled_source(self.problem),
-                                    compiled_baseline=self.config.compiled_baseline, stop=self._stop,
-                                    profile=self.config.profile, stop_at_sol=self.config.stop_at_sol,
-                                    lines=self.config.lines, max_evaluations=self.config.evaluations,
-                                    eval_timeout_s=self.config.eval_timeout_s,
-                                    time_limit_s=self.config.time_limit_s)
+                                    scientist=self._scientist, executor=executor, bus=self.bus, config=self.config,
+                                    seed_source=self._seed_source, stop=self._stop)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"

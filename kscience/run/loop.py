@@ -22,11 +22,13 @@ import threading
 import time
 
 from kscience.run import confirm, profiling
-from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, library_candidate, library_title,
-                                    vendor_alone_source, vendor_source, vendor_title)
+from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, compiled_source, library_candidate,
+                                    library_title, reference_source, vendor_alone_source, vendor_source,
+                                    vendor_title)
 from kscience.evaluate import result as R
 from kscience.evaluate.executor import Executor
 from kscience.run.budget import EvaluationBudget, EvaluationsSpent
+from kscience.run.config import RunConfig
 from kscience.run.events import CandidateProfiled, CandidateWritten, EventBus
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.judging import Judging
@@ -46,24 +48,25 @@ MODEL_CALLS_TO_A_CHILD = 2  # a design, then its writer: answers between a line'
 
 
 class Controller:
+    """Drives one session of a run: `config` gives its settings (--repairs, --lines, --evaluations, the
+    time limits, --profile, --stop-at-sol, whether to time torch.compile), `stop` is set by the user
+    (Run.stop)."""
+
     def __init__(self, *, store: Store, run_id: str, problem: Problem, scientist, executor: Executor,
-                 bus: EventBus, repairs: int, seed_source: str, reference_source: str, compiled_source: str,
-                 compiled_baseline: bool | None, stop: threading.Event, profile: str | None = None,
-                 stop_at_sol: float | None = None, lines: int | None = None, max_evaluations: int | None = None,
-                 eval_timeout_s: float | None = None, time_limit_s: float | None = None):
+                 bus: EventBus, config: RunConfig, seed_source: str, stop: threading.Event):
         self.store, self.run_id, self.problem = store, run_id, problem
         self.scientist, self.executor, self.bus = scientist, executor, bus
-        self.repairs = repairs
-        self.seed_source, self.reference_source = seed_source, reference_source
-        self.compiled_source, self.compiled_baseline = compiled_source, compiled_baseline
+        self.repairs = config.repairs
+        self.seed_source, self.reference_source = seed_source, reference_source(problem)
+        self.compiled_source, self.compiled_baseline = compiled_source(problem), config.compiled_baseline
         self.vendor_source = vendor_source(problem)
         self.journal = Journal(store, run_id, bus)
-        self.stopping = Stopping(stop)  # `stop` is set by the user (Run.stop)
-        self.budget = EvaluationBudget(self.journal, max_evaluations)
+        self.stopping = Stopping(stop)
+        self.budget = EvaluationBudget(self.journal, config.evaluations)
         self.population = Population(self.journal, problem, scientist)
-        self.lines = max(1, lines or executor.capacity)  # default: one line per evaluation slot
-        self.eval_timeout_s, self.time_limit_s = eval_timeout_s, time_limit_s  # --eval-timeout, --time-limit
-        self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile auto/ncu/none, --stop-at-sol F
+        self.lines = max(1, config.lines or executor.capacity)  # default: one line per evaluation slot
+        self.eval_timeout_s, self.time_limit_s = config.eval_timeout_s, config.time_limit_s
+        self.profile, self.stop_at_sol = config.profile, config.stop_at_sol
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
         # Set by each verdict recorded (kscience.run.judging) and each line whose candidates are all
