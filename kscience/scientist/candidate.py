@@ -66,8 +66,9 @@ def result_from_stored(stored: dict) -> tuple[EvalResult, dict]:
 # --- the record -------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Candidate(Mapping):
-    """A row of the candidates table with its verdict parsed. It also reads as that row (`cand["status"]`,
-    `dict(cand)`), which is what is serialised; code reads the attributes."""
+    """A row of the candidates table with its verdict parsed. The package reads the attributes; it also
+    reads as that row (`cand["status"]`, `dict(cand)`) for scripts and tests written against rows, and
+    `to_row()` is what JSON output shows."""
 
     id: str
     run_id: str
