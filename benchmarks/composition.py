@@ -31,17 +31,18 @@ from pathlib import Path
 from kscience.device import detect
 from kscience.problems import builtin_names, geomean, load_problem
 from kscience.scientist import compose
+from kscience.scientist.candidate import Candidate
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 
 TARGET_GAP_PCT = 1.0
 
 
-def oracle_us(cands: list[dict]) -> tuple[float | None, int]:
+def oracle_us(cands: list[Candidate]) -> tuple[float | None, int]:
     """(geomean over the benchmark shapes every correct kernel timed of the fastest kernel on each, number
     of kernels it ranges over); composites and baselines are not counted, the seed is."""
     parts = compose.contenders(cands)
-    times = [compose.timed_shapes(c["result"]) for c in parts]
+    times = [compose.timed_shapes(c) for c in parts]
     labels = set.intersection(*(set(t) for t in times)) if times else set()
     if not labels:
         return None, len(parts)

@@ -13,6 +13,7 @@ import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
 from kscience.run.baselines import compiled_baseline_wanted, compiled_source
+from kscience.scientist.candidate import Candidate
 from kscience.cli.main import build_parser, main
 from kscience.run.config import RunConfig
 from kscience.jupyter.panels import leaderboard_html
@@ -120,7 +121,8 @@ def test_the_compiled_model_is_the_reference_model_with_a_compiled_forward(monke
     (None, {"interpreted": False}, True), (None, {"interpreted": True}, False), (None, None, False),
     (False, {"interpreted": False}, False), (True, {"interpreted": True}, True)])
 def test_unset_it_is_timed_only_when_the_seed_was_judged_on_a_gpu(setting, device, wanted):
-    seed = {"status": "ok", "result": {"device": device} if device else None}
+    seed = Candidate.from_row({"status": "ok", "result": {"status": "ok", "message": "", "device": device}
+                                                         if device else None})
     assert compiled_baseline_wanted(setting, seed) is wanted
 
 

@@ -14,11 +14,12 @@ import torch
 from kscience.cli.main import main
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult
+from kscience.run.composing import Composer
 from kscience.run.config import RunConfig
-from kscience.run.judging import Judging
 from kscience.problems import load_problem, shape_label
 from kscience.run.driver import Run
 from kscience.scientist import compose
+from kscience.scientist.candidate import Candidate
 from kscience.scientist.roles import CandidateView, Draft
 from kscience.scientist.strategy import tournament
 from kscience.record.database import SCHEMA_VERSION
@@ -34,8 +35,8 @@ def row(cid: str, times: dict, source: str = "", kind: str = "child") -> dict:
     shapes = [{"shape": {"m": m, "n": n}, "phase": "benchmark", "ok": True, "time_us": us}
               for (m, n), us in times.items()]
     gm = compose.geomean(list(times.values()))
-    return {"id": cid, "kind": kind, "status": "ok", "geomean_us": gm, "source": source,
-            "result": {"status": "ok", "shapes": shapes, "geomean_us": gm}}
+    return Candidate.from_row({"id": cid, "kind": kind, "status": "ok", "geomean_us": gm, "source": source,
+                               "result": {"status": "ok", "message": "", "shapes": shapes, "geomean_us": gm}})
 
 
 # Wide rows favour b, narrow rows a: a rule on n, never a list of shapes.
@@ -196,7 +197,8 @@ def test_fp8_wins_split_by_rows_as_in_the_real_model_trial():
         shapes = [{"shape": s, "phase": "benchmark", "ok": True, "time_us": big if s["m"] == 6144 else small}
                   for s in problem.benchmarks]
         gm = compose.geomean([s["time_us"] for s in shapes])
-        return {"id": cid, "kind": "child", "status": "ok", "geomean_us": gm, "source": "", "result": {"shapes": shapes}}
+        return Candidate.from_row({"id": cid, "kind": "child", "status": "ok", "geomean_us": gm, "source": "",
+                                   "result": {"status": "ok", "message": "", "shapes": shapes}})
 
     comp = compose.plan(problem, [fp8_row("c-60bb46a2", 200.0, 120.0), fp8_row("c-split", 280.0, 100.0)])
     assert comp is not None and comp.predicted_us == comp.oracle_us
@@ -228,7 +230,7 @@ def test_a_size_every_timed_shape_shares_bounds_no_rule():
 def test_concurrent_lines_compose_one_at_a_time_and_never_the_same_composite_twice(tmp_path, monkeypatch):
     """Three lines record verdicts at once: one composer works, the others' verdicts make it look again."""
     active, most, asked_while_busy, composer = [0], [0], [], []
-    real_compose, real_maybe = Judging._compose, Judging.maybe_compose
+    real_compose, real_maybe = Composer._compose, Composer.maybe_compose
 
     async def watched_compose(self, iteration, line):
         composer[:] = [asyncio.current_task()]
@@ -243,8 +245,8 @@ def test_concurrent_lines_compose_one_at_a_time_and_never_the_same_composite_twi
         asked_while_busy.append(self._composing and asyncio.current_task() not in composer)  # another line
         await real_maybe(self, iteration, line)
 
-    monkeypatch.setattr(Judging, "_compose", watched_compose)
-    monkeypatch.setattr(Judging, "maybe_compose", watched_maybe)
+    monkeypatch.setattr(Composer, "_compose", watched_compose)
+    monkeypatch.setattr(Composer, "maybe_compose", watched_maybe)
     store = Store(tmp_path / "k.db")
     run = Run.create(RunConfig(problem="softmax", iterations=3, lines=3), store=store,
                      seed_source=kernel([10.0, 40.0, 9.0, 60.0]), scientist=TwoIdeas(),

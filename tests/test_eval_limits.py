@@ -13,6 +13,7 @@ from kscience.run import judging
 from kscience.run.config import ConfigError, RunConfig
 from kscience.run.driver import Run
 from kscience.run.events import EvaluationWaiting
+from kscience.scientist.candidate import Candidate
 
 HUNG = "import time\n\ndef custom_kernel(data):\n    while True:\n        time.sleep(1)\n"
 
@@ -72,7 +73,8 @@ def test_a_long_evaluation_says_how_long_and_under_which_limit(tmp_path, monkeyp
 
 def test_the_default_step_limit_follows_the_seed():
     def seed(status, **phases):
-        return {"status": status, "result": {"phases_s": {"start": 50.0, **phases}}}
+        return Candidate.from_row({"status": status, "result": {"status": status, "message": "",
+                                                                "phases_s": {"start": 50.0, **phases}}})
 
     assert judging.step_limit(None) is None and judging.step_limit(seed("timeout", check=1.0)) is None
     assert judging.step_limit(seed("ok", import_=0.1, check=0.5)) == judging.STEP_LIMIT_FLOOR_S  # worker start-up is not the candidate's

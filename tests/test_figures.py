@@ -19,6 +19,7 @@ from kscience.jupyter.report import FIGURES, report_figure
 from kscience.problems import load_problem
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
+from kscience.scientist.candidate import Candidate
 from test_loop import ScriptedScientist, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,8 @@ def snapshot(tmp_path, factors, problem_path: str | None = None, reference_scale
         snap = Snapshot.load(store, run.id)
     if problem_path:  # as a run of a KernelBench file stores it: the file's full path
         snap.run = dict(snap.run, problem=problem_path)
-    snap.candidates = [dict(c, geomean_us=c["geomean_us"] * reference_scale) if c["kind"] == "reference" else c
+    snap.candidates = [Candidate.from_row(dict(c.to_row(), geomean_us=c.geomean_us * reference_scale))
+                       if c.kind == "reference" else c
                        for c in snap.candidates]
     return snap
 

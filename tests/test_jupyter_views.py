@@ -24,6 +24,7 @@ from kscience.jupyter.report import write_figures
 from kscience.jupyter.results import RunResult
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
+from kscience.scientist.candidate import Candidate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -164,9 +165,8 @@ def test_missing_baselines_are_named_in_the_legend_and_floors_drawn_on_a_gpu(tmp
     assert "correct kernel" in labels and "best so far" in labels and "wrong answer (no time)" in labels
 
     on_gpu = copy.deepcopy(snap)
-    for c in on_gpu.candidates:
-        if c["result"]:
-            c["result"]["device"] = {"name": "NVIDIA H100", "interpreted": False}
+    on_gpu.candidates = [Candidate.from_row(dict(c.to_row(), result=dict(c.stored_result, device={
+        "name": "NVIDIA H100", "interpreted": False}))) if c.result else c for c in on_gpu.candidates]
     fig = timeline_figure(Snapshot(**{k: getattr(on_gpu, k) for k in
                                       ("run", "candidates", "plans", "findings", "usage", "taken_at")}))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
@@ -193,8 +193,8 @@ def test_a_baseline_far_from_every_candidate_is_an_arrow_and_a_resume_is_marked(
     them into one band of a log axis. It is named off scale at the edge instead."""
     run = finished_run(tmp_path, iterations=1)
     snap = run.snapshot()
-    snap.candidates = [dict(c, geomean_us=c["geomean_us"] * 1e4) if c["kind"] == "reference" else c
-                       for c in snap.candidates]
+    snap.candidates = [Candidate.from_row(dict(c.to_row(), geomean_us=c.geomean_us * 1e4))
+                       if c.kind == "reference" else c for c in snap.candidates]
     ax = timeline_figure(snap, session_starts=[2.5]).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     eager = f"PyTorch eager {REFERENCE_US * 1e4:,.1f} µs"

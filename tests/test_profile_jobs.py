@@ -2,9 +2,10 @@
 waits for one, or while profiling has taken less than PROFILE_SHARE of the slots' time."""
 
 import asyncio
-from types import SimpleNamespace
+import threading
 
 from kscience.run import profiling
+from kscience.run.journal import Stopping
 from kscience.run.judging import Judging
 
 
@@ -13,7 +14,8 @@ class OneSlot:
 
 
 def judging() -> Judging:
-    return Judging(SimpleNamespace(check_stop=lambda: None, profile="auto", time_limit_s=None), OneSlot(), None)
+    return Judging(OneSlot(), journal=None, stopping=Stopping(threading.Event()), budget=None, problem=None,
+                   changed=asyncio.Event(), profile="auto")
 
 
 def test_a_profile_job_waits_while_an_evaluation_is_queued_once_over_its_share():

@@ -29,6 +29,7 @@ from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.scientist.briefing import bench_from_results
 from kscience.scientist.hardware import describe_device, run_target
+from kscience.scientist.candidate import Candidate
 from kscience.scientist.roles import Scientist
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
@@ -234,9 +235,10 @@ def test_the_dashboard_and_the_report_show_speed_of_light(tmp_path):
 
 def test_which_stored_candidates_profile_ncu_looks_at():
     def cand(kind, iteration, us, evaluated, status="ok"):
-        return {"id": f"c-{kind}-{us}-{evaluated}", "kind": kind, "iteration": iteration, "status": status,
-                "geomean_us": us if status == "ok" else None, "evaluated": evaluated,
-                "result": {"status": status, "geomean_us": us if status == "ok" else None}}
+        return Candidate.from_row({"id": f"c-{kind}-{us}-{evaluated}", "kind": kind, "iteration": iteration,
+                                   "status": status, "geomean_us": us if status == "ok" else None,
+                                   "evaluated": evaluated, "result": {"status": status, "message": "",
+                                                                      "geomean_us": us if status == "ok" else None}})
 
     seed = cand("seed", 0, 100.0, 1)
     rows = [seed, cand("reference", 0, 10.0, 2), cand("child", 1, 90.0, 3)]

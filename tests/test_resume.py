@@ -191,7 +191,7 @@ def test_more_iterations_on_a_spent_evaluation_budget_say_to_raise_it(tmp_path):
                      seed_source=fake_kernel(100.0), scientist=ScriptedScientist(), executor=FakeExecutor())
     assert run.start(background=False).status == "finished"
     before = store.run(run.id)
-    with pytest.raises(ConfigError, match=rf"spent its evaluation budget \(2 of 2\).*--evaluations"):
+    with pytest.raises(ConfigError, match=r"spent its evaluation budget \(2 of 2\).*--evaluations"):
         Run.resume(run.id, store=store, iterations=1, scientist=ScriptedScientist(), executor=FakeExecutor())
     assert store.run(run.id) == before
     resumed = Run.resume(run.id, store=store, iterations=1, evaluations=5, scientist=ScriptedScientist(),

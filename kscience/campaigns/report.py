@@ -27,6 +27,7 @@ import math
 from kscience.record.liveness import display_status
 from kscience.record.store import Store
 from kscience.record.summary import CPU_NOTE, times_rank
+from kscience.scientist.candidate import Candidate, speedup as times_faster
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "vendor": "vendor_us",
@@ -57,33 +58,34 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
 
 def _run_numbers(store: Store, run_id: str) -> dict:
     cands = store.candidates(run_id)
-    by_kind = {c["kind"]: c for c in cands if c["kind"] in ("seed", "reference", "compiled", "vendor")}
-    written = [c for c in cands if c["kind"] in _WRITTEN and c["evaluated"] is not None]
-    composites = [c for c in cands if c["kind"] == "composite" and c["evaluated"] is not None]
-    ok = [c for c in written + composites if c["status"] == "ok" and c["geomean_us"]]
-    best = min(ok, key=lambda c: c["geomean_us"]) if ok else None
+    by_kind = {c.kind: c for c in cands if c.kind in ("seed", "reference", "compiled", "vendor")}
+    written = [c for c in cands if c.kind in _WRITTEN and c.evaluated is not None]
+    composites = [c for c in cands if c.kind == "composite" and c.evaluated is not None]
+    ok = [c for c in written + composites if c.ok and c.geomean_us]
+    best = min(ok, key=lambda c: c.geomean_us) if ok else None
     usage = store.llm_usage(run_id)
 
     def time_of(kind):
         c = by_kind.get(kind)
-        return c["geomean_us"] if c and c["status"] == "ok" else None
+        return c.geomean_us if c and c.ok else None
 
-    judged = ((best or by_kind.get("seed") or {}).get("result") or {}).get("device") or {}
+    judged_by = best or by_kind.get("seed")
+    judged = judged_by.device if judged_by else {}
     return {"eager_us": time_of("reference"), "compiled_us": time_of("compiled"), "vendor_us": time_of("vendor"),
             "seed_us": time_of("seed"),
-            "best_us": best["geomean_us"] if best else None, "best_id": best["id"] if best else None,
+            "best_us": best.geomean_us if best else None, "best_id": best.id if best else None,
             "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
             "device": judged.get("name"), "interpreted": bool(judged.get("interpreted"))}
 
 
-def _library_numbers(cands: list[dict], row: dict) -> dict:
+def _library_numbers(cands: list[Candidate], row: dict) -> dict:
     """The fastest installed library that passed, the fastest baseline of all, and whether the best kernel
     beats every baseline that was timed (None: no correct kernel, or no baseline timed)."""
-    libs = [c for c in cands if c["kind"] == "library" and c["status"] == "ok" and c["geomean_us"]]
-    lib = min(libs, key=lambda c: c["geomean_us"]) if libs else None
-    timed = [us for us in (row["eager_us"], row["compiled_us"], row["vendor_us"], lib and lib["geomean_us"]) if us]
+    libs = [c for c in cands if c.kind == "library" and c.ok and c.geomean_us]
+    lib = min(libs, key=lambda c: c.geomean_us) if libs else None
+    timed = [us for us in (row["eager_us"], row["compiled_us"], row["vendor_us"], lib and lib.geomean_us) if us]
     fastest = min(timed) if timed else None
-    return {"library_us": lib["geomean_us"] if lib else None, "library_label": lib["hypothesis"] if lib else None,
+    return {"library_us": lib.geomean_us if lib else None, "library_label": lib.hypothesis if lib else None,
             "fastest_us": fastest,
             "beats_all": row["best_us"] < fastest if fastest and row.get("best_us") else None}
 
@@ -101,8 +103,8 @@ def beats_line(rows: list[dict]) -> str:
 
 
 def speedup(row: dict, baseline: str) -> float | None:
-    base = row.get(BASELINES[baseline])
-    return base / row["best_us"] if base and row.get("best_us") else None
+    """How many times faster the problem's best kernel is than `baseline` (None where either is missing)."""
+    return times_faster(row.get(BASELINES[baseline]), row.get("best_us"))
 
 
 def fast_p(rows: list[dict], p: float, baseline: str = "eager") -> tuple[float | None, int]:

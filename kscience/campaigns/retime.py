@@ -24,6 +24,7 @@ from kscience.evaluate.executors.factory import make_executor
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, load_problem
 from kscience.record.store import BASELINE_KINDS, Store, StoreError
+from kscience.scientist.candidate import Candidate
 
 TOP_K = 3
 
@@ -41,16 +42,15 @@ def run_ids(store: Store, target: str) -> list[str]:
     return [r["run_id"] for r in store.campaign_problems(target) if r["run_id"]]
 
 
-def kernels_to_retime(store: Store, run_id: str, top_k: int = TOP_K) -> list[dict]:
+def kernels_to_retime(store: Store, run_id: str, top_k: int = TOP_K) -> list[Candidate]:
     """The seed, the baselines and the best `top_k` other correct candidates of a run."""
-    cands = [c for c in store.candidates(run_id) if c["result"] is not None]
-    chosen = [c for c in cands if c["kind"] == "seed" or c["kind"] in BASELINE_KINDS]
-    others = sorted((c for c in cands if c not in chosen and c["status"] == "ok" and c["geomean_us"]),
-                    key=lambda c: c["geomean_us"])
-    seen, best = {c["source"] for c in chosen}, []
+    cands = [c for c in store.candidates(run_id) if c.result is not None]
+    chosen = [c for c in cands if c.kind == "seed" or c.kind in BASELINE_KINDS]
+    others = sorted((c for c in cands if c not in chosen and c.ok and c.geomean_us), key=lambda c: c.geomean_us)
+    seen, best = {c.source for c in chosen}, []
     for c in others:  # the same text judged twice in a run is one kernel
-        if c["source"] not in seen and len(best) < top_k:
-            seen.add(c["source"])
+        if c.source not in seen and len(best) < top_k:
+            seen.add(c.source)
             best.append(c)
     return chosen + best
 
@@ -65,13 +65,13 @@ def _judge_all(store: Store, jobs: list[tuple[dict, dict, dict]], device: str, e
     from concurrent.futures import as_completed
 
 
-    futures = {executor.submit(EvalRequest(problem=run["problem"], source=cand["source"], shapes="all",
-                                           candidate_id=cand["id"], **judged_as)): (run, cand)
+    futures = {executor.submit(EvalRequest(problem=run["problem"], source=cand.source, shapes="all",
+                                           candidate_id=cand.id, **judged_as)): (run, cand)
                for run, cand, judged_as in jobs}
     for future in as_completed(futures):
         run, cand = futures[future]
         result = future.result().to_dict()
-        store.add_retime(run["id"], cand["id"], device, result)
+        store.add_retime(run["id"], cand.id, device, result)
         if on_result:
             on_result(run, cand, result)
 
@@ -91,13 +91,13 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
             continue
         done = {r["candidate_id"] for r in store.retimes(run_id, device)}
         for cand in kernels_to_retime(store, run_id, top_k):
-            if cand["id"] in done:
+            if cand.id in done:
                 kept += 1
             else:
                 # as the run judged it: a baseline's tolerance, settings and leave to call its library
-                jobs.append((run, cand, {"tolerance": problem.tolerance_for(cand["kind"], cand["hypothesis"]),
-                                         "overrides": problem.overrides_for(cand["kind"]),
-                                         "baseline": cand["kind"] in BASELINE_KINDS}))
+                jobs.append((run, cand, {"tolerance": problem.tolerance_for(cand.kind, cand.hypothesis),
+                                         "overrides": problem.overrides_for(cand.kind),
+                                         "baseline": cand.kind in BASELINE_KINDS}))
     if jobs:
         own = executor is None
         if own:
@@ -133,8 +133,8 @@ def kendall_tau(xs: list[float], ys: list[float]) -> float | None:
     return (concordant - discordant) / denominator if denominator else None
 
 
-def _original_device(cand: dict) -> str:
-    return ((cand.get("result") or {}).get("device") or {}).get("name") or "unknown"
+def _original_device(cand: Candidate) -> str:
+    return cand.device.get("name") or "unknown"
 
 
 def compare_run(store: Store, run_id: str, device: str | None = None) -> dict:
@@ -146,16 +146,16 @@ def compare_run(store: Store, run_id: str, device: str | None = None) -> dict:
     latest = {r["candidate_id"]: r for r in retimes if r["device"] == device}  # the newest per kernel
     rows = []
     for cand in store.candidates(run_id):
-        new = latest.get(cand["id"])
+        new = latest.get(cand.id)
         if new is None:
             continue
-        old_ok, new_ok = cand["status"] == "ok", new["status"] == "ok"
-        rows.append({"candidate_id": cand["id"], "kind": cand["kind"], "hypothesis": cand["hypothesis"],
-                     "original_device": _original_device(cand), "original_status": cand["status"],
-                     "original_us": cand["geomean_us"], "device": device, "status": new["status"],
+        old_ok, new_ok = cand.ok, new["status"] == "ok"
+        rows.append({"candidate_id": cand.id, "kind": cand.kind, "hypothesis": cand.hypothesis,
+                     "original_device": _original_device(cand), "original_status": cand.status,
+                     "original_us": cand.geomean_us, "device": device, "status": new["status"],
                      "us": new["geomean_us"], "message": new["message"] if not new_ok else "",
                      "carries_over": old_ok and new_ok,
-                     "ratio": new["geomean_us"] / cand["geomean_us"] if old_ok and new_ok and cand["geomean_us"]
+                     "ratio": new["geomean_us"] / cand.geomean_us if old_ok and new_ok and cand.geomean_us
                      and new["geomean_us"] else None})
     both = [r for r in rows if r["carries_over"] and r["original_us"] and r["us"]]
     ranked_old = [r["candidate_id"] for r in sorted(both, key=lambda r: r["original_us"])]

@@ -128,7 +128,7 @@ def cmd_retime(args) -> int:
         if not args.show:
             def said(run, cand, result):
                 t = f" {result['geomean_us']:.1f} us" if result.get("geomean_us") else ""
-                print(f"kscience: {run['problem']}: {cand['kind']} {cand['id']} {result['status']}{t}",
+                print(f"kscience: {run['problem']}: {cand.kind} {cand.id} {result['status']}{t}",
                       file=sys.stderr)
 
             done = _setup(lambda: retime(store, args.target, top_k=args.top, executor_spec=args.executor,

@@ -13,37 +13,35 @@ from kscience.run.line import source_diff
 
 
 def candidate_detail(store, cand_id: str) -> dict:
-    """The candidate's row with its run, its finding (or None) and its diff against its parent ("" without one)."""
+    """The candidate with its run, its finding (or None) and its diff against its parent ("" without one)."""
     cand = store.candidate(cand_id)
-    run = store.run(cand["run_id"])
+    run = store.run(cand.run_id)
     findings = [f for f in store.findings(run["id"]) if f["candidate_id"] == cand_id]
-    if not findings and cand["plan_id"]:
-        findings = [f for f in store.findings(run["id"]) if f["plan_id"] == cand["plan_id"]]
-    parent = store.candidate(cand["parent_id"]) if cand["parent_id"] else None
+    if not findings and cand.plan_id:
+        findings = [f for f in store.findings(run["id"]) if f["plan_id"] == cand.plan_id]
+    parent = store.candidate(cand.parent_id) if cand.parent_id else None
     return {"candidate": cand, "run": {"id": run["id"], "problem": run["problem"], "name": run["name"]},
             "finding": findings[-1]["text"] if findings else None,
-            "diff": source_diff(parent["source"], cand["source"]) if parent else ""}
+            "diff": source_diff(parent.source, cand.source) if parent else ""}
 
 
 def candidate_lines(detail: dict) -> list[str]:
     cand, run = detail["candidate"], detail["run"]
-    parent = f", from {cand['parent_id']}" if cand["parent_id"] else ""
-    lines = [f"candidate {cand['id']}: {kind_text(cand['kind'])} of run {run['id']} ({Path(run['problem']).name}), "
-             f"iteration {cand['iteration']}{parent}",
-             f"tried:   {cand['hypothesis']}",
-             f"verdict: {cand['status']}" + (f", geomean {fmt_us(cand['geomean_us'], ' us')}"
-                                            if cand["geomean_us"] else "")]
-    result = cand["result"] or {}
-    for s in result.get("shapes") or []:
-        t = f"{fmt_us(s['time_us'], ' us'):>14}" if s.get("time_us") else ""
-        why = f"  {s['message']}" if not s["ok"] and s.get("message") else ""
-        lines.append(f"  {'ok ' if s['ok'] else 'BAD'} {s['phase']:<9} {shape_label(s['shape']):<28} {t}{why}".rstrip())
-    if cand["status"] not in ("ok", "pending"):
+    parent = f", from {cand.parent_id}" if cand.parent_id else ""
+    lines = [f"candidate {cand.id}: {kind_text(cand.kind)} of run {run['id']} ({Path(run['problem']).name}), "
+             f"iteration {cand.iteration}{parent}",
+             f"tried:   {cand.hypothesis}",
+             f"verdict: {cand.status}" + (f", geomean {fmt_us(cand.geomean_us, ' us')}" if cand.geomean_us else "")]
+    for s in cand.result.shapes if cand.result else []:
+        t = f"{fmt_us(s.time_us, ' us'):>14}" if s.time_us else ""
+        why = f"  {s.message}" if not s.ok and s.message else ""
+        lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}{why}".rstrip())
+    if cand.status not in ("ok", "pending"):
         lines += ["", *error_text(cand).splitlines()]
-    elif cand["message"]:
-        lines.append(f"message: {cand['message']}")
+    elif cand.message:
+        lines.append(f"message: {cand.message}")
     lines.append(f"finding: {detail['finding'] or 'none recorded'}")
     if detail["diff"]:
-        lines += ["", f"--- diff against its parent {cand['parent_id']} ---", detail["diff"].rstrip("\n")]
-    lines += ["", "--- source ---", cand["source"].rstrip("\n")]
+        lines += ["", f"--- diff against its parent {cand.parent_id} ---", detail["diff"].rstrip("\n")]
+    lines += ["", "--- source ---", cand.source.rstrip("\n")]
     return lines

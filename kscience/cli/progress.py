@@ -7,7 +7,7 @@ import sys
 
 from kscience.run.events import (CandidateEvaluated, CandidateProfiled, EvaluationWaiting, HypothesesProposed, RunFinished,
                              StageChanged)
-from kscience.record.snapshot import speedup
+from kscience.scientist.candidate import speedup
 from kscience.record.text import fmt_us, fmt_x, kind_text
 
 _PLAIN_STAGES = {"seed": "evaluating the seed kernel", "reference": "timing PyTorch eager",

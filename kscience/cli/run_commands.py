@@ -17,7 +17,8 @@ from kscience.record.liveness import display_status
 from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
-from kscience.record.snapshot import Snapshot, iterations_done, run_listing, speedup
+from kscience.record.snapshot import Snapshot, iterations_done, run_listing
+from kscience.scientist.candidate import speedup
 from kscience.record.text import fmt_us, fmt_x, kind_text, plural
 from kscience.record.store import StoreError, open_store
 from kscience.record.summary import CPU_NOTE, summary_lines
@@ -133,7 +134,8 @@ def cmd_show(args) -> int:
         snap, db = _snapshot(store, args.run_id), store.path
     row, metrics = snap.run, snap.metrics()
     if args.json:
-        print(json.dumps({"run": _run_json(row), "metrics": metrics, "candidates": snap.candidates,
+        print(json.dumps({"run": _run_json(row), "metrics": metrics,
+                          "candidates": [c.to_row() for c in snap.candidates],
                           "plans": snap.plans, "findings": snap.findings}, indent=2))
         return 0
     print("\n".join(summary_lines(row, metrics)))
@@ -145,10 +147,10 @@ def cmd_show(args) -> int:
     for c in snap.candidates:
         sol = snap.sol_summary(c)
         sol_text = f"{sol['worst']:.0%}" if sol else "-"
-        print(f"  {c['seq']:>3} {c['id']:<11} {c['parent_id'] or '-':<11} {kind_text(c['kind']):<14} {c['status']:<13} "
-              f"{fmt_us(c['geomean_us']):>14} {sol_text:>5}  {c['hypothesis'][:60]}")
-        if c["status"] not in ("ok", "pending") and c["message"]:  # why it failed, in short
-            print(f"  {'':>3} {'':<11} {c['message'][:100]}")
+        print(f"  {c.seq:>3} {c.id:<11} {c.parent_id or '-':<11} {kind_text(c.kind):<14} {c.status:<13} "
+              f"{fmt_us(c.geomean_us):>14} {sol_text:>5}  {c.hypothesis[:60]}")
+        if c.status not in ("ok", "pending") and c.message:  # why it failed, in short
+            print(f"  {'':>3} {'':<11} {c.message[:100]}")
     print(f"\n(one candidate in full: kscience show CANDIDATE_ID --db {db})")
     return 0
 
@@ -159,7 +161,8 @@ def _show_candidate(args) -> int:
             detail = candidate_detail(store, args.run_id)
         except StoreError as exc:
             raise UsageError(str(exc)) from None
-    print(json.dumps(detail, indent=2) if args.json else "\n".join(candidate_lines(detail)))
+    print(json.dumps({**detail, "candidate": detail["candidate"].to_row()}, indent=2) if args.json
+          else "\n".join(candidate_lines(detail)))
     return 0
 
 
@@ -169,5 +172,5 @@ def cmd_best(args) -> int:
     if best is None:
         print(f"kscience: error: run {args.run_id} has no correct candidate", file=sys.stderr)
         return 1
-    sys.stdout.write(best["source"])
+    sys.stdout.write(best.source)
     return 0

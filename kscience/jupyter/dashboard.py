@@ -199,12 +199,12 @@ class Dashboard:
         started = self.result.started_at
         if started is None:
             return []
-        before = sum(1 for c in snap.settled if (c["evaluated"] or c["created"]) < started)
+        before = sum(1 for c in snap.settled if (c.evaluated or c.created) < started)
         return [before + 0.5] if before else []
 
     def _refresh_picker(self, snap) -> None:
-        written = [c for c in snap.candidates if c["kind"] not in BASELINE_KINDS][::-1]  # newest first
-        options = [(panels.candidate_label(c), c["id"]) for c in written]
+        written = [c for c in snap.candidates if c.kind not in BASELINE_KINDS][::-1]  # newest first
+        options = [(panels.candidate_label(c), c.id) for c in written]
         chosen = options[0][1] if options and (self._follow_latest or self.picker.value is None) else self.picker.value
         self._picking = True
         try:

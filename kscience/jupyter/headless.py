@@ -37,8 +37,8 @@ def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | N
     if latest:
         lines.append("  latest verdicts:")
         for c in reversed(latest):
-            us = fmt_us(c["geomean_us"], panels.US).rjust(15) if c["status"] == "ok" and c["geomean_us"] else " " * 15
-            lines.append(f"    {c['id']:<11} {c['kind']:<7} {c['status']:<13} {us}  {c['hypothesis'][:50]}")
+            us = fmt_us(c.geomean_us, panels.US).rjust(15) if c.status == "ok" and c.geomean_us else " " * 15
+            lines.append(f"    {c.id:<11} {c.kind:<7} {c.status:<13} {us}  {c.hypothesis[:50]}")
     return "\n".join(lines)
 
 

@@ -12,9 +12,10 @@ import difflib
 import html
 
 from kscience.record.liveness import display_status
-from kscience.record.snapshot import Snapshot, error_text, inside_range, uplift_pct
+from kscience.record.snapshot import Snapshot, error_text, inside_range
 from kscience.record.text import fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
 from kscience.scientist.briefing import versions_text
+from kscience.scientist.candidate import Candidate, predicted_range
 from kscience.scientist.profile_report import kernel_split_text
 from kscience.record.summary import budget_parts
 
@@ -44,7 +45,7 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     llm = run["llm"] + (f" ({model})" if model else "") + f", {run['strategy']}"
     best = snap.best
     vs_seed, vs_ref = snap.speedups(best) if best else (None, None)
-    best_text = (f"{best['id']}: {fmt_us(best['geomean_us'], US)}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs {EAGER}"
+    best_text = (f"{best.id}: {fmt_us(best.geomean_us, US)}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs {EAGER}"
                  if best else "none yet")
     facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
              ("LLM", llm), ("best", best_text)]
@@ -53,10 +54,10 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
         facts.insert(2, ("software", versions))
     beaten = [(name, base) for name, base in (("torch.compile", snap.compiled), ("vendor library", snap.vendor),
                                               (EAGER, snap.reference),
-                                              *((c["hypothesis"].split(";")[0], c) for c in snap.libraries))
-              if best and base and base["status"] == "ok" and base["geomean_us"] < best["geomean_us"]]
+                                              *((c.hypothesis.split(";")[0], c) for c in snap.libraries))
+              if best and base and base.status == "ok" and base.geomean_us < best.geomean_us]
     if beaten and not snap.device.get("interpreted"):  # said plainly: a user would pick the baseline
-        facts.append(("loses to", ", ".join(f"{name} ({fmt_us(b['geomean_us'], US)})" for name, b in beaten)))
+        facts.append(("loses to", ", ".join(f"{name} ({fmt_us(b.geomean_us, US)})" for name, b in beaten)))
     sol = snap.sol_summary(best)
     if sol is not None:  # only with a roofline bound: GPU timings on a known device
         facts.append(("speed of light", fmt_sol(sol)))
@@ -122,23 +123,24 @@ def stage_text(snap: Snapshot, stage: dict | None, stopping: bool = False) -> st
 
 # --- hypotheses -------------------------------------------------------------------------------
 def _predicted(plan: dict) -> str:
-    low, high = plan.get("predicted_min_pct"), plan.get("predicted_max_pct")
-    if low is None:
+    span = predicted_range(plan.get("predicted_min_pct"), plan.get("predicted_max_pct"))
+    if span is None:
         return "no prediction"
-    return f"{low:+.0f}% to {high:+.0f}%" if high is not None and high != low else f"{low:+.0f}%"
+    low, high = span
+    return f"{low:+.0f}% to {high:+.0f}%" if high != low else f"{low:+.0f}%"
 
 
-def _plan_candidate(snap: Snapshot, plan: dict) -> dict | None:
+def _plan_candidate(snap: Snapshot, plan: dict) -> Candidate | None:
     """The newest settled kernel written for a plan (its child or last repair), if any."""
-    written = [c for c in snap.settled if c.get("plan_id") == plan["id"]]
+    written = [c for c in snap.settled if c.plan_id == plan["id"]]
     return written[-1] if written else None
 
 
-def _measured(snap: Snapshot, plan: dict, pct: float | None, cand: dict) -> str:
+def _measured(snap: Snapshot, plan: dict, pct: float | None, cand: Candidate | None) -> str:
     inside = inside_range(plan.get("predicted_min_pct"), plan.get("predicted_max_pct"), pct)
     colour = STATUS_STYLE["ok"] if pct >= 0 else "color: #ef6c00;"
     return (f'<span style="{colour}"><b>{fmt_pct(pct)}</b></span> measured '
-            f'({"inside" if inside else "outside"} the prediction) by {esc(cand.get("id", "?"))}')
+            f'({"inside" if inside else "outside"} the prediction) by {esc(cand.id if cand else "?")}')
 
 
 def _outcome(snap: Snapshot, plan: dict, finding: dict | None) -> str:
@@ -147,19 +149,19 @@ def _outcome(snap: Snapshot, plan: dict, finding: dict | None) -> str:
     if finding is None:
         # A stop can land between the verdict and the finding: the verdict is the outcome then.
         cand = _plan_candidate(snap, plan)
-        base = snap.by_id.get(plan["base_id"]) or {}
-        if cand is not None and cand["status"] == "ok":
-            pct = uplift_pct(base.get("geomean_us"), cand["geomean_us"])
+        base = snap.by_id.get(plan["base_id"])
+        if cand is not None and cand.ok:
+            pct = cand.uplift_over(base.geomean_us if base else None)
             if pct is not None:
                 return _measured(snap, plan, pct, cand)
         if cand is not None:
-            return f"{_status(cand['status'])} ({esc(cand['id'])})"
+            return f"{_status(cand.status)} ({esc(cand.id)})"
         state = "in progress" if display_status(snap.run) == "running" else "pending (resume the run to evaluate it)"
         return f'<span style="color: #757575;">{state}</span>'
-    cand = snap.by_id.get(finding["candidate_id"]) or {}
+    cand = snap.by_id.get(finding["candidate_id"])
     if finding["measured_pct"] is not None:
         return _measured(snap, plan, finding["measured_pct"], cand)
-    return f"{_status(cand.get('status', 'no kernel'))} ({esc(cand.get('id', 'no candidate'))})"
+    return f"{_status(cand.status if cand else 'no kernel')} ({esc(cand.id if cand else 'no candidate')})"
 
 
 def hypotheses_html(snap: Snapshot) -> str:
@@ -230,9 +232,9 @@ def highlight(code: str, language: str) -> str:
     return f'<pre style="{CODE}">{"".join(rows)}</pre>'
 
 
-def candidate_label(c: dict) -> str:
-    us = f", {fmt_us(c['geomean_us'], US, 1)}" if c.get("geomean_us") else ""
-    return f"{c['id']} {c['kind']} ({c['status']}{us}): {c['hypothesis'][:60]}"
+def candidate_label(c: Candidate) -> str:
+    us = f", {fmt_us(c.geomean_us, US, 1)}" if c.geomean_us else ""
+    return f"{c.id} {c.kind} ({c.status}{us}): {c.hypothesis[:60]}"
 
 
 def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
@@ -240,20 +242,20 @@ def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
     cand = snap.by_id.get(candidate_id) if candidate_id else None
     if cand is None:
         return f'<div style="{BOX} color: #757575;">No candidate written yet.</div>'
-    parent = snap.by_id.get(cand["parent_id"])
-    title = (f"<b>{esc(cand['id'])}</b> {esc(cand['kind'])}: {esc(cand['hypothesis'])} &middot; "
-             f"{_status(cand['status'])}")
+    parent = snap.by_id.get(cand.parent_id)
+    title = (f"<b>{esc(cand.id)}</b> {esc(cand.kind)}: {esc(cand.hypothesis)} &middot; "
+             f"{_status(cand.status)}")
     parts = [f'<div style="margin-bottom: 4px;">{title}</div>']
-    if cand["status"] not in ("ok", "pending"):
+    if cand.status not in ("ok", "pending"):
         parts.append(f'<pre class="kscience-error" style="{FAILED_STYLE} white-space: pre-wrap; margin: 0 0 6px 0; '
                      f'font-size: 11px; background: #fff5f5; padding: 4px;">{esc(error_text(cand))}</pre>')
-    if not cand["source"]:
+    if not cand.source:
         parts.append('<div style="color: #757575;">The writer produced no source.</div>')
     elif parent is None:
         parts.append(f'<div style="color: #757575;">No parent: the full source.</div>'
-                     f'<div class="kscience-source">{highlight(cand["source"], "python")}</div>')
+                     f'<div class="kscience-source">{highlight(cand.source, "python")}</div>')
     else:
-        diff = unified_diff(parent["source"], cand["source"], f"{parent['id']} (parent)", cand["id"])
+        diff = unified_diff(parent.source, cand.source, f"{parent.id} (parent)", cand.id)
         parts.append(f'<div class="kscience-diff">{highlight(diff, "diff")}</div>' if diff else
                      '<div style="color: #757575;">Same source as the parent.</div>')
     return f'<div style="{BOX}">{"".join(parts)}</div>'
@@ -265,10 +267,10 @@ def leaderboard_rows(snap: Snapshot) -> list[dict]:
     rows = []
     for rank, c in enumerate(snap.ranked(), start=1):
         vs_seed, vs_ref = snap.speedups(c)
-        rows.append({"rank": rank if c["status"] == "ok" else None, "id": c["id"], "kind": c["kind"],
-                     "iteration": c["iteration"], "geomean_us": c["geomean_us"] if c["status"] == "ok" else None,
-                     "vs_seed": vs_seed, "vs_reference": vs_ref, "status": c["status"],
-                     "hypothesis": c["hypothesis"]})
+        rows.append({"rank": rank if c.status == "ok" else None, "id": c.id, "kind": c.kind,
+                     "iteration": c.iteration, "geomean_us": c.geomean_us if c.status == "ok" else None,
+                     "vs_seed": vs_seed, "vs_reference": vs_ref, "status": c.status,
+                     "hypothesis": c.hypothesis})
     return rows
 
 
@@ -302,11 +304,11 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
                     f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_reference"])}</td>'
                     f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
-    ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base["geomean_us"], US)}</div>'
+    ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base.geomean_us, US)}</div>'
                        for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled),
                                           ("vendor library", snap.vendor),
-                                          *((c["hypothesis"].split(";")[0], c) for c in snap.libraries))
-                       if base and base["status"] == "ok")
+                                          *((c.hypothesis.split(";")[0], c) for c in snap.libraries))
+                       if base and base.status == "ok")
     return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
             f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>{more}{ref_line}</div>')
@@ -317,12 +319,12 @@ def lineage_lines(snap: Snapshot) -> list[str]:
     tree, best = snap.children(), snap.best
     lines: list[str] = []
 
-    def walk(c: dict, prefix: str, last: bool, root: bool) -> None:
+    def walk(c: Candidate, prefix: str, last: bool, root: bool) -> None:
         mark = "" if root else ("└─ " if last else "├─ ")
-        time_text = fmt_us(c["geomean_us"], US, 1) if c["status"] == "ok" and c["geomean_us"] else c["status"]
-        star = " ★" if best is not None and c["id"] == best["id"] else ""
-        lines.append(f"{prefix}{mark}{c['id']} {time_text}{star}  {c['hypothesis'][:50]}")
-        kids = tree.get(c["id"], [])
+        time_text = fmt_us(c.geomean_us, US, 1) if c.status == "ok" and c.geomean_us else c.status
+        star = " ★" if best is not None and c.id == best.id else ""
+        lines.append(f"{prefix}{mark}{c.id} {time_text}{star}  {c.hypothesis[:50]}")
+        kids = tree.get(c.id, [])
         for i, kid in enumerate(kids):
             walk(kid, prefix + ("" if root else ("   " if last else "│  ")), i == len(kids) - 1, False)
 

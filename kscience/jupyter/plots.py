@@ -16,7 +16,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kscience.problems import shape_label
-from kscience.record.snapshot import Snapshot, shape_times, speedup
+from kscience.record.snapshot import Snapshot
+from kscience.scientist.candidate import Candidate, speedup
 from kscience.record.text import fmt_sol, fmt_us, fmt_x
 
 STATUS_COLOURS = {
@@ -45,7 +46,7 @@ def _x_positions(snap: Snapshot, by: str) -> list[float]:
         return [i + 1 for i in range(len(snap.settled))]
     per_iteration: dict[int, list[int]] = {}
     for i, c in enumerate(snap.settled):
-        per_iteration.setdefault(c["iteration"], []).append(i)
+        per_iteration.setdefault(c.iteration, []).append(i)
     xs = [0.0] * len(snap.settled)
     for iteration, members in per_iteration.items():
         width = min(0.6, 0.12 * (len(members) - 1))
@@ -62,8 +63,8 @@ def _best_steps(snap: Snapshot, by: str) -> tuple[list[float], list[float]]:
         end = float(len(snap.settled))
     else:
         xs, ys, best = [], [], None
-        for iteration in sorted({c["iteration"] for c in snap.correct}):
-            us = min(c["geomean_us"] for c in snap.correct if c["iteration"] == iteration)
+        for iteration in sorted({c.iteration for c in snap.correct}):
+            us = min(c.geomean_us for c in snap.correct if c.iteration == iteration)
             if best is None or us < best:
                 best = us
                 xs.append(iteration)
@@ -107,11 +108,11 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
     `session_starts`: x positions where a resumed session began, each marked by a labelled line.
     The y axis fits the candidates; a baseline far outside them is an arrow at the edge."""
     xs = _x_positions(snap, by)
-    statuses = sorted({c["status"] for c in snap.settled}, key=lambda s: (s != "ok", s))
+    statuses = sorted({c.status for c in snap.settled}, key=lambda s: (s != "ok", s))
     for status in statuses:
-        points = [(x, c) for x, c in zip(xs, snap.settled, strict=True) if c["status"] == status]
+        points = [(x, c) for x, c in zip(xs, snap.settled, strict=True) if c.status == status]
         if status == "ok":
-            ax.scatter([x for x, _ in points], [c["geomean_us"] for _, c in points], s=30, color=_colour(status),
+            ax.scatter([x for x, _ in points], [c.geomean_us for _, c in points], s=30, color=_colour(status),
                        label="correct kernel", zorder=3)
         else:
             ax.scatter([x for x, _ in points], [FAILED_BAND] * len(points), s=30, marker="x",
@@ -122,14 +123,14 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
         ax.step(bx, by_, where="post", color="#2e7d32", linewidth=1.6, alpha=0.8, label="best so far", zorder=2)
 
     base = snap.baselines()
-    values = [c["geomean_us"] for c in snap.correct]
+    values = [c.geomean_us for c in snap.correct]
     low, high = (min(values), max(values)) if values else (None, None)
     vendor = snap.vendor
-    vendor_us = vendor["geomean_us"] if vendor and vendor["status"] == "ok" else None
+    vendor_us = vendor.geomean_us if vendor and vendor.status == "ok" else None
     baselines = [(label, us) for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
                                                 ("vendor library", vendor_us), ("physical floor", base.floor_us),
-                                                *((c["hypothesis"].split(";")[0], c["geomean_us"])
-                                                  for c in snap.libraries if c["status"] == "ok")) if us]
+                                                *((c.hypothesis.split(";")[0], c.geomean_us)
+                                                  for c in snap.libraries if c.status == "ok")) if us]
     values += [us for _, us in baselines if _on_scale(us, low, high)]  # the axis is fitted to these
     for k, x in enumerate(session_starts):
         ax.axvline(x, color="#616161", linestyle=(0, (4, 3)), linewidth=1.0, zorder=1,
@@ -171,10 +172,10 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     if best is None:
         ax.text(0.5, 0.5, "no correct kernel", ha="center", va="center", transform=ax.transAxes)
         return
-    times = shape_times(best)
+    times = best.times
     labels = list(times)
     bases = (("vs seed", snap.seed), ("vs PyTorch eager", snap.reference), ("vs torch.compile", snap.compiled))
-    series = [(name, shape_times(base)) for name, base in bases if base and base["status"] == "ok"]
+    series = [(name, base.times) for name, base in bases if base and base.ok]
     width = 0.8 / max(1, len(series))
     crowded = len(labels) > 8  # fp8's 18 shapes: a wider figure, labels standing up
     if crowded:
@@ -200,8 +201,8 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 20, ha="right", fontsize=8 if crowded else 9)
     ax.set_xlabel("benchmark shape")
     ax.set_ylabel("speedup of the best kernel (×, log)")
-    title = f"best kernel {best['id']}: {fmt_us(best['geomean_us'], ' µs')} geomean"
-    if snap.seed is not None and best["id"] == snap.seed["id"]:
+    title = f"best kernel {best.id}: {fmt_us(best.geomean_us, ' µs')} geomean"
+    if snap.seed is not None and best.id == snap.seed.id:
         title += "\nno candidate beat the seed, so the best kernel is the seed (1x vs seed)"
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=LEGEND_FONT, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -227,8 +228,8 @@ def draw_speed_of_light(ax, snap: Snapshot) -> None:
         return
     labels = [shape_label(r["shape"]) for r in rows]
     seed = {shape_label(r["shape"]): r["fraction"] for r in snap.sol(snap.seed)}
-    series = [(f"best {best['id']}", [r["fraction"] for r in rows], "#2e7d32")]
-    if seed and snap.seed["id"] != best["id"]:
+    series = [(f"best {best.id}", [r["fraction"] for r in rows], "#2e7d32")]
+    if seed and snap.seed.id != best.id:
         series.append(("seed", [seed.get(label, 0.0) for label in labels], "#9e9e9e"))
     width = 0.8 / len(series)
     for k, (name, values, colour) in enumerate(series):
@@ -241,7 +242,7 @@ def draw_speed_of_light(ax, snap: Snapshot) -> None:
     ax.set_xticks(range(len(labels)), [f"{label}\n({b})" for label, b in zip(labels, bounds)],
                   rotation=20, ha="right", fontsize=7)
     ax.set_ylabel("fraction of speed of light")
-    ax.set_title(f"best kernel {best['id']}: {fmt_sol(snap.sol_summary(best))}", fontsize=9)
+    ax.set_title(f"best kernel {best.id}: {fmt_sol(snap.sol_summary(best))}", fontsize=9)
     ax.legend(fontsize=7, frameon=False)
     ax.grid(axis="y", alpha=0.3)
 
@@ -251,13 +252,13 @@ def lineage_layout(snap: Snapshot) -> dict[str, tuple[float, float]]:
     middle of its children, so the tree reads left (seed) to right (newest)."""
     tree, pos, next_row = snap.children(), {}, [0.0]
 
-    def place(c: dict, depth: int) -> float:
-        kids = tree.get(c["id"], [])
+    def place(c: Candidate, depth: int) -> float:
+        kids = tree.get(c.id, [])
         rows = [place(k, depth + 1) for k in kids]
         row = sum(rows) / len(rows) if rows else next_row[0]
         if not rows:
             next_row[0] += 1
-        pos[c["id"]] = (float(depth), row)
+        pos[c.id] = (float(depth), row)
         return row
 
     for root in tree.get(None, []):
@@ -271,19 +272,19 @@ def draw_lineage(ax, snap: Snapshot) -> None:
     pos = lineage_layout(snap)
     best = snap.best
     for c in snap.candidates:
-        if c["id"] in pos and c["parent_id"] in pos:
-            (x0, y0), (x1, y1) = pos[c["parent_id"]], pos[c["id"]]
+        if c.id in pos and c.parent_id in pos:
+            (x0, y0), (x1, y1) = pos[c.parent_id], pos[c.id]
             ax.plot([x0, x1], [y0, y1], color="#bdbdbd", linewidth=1, zorder=1)
     label_all = len(pos) <= 40
     for cid, (x, y) in pos.items():
         c = snap.by_id[cid]
-        is_best = best is not None and cid == best["id"]
-        ax.scatter([x], [y], s=150 if is_best else 60, color=_colour(c["status"]), zorder=3,
+        is_best = best is not None and cid == best.id
+        ax.scatter([x], [y], s=150 if is_best else 60, color=_colour(c.status), zorder=3,
                    edgecolors=BEST_RING if is_best else "white", linewidths=2.5 if is_best else 0.5)
         if label_all or is_best:
-            time_text = fmt_us(c["geomean_us"], " µs", 1) if c["status"] == "ok" and c["geomean_us"] \
-                else c["status"].replace("_", " ")
-            hypothesis = _short(c["hypothesis"] or c["kind"], 34)
+            time_text = fmt_us(c.geomean_us, " µs", 1) if c.status == "ok" and c.geomean_us \
+                else c.status.replace("_", " ")
+            hypothesis = _short(c.hypothesis or c.kind, 34)
             ax.annotate(f"{cid}  {time_text}\n{hypothesis}", (x, y), xytext=(8, 0), textcoords="offset points",
                         fontsize=8, va="center", linespacing=1.1)
     ax.set_xlabel("generation (edits from the seed)")
@@ -298,10 +299,10 @@ def draw_lineage(ax, snap: Snapshot) -> None:
     ax.invert_yaxis()
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     handles = [Line2D([], [], marker="o", linestyle="none", color=_colour(s), label=s.replace("_", " "))
-               for s in sorted({snap.by_id[cid]["status"] for cid in pos})]
+               for s in sorted({snap.by_id[cid].status for cid in pos})]
     if best is not None:
         handles.append(Line2D([], [], marker="o", linestyle="none", color="white", markeredgecolor=BEST_RING,
-                              markeredgewidth=2.5, markersize=10, label=f"best kernel ({best['id']})"))
+                              markeredgewidth=2.5, markersize=10, label=f"best kernel ({best.id})"))
     ax.legend(handles=handles, fontsize=LEGEND_FONT, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 

@@ -13,45 +13,25 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kscience.evaluate.result import EvalResult
+from kscience.scientist.candidate import Candidate as StoredCandidate
 from kscience.run.events import RunFailed, RunFinished, event_from_dict
 from kscience.jupyter import panels
 from kscience.jupyter.views import show_live
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.run.driver import Run
-from kscience.record.snapshot import Snapshot, shape_times
+from kscience.record.snapshot import Snapshot
 from kscience.record.text import fmt_us, fmt_x
 from kscience.record.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events
 
 
-@dataclass(frozen=True, repr=False)
-class Candidate:
-    """One kernel the run produced, with its verdict."""
-
-    id: str
-    parent_id: str | None
-    kind: str  # seed, reference, compiled (torch.compile of the reference), child or repair
-    iteration: int
-    status: str
-    geomean_us: float | None
-    hypothesis: str
-    message: str
-    source: str
-    times: dict  # benchmark shape label -> median microseconds
-    result: EvalResult | None
-
-    @classmethod
-    def from_row(cls, row: dict) -> "Candidate":
-        return cls(id=row["id"], parent_id=row["parent_id"], kind=row["kind"], iteration=row["iteration"],
-                   status=row["status"], geomean_us=row["geomean_us"], hypothesis=row["hypothesis"],
-                   message=row["message"], source=row["source"], times=shape_times(row),
-                   result=EvalResult.from_dict(row["result"]) if row["result"] else None)
+class Candidate(StoredCandidate):
+    """One kernel the run produced, with its verdict (`times`: benchmark shape label -> median
+    microseconds), shown as a line of text or, in a notebook, with its source."""
 
     def __repr__(self) -> str:
         us = f" {fmt_us(self.geomean_us, panels.US)}" if self.geomean_us else ""
@@ -198,26 +178,26 @@ class RunResult:
     @property
     def candidates(self) -> list[Candidate]:
         """Every candidate in the order it was written, the baselines (PyTorch eager, torch.compile) included."""
-        return [Candidate.from_row(c) for c in self.store.candidates(self.id)]
+        return [Candidate.from_row(c.row) for c in self.store.candidates(self.id)]
 
     def candidate(self, candidate_id: str) -> Candidate:
-        return Candidate.from_row(self.store.candidate(candidate_id))
+        return Candidate.from_row(self.store.candidate(candidate_id).row)
 
     @property
     def best(self) -> Candidate | None:
         """The fastest correct kernel (the seed counts; the baselines do not)."""
         best = self.snapshot().best
-        return Candidate.from_row(best) if best else None
+        return Candidate.from_row(best.row) if best else None
 
     @property
     def seed(self) -> Candidate | None:
         seed = self.snapshot().seed
-        return Candidate.from_row(seed) if seed else None
+        return Candidate.from_row(seed.row) if seed else None
 
     @property
     def reference(self) -> Candidate | None:
         ref = self.snapshot().reference
-        return Candidate.from_row(ref) if ref else None
+        return Candidate.from_row(ref.row) if ref else None
 
     def to_dataframe(self):
         """One row per candidate (index: id) with its verdict and speedups over seed and reference."""
@@ -227,9 +207,9 @@ class RunResult:
         rows = []
         for c in snap.candidates:
             vs_seed, vs_ref = snap.speedups(c)
-            rows.append({"id": c["id"], "parent_id": c["parent_id"], "kind": c["kind"], "iteration": c["iteration"],
-                         "status": c["status"], "geomean_us": c["geomean_us"], "speedup_vs_seed": vs_seed,
-                         "speedup_vs_reference": vs_ref, "hypothesis": c["hypothesis"], "message": c["message"]})
+            rows.append({"id": c.id, "parent_id": c.parent_id, "kind": c.kind, "iteration": c.iteration,
+                         "status": c.status, "geomean_us": c.geomean_us, "speedup_vs_seed": vs_seed,
+                         "speedup_vs_reference": vs_ref, "hypothesis": c.hypothesis, "message": c.message})
         columns = ["id", "parent_id", "kind", "iteration", "status", "geomean_us", "speedup_vs_seed",
                    "speedup_vs_reference", "hypothesis", "message"]
         return pd.DataFrame(rows, columns=columns).set_index("id")
@@ -252,7 +232,7 @@ class RunResult:
         text = f"<kscience run {self.id} ({snap.run['problem']}): {display_status(snap.run)}"
         if best:
             vs_seed, _ = snap.speedups(best)
-            text += f", best {best['id']} {fmt_us(best['geomean_us'], panels.US)}"
+            text += f", best {best.id} {fmt_us(best.geomean_us, panels.US)}"
             text += f" ({fmt_x(vs_seed)} vs seed)" if vs_seed else ""
         return text + ">"
 

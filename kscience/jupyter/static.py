@@ -33,6 +33,6 @@ def run_html(snap: Snapshot, limit: int = 10) -> str:
         parts.append(f'<details><summary>hypotheses ({len(snap.plans)})</summary>{panels.hypotheses_html(snap)}'
                      '</details>')
     if snap.best:
-        parts.append(f'<details><summary>best kernel {panels.esc(snap.best["id"])}: change from its parent'
-                     f'</summary>{panels.diff_html(snap, snap.best["id"])}</details>')
+        parts.append(f'<details><summary>best kernel {panels.esc(snap.best.id)}: change from its parent'
+                     f'</summary>{panels.diff_html(snap, snap.best.id)}</details>')
     return "".join(parts) + "</div>"

@@ -16,30 +16,14 @@ from kscience.problems import geomean, shape_label
 from kscience.evaluate import result as R
 from kscience.problems.roofline import ShapeSol, summary
 from kscience.record.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
+from kscience.scientist.candidate import BENCHMARK, Candidate, predicted_range, speedup
 
-BENCHMARK = "benchmark"
 OK = R.OK
 # Failures of a candidate's own making: the loop repairs them, the metrics count them as failed.
 REPAIRABLE = (R.COMPILE_ERROR, R.RUNTIME_ERROR, R.WRONG_ANSWER, R.CRASHED, R.TIMEOUT)
 
 
 # --- numbers ----------------------------------------------------------------------------------
-def speedup(base_us: float | None, us: float | None) -> float | None:
-    """How many times faster `us` is than `base_us`; None where either time is missing."""
-    return base_us / us if base_us and us else None
-
-
-def uplift_pct(base_us: float | None, child_us: float | None) -> float | None:
-    """Measured speedup of a child over its base in percent: +25 means the child is 1.25x as fast."""
-    ratio = speedup(base_us, child_us)
-    return None if ratio is None else (ratio - 1.0) * 100.0
-
-
-def predicted_range(low: float | None, high: float | None) -> tuple[float, float] | None:
-    """A plan's predicted uplift as (low, high) percent; a single number is a range of one point."""
-    return None if low is None else (low, high if high is not None else low)
-
-
 def inside_range(low: float | None, high: float | None, measured: float | None) -> bool | None:
     """Whether a measured uplift fell inside the predicted range; None when either is missing."""
     span = predicted_range(low, high)
@@ -52,45 +36,46 @@ def iterations_done(plans: list[dict]) -> int:
     return len({p["iteration"] for p in plans})
 
 
-def judged_count(candidates: list[dict]) -> int:
+def judged_count(candidates: list[Candidate]) -> int:
     """Candidate kernels with a verdict (seed, children, repairs; not the baselines, not failed writes):
     what the `--evaluations` budget counts. A source judged before gets its verdict again and counts."""
-    return sum(c["kind"] not in BASELINE_KINDS and c["status"] not in (PENDING, WRITE_FAILED) for c in candidates)
+    return sum(c.kind not in BASELINE_KINDS and c.status not in (PENDING, WRITE_FAILED) for c in candidates)
 
 
-def _host(cand: dict | None) -> str | None:
+def _host(cand: Candidate | None) -> str | None:
     """The host that judged a candidate's stored verdict (device.host), where it was recorded."""
-    return (((cand or {}).get("result") or {}).get("device") or {}).get("host")
+    return cand.host if cand else None
 
 
-def best_candidate(candidates: list[dict]) -> dict | None:
+def best_candidate(candidates: list[Candidate]) -> Candidate | None:
     """The fastest correct population member (the seed counts; the baselines do not). A member judged slower
     than another on one host (kscience.run.confirm) is not the best, whatever its figure from another host."""
-    ok = [c for c in candidates if c["kind"] not in BASELINE_KINDS and c["status"] == OK and c["geomean_us"]
-          and not (c["result"] or {}).get("slower_than")]
-    return min(ok, key=lambda c: c["geomean_us"]) if ok else None
+    ok = [c for c in candidates if c.kind not in BASELINE_KINDS and c.ok and c.geomean_us
+          and not c.notes.get("slower_than")]
+    return min(ok, key=lambda c: c.geomean_us) if ok else None
 
 
-def fastest_baseline(eager: dict | None, compiled: dict | None, vendor: dict | None, libraries: list[dict],
+def fastest_baseline(eager: Candidate | None, compiled: Candidate | None, vendor: Candidate | None,
+                     libraries: list[Candidate],
                      best_us: float | None) -> dict:
     """The fastest baseline that passed (eager, torch.compile, the vendor library, an installed library), and the
     best kernel's speedup over it: the number a user choosing what to run compares."""
     timed = [(name, _us(c)) for name, c in (("PyTorch eager", eager), ("torch.compile", compiled),
                                             ("vendor library", vendor)) if _us(c)]
-    timed += [(c["hypothesis"], _us(c)) for c in libraries if _us(c)]
+    timed += [(c.hypothesis, _us(c)) for c in libraries if _us(c)]
     name, us = min(timed, key=lambda t: t[1]) if timed else (None, None)
     return {"fastest_baseline": name, "fastest_baseline_us": us, "speedup_vs_fastest_baseline": speedup(us, best_us)}
 
 
-def _alone(row: dict | None) -> dict:
+def _alone(cand: Candidate | None) -> dict:
     """The vendor call alone (its inputs laid out beforehand), shown beside the vendor row; never a rival."""
-    return {"vendor_alone_us": _us(row), "vendor_alone_status": row and row["status"],
-            "vendor_alone_label": row and row["hypothesis"],
-            "vendor_alone_message": row and row["status"] != OK and row["message"] or None}
+    return {"vendor_alone_us": _us(cand), "vendor_alone_status": cand and cand.status,
+            "vendor_alone_label": cand and cand.hypothesis,
+            "vendor_alone_message": cand and cand.status != OK and cand.message or None}
 
 
-def first_of_kind(candidates: list[dict], kind: str) -> dict | None:
-    return next((c for c in candidates if c["kind"] == kind), None)
+def first_of_kind(candidates: list[Candidate], kind: str) -> Candidate | None:
+    return next((c for c in candidates if c.kind == kind), None)
 
 
 @dataclass(frozen=True)
@@ -119,19 +104,13 @@ class Baselines:
         return notes
 
 
-def shape_times(candidate: dict) -> dict[str, float]:
-    """Median time per benchmark shape of an evaluated candidate, keyed by shape label."""
-    shapes = (candidate.get("result") or {}).get("shapes") or []
-    return {shape_label(s["shape"]): s["time_us"] for s in shapes if s.get("phase") == BENCHMARK and s.get("time_us")}
-
-
-def error_text(candidate: dict) -> str:
+def error_text(candidate: Candidate) -> str:
     """What went wrong with a failed candidate: the verdict, the failing shape and the output tail."""
-    result = candidate.get("result") or {}
-    lines = [f"{candidate['status']}: {candidate['message']}"]
-    if result.get("failing_shape"):
-        lines.append(f"failing shape: {shape_label(result['failing_shape'])}")
-    tail = ((result.get("stdout_tail") or "") + (result.get("stderr_tail") or "")).strip()
+    result = candidate.result
+    lines = [f"{candidate.status}: {candidate.message}"]
+    if result and result.failing_shape:
+        lines.append(f"failing shape: {shape_label(result.failing_shape)}")
+    tail = ((result.stdout_tail or "") + (result.stderr_tail or "")).strip() if result else ""
     if tail:
         lines += ["", tail[-2000:]]
     return "\n".join(lines)
@@ -140,7 +119,7 @@ def error_text(candidate: dict) -> str:
 @dataclass
 class Snapshot:
     run: dict
-    candidates: list[dict]  # store rows in creation order
+    candidates: list[Candidate]  # in creation order
     plans: list[dict]
     findings: list[dict]
     usage: dict  # store.llm_usage
@@ -156,76 +135,75 @@ class Snapshot:
 
     # --- the population ----------------------------------------------------------------------
     @cached_property
-    def by_id(self) -> dict[str, dict]:
-        return {c["id"]: c for c in self.candidates}
+    def by_id(self) -> dict[str, Candidate]:
+        return {c.id: c for c in self.candidates}
 
     @property
-    def seed(self) -> dict | None:
+    def seed(self) -> Candidate | None:
         return first_of_kind(self.candidates, "seed")
 
     @property
-    def reference(self) -> dict | None:
+    def reference(self) -> Candidate | None:
         return first_of_kind(self.candidates, "reference")
 
     @property
-    def compiled(self) -> dict | None:
+    def compiled(self) -> Candidate | None:
         return first_of_kind(self.candidates, "compiled")
 
     @property
-    def vendor(self) -> dict | None:
+    def vendor(self) -> Candidate | None:
         """The problem's vendor-library path (cuBLAS...), where it declares one."""
         return first_of_kind(self.candidates, "vendor")
 
     @property
-    def libraries(self) -> list[dict]:
+    def libraries(self) -> list[Candidate]:
         """The libraries a user would install instead (Liger-Kernel, QuACK...), where the problem names them."""
-        return [c for c in self.candidates if c["kind"] == "library"]
+        return [c for c in self.candidates if c.kind == "library"]
 
     @cached_property
-    def settled(self) -> list[dict]:
+    def settled(self) -> list[Candidate]:
         """Population members with a verdict (evaluated, or never written), in the order they got it."""
-        done = [c for c in self.candidates if c["kind"] not in BASELINE_KINDS and c["status"] != PENDING]
-        return sorted(done, key=lambda c: (c["evaluated"] or c["created"], c["seq"]))
+        done = [c for c in self.candidates if c.kind not in BASELINE_KINDS and c.status != PENDING]
+        return sorted(done, key=lambda c: (c.evaluated or c.created, c.seq))
 
     @cached_property
-    def correct(self) -> list[dict]:
-        return [c for c in self.settled if c["status"] == "ok" and c["geomean_us"]]
+    def correct(self) -> list[Candidate]:
+        return [c for c in self.settled if c.status == "ok" and c.geomean_us]
 
     @property
-    def best(self) -> dict | None:
+    def best(self) -> Candidate | None:
         return best_candidate(self.correct)
 
     @cached_property
-    def evaluated(self) -> list[dict]:
+    def evaluated(self) -> list[Candidate]:
         """Population members the evaluator judged (not those never written), in the order judged."""
-        return [c for c in self.settled if c["evaluated"] is not None]
+        return [c for c in self.settled if c.evaluated is not None]
 
-    def ranked(self) -> list[dict]:
+    def ranked(self) -> list[Candidate]:
         """Correct candidates fastest first, then the failed ones newest first."""
         failed = [c for c in self.settled if c not in self.correct]
-        return sorted(self.correct, key=lambda c: c["geomean_us"]) + failed[::-1]
+        return sorted(self.correct, key=lambda c: c.geomean_us) + failed[::-1]
 
     def best_so_far(self) -> list[tuple[int, float]]:
         """(position in `settled`, best time up to and including it) at each improvement."""
         steps, best = [], None
         for i, c in enumerate(self.settled):
-            if c in self.correct and (best is None or c["geomean_us"] < best):
-                best = c["geomean_us"]
+            if c in self.correct and (best is None or c.geomean_us < best):
+                best = c.geomean_us
                 steps.append((i, best))
         return steps
 
-    def speedups(self, candidate: dict) -> tuple[float | None, float | None]:
+    def speedups(self, candidate: Candidate) -> tuple[float | None, float | None]:
         """(vs seed, vs reference) of a correct candidate; None where either time is missing."""
-        us = candidate.get("geomean_us") if candidate.get("status") == OK else None
-        return speedup(_us(self.seed), us), speedup(_us(self.reference), us)
+        return candidate.speedup_over(self.seed), candidate.speedup_over(self.reference)
 
-    def children(self) -> dict[str | None, list[dict]]:
+    def children(self) -> dict[str | None, list[Candidate]]:
         """Lineage: parent id -> its children, in creation order (roots under None)."""
-        tree: dict[str | None, list[dict]] = {}
+        tree: dict[str | None, list[Candidate]] = {}
         for c in self.candidates:
-            if c["kind"] in BASELINE_KINDS:
+            if c.kind in BASELINE_KINDS:
                 continue
-            parent = c["parent_id"] if c["parent_id"] in self.by_id else None
+            parent = c.parent_id if c.parent_id in self.by_id else None
             tree.setdefault(parent, []).append(c)
         return tree
 
@@ -235,23 +213,23 @@ class Snapshot:
         """candidate id -> its stored profile (compile facts, ncu counters, speed of light, flag)."""
         return {p["candidate_id"]: p for p in self.profiles}
 
-    def kernel_split(self, candidate: dict | None) -> list[dict]:
+    def kernel_split(self, candidate: Candidate | None) -> list[dict]:
         """Time per launched kernel and call on each timed shape of a candidate: {"shape": label,
         "kernels": [{"name", "launches", "us"}]}; [] where none was measured."""
-        shapes = ((candidate or {}).get("result") or {}).get("shapes") or []
-        return [{"shape": shape_label(s["shape"]), "kernels": s["kernels"]} for s in shapes
-                if isinstance(s, dict) and s.get("phase") == BENCHMARK and s.get("kernels")]
+        shapes = candidate.result.shapes if candidate and candidate.result else []
+        return [{"shape": shape_label(s.shape), "kernels": s.kernels} for s in shapes
+                if s.phase == BENCHMARK and s.kernels]
 
     @cached_property
     def slot_s(self) -> float:
         """Seconds of evaluation-slot time the run has had, every slot and session together."""
         return sum(row["wall_s"] for row in self.slot_times)
 
-    def sol(self, candidate: dict | None) -> list[dict]:
+    def sol(self, candidate: Candidate | None) -> list[dict]:
         """Speed of light per timed shape of a candidate (stored dicts with `fraction`); [] without a bound."""
-        return list((self.profile_of.get(candidate["id"]) or {}).get("sol") or []) if candidate else []
+        return list((self.profile_of.get(candidate.id) or {}).get("sol") or []) if candidate else []
 
-    def sol_summary(self, candidate: dict | None) -> dict | None:
+    def sol_summary(self, candidate: Candidate | None) -> dict | None:
         """Worst and median fraction of speed of light over shapes, and the worst shape and its bound."""
         return summary([ShapeSol.from_dict(s) for s in self.sol(candidate)])
 
@@ -260,9 +238,9 @@ class Snapshot:
         against failures. None where a profiler did not see it."""
         out = []
         for c in self.evaluated:
-            p = self.profile_of.get(c["id"]) or {}
+            p = self.profile_of.get(c.id) or {}
             facts, counters, sol = p.get("compile_facts") or [], p.get("ncu") or {}, self.sol_summary(c)
-            out.append({"id": c["id"], "status": c["status"], "geomean_us": c["geomean_us"],
+            out.append({"id": c.id, "status": c.status, "geomean_us": c.geomean_us,
                         "registers": max((f["registers"] for f in facts if f.get("registers") is not None),
                                          default=None),
                         "spills": max((f["spills"] for f in facts if f.get("spills") is not None), default=None),
@@ -293,28 +271,28 @@ class Snapshot:
     def device(self) -> dict:
         """The device the timings came from (the newest evaluation), else the one the run started on."""
         for c in reversed(self.settled):
-            if (c.get("result") or {}).get("device"):
-                return c["result"]["device"]
+            if c.device:
+                return c.device
         return self.run["environment"].get("device") or {}
 
     @property
     def timing_label(self) -> str:
-        judged = next((c["result"] for c in reversed(self.settled) if c.get("result")), None) or {}
-        return judged.get("timing_label") or ""
+        judged = next((c.result for c in reversed(self.settled) if c.result), None)
+        return judged.timing_label if judged else ""
 
     def baselines(self) -> Baselines:
         ref, compiled = self.reference, self.compiled
         floors = []
-        judged = self.seed if self.seed and self.seed.get("result") else self.best
-        for s in ((judged or {}).get("result") or {}).get("shapes") or []:
-            if s.get("phase") == BENCHMARK:
-                floors.append(s.get("floor_us"))
+        judged = self.seed if self.seed and self.seed.result else self.best
+        for s in judged.result.shapes if judged and judged.result else []:
+            if s.phase == BENCHMARK:
+                floors.append(s.floor_us)
         interpreted = bool(self.device.get("interpreted"))
         # Under the interpreter there is no hardware to bound: a floor would be meaningless.
         floor = geomean(floors) if floors and all(floors) and not interpreted else None
-        return Baselines(reference_us=ref["geomean_us"] if ref and ref["status"] == OK else None,
-                         compile_us=compiled["geomean_us"] if compiled and compiled["status"] == OK else None,
-                         compile_status=compiled["status"] if compiled else None,
+        return Baselines(reference_us=ref.geomean_us if ref and ref.status == OK else None,
+                         compile_us=compiled.geomean_us if compiled and compiled.status == OK else None,
+                         compile_status=compiled.status if compiled else None,
                          floor_us=floor, interpreted=interpreted)
 
     def plan_outcomes(self) -> dict[str, dict]:
@@ -358,43 +336,43 @@ class Snapshot:
         ref, compiled = self.reference, self.compiled
         seed_us, best_us = _us(seed), _us(best)
         # A chain is one plan's candidates (or the seed's): repair succeeds when a repair in it passes.
-        chains: dict[str, list[dict]] = {}
+        chains: dict[str, list[Candidate]] = {}
         for c in self.candidates:
-            if c["kind"] in ("seed", "child", "repair"):
-                chains.setdefault(c["plan_id"] or "seed", []).append(c)
-        repaired = [ch for ch in chains.values() if any(c["kind"] == "repair" for c in ch)]
-        fixed = [ch for ch in repaired if any(c["kind"] == "repair" and c["status"] == OK for c in ch)]
-        drafts = [c for c in self.candidates if c["kind"] in ("child", "repair") and c["edits_total"]]
-        edits_total = sum(c["edits_total"] for c in drafts)
-        edits_applied = sum(c["edits_applied"] for c in drafts)
+            if c.kind in ("seed", "child", "repair"):
+                chains.setdefault(c.plan_id or "seed", []).append(c)
+        repaired = [ch for ch in chains.values() if any(c.kind == "repair" for c in ch)]
+        fixed = [ch for ch in repaired if any(c.kind == "repair" and c.status == OK for c in ch)]
+        drafts = [c for c in self.candidates if c.kind in ("child", "repair") and c.edits_total]
+        edits_total = sum(c.edits_total for c in drafts)
+        edits_applied = sum(c.edits_applied for c in drafts)
         measured = [p for p in self.predictions() if p["measured"] is not None]
         errors = [abs((p["low"] + p["high"]) / 2 - p["measured"]) for p in measured]
         return {
-            "n_candidates": len(evaluated), "n_ok": sum(c["status"] == OK for c in evaluated),
-            "n_failed": sum(c["status"] in REPAIRABLE for c in evaluated),
-            "best_id": best["id"] if best else None, "best_us": best_us, "seed_us": seed_us,
+            "n_candidates": len(evaluated), "n_ok": sum(c.status == OK for c in evaluated),
+            "n_failed": sum(c.status in REPAIRABLE for c in evaluated),
+            "best_id": best.id if best else None, "best_us": best_us, "seed_us": seed_us,
             "reference_us": _us(ref), "compiled_us": _us(compiled),
-            "compiled_status": compiled["status"] if compiled else None,
+            "compiled_status": compiled.status if compiled else None,
             "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_reference": speedup(_us(ref), best_us),
             "speedup_vs_compiled": speedup(_us(compiled), best_us),
-            "vendor_us": _us(self.vendor), "vendor_status": self.vendor and self.vendor["status"],
-            "vendor_label": self.vendor and self.vendor["hypothesis"],
-            "vendor_message": self.vendor and self.vendor["status"] != OK and self.vendor["message"] or None,
+            "vendor_us": _us(self.vendor), "vendor_status": self.vendor and self.vendor.status,
+            "vendor_label": self.vendor and self.vendor.hypothesis,
+            "vendor_message": self.vendor and self.vendor.status != OK and self.vendor.message or None,
             "speedup_vs_vendor": speedup(_us(self.vendor), best_us),
             **_alone(first_of_kind(self.candidates, "vendor_alone")),
-            "libraries": [{"label": c["hypothesis"], "us": _us(c), "status": c["status"],
-                           "message": c["message"] if c["status"] != OK else None} for c in self.libraries],
+            "libraries": [{"label": c.hypothesis, "us": _us(c), "status": c.status,
+                           "message": c.message if c.status != OK else None} for c in self.libraries],
             **fastest_baseline(ref, compiled, self.vendor, self.libraries, best_us),
-            "n_composites": sum(c["kind"] == "composite" and c["status"] != PENDING for c in self.candidates),
+            "n_composites": sum(c.kind == "composite" and c.status != PENDING for c in self.candidates),
             # Which machine judged each figure (kscience.run.confirm): a run's figures compare only on one.
             "hosts": sorted({h for h in map(_host, self.candidates) if h}),
             "figure_hosts": {"reference": _host(ref), "compiled": _host(compiled), "vendor": _host(self.vendor),
                              "seed": _host(seed), "best": _host(best)},
-            "best_kind": best["kind"] if best else None,
+            "best_kind": best.kind if best else None,
             "evaluated_to_best": evaluated.index(best) + 1 if best in evaluated else None,
             "iterations_done": self.iterations_done,
             "repairs_tried": len(repaired), "repairs_succeeded": len(fixed),
-            "repair_attempts": sum(c["kind"] == "repair" for c in self.candidates),
+            "repair_attempts": sum(c.kind == "repair" for c in self.candidates),
             "repair_success_rate": len(fixed) / len(repaired) if repaired else None,
             "edits_total": edits_total, "edits_applied": edits_applied,
             "edit_apply_rate": edits_applied / edits_total if edits_total else None,
@@ -415,7 +393,7 @@ class Snapshot:
                               if self.slot_s and any(p.get("ncu") for p in self.profiles) else None),
             "n_flagged": sum(bool(p.get("flag")) for p in self.profiles),
             "kernels_best": self.kernel_split(best),
-            "output_best": ((best or {}).get("result") or {}).get("output") or None,
+            "output_best": best.result.output or None if best and best.result else None,
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
             "busy_per_slot": self.busy_fractions,
         }
@@ -427,8 +405,8 @@ class Snapshot:
                 "interpreted": bool(self.device.get("interpreted")), "device_name": self.device.get("name")}
 
 
-def _us(candidate: dict | None) -> float | None:
-    return candidate["geomean_us"] if candidate else None
+def _us(candidate: Candidate | None) -> float | None:
+    return candidate.geomean_us if candidate else None
 
 
 def run_metrics(store: Store, run_id: str) -> dict:

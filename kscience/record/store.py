@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from kscience.record.database import JSON_COLUMNS, Database, StoreError
+from kscience.scientist.candidate import Candidate
 
 DEFAULT_DB = "kscience.db"
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
@@ -91,7 +92,7 @@ class Store(Database):
     def add_candidate(self, run_id: str, *, kind: str, source: str, hypothesis: str, iteration: int,
                       parent_id: str | None = None, plan_id: str | None = None, repair_attempt: int = 0,
                       status: str = PENDING, message: str = "", write_mode: str | None = None,
-                      edits_total: int = 0, edits_applied: int = 0) -> dict:
+                      edits_total: int = 0, edits_applied: int = 0) -> Candidate:
         cand_id = new_id("c")
         with self._tx():
             seq = self._db.execute("SELECT count(*) FROM candidates WHERE run_id=?", (run_id,)).fetchone()[0] + 1
@@ -101,38 +102,40 @@ class Store(Database):
                  message, None, None, repair_attempt, write_mode, edits_total, edits_applied, time.time(), None))
         return self.candidate(cand_id)
 
-    def record_result(self, cand_id: str, result: dict) -> dict:
+    def record_result(self, cand_id: str, result: dict) -> Candidate:
         """Store an evaluation (EvalResult.to_dict()) on its candidate."""
         self._write("UPDATE candidates SET status=?, message=?, geomean_us=?, result=?, evaluated=? WHERE id=?",
                     (result["status"], result["message"], result.get("geomean_us"), json.dumps(result),
                      time.time(), cand_id))
         return self.candidate(cand_id)
 
-    def candidate(self, cand_id: str) -> dict:
+    def candidate(self, cand_id: str) -> Candidate:
         rows = self._query("SELECT * FROM candidates WHERE id=?", (cand_id,))
         if not rows:
             raise StoreError(f"no candidate {cand_id!r} in {self.path}")
-        return rows[0]
+        return Candidate.from_row(rows[0])
 
-    def candidates(self, run_id: str) -> list[dict]:
-        return self._query("SELECT * FROM candidates WHERE run_id=? ORDER BY seq", (run_id,))
+    def candidates(self, run_id: str) -> list[Candidate]:
+        rows = self._query("SELECT * FROM candidates WHERE run_id=? ORDER BY seq", (run_id,))
+        return [Candidate.from_row(r) for r in rows]
 
-    def evaluated_with_source(self, run_id: str, source: str) -> dict | None:
+    def evaluated_with_source(self, run_id: str, source: str) -> Candidate | None:
         rows = self._query("SELECT * FROM candidates WHERE run_id=? AND source=? AND result IS NOT NULL "
                            "ORDER BY seq LIMIT 1", (run_id, source))
-        return rows[0] if rows else None
+        return Candidate.from_row(rows[0]) if rows else None
 
-    def judged_elsewhere(self, run_id: str, kind: str, source: str) -> list[dict]:
+    def judged_elsewhere(self, run_id: str, kind: str, source: str) -> list[Candidate]:
         """Candidates of `kind` with exactly this source that other runs of this store judged, newest first."""
-        return self._query("SELECT * FROM candidates WHERE run_id<>? AND kind=? AND source=? AND result IS NOT NULL "
+        rows = self._query("SELECT * FROM candidates WHERE run_id<>? AND kind=? AND source=? AND result IS NOT NULL "
                            "ORDER BY evaluated DESC", (run_id, kind, source))
+        return [Candidate.from_row(r) for r in rows]
 
     # --- profiles ----------------------------------------------------------------------------
     def record_profile(self, cand_id: str, *, compile_facts: list | None = None, ncu: dict | None = None,
                        sol: list | None = None, flag: str | None = None, profile_s: float | None = None) -> dict:
         """Add what a profiler saw of a candidate; parts given as None keep what is already stored
         (compile facts come with the evaluation, ncu later and only for some candidates)."""
-        run_id = self.candidate(cand_id)["run_id"]
+        run_id = self.candidate(cand_id).run_id
         parts = {"compile_facts": compile_facts, "ncu": ncu, "sol": sol, "flag": flag, "profile_s": profile_s}
         given = {k: (json.dumps(v) if k in JSON_COLUMNS else v) for k, v in parts.items() if v is not None}
         with self._tx():
@@ -154,12 +157,12 @@ class Store(Database):
                            "WHERE p.run_id=? ORDER BY c.seq", (run_id,))
 
     # --- compositions ------------------------------------------------------------------------
-    def add_composite(self, run_id: str, *, parts: list[str], rules: dict, **fields) -> dict:
+    def add_composite(self, run_id: str, *, parts: list[str], rules: dict, **fields) -> Candidate:
         """A composite candidate (`add_candidate`'s fields) and what it is composed of, in one transaction."""
         with self._tx():
             cand = self.add_candidate(run_id, **fields)
             self._db.execute("INSERT INTO compositions VALUES (?,?,?,?,?)",
-                             (cand["id"], run_id, json.dumps(parts), json.dumps(rules), time.time()))
+                             (cand.id, run_id, json.dumps(parts), json.dumps(rules), time.time()))
         return cand
 
     def composition(self, cand_id: str) -> dict | None:

@@ -7,7 +7,7 @@ run times as a baseline (stored as the candidate of kind "reference")."""
 from __future__ import annotations
 
 from kscience.record.liveness import display_status
-from kscience.record.snapshot import speedup
+from kscience.scientist.candidate import speedup
 from kscience.record.text import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural
 from kscience.scientist.profile_report import kernel_split_text
 

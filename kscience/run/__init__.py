@@ -2,11 +2,12 @@
 
 Read in this order: `config.py` (every run setting, declared once; the command-line flags and the
 magics' arguments are generated from it), `loop.py` (the controller: K lines kept going at once
-over the executor's slots, the budget, composition), `line.py` (one line of inquiry: select,
-design, write, evaluate, repair, finding), `judging.py` (a candidate from its source to its stored
-verdict, its profile and the per-shape composite), `driver.py` (`Run`: builds the scientist and
-the executor, drives the controller, and stops and resumes it), `events.py` (what a run tells its
-watchers), then the helpers: `baselines.py` (eager, torch.compile and vendor-library timings),
-`environment.py` (what the run ran on), `profiling.py` (hardware counters outside the timing) and
-`threads.py`.
+over the executor's slots), `line.py` (one line of inquiry: select, design, write, evaluate, repair,
+finding), `judging.py` (a candidate from its source to its stored verdict and its profile), the parts
+the controller hands its lines and `Judging` instead of itself (`journal.py`: the run's rows, events
+and stop; `budget.py`: --evaluations; `population.py`: what the scientist sees; `composing.py`: the
+per-shape composite), `driver.py` (`Run`: builds the scientist and the executor, drives the
+controller, and stops and resumes it), `events.py` (what a run tells its watchers), then the
+helpers: `baselines.py` (eager, torch.compile and vendor-library timings), `environment.py` (what
+the run ran on), `profiling.py` (hardware counters outside the timing) and `threads.py`.
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kscience.problems import Problem
 from kscience.problems.libraries import Library
+from kscience.scientist.candidate import Candidate
 
 
 def _baseline_head(problem: Problem, doc: str, imports: str = "") -> str:
@@ -116,10 +117,10 @@ def compiled_source(problem: Problem) -> str:
                    "def custom_kernel(data):\n    return _compiled(data)\n")
 
 
-def compiled_baseline_wanted(setting: bool | None, seed: dict) -> bool:
+def compiled_baseline_wanted(setting: bool | None, seed: Candidate) -> bool:
     """Whether to time torch.compile of the reference: as set, else when the (passing) seed was judged on
     a GPU. Under the CPU interpreter inductor would spend minutes compiling C++ for a number that says
     nothing about GPU kernels."""
     if setting is not None:
         return setting
-    return ((seed.get("result") or {}).get("device") or {}).get("interpreted") is False
+    return seed.device.get("interpreted") is False

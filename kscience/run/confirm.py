@@ -21,6 +21,7 @@ from __future__ import annotations
 from kscience.evaluate import result as R
 from kscience.record.store import BASELINE_KINDS
 from kscience.scientist import compose
+from kscience.scientist.candidate import Candidate
 
 TRIES = 2  # pairs submitted before a candidate is kept with its figure marked unconfirmed
 ROUNDS = 2  # pairs judged after one verdict before the best is left as it stands
@@ -30,31 +31,27 @@ FINAL_ROUNDS = 8  # pairs judged at the end of a session, so the run ends on a s
 HOST_SPREAD = 0.25
 
 
-def host_of(cand: dict) -> str | None:
-    return ((cand.get("result") or {}).get("device") or {}).get("host")
-
-
-def hosts(cands: list[dict]) -> set[str]:
+def hosts(cands: list[Candidate]) -> set[str]:
     """The hosts that judged the run's candidates so far (baselines included)."""
-    return {h for h in map(host_of, cands) if h}
+    return {c.host for c in cands if c.host}
 
 
-def _members(cands: list[dict]) -> list[dict]:
+def _members(cands: list[Candidate]) -> list[Candidate]:
     """Correct members not yet found slower than another on one host (those cannot be the best)."""
-    return [c for c in cands if c["kind"] not in BASELINE_KINDS and c["status"] == R.OK and c["geomean_us"]
-            and not (c["result"] or {}).get("slower_than")]
+    return [c for c in cands if c.kind not in BASELINE_KINDS and c.ok and c.geomean_us
+            and not c.notes.get("slower_than")]
 
 
-def rival(composite: dict, cands: list[dict]) -> dict | None:
+def rival(composite: Candidate, cands: list[Candidate]) -> Candidate | None:
     """The best that a correct composite is judged beside, its parts having been timed wherever they
     were; None on one host or without another correct member."""
-    if composite["kind"] != compose.KIND or composite["status"] != R.OK or len(hosts(cands)) <= 1:
+    if composite.kind != compose.KIND or not composite.ok or len(hosts(cands)) <= 1:
         return None
-    others = [c for c in _members(cands) if c["id"] != composite["id"]]
-    return min(others, key=lambda c: c["geomean_us"], default=None)
+    others = [c for c in _members(cands) if c.id != composite.id]
+    return min(others, key=lambda c: c.geomean_us, default=None)
 
 
-def unsettled(cands: list[dict]) -> tuple[dict, dict] | None:
+def unsettled(cands: list[Candidate]) -> tuple[Candidate, Candidate] | None:
     """(the member that looks fastest, its closest contender timed on another host), where a contender is
     a member slower by less than HOST_SPREAD: the pair to judge on one host next. None when every
     contender was timed on the best's host (or all verdicts came from one)."""
@@ -63,25 +60,24 @@ def unsettled(cands: list[dict]) -> tuple[dict, dict] | None:
     ok = _members(cands)
     if not ok:
         return None
-    best = min(ok, key=lambda c: c["geomean_us"])
-    if (best["result"] or {}).get("unconfirmed"):
+    best = min(ok, key=lambda c: c.geomean_us)
+    if best.notes.get("unconfirmed"):
         return None
-    contenders = [c for c in ok if c is not best and host_of(c) != host_of(best) and not c["result"].get("unconfirmed")
-                  and c["geomean_us"] < best["geomean_us"] * (1.0 + HOST_SPREAD)]
-    return (best, min(contenders, key=lambda c: c["geomean_us"])) if contenders else None
+    contenders = [c for c in ok if c is not best and c.host != best.host and not c.notes.get("unconfirmed")
+                  and c.geomean_us < best.geomean_us * (1.0 + HOST_SPREAD)]
+    return (best, min(contenders, key=lambda c: c.geomean_us)) if contenders else None
 
 
-def confirmed(result: dict, other: dict, other_result: dict, earlier: dict) -> dict:
+def confirmed(result: dict, other: Candidate, other_result: dict, earlier: Candidate) -> dict:
     """`result` of a same-host pair, saying so, with the figure it replaces; marked `slower_than` the other
     where the other came out faster, which keeps it from being the best however figures from other hosts
     compare (and so every pair settles one member for good)."""
     host = (result.get("device") or {}).get("host") or "one host"
-    before = earlier.get("result") or {}
-    out = dict(result, message=f"judged back to back with {other['id']} on {host}: {result.get('message', '')}",
-               replaced={"geomean_us": before.get("geomean_us"), "host": (before.get("device") or {}).get("host")})
+    out = dict(result, message=f"judged back to back with {other.id} on {host}: {result.get('message', '')}",
+               replaced={"geomean_us": earlier.result.geomean_us if earlier.result else None, "host": earlier.host})
     mine, theirs = result.get("geomean_us"), other_result.get("geomean_us")
     if other_result.get("status") == R.OK and theirs and (result.get("status") != R.OK or not mine or theirs < mine):
-        out["slower_than"] = other["id"]
+        out["slower_than"] = other.id
     return out
 
 

@@ -17,11 +17,11 @@ import threading
 import traceback
 from typing import Callable
 
-from kscience.evaluate.executors.factory import make_executor
-from kscience.run.baselines import compiled_source, reference_source
+from kscience.run.baselines import reference_source
 from kscience.run.config import ConfigError, RunConfig
 from kscience.device import detect
 from kscience.run.environment import environment
+from kscience.evaluate.executors.factory import make_executor
 from kscience.run.events import EventBus, RunFailed, RunFinished
 from kscience.record.liveness import run_is_alive, this_process
 from kscience.run.loop import Controller, RunError, Stopped
@@ -108,7 +108,7 @@ class Run:
         run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
                                                            spent_tokens=usage["tokens"], done=done)
         seed = first_of_kind(store.candidates(run_id), "seed")
-        run._seed_source = seed["source"] if seed else (problem.seed_source or reference_source(problem))
+        run._seed_source = seed.source if seed else (problem.seed_source or reference_source(problem))
         env = environment(config, run._model_name())
         env["previous_sessions"] = [*row["environment"].pop("previous_sessions", []), row["environment"]]
         store.update_run(run_id, status="running", error=None, llm=config.llm, config=config.to_dict(),
@@ -187,15 +187,8 @@ class Run:
             if executor is None:
                 executor = make_executor(self.config.executor, self.config.gpus)
             controller = Controller(store=self.store, run_id=self.id, problem=self.problem,
-                                    scientist=self._scientist, executor=executor, bus=self.bus,
-                                    repairs=self.config.repairs, seed_source=self._seed_source,
-                                    reference_source=reference_source(self.problem),
-                                    compiled_source=compiled_source(self.problem),
-                                    compiled_baseline=self.config.compiled_baseline, stop=self._stop,
-                                    profile=self.config.profile, stop_at_sol=self.config.stop_at_sol,
-                                    lines=self.config.lines, max_evaluations=self.config.evaluations,
-                                    eval_timeout_s=self.config.eval_timeout_s,
-                                    time_limit_s=self.config.time_limit_s)
+                                    scientist=self._scientist, executor=executor, bus=self.bus, config=self.config,
+                                    seed_source=self._seed_source, stop=self._stop)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"

@@ -1,16 +1,15 @@
-"""The loop's side of evaluation: evaluation slots, the evaluation budget, verdicts and busy time.
+"""The loop's side of evaluation: evaluation slots, verdicts, profile jobs and busy time.
 
 Every line of the run evaluates through one `Judging`: it keeps at most `executor.capacity`
-evaluations in flight (one per slot, numbered 0..capacity-1), refuses an evaluation once the
-run's `--evaluations` budget is spoken for, stores each verdict before announcing it, and
-measures, per slot, how long an evaluation was in flight on it. A slot's busy time is what the
-loop sees: from the request to its verdict (for a queue executor this includes the wait for a
-worker to claim it). Busy time and this session's wall time are stored after each evaluation and
-at the end, so a `kill -9` loses at most the wall time since the last verdict.
+evaluations in flight (one per slot, numbered 0..capacity-1), asks the run's `EvaluationBudget`
+(kscience.run.budget) before each, stores each verdict before announcing it, and measures, per
+slot, how long an evaluation was in flight on it. A slot's busy time is what the loop sees: from
+the request to its verdict (for a queue executor this includes the wait for a worker to claim
+it). Busy time and this session's wall time are stored after each evaluation and at the end, so a
+`kill -9` loses at most the wall time since the last verdict.
 
-After each verdict (and once the roots are judged) it composes: where the run's correct kernels
-differ in which is fastest per shape, a composite candidate dispatching by shape
-(kscience.scientist.compose) is written and judged through this same path, one composer at a time.
+After each verdict its `Composer` (kscience.run.composing) looks for a per-shape composite to judge
+through this same path.
 """
 
 from __future__ import annotations
@@ -19,14 +18,17 @@ import asyncio
 import contextlib
 import time
 
-from kscience.evaluate import result as R
-from kscience.evaluate.profile import job as profile_job
 from kscience.run import confirm, profiling
-from kscience.run.events import CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting, StageChanged
-from kscience.run.line import EvaluationsSpent, Stopped, source_diff
-from kscience.scientist import compose
-from kscience.record.snapshot import best_candidate, first_of_kind, judged_count
-from kscience.record.store import BASELINE_KINDS, PENDING
+from kscience.evaluate.profile import job as profile_job
+from kscience.evaluate import result as R
+from kscience.problems import Problem
+from kscience.run.budget import EvaluationBudget
+from kscience.run.composing import Composer
+from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
+from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.scientist.candidate import Candidate
+from kscience.record.snapshot import best_candidate, first_of_kind
+from kscience.record.store import BASELINE_KINDS
 from kscience.scientist.llm import BudgetExceeded
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
@@ -40,24 +42,29 @@ STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 60.0
 CANDIDATE_STEPS = ("import", "check", "time", "recheck")  # the phases in which the candidate's code runs
 
 
-def step_limit(seed: dict | None) -> float | None:
+def step_limit(seed: Candidate | None) -> float | None:
     """The default per-step limit of a run's candidates: from its seed's own evaluation, None (the judge's own
     limits) until the seed was judged ok. The judge never raises its own limits for it."""
-    if seed is None or seed["status"] != R.OK or not seed["result"]:
+    if seed is None or not seed.ok or not seed.result:
         return None
-    slowest = max((seed["result"].get("phases_s", {}).get(p, 0.0) for p in CANDIDATE_STEPS), default=0.0)
+    slowest = max((seed.result.phases_s.get(p, 0.0) for p in CANDIDATE_STEPS), default=0.0)
     return max(STEP_LIMIT_FACTOR * slowest, STEP_LIMIT_FLOOR_S)
 
 
 class Judging:
-    def __init__(self, ctx, executor, max_evaluations: int | None):
-        self.ctx, self.executor = ctx, executor  # ctx: the Controller (store, run, problem, bus, stop)
+    """`changed` is set after each verdict is announced (the controller waits on it to start lines);
+    `profile` is the profiler the run asks for (None: none), `eval_timeout_s` and `time_limit_s` the run's
+    --eval-timeout and this session's --time-limit."""
+
+    def __init__(self, executor, *, journal: Journal, stopping: Stopping, budget: EvaluationBudget,
+                 problem: Problem, changed: asyncio.Event, profile: str | None = None,
+                 eval_timeout_s: float | None = None, time_limit_s: float | None = None):
+        self.executor, self.journal, self.stopping, self.budget = executor, journal, stopping, budget
+        self.problem, self.changed, self.profile, self.eval_timeout_s = problem, changed, profile, eval_timeout_s
         self.capacity = max(1, executor.capacity)
-        self.max_evaluations = max_evaluations
         self._free: asyncio.Queue[int] = asyncio.Queue()
         for slot in range(self.capacity):
             self._free.put_nowait(slot)
-        self._reserved = 0  # evaluations asked for and not yet recorded: they count against the budget
         self._profiling = asyncio.Lock()  # one profile job at a time, on one slot, yielding to evaluations
         self.no_ncu = False  # the judging machine said it has no Nsight Compute: not asked again this run
         self.profile_s = 0.0  # slot seconds profile jobs took, from request to answer
@@ -67,23 +74,15 @@ class Judging:
         self._no_baselines_out.set()
         self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
         self.pairs = 0  # pairs submitted for confirmation this session
-        # One composer at a time (lines record verdicts concurrently); a verdict recorded while it works
-        # makes it look again rather than start a second one (see maybe_compose).
-        self._composing, self._compose_again = False, False
+        self.composer = Composer(journal, problem, budget, self.evaluate)  # composes after every verdict
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
-        self.time_limit_s = ctx.time_limit_s  # this session's --time-limit: it ends evaluations in flight too
+        self.time_limit_s = time_limit_s  # it ends evaluations in flight too
         self.busy_s = [0.0] * self.capacity
         self.evaluations = [0] * self.capacity
         self.asked = 0  # evaluations asked for and not yet over: waiting for a slot or in flight
 
-    # --- the budget ------------------------------------------------------------------------------
-    def evaluations_left(self) -> int | None:
-        """Evaluations the budget still allows beyond those recorded and those in flight; None: no budget."""
-        if self.max_evaluations is None:
-            return None
-        return self.max_evaluations - judged_count(self.ctx.store.candidates(self.ctx.run_id)) - self._reserved
-
+    # --- the slots -------------------------------------------------------------------------------
     def backlog_s(self) -> float | None:
         """Seconds the slots need for the evaluations asked for now, at this session's mean evaluation
         time; None until one has been timed."""
@@ -92,78 +91,66 @@ class Judging:
             return None
         return sum(self.busy_s) / timed * self.asked / self.capacity
 
-    def check_budget(self) -> None:
-        """Raise EvaluationsSpent when nothing more may be evaluated (before writing what cannot be judged)."""
-        left = self.evaluations_left()
-        if left is not None and left <= 0:
-            raise EvaluationsSpent(f"evaluation budget reached: {self.max_evaluations} evaluation(s)")
-
     # --- one evaluation --------------------------------------------------------------------------
-    async def evaluate(self, cand: dict, line: int = 0, *, counted: bool = True) -> dict:
+    async def evaluate(self, cand: Candidate, line: int = 0, *, counted: bool = True) -> Candidate:
         """Judge a pending candidate (or reuse the verdict of the same source). `counted=False` for the
         baselines, which the evaluation budget neither counts nor refuses."""
-        ctx = self.ctx
-        ctx.check_stop()
-        twin = ctx.store.evaluated_with_source(ctx.run_id, cand["source"])
+        store, run_id = self.journal.store, self.journal.run_id
+        self.stopping.check()
+        twin = store.evaluated_with_source(run_id, cand.source)
         if twin is not None:  # the same text was judged already: reuse its verdict, say so
-            result = dict(twin["result"], message=f"same source as {twin['id']}: {twin['result']['message']}")
+            result = dict(twin.stored_result, message=f"same source as {twin.id}: {twin.stored_result['message']}")
         else:
-            if counted:
-                self.check_budget()
-            self._reserved += counted
-            try:
+            with self.budget.spending(counted):
                 result = await self._judge(cand, line)
-            finally:
-                self._reserved -= counted
         cand = self.record_verdict(cand, result)
         if twin is None:  # a candidate that would be the best, or a composite, holds on one host
             cand = await self._hold_best(cand, line)
-        if twin is None and ctx.profile and not self.no_ncu and (
-                profiling.candidate_to_profile(cand, ctx.store.candidates(ctx.run_id))
-                or (cand["status"] == R.OK and "ncu" in self.asked_for(cand))):
+        if twin is None and self.profile and not self.no_ncu and (
+                profiling.candidate_to_profile(cand, self.journal.candidates())
+                or (cand.ok and "ncu" in self.asked_for(cand))):
             await self._profile(cand, line)
-        await self.maybe_compose(cand["iteration"], line)  # after every recorded verdict
+        await self.composer.maybe_compose(cand.iteration, line)  # after every recorded verdict
         return cand
 
-    def asked_for(self, cand: dict) -> list[str]:
+    def asked_for(self, cand: Candidate) -> list[str]:
         """The measurements the plan behind a candidate asked for (Plan.measure); [] for none."""
-        if not cand.get("plan_id"):
+        if not cand.plan_id:
             return []
-        row = next((p for p in self.ctx.store.plans(self.ctx.run_id) if p["id"] == cand["plan_id"]), None)
+        row = next((p for p in self.journal.store.plans(self.journal.run_id) if p["id"] == cand.plan_id), None)
         return list(((row or {}).get("plan") or {}).get("measure") or [])
 
-    async def _hold_best(self, cand: dict, line: int) -> dict:
+    async def _hold_best(self, cand: Candidate, line: int) -> Candidate:
         """After `cand`'s verdict: a composite judged beside the best, then the best settled against its
-        close contenders from other hosts (kscience.run.confirm); one at a time. Returns cand's row."""
-        ctx = self.ctx
+        close contenders from other hosts (kscience.run.confirm); one at a time. Returns cand as stored."""
+        store = self.journal.store
         async with self._confirming:
-            rival = confirm.rival(ctx.store.candidate(cand["id"]), ctx.store.candidates(ctx.run_id))
+            rival = confirm.rival(store.candidate(cand.id), self.journal.candidates())
             if rival is not None:
-                await self._confirm(ctx.store.candidate(cand["id"]), rival, line)
+                await self._confirm(store.candidate(cand.id), rival, line)
         await self.settle(confirm.ROUNDS, line)
-        return ctx.store.candidate(cand["id"])
+        return store.candidate(cand.id)
 
     async def settle(self, rounds: int, line: int = 0) -> None:
         """Judge the best beside its close contenders from other hosts, at most `rounds` pairs."""
         async with self._confirming:
             for _ in range(rounds):
-                pair = confirm.unsettled(self.ctx.store.candidates(self.ctx.run_id))
+                pair = confirm.unsettled(self.journal.candidates())
                 if pair is None:
                     break
                 await self._confirm(*pair, line)
 
-    async def _confirm(self, cand: dict, best: dict, line: int) -> dict:
+    async def _confirm(self, cand: Candidate, best: Candidate, line: int) -> Candidate:
         """Judge `cand` and the current best again, submitted at once, until both verdicts come from one
         host (at most confirm.TRIES pairs); store those figures in place of the earlier ones."""
-        ctx = self.ctx
-        ctx.stage("confirm", cand["iteration"], f"{cand['id']} beside {best['id']} on one host", line)
+        self.journal.stage("confirm", cand.iteration, f"{cand.id} beside {best.id} on one host", line)
         for _ in range(confirm.TRIES):
             self.pairs += 1
-            tag = f"confirm {cand['id']} vs {best['id']} #{self.pairs}"  # a new request, not an earlier one's answer
+            tag = f"confirm {cand.id} vs {best.id} #{self.pairs}"  # a new request, not an earlier one's answer
             # Two slots held, then both requests go out with nothing between them.
             slots = [await self._free.get() for _ in range(min(2, self.capacity))]
             try:
-                ctx.check_stop()
+                self.stopping.check()
                 futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
             except BaseException:
                 for slot in slots:
@@ -173,28 +160,27 @@ class Judging:
                 self._judge(cand, line, tag, slots[0], futures[0]),
                 self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
             if (mine.get("device") or {}).get("host") == (theirs.get("device") or {}).get("host"):
-                ctx.store.record_result(best["id"], confirm.confirmed(theirs, cand, mine, best))
+                self.journal.store.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
                 return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
-        return self.record_verdict(cand, confirm.unconfirmed(cand["result"], confirm.TRIES))
+        return self.record_verdict(cand, confirm.unconfirmed(cand.stored_result, confirm.TRIES))
 
-    def _request(self, cand: dict, tag: str = "") -> R.EvalRequest:
+    def _request(self, cand: Candidate, tag: str = "") -> R.EvalRequest:
         """The evaluation request for `cand`; a `tag` makes it a new request for the same source."""
-        problem = self.ctx.problem
-        return R.EvalRequest(problem=problem.locator, source=cand["source"],
-                             overrides=problem.overrides_for(cand["kind"]), shapes="all",
-                             candidate_id=f"{cand['id']} ({tag})" if tag else cand["id"],
-                             tolerance=problem.tolerance_for(cand["kind"], cand["hypothesis"]),
-                             baseline=cand["kind"] in BASELINE_KINDS, timeout_s=self._time_left(),
+        problem = self.problem
+        return R.EvalRequest(problem=problem.locator, source=cand.source,
+                             overrides=problem.overrides_for(cand.kind), shapes="all",
+                             candidate_id=f"{cand.id} ({tag})" if tag else cand.id,
+                             tolerance=problem.tolerance_for(cand.kind, cand.hypothesis),
+                             baseline=cand.kind in BASELINE_KINDS, timeout_s=self._time_left(),
                              step_limit_s=self.step_limit_for(cand))
 
-    async def _judge(self, cand: dict, line: int, tag: str = "", slot: int | None = None,
+    async def _judge(self, cand: Candidate, line: int, tag: str = "", slot: int | None = None,
                      future=None) -> dict:
         """One evaluation: on `slot` when the caller holds one for it (released here), else on the next free
         one, or on none for a baseline; `future` when the caller has submitted the request already."""
-        ctx = self.ctx
-        baseline = cand["kind"] in BASELINE_KINDS and future is None
+        baseline = cand.kind in BASELINE_KINDS and future is None
         if slot is None and not baseline and self._free.empty():  # the dashboard shows this line waiting
-            ctx.stage("queued", cand["iteration"], cand["id"], line)
+            self.journal.stage("queued", cand.iteration, cand.id, line)
         self.asked += 1
         try:
             if baseline:
@@ -216,8 +202,8 @@ class Judging:
         started = time.monotonic()
         try:
             if future is None:
-                ctx.check_stop()
-            ctx.stage("evaluate", cand["iteration"], cand["id"], line)
+                self.stopping.check()
+            self.journal.stage("evaluate", cand.iteration, cand.id, line)
             request = self._request(cand, tag)
             future = future or self.executor.submit(request)
             try:
@@ -226,7 +212,7 @@ class Judging:
                         and time.monotonic() - self._t0 >= self.time_limit_s):
                     # Cut by the session's time limit, not judged: it stays pending and a resume judges it.
                     raise BudgetExceeded(f"time limit reached: {self.time_limit_s:g}s (the evaluation of "
-                                         f"{cand['id']} in flight was ended; a resume evaluates it again)")
+                                         f"{cand.id} in flight was ended; a resume evaluates it again)")
                 return result.to_dict()
             except asyncio.CancelledError:
                 # Interrupted: a started evaluation runs to its end in its own process anyway (the executor
@@ -260,76 +246,32 @@ class Judging:
             raise BudgetExceeded(f"time limit reached: {self.time_limit_s:g}s")
         return left
 
-    def step_limit_for(self, cand: dict) -> float | None:
+    def step_limit_for(self, cand: Candidate) -> float | None:
         """--eval-timeout, else the limit derived from the seed; the baselines (the problem's own code)
         get the judge's own limits."""
-        if cand["kind"] in BASELINE_KINDS:
+        if cand.kind in BASELINE_KINDS:
             return None
-        if self.ctx.eval_timeout_s is not None:
-            return self.ctx.eval_timeout_s
-        return step_limit(first_of_kind(self.ctx.store.candidates(self.ctx.run_id), "seed"))
+        if self.eval_timeout_s is not None:
+            return self.eval_timeout_s
+        return step_limit(first_of_kind(self.journal.candidates(), "seed"))
 
-    def record_verdict(self, cand: dict, result: dict) -> dict:
+    def record_verdict(self, cand: Candidate, result: dict) -> Candidate:
         """Store an evaluation's verdict, then announce it (committed before anyone is told).
         This is the one place a candidate becomes recorded; `evaluate` composes after it (a verdict
         stored on Ctrl-C is composed on by the resumed run)."""
-        ctx = self.ctx
-        cand = ctx.store.record_result(cand["id"], result)
-        ctx.store.record_profile(cand["id"], **profiling.after_evaluation(ctx.problem, result))
-        cands = ctx.store.candidates(ctx.run_id)
+        store = self.journal.store
+        cand = store.record_result(cand.id, result)
+        store.record_profile(cand.id, **profiling.after_evaluation(self.problem, result))
+        cands = self.journal.candidates()
         best, seed = best_candidate(cands), first_of_kind(cands, "seed")
-        ctx.emit(CandidateEvaluated(candidate_id=cand["id"], parent_id=cand["parent_id"], kind=cand["kind"],
-                                    iteration=cand["iteration"], hypothesis=cand["hypothesis"],
-                                    status=cand["status"], geomean_us=cand["geomean_us"], message=cand["message"],
-                                    best_us=best["geomean_us"] if best else None,
-                                    seed_us=seed["geomean_us"] if seed else None))
-        ctx.changed.set()
+        self.journal.emit(CandidateEvaluated(
+            candidate_id=cand.id, parent_id=cand.parent_id, kind=cand.kind, iteration=cand.iteration,
+            hypothesis=cand.hypothesis, status=cand.status, geomean_us=cand.geomean_us, message=cand.message,
+            best_us=best.geomean_us if best else None, seed_us=seed.geomean_us if seed else None))
+        self.changed.set()
         return cand
 
-    # --- per-shape composition (kscience/scientist/compose.py) -----------------------------------
-    async def maybe_compose(self, iteration: int, line: int = 0) -> None:
-        """Judge a pending composite (a resumed run), then build and judge a new one when the correct
-        kernels differ in which is fastest per shape and no composite of the same parts and rules exists.
-        Called after every recorded verdict and once the roots are judged. Lines record verdicts at once,
-        so one caller composes at a time: a call while it works (its own composite's verdict included)
-        only asks it to look again at the store once it is done, so no state is composed twice or missed."""
-        self._compose_again = True
-        if self._composing:
-            return
-        self._composing = True
-        try:
-            while self._compose_again:
-                self._compose_again = False
-                await self._compose(iteration, line)
-        except EvaluationsSpent:  # the budget is spoken for: a composite is neither written nor judged
-            pass
-        finally:
-            self._composing = False
-
-    async def _compose(self, iteration: int, line: int) -> None:
-        ctx = self.ctx
-        for cand in ctx.store.candidates(ctx.run_id):
-            if cand["kind"] == compose.KIND and cand["status"] == PENDING:
-                await self.evaluate(cand, line)
-        cands = ctx.store.candidates(ctx.run_id)
-        comp = compose.plan(ctx.problem, cands)
-        if comp is None:
-            return
-        sources = {c["id"]: c["source"] for c in cands}
-        text = compose.source(comp, sources)
-        if any(c["source"] == text for c in cands):
-            return
-        self.check_budget()  # nothing is written that the budget could not judge
-        ctx.stage("compose", iteration, compose.summary(comp), line)
-        cand = ctx.store.add_composite(ctx.run_id, parts=comp.parts, rules=comp.to_dict(), kind=compose.KIND,
-                                       source=text, hypothesis=compose.summary(comp), iteration=iteration,
-                                       parent_id=comp.fallback)
-        ctx.emit(CandidateWritten(candidate_id=cand["id"], parent_id=comp.fallback, kind=compose.KIND,
-                                  iteration=iteration, plan_title=cand["hypothesis"], status=cand["status"],
-                                  diff=source_diff(sources[comp.fallback], text)))
-        await self.evaluate(cand, line)
-
-    async def _outcome(self, cand: dict, future, line: int, step_limit_s: float | None = None) -> R.EvalResult:
+    async def _outcome(self, cand: Candidate, future, line: int, step_limit_s: float | None = None) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it
         waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result.
         One that runs long is reported every RUNNING_SAY_S, with the limit it runs under."""
@@ -351,25 +293,25 @@ class Judging:
                     next_say = waited + RUNNING_SAY_S
                     limit = (f"limit {step_limit_s:g} s per step" if step_limit_s
                              else "the judge's limits, 120 s to 300 s per step")
-                    self.ctx.emit(EvaluationWaiting(candidate_id=cand["id"], iteration=cand["iteration"],
+                    self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration,
                                                     state=f"still being judged ({limit})", waited_s=round(waited, 1),
                                                     line=line))
                 continue
-            if self.ctx.stop_requested():
+            if self.stopping.requested():
                 future.cancel()
                 raise Stopped("stopped while waiting for an evaluation")
             if state != said or time.monotonic() - said_at > WAIT_REPEAT_S:
                 said, said_at = state, time.monotonic()
-                self.ctx.emit(EvaluationWaiting(candidate_id=cand["id"], iteration=cand["iteration"], state=state,
+                self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration, state=state,
                                                 waited_s=round(said_at - started, 1), line=line))
 
-    async def _profile(self, cand: dict, line: int) -> None:
+    async def _profile(self, cand: Candidate, line: int) -> None:
         """Nsight Compute on one shape of the candidate, as a profile job judged where evaluations are
         (profile/job.py: local slot, Ray, queue), on one slot and never ahead of a queued evaluation
         unless profiling has taken less than PROFILE_SHARE of the slots' time. Its cost is shown, and
         never timed."""
-        ctx = self.ctx
-        shape = profiling.profile_shape(ctx.problem, cand["result"] or {})
+        problem = self.problem
+        shape = profiling.profile_shape(problem, cand.stored_result)
         if shape is None:
             return
         async with self._profiling:
@@ -377,9 +319,9 @@ class Judging:
             slot = await self._slot_for_profile()
             started = time.monotonic()
             try:
-                ctx.emit(StageChanged(stage="profile", iteration=cand["iteration"], detail=cand["id"], line=line))
-                request = R.EvalRequest(problem=ctx.problem.locator, source=cand["source"],
-                                        overrides=dict(ctx.problem.overrides), candidate_id=cand["id"], measure=[],
+                self.journal.stage("profile", cand.iteration, cand.id, line)
+                request = R.EvalRequest(problem=problem.locator, source=cand.source,
+                                        overrides=dict(problem.overrides), candidate_id=cand.id, measure=[],
                                         profile_shape=shape)
                 future = self.executor.submit(request)
                 answer = (await self._outcome(cand, future, line)).to_dict()
@@ -388,13 +330,13 @@ class Judging:
                 self._free.put_nowait(slot)
         record = answer.get("profile")
         if record is not None:
-            ctx.store.record_profile(cand["id"], **record)
+            self.journal.store.record_profile(cand.id, **record)
         elif answer.get("profile_said", "").startswith(profile_job.NO_NCU):
             self.no_ncu = True
-        ctx.emit(CandidateProfiled(candidate_id=cand["id"], iteration=cand["iteration"], profiler="ncu",
-                                   profile_s=record and record["profile_s"],
-                                   message=profiling.profiled_line(cand["id"], record, [answer.get("profile_said")],
-                                                                   host=(answer.get("device") or {}).get("host"))))
+        self.journal.emit(CandidateProfiled(
+            candidate_id=cand.id, iteration=cand.iteration, profiler="ncu", profile_s=record and record["profile_s"],
+            message=profiling.profiled_line(cand.id, record, [answer.get("profile_said")],
+                                            host=(answer.get("device") or {}).get("host"))))
 
     async def _slot_for_profile(self) -> int:
         """A free slot once no evaluation waits for one, or at once while profiling's share of the slots'
@@ -404,7 +346,7 @@ class Judging:
             within = self.profile_s <= profiling.PROFILE_SHARE * ctx_wall
             if (self._queued == 0 or within) and not self._free.empty():
                 return self._free.get_nowait()
-            self.ctx.check_stop()
+            self.stopping.check()
             await asyncio.sleep(PROFILE_LOOK_S)
 
     # --- busy time -------------------------------------------------------------------------------
@@ -412,5 +354,5 @@ class Judging:
         """Store each slot's busy time and evaluations with this session's wall time so far."""
         wall = time.monotonic() - self._t0
         for slot in range(self.capacity):
-            self.ctx.store.record_slot_time(self.ctx.run_id, session=self.started, slot=slot, wall_s=wall,
+            self.journal.store.record_slot_time(self.journal.run_id, session=self.started, slot=slot, wall_s=wall,
                                             busy_s=self.busy_s[slot], evaluations=self.evaluations[slot])

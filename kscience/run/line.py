@@ -15,27 +15,28 @@ import difflib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
 
 from kscience.evaluate import result as R
+from kscience.problems import Problem
 from kscience.run import profiling
+from kscience.run.budget import EvaluationBudget
 from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed
+from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.run.population import Population
 from kscience.scientist.briefing import coverage
-from kscience.run.sharing import Group
+from kscience.scientist.candidate import Candidate
+from kscience.run.sharing import Group, Sharing
 from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
-from kscience.record.snapshot import REPAIRABLE, uplift_pct
+from kscience.record.snapshot import REPAIRABLE
 from kscience.record.store import PENDING, WRITE_FAILED
+
+if TYPE_CHECKING:
+    from kscience.run.judging import Judging
 
 DIFF_LIMIT_CHARS = 20000
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
-
-
-class Stopped(Exception):
-    """A stop was requested (or another experiment failed); the run resumes later from the store."""
-
-
-class EvaluationsSpent(Stopped):
-    """The run's evaluation budget is spoken for: this line ends, its unjudged work stays for a resume."""
 
 
 class RunError(Exception):
@@ -53,24 +54,30 @@ def source_diff(before: str, after: str) -> str:
 
 
 class Line:
-    """Line `number` (1..K) of a run; `ctx` is the Controller, which owns the store, scientist and judging."""
+    """Line `number` (1..K) of a run (0: the seed's chain). It asks `lines_waiting()` how many lines want
+    plans from its design, and reports how long each design took to `note_model_time`."""
 
-    def __init__(self, ctx, number: int):
-        self.ctx, self.number = ctx, number
+    def __init__(self, number: int, *, journal: Journal, stopping: Stopping, judging: Judging, budget: EvaluationBudget,
+                 population: Population, scientist, sharing: Sharing, problem: Problem, repairs: int,
+                 lines_waiting: Callable[[], int], note_model_time: Callable[[float], None]):
+        self.number, self.journal, self.stopping, self.judging, self.budget = number, journal, stopping, judging, budget
+        self.population, self.scientist, self.sharing = population, scientist, sharing
+        self.problem, self.repairs = problem, repairs
+        self.lines_waiting, self.note_model_time = lines_waiting, note_model_time
 
     def _stage(self, stage: str, iteration: int, detail: str = "") -> None:
-        self.ctx.stage(stage, iteration, detail, self.number)
+        self.journal.stage(stage, iteration, detail, self.number)
 
     # --- a new iteration ---------------------------------------------------------------------
     async def find_work(self, iteration: int) -> list[dict]:
         """This iteration's chosen plans, stored: a group another line's design left in the pool, else one
         from a design under way with a group to spare (waited for), else this line's own design."""
-        ctx, sharing = self.ctx, self.ctx.sharing
+        sharing = self.sharing
         while True:
-            group = sharing.take(lambda base_id: base_id in ctx.views())
+            group = sharing.take(lambda base_id: base_id in self.population.views())
             if group is not None:  # its plans may have been stored by a design on the same base since
                 fresh = split_into_groups(group.plans, self._taken(group.base_id), 1,
-                                          getattr(ctx.scientist, "chooser", "paper"))
+                                          getattr(self.scientist, "chooser", "paper"))
                 if fresh:
                     return self._store(iteration, group.base_id, group.reference_id, group.justification, fresh[0])
                 continue
@@ -83,31 +90,32 @@ class Line:
 
     def _taken(self, base_id: str) -> list[str]:
         """Titles carried out, under way or waiting in the pool on `base_id`."""
-        done, in_flight = self.ctx.plans_on(base_id)
-        return [*done, *in_flight, *self.ctx.sharing.pooled_titles(base_id)]
+        done, in_flight = self.population.plans_on(base_id)
+        return [*done, *in_flight, *self.sharing.pooled_titles(base_id)]
 
     def _store(self, iteration: int, base_id: str, reference_id: str | None, justification: str,
                plans: list[Plan]) -> list[dict]:
-        ctx = self.ctx
-        rows = ctx.store.add_plans(ctx.run_id, iteration, base_id=base_id, reference_id=reference_id,
-                                   justification=justification, plans=[asdict(p) for p in plans])
-        ctx.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
-                                    justification=justification,
-                                    plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
+        rows = self.journal.store.add_plans(self.journal.run_id, iteration, base_id=base_id,
+                                            reference_id=reference_id, justification=justification,
+                                            plans=[asdict(p) for p in plans])
+        self.journal.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
+                                             justification=justification,
+                                             plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
         return [r for r in rows if r["chosen"]]
 
     async def design(self, iteration: int) -> list[dict]:
         """Select a base and design on it, asking for plans for every line waiting for work; store this
         line's group (and the answer's plans no group took), pool the others, return this line's rows."""
-        ctx, sharing = self.ctx, self.ctx.sharing
-        ctx.observe()
-        views = ctx.views()
+        sharing = self.sharing
+        self.population.observe()
+        views = self.population.views()
         population = list(views.values())
-        findings = [f["text"] for f in ctx.store.findings(ctx.run_id)]  # oldest first, from every line
-        groups_wanted = sharing.groups_wanted(ctx.lines_waiting())
+        # oldest first, from every line
+        findings = [f["text"] for f in self.journal.store.findings(self.journal.run_id)]
+        groups_wanted = sharing.groups_wanted(self.lines_waiting())
         avenue = sharing.avenue_for(self.number)
         self._stage("select", iteration)
-        selection = await ctx.scientist.select(population, findings, taken=sharing.taken_bases())
+        selection = await self.scientist.select(population, findings, taken=sharing.taken_bases())
         base = views.get(selection.base_id)
         justification = selection.justification
         if base is None or base.status != R.OK:  # the selector must build on a correct kernel
@@ -131,19 +139,19 @@ class Line:
                     base, reference = candidate, None
                     design.base_id = base.id
                 self._stage("design", iteration, f"base {base.id}")
-                done, in_flight = ctx.plans_on(base.id)
+                done, in_flight = self.population.plans_on(base.id)
                 in_flight += sharing.pooled_titles(base.id)
                 asked = time.monotonic()
-                plans = await ctx.scientist.design(base, reference, findings, done, in_flight,
+                plans = await self.scientist.design(base, reference, findings, done, in_flight,
                                                    wanted=plans_wanted(groups_wanted), avenue=avenue,
                                                    others=sharing.others(design))
-                ctx.note_model_time(time.monotonic() - asked)
+                self.note_model_time(time.monotonic() - asked)
                 # Lines designing on one base at once may still propose alike: a plan another line stored
                 # meanwhile is refused, and when nothing is left the base is designed on once more, now
                 # with those plans in view as under way.
                 taken = self._taken(base.id)
                 # The scientist marks none chosen when all it proposes was carried out already.
-                chooser = getattr(ctx.scientist, "chooser", "paper")
+                chooser = getattr(self.scientist, "chooser", "paper")
                 groups = split_into_groups(plans, taken, groups_wanted, chooser) if any(p.chosen for p in plans) else []
                 refused = [p.title for p in titled_as(plans, taken)]
                 if refused:  # counted by benchmarks/search_throughput.py
@@ -178,7 +186,6 @@ class Line:
         the controller may start this line's next design while they are judged. If one fails, every line
         stops after its current step; the first failure is raised once all of this line's experiments
         have committed what they finished."""
-        ctx = self.ctx
         unwritten = [len(plan_rows)]
 
         def one_written() -> None:
@@ -192,7 +199,7 @@ class Line:
             except Stopped:
                 raise
             except Exception:
-                ctx.halt()
+                self.stopping.halt()
                 raise
 
         outcomes = await asyncio.gather(*(guarded(r) for r in plan_rows), return_exceptions=True)
@@ -204,72 +211,71 @@ class Line:
             raise errors[0]
 
     async def experiment(self, row: dict, written: Callable[[], None] = lambda: None) -> None:
-        ctx = self.ctx
         plan = Plan(**row["plan"])
-        iteration, views = row["iteration"], ctx.views()
+        iteration, views = row["iteration"], self.population.views()
         base, reference = views[row["base_id"]], views.get(row["reference_id"])
-        chain = [c for c in ctx.store.candidates(ctx.run_id) if c["plan_id"] == row["id"]]
+        chain = [c for c in self.journal.candidates() if c.plan_id == row["id"]]
         if not chain:
-            ctx.check_stop()
-            ctx.judging.check_budget()  # nothing is written that the budget could not judge
+            self.stopping.check()
+            self.budget.check()  # nothing is written that the budget could not judge
             self._stage("write", iteration, plan.title)
-            draft = await ctx.scientist.write(plan, base, reference)
+            draft = await self.scientist.write(plan, base, reference)
             chain = [self.add_draft(draft, kind="child", parent_id=base.id, parent_source=base.source,
                                     iteration=iteration, plan_id=row["id"], hypothesis=plan.title)]
         written()
         final = await self.settle(chain, iteration=iteration, plan_id=row["id"], title=plan.title)
         # A spent evaluation budget does not stop a judged chain's finding (its lesson is what the next
         # designer of any line needs); a user's stop does, and a resumed run records it.
-        ctx.check_stop()
+        self.stopping.check()
         self._stage("finding", iteration, plan.title)
-        ctx.observe()
-        text = await ctx.scientist.finding(plan, base, final["status"], final["geomean_us"], child=ctx.view(final))
-        measured = uplift_pct(base.geomean_us, final["geomean_us"]) if final["status"] == R.OK else None
-        ctx.store.add_finding(ctx.run_id, plan_id=row["id"], candidate_id=final["id"], iteration=iteration,
-                              text=text, predicted_min_pct=plan.predicted_min_pct,
-                              predicted_max_pct=plan.predicted_max_pct, measured_pct=measured)
-        ctx.emit(FindingRecorded(plan_id=row["id"], candidate_id=final["id"], iteration=iteration, text=text,
-                                 predicted_min_pct=plan.predicted_min_pct, predicted_max_pct=plan.predicted_max_pct,
-                                 measured_pct=measured))
+        self.population.observe()
+        text = await self.scientist.finding(plan, base, final.status, final.geomean_us,
+                                            child=self.population.view(final))
+        measured = final.uplift_over(base.geomean_us)
+        self.journal.store.add_finding(self.journal.run_id, plan_id=row["id"], candidate_id=final.id,
+                                       iteration=iteration, text=text, predicted_min_pct=plan.predicted_min_pct,
+                                       predicted_max_pct=plan.predicted_max_pct, measured_pct=measured)
+        self.journal.emit(FindingRecorded(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
+                                          predicted_min_pct=plan.predicted_min_pct,
+                                          predicted_max_pct=plan.predicted_max_pct, measured_pct=measured))
 
-    async def settle(self, chain: list[dict], *, iteration: int, plan_id: str | None, title: str) -> dict:
+    async def settle(self, chain: list[Candidate], *, iteration: int, plan_id: str | None, title: str) -> Candidate:
         """Evaluate the chain's newest candidate if it is pending, then repair the newest broken one
         until a candidate passes or `repairs` attempts are used; return the chain's last candidate."""
-        ctx = self.ctx
         last = chain[-1]
-        if last["status"] == PENDING:
-            last = chain[-1] = await ctx.judging.evaluate(last, self.number)
-        attempts = sum(c["kind"] == "repair" for c in chain)
-        while last["status"] in (*REPAIRABLE, WRITE_FAILED) and attempts < ctx.repairs:
-            broken = next((c for c in reversed(chain) if c["status"] in REPAIRABLE), None)
+        if last.status == PENDING:
+            last = chain[-1] = await self.judging.evaluate(last, self.number)
+        attempts = sum(c.kind == "repair" for c in chain)
+        while last.status in (*REPAIRABLE, WRITE_FAILED) and attempts < self.repairs:
+            broken = next((c for c in reversed(chain) if c.status in REPAIRABLE), None)
             if broken is None:  # the first draft produced no source: nothing to repair
                 break
-            ctx.check_stop()
-            ctx.judging.check_budget()
+            self.stopping.check()
+            self.budget.check()
             attempts += 1
-            self._stage("repair", iteration, f"{broken['id']} attempt {attempts}")
-            failing = (broken["result"] or {}).get("failing_shape")
-            draft = await ctx.scientist.repair(broken["source"], broken["status"], broken["message"], failing,
-                                               attempts, coverage=coverage(broken["result"], ctx.problem),
-                                               profile=profiling.seen(ctx.store.profile(broken["id"]),
-                                                                      broken["result"]))
-            last = self.add_draft(draft, kind="repair", parent_id=broken["id"], parent_source=broken["source"],
+            self._stage("repair", iteration, f"{broken.id} attempt {attempts}")
+            failing = broken.result.failing_shape if broken.result else None
+            draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
+                                               attempts, coverage=coverage(broken.stored_result, self.problem),
+                                               profile=profiling.seen(self.journal.store.profile(broken.id),
+                                                                      broken.stored_result))
+            last = self.add_draft(draft, kind="repair", parent_id=broken.id, parent_source=broken.source,
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
                                   repair_attempt=attempts)
             chain.append(last)
-            if last["status"] == PENDING:
-                last = chain[-1] = await ctx.judging.evaluate(last, self.number)
+            if last.status == PENDING:
+                last = chain[-1] = await self.judging.evaluate(last, self.number)
         return last
 
     def add_draft(self, draft, *, kind: str, parent_id: str, parent_source: str, iteration: int,
-                  plan_id: str | None, hypothesis: str, repair_attempt: int = 0) -> dict:
-        ctx, written = self.ctx, draft.source is not None
-        cand = ctx.store.add_candidate(
-            ctx.run_id, kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
+                  plan_id: str | None, hypothesis: str, repair_attempt: int = 0) -> Candidate:
+        written = draft.source is not None
+        cand = self.journal.store.add_candidate(
+            self.journal.run_id, kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
             parent_id=parent_id, plan_id=plan_id, repair_attempt=repair_attempt,
             status=PENDING if written else WRITE_FAILED, message="" if written else (draft.error or "no source"),
             write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied)
-        ctx.emit(CandidateWritten(candidate_id=cand["id"], parent_id=parent_id, kind=kind, iteration=iteration,
-                                  plan_title=hypothesis, status=cand["status"],
-                                  diff=source_diff(parent_source, draft.source) if written else ""))
+        self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=parent_id, kind=kind, iteration=iteration,
+                                           plan_title=hypothesis, status=cand.status,
+                                           diff=source_diff(parent_source, draft.source) if written else ""))
         return cand

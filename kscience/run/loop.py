@@ -22,22 +22,23 @@ import threading
 import time
 
 from kscience.run import confirm, profiling
-from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, library_candidate, library_title,
-                                    vendor_alone_source, vendor_source, vendor_title)
-from kscience.evaluate import result as R
+from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, compiled_source, library_candidate,
+                                    library_title, reference_source, vendor_alone_source, vendor_source,
+                                    vendor_title)
 from kscience.evaluate.executors.base import Executor
-from kscience.run.events import CandidateProfiled, CandidateWritten, Event, EventBus, StageChanged
+from kscience.run.budget import EvaluationBudget, EvaluationsSpent
+from kscience.run.config import RunConfig
+from kscience.run.events import CandidateProfiled, CandidateWritten, EventBus
+from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.judging import Judging
-from kscience.run.line import EvaluationsSpent, Line, NothingLeft, RunError, Stopped
+from kscience.run.line import Line, NothingLeft, RunError
+from kscience.run.population import Population
 from kscience.run.sharing import Sharing
-from kscience.problems import Problem, shape_label
+from kscience.problems import Problem
 from kscience.problems.libraries import missing_line
-from kscience.scientist import compose
-from kscience.scientist.briefing import bench_from_results, coverage, floor_times
-from kscience.scientist.hardware import describe, run_target
-from kscience.scientist.roles import CandidateView
+from kscience.scientist.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind, iterations_done
-from kscience.record.store import BASELINE_KINDS, PENDING, Store
+from kscience.record.store import PENDING, Store
 
 __all__ = ["Controller", "RunError", "Stopped"]
 
@@ -46,23 +47,25 @@ MODEL_CALLS_TO_A_CHILD = 2  # a design, then its writer: answers between a line'
 
 
 class Controller:
+    """Drives one session of a run: `config` gives its settings (--repairs, --lines, --evaluations, the
+    time limits, --profile, --stop-at-sol, whether to time torch.compile), `stop` is set by the user
+    (Run.stop)."""
+
     def __init__(self, *, store: Store, run_id: str, problem: Problem, scientist, executor: Executor,
-                 bus: EventBus, repairs: int, seed_source: str, reference_source: str, compiled_source: str,
-                 compiled_baseline: bool | None, stop: threading.Event, profile: str | None = None,
-                 stop_at_sol: float | None = None, lines: int | None = None, max_evaluations: int | None = None,
-                 eval_timeout_s: float | None = None, time_limit_s: float | None = None):
+                 bus: EventBus, config: RunConfig, seed_source: str, stop: threading.Event):
         self.store, self.run_id, self.problem = store, run_id, problem
         self.scientist, self.executor, self.bus = scientist, executor, bus
-        self.repairs = repairs
-        self.seed_source, self.reference_source = seed_source, reference_source
-        self.compiled_source, self.compiled_baseline = compiled_source, compiled_baseline
+        self.repairs = config.repairs
+        self.seed_source, self.reference_source = seed_source, reference_source(problem)
+        self.compiled_source, self.compiled_baseline = compiled_source(problem), config.compiled_baseline
         self.vendor_source = vendor_source(problem)
-        self._stop = stop  # set by the user (Run.stop)
-        self._halted = False  # set when one experiment failed, so every line stops at its next step
-        self.lines = max(1, lines or executor.capacity)  # default: one line per evaluation slot
-        self.max_evaluations = max_evaluations
-        self.eval_timeout_s, self.time_limit_s = eval_timeout_s, time_limit_s  # --eval-timeout, --time-limit
-        self.profile, self.stop_at_sol = profile, stop_at_sol  # --profile auto/ncu/none, --stop-at-sol F
+        self.journal = Journal(store, run_id, bus)
+        self.stopping = Stopping(stop)
+        self.budget = EvaluationBudget(self.journal, config.evaluations)
+        self.population = Population(self.journal, problem, scientist)
+        self.lines = max(1, config.lines or executor.capacity)  # default: one line per evaluation slot
+        self.eval_timeout_s, self.time_limit_s = config.eval_timeout_s, config.time_limit_s
+        self.profile, self.stop_at_sol = config.profile, config.stop_at_sol
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
         # Set by each verdict recorded (kscience.run.judging) and each line whose candidates are all
@@ -76,28 +79,31 @@ class Controller:
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
         """Bring the run to `target` iterations (designs), finishing any interrupted work first."""
-        self.judging = Judging(self, self.executor, self.max_evaluations)
+        self.judging = Judging(self.executor, journal=self.journal, stopping=self.stopping, budget=self.budget,
+                               problem=self.problem, changed=self.changed, eval_timeout_s=self.eval_timeout_s,
+                               time_limit_s=self.time_limit_s)
         try:
             if self.iterations_done() < target:
                 # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found
                 # before minutes of seed and baseline timing.
-                kernels = [self.seed_source] + [c["source"] for c in self.store.candidates(self.run_id)
-                                                if c["kind"] in ("child", "repair") and c["status"] == R.OK]
+                kernels = [self.seed_source] + [c.source for c in self.journal.candidates()
+                                                if c.kind in ("child", "repair") and c.ok]
                 await self.scientist.preflight(kernels)
             # said once: on, or why it is off
             self.profile, said = profiling.resolve_profiler(
                 self.profile, judged_here=not getattr(self.executor, "judges_elsewhere", False))
+            self.judging.profile = self.profile
             if said:
-                self.emit(CandidateProfiled(None, self.iterations_done(), "ncu", None, said))
+                self.journal.emit(CandidateProfiled(None, self.iterations_done(), "ncu", None, said))
             try:
                 await self._roots()
             except EvaluationsSpent as exc:
-                self.stage("done", 0, str(exc))
+                self.journal.stage("done", 0, str(exc))
                 return
             # Composition also follows every verdict (kscience.run.judging); here it judges a composite a
             # stopped run left pending, and composes what the roots of a resumed run make possible.
-            await self.judging.maybe_compose(self.iterations_done())
-            self.observe()
+            await self.judging.composer.maybe_compose(self.iterations_done())
+            self.population.observe()
             await self._schedule(target)
             await self.judging.settle(confirm.FINAL_ROUNDS)  # figures from several hosts: end on a settled best
         finally:
@@ -120,16 +126,16 @@ class Controller:
         try:
             while True:
                 while (failure is None and stopped is None and spent is None and ended is None
-                       and not self.stop_requested()
+                       and not self.stopping.requested()
                        and self._occupied(tasks) < self.lines and len(tasks) < AHEAD_PER_LINE * self.lines
                        and self.iterations_done() + len(designing) < target
                        and (exhausted_at is None or self._population_size() > exhausted_at)):
-                    ended = profiling.stop_message(self.problem, best_candidate(self.store.candidates(self.run_id)),
+                    ended = profiling.stop_message(self.problem, best_candidate(self.journal.candidates()),
                                                    self.stop_at_sol)
                     if ended is not None:
                         break
                     try:
-                        self.judging.check_budget()
+                        self.budget.check()
                     except EvaluationsSpent as exc:
                         spent = exc
                         break
@@ -152,7 +158,7 @@ class Controller:
                     # The dashboard shows each line's stage: this one has none now, unless the line
                     # already works on its next iteration.
                     if self.lines > 1 and number not in {n for n, _ in tasks.values()}:
-                        self.stage("line ended", iteration, "", number)
+                        self.journal.stage("line ended", iteration, "", number)
                     exc = task.exception()
                     if isinstance(exc, NothingLeft):
                         exhausted_at, ended = self._population_size(), str(exc)
@@ -162,7 +168,7 @@ class Controller:
                         stopped = stopped or exc
                     elif exc is not None:
                         failure = failure or exc
-                        self.halt()
+                        self.stopping.halt()
                 if exhausted_at is not None and self._population_size() > exhausted_at and failure is None:
                     ended = None  # a line's new member may leave something to try: try again
         except asyncio.CancelledError:  # Ctrl-C: every line records what it can, then the stop goes through
@@ -172,22 +178,28 @@ class Controller:
             raise
         if failure is not None:
             raise failure
-        if stopped is not None or self.stop_requested():
+        if stopped is not None or self.stopping.requested():
             raise stopped or Stopped("stopped on request")
         if spent is not None:
-            self.stage("done", self.iterations_done(), str(spent))
+            self.journal.stage("done", self.iterations_done(), str(spent))
         elif ended is not None:
-            self.stage("done", self.iterations_done(), ended)
+            self.journal.stage("done", self.iterations_done(), ended)
+
+    def _line(self, number: int) -> Line:
+        return Line(number, journal=self.journal, stopping=self.stopping, judging=self.judging, budget=self.budget,
+                    population=self.population, scientist=self.scientist, sharing=self.sharing,
+                    problem=self.problem, repairs=self.repairs, lines_waiting=self.lines_waiting,
+                    note_model_time=self.note_model_time)
 
     async def _new_line(self, number: int, iteration: int, designing: set) -> None:
-        line, me = Line(self, number), asyncio.current_task()
+        line, me = self._line(number), asyncio.current_task()
         rows = await line.find_work(iteration)
         designing.discard(me)  # stored: counted by iterations_done from now on
         await line.experiments(rows, lambda: self._all_written(me))
 
     async def _resumed_line(self, number: int, rows: list[dict]) -> None:
         me = asyncio.current_task()
-        await Line(self, number).experiments(rows, lambda: self._all_written(me))
+        await self._line(number).experiments(rows, lambda: self._all_written(me))
 
     def _all_written(self, task: asyncio.Task) -> None:
         self._written.add(task)
@@ -235,43 +247,20 @@ class Controller:
         return self._last_claimed
 
     def _population_size(self) -> int:
-        return sum(c["result"] is not None for c in self.store.candidates(self.run_id))
+        return sum(c.result is not None for c in self.journal.candidates())
 
     def iterations_done(self) -> int:
         return iterations_done(self.store.plans(self.run_id))
-
-    def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
-        """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""
-        found = {f["plan_id"] for f in self.store.findings(self.run_id)}
-        chosen = [p for p in self.store.plans(self.run_id) if p["chosen"] and p["base_id"] == base_id]
-        return [p["title"] for p in chosen if p["id"] in found], [p["title"] for p in chosen if p["id"] not in found]
-
-    def stop_requested(self) -> bool:
-        return self._stop.is_set()
-
-    def halt(self) -> None:
-        """One experiment failed: every line stops after its current step."""
-        self._halted = True
-
-    def check_stop(self) -> None:
-        if self._stop.is_set() or self._halted:
-            raise Stopped("stopped on request")
-
-    def emit(self, event: Event) -> None:
-        self.bus.publish(event)
-
-    def stage(self, stage: str, iteration: int, detail: str = "", line: int = 0) -> None:
-        self.emit(StageChanged(stage=stage, iteration=iteration, detail=detail, line=line))
 
     # --- seed and baselines ------------------------------------------------------------------
     async def _roots(self) -> None:
         """The seed (repaired if it fails) is the root of the population; the reference, the problem's
         vendor-library path and the reference's torch.compile are baselines. A baseline that fails keeps
         its status and the run goes on."""
-        candidates = self.store.candidates(self.run_id)
-        chain = [c for c in candidates if c["iteration"] == 0 and c["kind"] in ("seed", "repair")]
+        candidates = self.journal.candidates()
+        chain = [c for c in candidates if c.iteration == 0 and c.kind in ("seed", "repair")]
         if not chain:
-            self.stage("seed", 0)
+            self.journal.stage("seed", 0)
             chain = [self._add(kind="seed", source=self.seed_source, hypothesis="seed kernel", iteration=0)]
         # The seed and the baselines that need nothing from it are asked for together (one batch of a queue
         # executor's requests, one round of a cluster's), not one after another.
@@ -281,117 +270,68 @@ class Controller:
         alone = vendor_alone_source(self.problem)
         if alone:  # the same call on inputs already in its layout: how much of its time is the GEMM
             cheap.append(("vendor_alone", alone, vendor_title(self.problem, self.problem.vendor_alone.name)))
-        settled = Line(self, 0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
+        settled = self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
         final, *_ = await asyncio.gather(settled, *(self._baseline(candidates, kind, source, title, {})
                                                     for kind, source, title in cheap),
                                          *(self._library_baseline(candidates, lib) for lib in self.problem.libraries))
-        if final["status"] != R.OK:
-            raise RunError(f"the seed kernel does not pass ({chain[0]['status']}: {chain[0]['message']}) "
+        if not final.ok:
+            raise RunError(f"the seed kernel does not pass ({chain[0].status}: {chain[0].message}) "
                            f"and {self.repairs} repair attempt(s) did not fix it")
-        device = (final.get("result") or {}).get("device") or {}
+        device = final.device
         if compiled_baseline_wanted(self.compiled_baseline, final):
             await self._baseline(candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager",
                                  device)
 
-    async def _baseline(self, candidates: list[dict], kind: str, source: str, hypothesis: str,
+    async def _baseline(self, candidates: list[Candidate], kind: str, source: str, hypothesis: str,
                         device: dict) -> None:
         """A baseline a user would otherwise pick, judged once per run (also after a resume), not
         counted against --evaluations; torch.compile's is taken from an earlier run where one timed it."""
         row = first_of_kind(candidates, kind)
         if row is None:
-            self.stage(kind, 0)
+            self.journal.stage(kind, 0)
             row = self._add(kind=kind, source=source, hypothesis=hypothesis, iteration=0)
-        if row["status"] != PENDING:
+        if row.status != PENDING:
             return
         earlier = self._timed_before(kind, source, device) if kind in REUSED_BASELINES else None
         if earlier is None:
             await self.judging.evaluate(row, counted=False)
             return
-        when = time.strftime("%Y-%m-%d", time.localtime(earlier["evaluated"]))
-        self.judging.record_verdict(row, dict(earlier["result"], message=(
-            f"timed by run {earlier['run_id']} ({earlier['id']}, {when}) on this device with these versions, "
-            f"reused: {earlier['result']['message']}")))
+        when = time.strftime("%Y-%m-%d", time.localtime(earlier.evaluated))
+        self.judging.record_verdict(row, dict(earlier.stored_result, message=(
+            f"timed by run {earlier.run_id} ({earlier.id}, {when}) on this device with these versions, "
+            f"reused: {earlier.stored_result['message']}")))
 
-    async def _library_baseline(self, candidates: list[dict], lib) -> None:
+    async def _library_baseline(self, candidates: list[Candidate], lib) -> None:
         """A library a user would install instead, timed as a baseline. Where its package is not installed here
         the run says so in one line and goes on without it; where it cannot run on the device, its row keeps the
         reason, as the vendor path's does."""
-        row = next((c for c in candidates if c["kind"] == "library" and self.problem.library_named(c["hypothesis"])
+        row = next((c for c in candidates if c.kind == "library" and self.problem.library_named(c.hypothesis)
                     is lib), None)
         if row is None:
             missing = missing_line(lib)
             if missing:
-                self.stage("library missing", 0, missing)
+                self.journal.stage("library missing", 0, missing)
                 return
-            self.stage("library", 0, lib.name)
+            self.journal.stage("library", 0, lib.name)
             row = self._add(kind="library", source=library_candidate(lib), hypothesis=library_title(self.problem, lib),
                             iteration=0)
-        if row["status"] == PENDING:
+        if row.status == PENDING:
             await self.judging.evaluate(row, counted=False)
 
-    def _timed_before(self, kind: str, source: str, device: dict) -> dict | None:
+    def _timed_before(self, kind: str, source: str, device: dict) -> Candidate | None:
         """The newest passing verdict another run of this store gave this very baseline source on a GPU of
         the same name with the same torch, Triton and CUDA/ROCm versions; None where there is none."""
         if device.get("interpreted") is not False:
             return None
         for c in self.store.judged_elsewhere(self.run_id, kind, source):
-            theirs = c["result"].get("device") or {}
-            if (c["status"] == R.OK and theirs.get("name") == device.get("name")
+            theirs = c.device
+            if (c.ok and theirs.get("name") == device.get("name")
                     and theirs.get("versions") == device.get("versions")):
                 return c
         return None
 
-    def _add(self, **fields) -> dict:
+    def _add(self, **fields) -> Candidate:
         cand = self.store.add_candidate(self.run_id, **fields)
-        self.emit(CandidateWritten(candidate_id=cand["id"], parent_id=cand["parent_id"], kind=cand["kind"],
-                                   iteration=cand["iteration"], plan_title=cand["hypothesis"], status=cand["status"]))
+        self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=cand.parent_id, kind=cand.kind,
+                                           iteration=cand.iteration, plan_title=cand.hypothesis, status=cand.status))
         return cand
-
-    # --- what the scientist sees -------------------------------------------------------------
-    def views(self) -> dict[str, CandidateView]:
-        """Every evaluated candidate of the population (the baselines are not members)."""
-        cands = [c for c in self.store.candidates(self.run_id)
-                 if c["kind"] not in BASELINE_KINDS and c["result"] is not None]
-        by_id = {c["id"]: c for c in cands}
-        profiles = {p["candidate_id"]: p for p in self.store.profiles(self.run_id)}
-        children: dict[str, int] = {}
-        for c in cands:
-            children[c["parent_id"]] = children.get(c["parent_id"], 0) + 1
-
-        def depth(c: dict) -> int:
-            d = 0
-            while c["parent_id"] in by_id:
-                c, d = by_id[c["parent_id"]], d + 1
-            return d
-
-        return {c["id"]: self.view(c, depth(c), children.get(c["id"], 0), profiles.get(c["id"])) for c in cands}
-
-    def view(self, c: dict, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
-        result = c["result"] or {}
-        profile = profiling.seen(profile or self.store.profile(c["id"]), result)
-        return CandidateView(
-            id=c["id"], parent_id=c["parent_id"], hypothesis=c["hypothesis"], status=c["status"],
-            geomean_us=c["geomean_us"], source=c["source"], message=c["message"],
-            shape_times={shape_label(s["shape"]): s["time_us"] for s in result.get("shapes", []) if s.get("time_us")},
-            depth=depth, n_children=n_children, coverage=coverage(result, self.problem), profile=profile)
-
-    def observe(self) -> None:
-        """Tell the scientist how the numbers were measured: the device and timing of the (repaired) seed,
-        the spread of repeated calls, the baselines and the physical floor."""
-        cands = self.store.candidates(self.run_id)
-        roots = [c for c in cands if c["iteration"] == 0 and c["kind"] in ("seed", "repair") and c["result"]]
-        seed = next((c["result"] for c in reversed(roots) if c["status"] == R.OK), roots[-1]["result"] if roots else None)
-        info = (seed or {}).get("device") or {}
-        device = describe(info.get("kind", ""), info.get("name", ""))
-        target = getattr(self.scientist, "target", None) or run_target(None, device)
-        kinds = {c["kind"]: c for c in cands}
-        baselines = [(label, (kinds.get(kind) or {}).get("result")) for kind, label in
-                     (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
-                      ("vendor", f"vendor library: {vendor_title(self.problem)}"),
-                      ("vendor_alone", "the vendor call alone, its inputs made in its layout beforehand (not a rival: "
-                                       "kernels get the problem's layout)"))
-                     if kind not in ("vendor", "vendor_alone") or kind in kinds]
-        baselines += [(f"installed library: {c['hypothesis']}", c["result"]) for c in cands if c["kind"] == "library"]
-        best = best_candidate(cands)
-        self.scientist.observe(bench_from_results(device, target, seed, baselines, floor_times(seed),
-                                                  leaders=compose.leaders_text(cands, best and best["id"])))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from kscience.evaluate.profile import job as profile_job, ncu
 from kscience.problems import Problem
 from kscience.problems.roofline import result_sol, stop_at_sol, summary
+from kscience.scientist.candidate import Candidate
 
 
 # Values of the run setting `profile`: "auto" (the default) and "ncu" profile with Nsight Compute where the
@@ -76,33 +77,33 @@ def reached_sol(problem: Problem, best_result: dict, target: float | None) -> bo
     return stop_at_sol(result_sol(problem, best_result), target)
 
 
-def stop_message(problem: Problem, best: dict | None, target: float | None) -> str | None:
-    """The line a run ends with when its best candidate (a stored row) reached --stop-at-sol; else None."""
-    if target is None or best is None or not best.get("result"):
+def stop_message(problem: Problem, best: Candidate | None, target: float | None) -> str | None:
+    """The line a run ends with when its best candidate reached --stop-at-sol; else None."""
+    if target is None or best is None or not best.result:
         return None
-    sols = result_sol(problem, best["result"])
+    sols = result_sol(problem, best.stored_result)
     if not stop_at_sol(sols, target):
         return None
     s = summary(sols)
-    return (f"best kernel {best['id']} reaches {s['worst']:.0%} of speed of light or more on every shape "
+    return (f"best kernel {best.id} reaches {s['worst']:.0%} of speed of light or more on every shape "
             f"(median {s['median']:.0%}), within the --stop-at-sol {target:g} target: the run ends here")
 
 
 MEMBERS = ("seed", "child", "repair", "composite")  # kinds that compete; the baselines are timed, not profiled
 
 
-def candidate_to_profile(cand: dict, candidates: list[dict]) -> bool:
+def candidate_to_profile(cand: Candidate, candidates: list[Candidate]) -> bool:
     """Whether the profiler looks at this stored candidate, given the run's stored candidates: the seed (a
     repaired seed is the seed), and each new best, a member faster than every correct member judged
     before it."""
-    kind = "seed" if cand["iteration"] == 0 and cand["kind"] in ("seed", "repair") else cand["kind"]
+    kind = "seed" if cand.iteration == 0 and cand.kind in ("seed", "repair") else cand.kind
     if kind not in MEMBERS:
         return False
-    judged = cand.get("evaluated") or float("inf")
-    earlier = [c for c in candidates if c["id"] != cand["id"] and c["kind"] in MEMBERS and c["status"] == "ok"
-               and c["geomean_us"] and (c.get("evaluated") or float("inf")) <= judged]
-    best = min(earlier, key=lambda c: c["geomean_us"], default=None)
-    return worth_profiling(kind, cand["result"] or {}, best and {"geomean_us": best["geomean_us"]})
+    judged = cand.evaluated or float("inf")
+    earlier = [c for c in candidates if c.id != cand.id and c.kind in MEMBERS and c.ok
+               and c.geomean_us and (c.evaluated or float("inf")) <= judged]
+    best = min(earlier, key=lambda c: c.geomean_us, default=None)
+    return worth_profiling(kind, cand.stored_result, best and {"geomean_us": best.geomean_us})
 
 
 def profiled_line(cand_id: str, record: dict | None, said: list[str] = (), host: str | None = None) -> str:

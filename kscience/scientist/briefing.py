@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from kscience.problems.spec import Problem, geomean, shape_label
+from kscience.scientist.candidate import benchmark_times
 from kscience.scientist.hardware import Hardware
 
 MAX_LABELS = 6  # a verdict over more shapes than this counts them rather than naming each
@@ -87,7 +88,8 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
             why = (result.get("message") or "").strip().splitlines()
             rows.append(Baseline(label, f"{result.get('status')}: {why[0][:300] if why else 'no reason given'}", None))
         else:
-            rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"), shape_times(result)))
+            rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"),
+                                 benchmark_times(result.get("shapes"))))
     if floor:
         rows.append(Baseline("physical floor", "bound", geomean(list(floor.values())), dict(floor)))
     timing = (seed or {}).get("timing_label") or ("cpu interpreter (host clock)" if device.interpreted else "")
@@ -96,17 +98,6 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
                  repeats=int(statistics.median(n for _, n in spreads)) if spreads else 0, baselines=rows,
                  versions=versions_text((seed or {}).get("device")), leaders=leaders,
                  probes=dict(((seed or {}).get("device") or {}).get("probes") or {}))
-
-
-def shape_times(result: dict | None) -> dict[str, float]:
-    """Median time per benchmark shape label of an EvalResult dict."""
-    return {shape_label(s["shape"]): s["time_us"] for s in (result or {}).get("shapes", [])
-            if s.get("time_us") and s.get("phase") == "benchmark"}
-
-
-def floor_times(result: dict | None) -> dict[str, float]:
-    return {shape_label(s["shape"]): s["floor_us"] for s in (result or {}).get("shapes", [])
-            if s.get("floor_us") and s.get("phase") == "benchmark"}
 
 
 def format_times(times: dict[str, float]) -> str:

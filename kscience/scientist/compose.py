@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from kscience.problems.spec import Problem, geomean, shape_label
+from kscience.scientist.candidate import BENCHMARK, Candidate
 
 KIND = "composite"  # the stored kind of a composite candidate
 NOT_PARTS = ("reference", "compiled", "vendor", "vendor_alone", "library", KIND)  # baselines are not kernels to dispatch to; no nesting
@@ -83,32 +84,31 @@ def _holds(c: tuple[str, str, int], shape: dict) -> bool:
 
 
 # --- who wins where ------------------------------------------------------------------------------
-def timed_shapes(result: dict | None) -> dict[str, tuple[dict, float]]:
-    """Benchmark shape label -> (shape, median µs) of one EvalResult dict."""
-    return {shape_label(s["shape"]): (s["shape"], s["time_us"]) for s in (result or {}).get("shapes", [])
-            if s.get("phase") == "benchmark" and s.get("time_us")}
+def timed_shapes(cand: Candidate) -> dict[str, tuple[dict, float]]:
+    """Benchmark shape label -> (shape, median µs) of one judged candidate."""
+    shapes = cand.result.shapes if cand.result else []
+    return {shape_label(s.shape): (s.shape, s.time_us) for s in shapes if s.phase == BENCHMARK and s.time_us}
 
 
-def contenders(candidates: list[dict]) -> list[dict]:
-    """Correct, timed kernels of a run (stored rows) that a composite may dispatch to."""
-    return [c for c in candidates if c["kind"] not in NOT_PARTS and c["status"] == "ok" and c["geomean_us"]
-            and timed_shapes(c["result"])]
+def contenders(candidates: list[Candidate]) -> list[Candidate]:
+    """Correct, timed kernels of a run that a composite may dispatch to."""
+    return [c for c in candidates if c.kind not in NOT_PARTS and c.ok and c.geomean_us and c.times]
 
 
-def leaders(candidates: list[dict]) -> dict[str, tuple[str, float]]:
+def leaders(candidates: list[Candidate]) -> dict[str, tuple[str, float]]:
     """Shape label -> (id, µs) of the fastest correct kernel on it; composites, being made of these
     leaders, are left out."""
     out: dict[str, tuple[str, float]] = {}
     for c in candidates:
-        if c["kind"] in NOT_PARTS or c["status"] != "ok":
+        if c.kind in NOT_PARTS or not c.ok:
             continue
-        for label, (_, us) in timed_shapes(c["result"]).items():
+        for label, us in c.times.items():
             if label not in out or us < out[label][1]:
-                out[label] = (c["id"], us)
+                out[label] = (c.id, us)
     return out
 
 
-def leaders_text(candidates: list[dict], best_id: str | None) -> str:
+def leaders_text(candidates: list[Candidate], best_id: str | None) -> str:
     """Lines for the prompts: which kernel leads which shapes, where that is not the overall best."""
     by_id: dict[str, list[str]] = {}
     for label, (cid, _) in leaders(candidates).items():
@@ -159,13 +159,13 @@ def _splits(shapes: list[dict], idx: list[int], names: list[str]):
                 yield (name, "%0", d), (name, "%!0", d)
 
 
-def plan(problem: Problem, candidates: list[dict], *, min_gain_pct: float = MIN_GAIN_PCT) -> Composition | None:
+def plan(problem: Problem, candidates: list[Candidate], *, min_gain_pct: float = MIN_GAIN_PCT) -> Composition | None:
     """The composite worth judging over a run's stored candidates, or None: one kernel wins (nearly)
     everywhere, the problem is not a `custom_kernel` one, or its sizes cannot be read off its inputs."""
     parts = contenders(candidates)
     if problem.entry != "custom_kernel" or len(parts) < 2:
         return None
-    times = {c["id"]: timed_shapes(c["result"]) for c in parts}
+    times = {c.id: timed_shapes(c) for c in parts}
     labels = sorted(set.intersection(*(set(t) for t in times.values())))
     if not labels:
         return None
@@ -175,7 +175,7 @@ def plan(problem: Problem, candidates: list[dict], *, min_gain_pct: float = MIN_
     if all(logs[fallback][i] - min(v[i] for v in logs.values()) <= keep for i in range(len(labels))):
         return None  # the best kernel is (within noise) the fastest on every shape
     dims = size_dims(problem)
-    shapes = [times[parts[0]["id"]][label][0] for label in labels]
+    shapes = [times[parts[0].id][label][0] for label in labels]
     names = [n for n in dims if all(n in s for s in shapes)]
     if not names:
         return None

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import re
 from dataclasses import dataclass, field, replace
 
+from kscience.scientist.candidate import predicted_range, range_text, uplift_pct
 from kscience.scientist.llm.base import LLMError, one_line
 from kscience.scientist.measurements import parse_measure
 from kscience.scientist.strategy import OK
@@ -201,17 +202,18 @@ def split_into_groups(plans: list[Plan], taken: Iterable[str], groups: int,
     return out
 
 
-def predicted_range(plan: Plan) -> str:
-    return f"{plan.predicted_min_pct:+g}..{plan.predicted_max_pct:+g}%"
+def predicted_text(plan: Plan) -> str:
+    """The plan's predicted uplift as it states it: "+5..+20%"."""
+    return range_text(predicted_range(plan.predicted_min_pct, plan.predicted_max_pct))
 
 
 def measured_clause(plan: Plan, base_us: float | None, status: str, child_us: float | None) -> str:
     """Prediction against measurement in words, e.g. "+12.3% measured vs +5..+20% predicted"."""
-    predicted = f"{predicted_range(plan)} predicted"
+    predicted = f"{predicted_text(plan)} predicted"
     if status != OK:
         return f"failed ({status}) vs {predicted}"
     if base_us and child_us:
-        pct = (base_us / child_us - 1.0) * 100.0
+        pct = uplift_pct(base_us, child_us)
         return f"{pct:+.1f}% measured ({base_us:.2f} -> {child_us:.2f} us) vs {predicted}"
     if child_us:
         return f"correct at {child_us:.2f} us, no base time to compare, vs {predicted}"

@@ -29,6 +29,7 @@ from kscience.problems.roofline import ShapeSol
 from kscience.problems.roofline import summary as sol_summary
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
                                          render_header)
+from kscience.scientist.candidate import uplift_pct
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.knowledge import fill_probes
@@ -36,7 +37,7 @@ from kscience.scientist.llm.base import LLMError, one_line
 from kscience.scientist.measurements import prompt_text as measurements_text
 from kscience.scientist.plans import (CHOOSERS, PLANS_PER_LINE, PLANS_WANTED, Plan, choice_text, mark_chosen,
                                       measured_clause, parse_plans,
-                                      predicted_range)
+                                      predicted_text)
 from kscience.scientist.prompts import load_schema, render
 from kscience.scientist.strategy import OK, CandidateView, Selection, ranked, seed_of, tournament, tree_search
 
@@ -411,7 +412,7 @@ class Scientist:
         prompt = render("writer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
                         knowledge=self.code_knowledge.strip() or "(none)", title=plan.title,
                         rationale=plan.rationale, changes="\n".join(f"- {c}" for c in plan.changes),
-                        predicted=predicted_range(plan), kernels=_kernels(base, reference),
+                        predicted=predicted_text(plan), kernels=_kernels(base, reference),
                         first_task=self._first_task(base), entry=self.problem.entry,
                         edit_format=render("edit_format.md"))
         brief = Brief("writer", self.bench, self._shapes(), base=base, reference=reference, plan=plan,
@@ -435,7 +436,7 @@ class Scientist:
                       child_geomean_us: float | None, child: CandidateView | None = None) -> str:
         clause = measured_clause(plan, base.geomean_us, child_status, child_geomean_us)
         ok = child_status == OK
-        pct = (base.geomean_us / child_geomean_us - 1) * 100 if ok and base.geomean_us and child_geomean_us else None
+        pct = uplift_pct(base.geomean_us, child_geomean_us) if ok else None
         prompt = render("finding.md", header=self.header(), title=plan.title, rationale=plan.rationale,
                         changes="; ".join(plan.changes), base_id=base.id,
                         base_time=f"{base.geomean_us:.2f} us" if base.geomean_us else "no time",
@@ -443,7 +444,7 @@ class Scientist:
                         coverage=(child.coverage if child is not None else "") or "not recorded",
                         child_shapes=format_times(child.shape_times) if child is not None else "not recorded",
                         result=clause, measured=f"{pct:+.1f}%" if pct is not None else f"none ({child_status})",
-                        predicted=predicted_range(plan), profile=_line_block(child.profile if child else None)
+                        predicted=predicted_text(plan), profile=_line_block(child.profile if child else None)
                         + asked_line(plan, child))
         brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
                       measured_pct=pct, profile=child.profile if child else None)

@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass
 
 from kscience.scientist import compose
+from kscience.scientist.candidate import uplift_pct
 
 OK = "ok"  # EvalResult status of a correct kernel
 TOURNAMENT_TOP_K = 5  # how far down the ranking a reference may come from
@@ -89,7 +90,7 @@ def profile_distance(a: CandidateView, b: CandidateView) -> tuple[float, list[st
 def _faster_phrase(base: CandidateView, ref: CandidateView, faster: list[str]) -> str:
     if not faster:
         return "it is slower everywhere but by uneven amounts"
-    gains = [f"{s} ({(base.shape_times[s] / ref.shape_times[s] - 1) * 100:+.1f}%)" for s in faster[:3]]
+    gains = [f"{s} ({uplift_pct(base.shape_times[s], ref.shape_times[s]):+.1f}%)" for s in faster[:3]]
     more = f" and {len(faster) - 3} more" if len(faster) > 3 else ""
     return "it beats the base on " + ", ".join(gains) + more
 

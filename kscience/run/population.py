@@ -1,0 +1,78 @@
+"""What the scientist sees of a run: its population as `CandidateView`s, the experiments chosen on a
+base, and how the numbers were measured (`observe`). Read afresh from the store each time, so every
+line sees every verdict and finding recorded so far."""
+
+from __future__ import annotations
+
+from kscience.evaluate import result as R
+from kscience.problems import Problem
+from kscience.run import profiling
+from kscience.run.baselines import vendor_title
+from kscience.run.journal import Journal
+from kscience.scientist import compose
+from kscience.scientist.briefing import bench_from_results, coverage
+from kscience.scientist.candidate import Candidate
+from kscience.scientist.hardware import describe, run_target
+from kscience.scientist.roles import CandidateView
+from kscience.record.snapshot import best_candidate
+from kscience.record.store import BASELINE_KINDS
+
+
+class Population:
+    def __init__(self, journal: Journal, problem: Problem, scientist):
+        self.journal, self.problem, self.scientist = journal, problem, scientist
+
+    def views(self) -> dict[str, CandidateView]:
+        """Every evaluated candidate of the population (the baselines are not members)."""
+        store, run_id = self.journal.store, self.journal.run_id
+        cands = [c for c in store.candidates(run_id) if c.kind not in BASELINE_KINDS and c.result is not None]
+        by_id = {c.id: c for c in cands}
+        profiles = {p["candidate_id"]: p for p in store.profiles(run_id)}
+        children: dict[str, int] = {}
+        for c in cands:
+            children[c.parent_id] = children.get(c.parent_id, 0) + 1
+
+        def depth(c: Candidate) -> int:
+            d = 0
+            while c.parent_id in by_id:
+                c, d = by_id[c.parent_id], d + 1
+            return d
+
+        return {c.id: self.view(c, depth(c), children.get(c.id, 0), profiles.get(c.id)) for c in cands}
+
+    def view(self, c: Candidate, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
+        profile = profiling.seen(profile or self.journal.store.profile(c.id), c.stored_result)
+        return CandidateView(
+            id=c.id, parent_id=c.parent_id, hypothesis=c.hypothesis, status=c.status, geomean_us=c.geomean_us,
+            source=c.source, message=c.message, shape_times=c.times, depth=depth, n_children=n_children,
+            coverage=coverage(c.stored_result, self.problem), profile=profile)
+
+    def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
+        """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""
+        store, run_id = self.journal.store, self.journal.run_id
+        found = {f["plan_id"] for f in store.findings(run_id)}
+        chosen = [p for p in store.plans(run_id) if p["chosen"] and p["base_id"] == base_id]
+        return [p["title"] for p in chosen if p["id"] in found], [p["title"] for p in chosen if p["id"] not in found]
+
+    def observe(self) -> None:
+        """Tell the scientist how the numbers were measured: the device and timing of the (repaired) seed,
+        the spread of repeated calls, the baselines and the physical floor."""
+        cands = self.journal.candidates()
+        roots = [c for c in cands if c.iteration == 0 and c.kind in ("seed", "repair") and c.result]
+        seed = next((c for c in reversed(roots) if c.status == R.OK), roots[-1] if roots else None)
+        info = seed.device if seed else {}
+        device = describe(info.get("kind", ""), info.get("name", ""))
+        target = getattr(self.scientist, "target", None) or run_target(None, device)
+        kinds = {c.kind: c for c in cands}
+        baselines = [(label, kinds[kind].stored_result or None if kind in kinds else None) for kind, label in
+                     (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
+                      ("vendor", f"vendor library: {vendor_title(self.problem)}"),
+                      ("vendor_alone", "the vendor call alone, its inputs made in its layout beforehand (not a rival: "
+                                       "kernels get the problem's layout)"))
+                     if kind not in ("vendor", "vendor_alone") or kind in kinds]
+        baselines += [(f"installed library: {c.hypothesis}", c.stored_result or None) for c in cands
+                      if c.kind == "library"]
+        best = best_candidate(cands)
+        self.scientist.observe(bench_from_results(device, target, seed.stored_result if seed else None, baselines,
+                                                  seed.floor_times if seed else {},
+                                                  leaders=compose.leaders_text(cands, best and best.id)))

@@ -1,0 +1,162 @@
+"""One kernel a run produced, with its verdict: the record the store returns and every layer above the
+evaluator reads (run, scientist, record, campaigns, the command line and the notebook), and the few
+numbers read off candidates (per-shape times, speedups, uplifts, predicted ranges), each computed here once.
+
+It lives at the scientist's layer, the lowest that reads candidates, so the store, the loop and the
+scientist share one type. A stored verdict is kept exactly as stored (`to_row`, what JSON output and
+notebooks show); `result` is its `EvalResult`, and `notes` what a run added to it beyond the evaluator's
+fields (kscience.run.confirm: `slower_than`, `unconfirmed`, `replaced`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+
+from kscience.problems import shape_label
+from kscience.evaluate.result import OK, EvalResult, ShapeResult
+
+BENCHMARK = "benchmark"
+_RESULT_FIELDS = {f.name for f in fields(EvalResult)}
+_SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
+
+
+# --- numbers ----------------------------------------------------------------------------------
+def speedup(base_us: float | None, us: float | None) -> float | None:
+    """How many times faster `us` is than `base_us`; None where either time is missing."""
+    return base_us / us if base_us and us else None
+
+
+def uplift_pct(base_us: float | None, child_us: float | None) -> float | None:
+    """Measured speedup of a child over its base in percent: +25 means the child is 1.25x as fast."""
+    ratio = speedup(base_us, child_us)
+    return None if ratio is None else (ratio - 1.0) * 100.0
+
+
+def predicted_range(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """A plan's predicted uplift as (low, high) percent; a single number is a range of one point."""
+    return None if low is None else (low, high if high is not None else low)
+
+
+def range_text(span: tuple[float, float]) -> str:
+    """A predicted range as a plan states it: "+5..+20%"."""
+    return f"{span[0]:+g}..{span[1]:+g}%"
+
+
+def benchmark_times(shapes: list, key: str = "time_us") -> dict[str, float]:
+    """`key` (the median time, or the floor) per benchmark shape label, from ShapeResults or their dicts;
+    shapes without one are left out."""
+    out = {}
+    for s in shapes or []:
+        s = s if isinstance(s, dict) else vars(s)
+        if s.get("phase") == BENCHMARK and s.get(key):
+            out[shape_label(s["shape"])] = s[key]
+    return out
+
+
+def result_from_stored(stored: dict) -> tuple[EvalResult, dict]:
+    """(the EvalResult, the run's notes beside it) of a verdict as stored. Fields a stored verdict lacks take
+    their defaults and those it has beyond the evaluator's become notes, so a row of any schema reads."""
+    known = {k: v for k, v in stored.items() if k in _RESULT_FIELDS}
+    known["shapes"] = [ShapeResult(**{k: v for k, v in s.items() if k in _SHAPE_FIELDS})
+                       for s in stored.get("shapes") or []]
+    return EvalResult(**known), {k: v for k, v in stored.items() if k not in _RESULT_FIELDS}
+
+
+# --- the record -------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Candidate(Mapping):
+    """A row of the candidates table with its verdict parsed. The package reads the attributes; it also
+    reads as that row (`cand["status"]`, `dict(cand)`) for scripts and tests written against rows, and
+    `to_row()` is what JSON output shows."""
+
+    id: str
+    run_id: str
+    seq: int
+    parent_id: str | None
+    kind: str  # seed, reference, compiled, vendor, library, child, repair, composite...
+    iteration: int
+    plan_id: str | None
+    hypothesis: str
+    source: str
+    status: str  # an EvalResult status, or pending / write_failed before a verdict
+    message: str
+    geomean_us: float | None
+    result: EvalResult | None
+    repair_attempt: int
+    write_mode: str | None
+    edits_total: int
+    edits_applied: int
+    created: float
+    evaluated: float | None
+    notes: dict = field(default_factory=dict)  # what the run added to the verdict (module docstring)
+    row: dict = field(default_factory=dict, repr=False)  # the row as stored
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Candidate":
+        result, notes = result_from_stored(row["result"]) if row.get("result") else (None, {})
+        names = {f.name for f in fields(cls)} - {"result", "notes", "row"}
+        return cls(**{k: row.get(k) for k in names}, result=result, notes=notes, row=dict(row))
+
+    def to_row(self) -> dict:
+        """The row as stored, the verdict as the JSON it was stored as."""
+        return dict(self.row)
+
+    # A candidate is one row: two reads of it are equal when the row is.
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Candidate):
+            return self.row == other.row
+        return isinstance(other, Mapping) and self.row == dict(other.items())
+
+    __hash__ = None
+
+    def __bool__(self) -> bool:  # a record, never empty (a Mapping would be falsy without a row)
+        return True
+
+    # --- reading as the stored row -----------------------------------------------------------
+    def __getitem__(self, key: str):
+        return self.row[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.row)
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    # --- what is read off it -----------------------------------------------------------------
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def stored_result(self) -> dict:
+        """The verdict as stored ({} before one): what a verdict reused for the same source copies."""
+        return self.row.get("result") or {}
+
+    @property
+    def device(self) -> dict:
+        """The device record of its verdict ({} without one)."""
+        return self.result.device if self.result else {}
+
+    @property
+    def host(self) -> str | None:
+        """The host that judged its verdict, where it was recorded."""
+        return self.device.get("host")
+
+    @property
+    def times(self) -> dict[str, float]:
+        """Median time per benchmark shape label ({} before a verdict)."""
+        return benchmark_times(self.result.shapes) if self.result else {}
+
+    @property
+    def floor_times(self) -> dict[str, float]:
+        """The physical floor per benchmark shape label, where the judge knew it."""
+        return benchmark_times(self.result.shapes, "floor_us") if self.result else {}
+
+    def speedup_over(self, base: "Candidate | None") -> float | None:
+        """How many times faster than `base` this correct candidate is; None where either has no time."""
+        return speedup(base.geomean_us if base else None, self.geomean_us if self.ok else None)
+
+    def uplift_over(self, base_us: float | None) -> float | None:
+        """Percent faster than `base_us` where correct (+25: 1.25x as fast); None otherwise."""
+        return uplift_pct(base_us, self.geomean_us) if self.ok else None
