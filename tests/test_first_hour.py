@@ -4,7 +4,6 @@ run that names its next step, and messages said once, in one wording."""
 
 import json
 
-
 from kscience.campaigns.report import report_lines, suite_summary
 from kscience.cli.main import main
 from kscience.record.summary import verdict_lines
