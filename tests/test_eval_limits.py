@@ -67,7 +67,8 @@ def test_a_long_evaluation_says_how_long_and_under_which_limit(tmp_path, monkeyp
         run.start(background=False)
         (seed,) = [c for c in store.candidates(run.id) if c["kind"] == "seed"]
     said = [e for e in said if e.candidate_id == seed["id"]]  # the baselines, judged beside it, keep the judge's limits
-    assert said and all(e.state == "still being judged (limit 15 s per step)" for e in said)
+    assert said and all(e.state.endswith(" (limit 15 s per step)") for e in said)
+    assert "checking correctness (limit 15 s per step)" in [e.state for e in said]  # what the judge is doing
     assert said[0].waited_s >= 1
 
 

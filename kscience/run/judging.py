@@ -274,7 +274,8 @@ class Judging:
     async def _outcome(self, cand: Candidate, future, line: int, step_limit_s: float | None = None) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it
         waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result.
-        One that runs long is reported every RUNNING_SAY_S, with the limit it runs under."""
+        One that runs long is reported every RUNNING_SAY_S: what its judge is doing, where the executor
+        hears it, and the limit it runs under."""
         wrapped = asyncio.wrap_future(future)
         started, said, said_at = time.monotonic(), None, 0.0
         next_say = RUNNING_SAY_S
@@ -293,9 +294,10 @@ class Judging:
                     next_say = waited + RUNNING_SAY_S
                     limit = (f"limit {step_limit_s:g} s per step" if step_limit_s
                              else "the judge's limits, 120 s to 300 s per step")
+                    doing = self.executor.doing(future) or "still being judged"
                     self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration,
-                                                    state=f"still being judged ({limit})", waited_s=round(waited, 1),
-                                                    line=line))
+                                                        state=f"{doing} ({limit})", waited_s=round(waited, 1),
+                                                        line=line))
                 continue
             if self.stopping.requested():
                 future.cancel()

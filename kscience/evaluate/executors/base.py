@@ -37,6 +37,11 @@ class Executor(ABC):
         for, in a phrase that changes only when the state does; None when it is simply running."""
         return None
 
+    def doing(self, future: Future) -> str | None:
+        """What the judge of a running evaluation is doing now ("checking correctness"), where this
+        executor hears it; None where it does not (a cluster, a queue) or before the judge starts."""
+        return None
+
     def __enter__(self):
         return self
 
@@ -81,21 +86,32 @@ class LocalExecutor(Executor):
             self._slots.put(judge)
         self._n = len(slots)
         self._pool = ThreadPoolExecutor(max_workers=self._n, thread_name_prefix="kscience-eval")
+        self._held: dict[Future, list[JudgeProcess]] = {}
 
     @property
     def capacity(self) -> int:
         return self._n
 
-    def _run(self, request: EvalRequest) -> EvalResult:
+    def _run(self, request: EvalRequest, held: list) -> EvalResult:
         judge = self._slots.get()
+        held.append(judge)
         try:
             # The loop evaluates one candidate after another: each slot keeps its next worker ready.
             return judge.evaluate(request)
         finally:
+            held.clear()
             self._slots.put(judge)
 
     def submit(self, request: EvalRequest) -> "Future[EvalResult]":
-        return self._pool.submit(self._run, request)
+        held: list[JudgeProcess] = []  # the slot judging this request, while it does
+        future = self._pool.submit(self._run, request, held)
+        self._held[future] = held
+        future.add_done_callback(lambda done: self._held.pop(done, None))
+        return future
+
+    def doing(self, future: Future) -> str | None:
+        judges = list(self._held.get(future, ()))  # a copy: the slot's thread clears it when done
+        return judges[0].doing if judges else None
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -77,6 +77,7 @@ class JudgeProcess:
         self._conn_out: Connection | None = None
         self._lock = threading.Lock()
         self._interrupted = False
+        self.doing: str | None = None  # what the judge says it is doing in the evaluation under way
 
     def _start(self) -> None:
         to_child, from_child = os.pipe(), os.pipe()
@@ -105,7 +106,14 @@ class JudgeProcess:
             self._close_pipes()
             self._start()
         self._conn_out.send_bytes(json.dumps(dataclasses.asdict(request)).encode())
-        return json.loads(self._conn_in.recv_bytes())
+        try:
+            while True:  # what the judge is doing, said as it changes, then the reply
+                message = json.loads(self._conn_in.recv_bytes())
+                if set(message) != {"doing"}:
+                    return message
+                self.doing = str(message["doing"])
+        finally:
+            self.doing = None
 
     def evaluate(self, request: EvalRequest) -> EvalResult:
         with self._lock:
@@ -187,7 +195,8 @@ def _serve(conn_in: Connection, conn_out: Connection, gpu: int | None, evaluate)
         except EOFError:
             return  # the executor shut down; atexit closes this slot's spare worker
         try:
-            reply = {"result": evaluate(request, gpu=gpu, keep_spare=True).to_dict()}
+            said = lambda doing: conn_out.send_bytes(json.dumps({"doing": doing}).encode())  # noqa: E731
+            reply = {"result": evaluate(request, gpu=gpu, keep_spare=True, on_phase=said).to_dict()}
         except ProblemError as exc:
             reply = {"problem_error": str(exc)}
         except Exception as exc:  # a bug in the judge: the caller raises it, as it would in-process

@@ -14,6 +14,7 @@ import math
 import random
 import secrets
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -43,9 +44,10 @@ def judging_process(cpu_threads: int | None = None) -> None:
 
 
 def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | None = None,
-             keep_spare: bool = False) -> R.EvalResult:
+             keep_spare: bool = False, on_phase: Callable[[str], None] | None = None) -> R.EvalResult:
     """Judge one candidate. Problem errors (a broken problem file) raise ProblemError; nothing else does.
-    `keep_spare` starts the next evaluation's worker now (see `spares.start_worker`)."""
+    `keep_spare` starts the next evaluation's worker now (see `spares.start_worker`); `on_phase` is told
+    what the judge is doing ("checking correctness") whenever that changes."""
     problem = problem or load_problem(request.problem, request.overrides)
     if request.tolerance is not None:
         problem = _with_tolerance(problem, request.tolerance)
@@ -66,7 +68,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
                                 message=f"refusing to run unconfined: no {'; no '.join(weak)} on this machine "
                                         "(allow_weak_confinement=True, --unconfined or "
                                         "KSCIENCE_ALLOW_WEAK_CONFINEMENT=1 to run anyway)")
-        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s)
+        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s, on_phase)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
                               timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events",
                               confinement=dict(session.worker.confinement(), weak=weak, allowed_weak=allowed))

@@ -15,6 +15,7 @@ import contextlib
 import math
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -64,8 +65,10 @@ class Session:
     """One evaluation: a worker, its channel, its limits and the clock that runs out."""
 
     def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
-                 keep_spare: bool, step_limit_s: float | None = None):
+                 keep_spare: bool, step_limit_s: float | None = None, on_phase: Callable[[str], None] | None = None):
         self.problem, self.device, self.gpu = problem, device, gpu
+        self.on_phase = on_phase  # told what the judge is doing (`doing`) each time a phase starts or resumes
+        self._open: list[str] = []  # the phases under way, innermost last
         self.cpu = int(device.interpreted)
         self.deadline = time.monotonic() + timeout_s if timeout_s else math.inf
         self.worker = start_worker(gpu, device.interpreted, default_rss_limit(), keep_spare)
@@ -165,12 +168,12 @@ class Session:
     def _timeout_text(self, phase: str) -> str:
         """Which limit ran out, as it was set, and in which phase: "the evaluation's 3 s limit ran out
         while timing", never the seconds that happened to be left of it."""
-        doing = _DOING.get(phase, phase)
+        what = doing(phase)
         if self.by_deadline:
-            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {doing}"
+            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {what}"
         if self.by_step:
-            return f"timed out: the {_seconds(self.phase_limit)} limit per step set for this evaluation ran out while {doing}"
-        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {doing} ran out"
+            return f"timed out: the {_seconds(self.phase_limit)} limit per step set for this evaluation ran out while {what}"
+        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {what} ran out"
 
     def _death(self) -> str:
         self.worker.kill()
@@ -405,6 +408,8 @@ class Session:
         the phases add up to no more than the evaluation's wall time."""
         t0 = time.monotonic()
         self._inner_s.append(0.0)
+        self._open.append(name)
+        self._announce()
         try:
             yield
         finally:
@@ -412,10 +417,24 @@ class Session:
             self.phases_s[name] = self.phases_s.get(name, 0.0) + spent - self._inner_s.pop()
             if self._inner_s:
                 self._inner_s[-1] += spent
+            self._open.pop()
+            if self._open:
+                self._announce()
+
+    def _announce(self) -> None:
+        if self.on_phase is not None:
+            self.on_phase(doing(self._open[-1]))
 
 
-_DOING = {"import": "importing the candidate", "check": "checking correctness", "time": "timing",
-          "recheck": "rechecking timed outputs", "closing": "closing"}
+_DOING = {"start": "starting its worker", "inputs": "building inputs", "builds": "timing its own input builds",
+          "import": "importing the candidate", "reference": "running the reference", "check": "checking correctness",
+          "reads": "reading timed outputs", "time": "timing", "recheck": "rechecking timed outputs",
+          "kernels": "timing each launched kernel", "finish": "finishing", "close": "closing", "closing": "closing"}
+
+
+def doing(phase: str) -> str:
+    """A phase (of `Session.phase` or a command's limit) as what the judge is doing: "checking correctness"."""
+    return _DOING.get(phase, phase)
 
 
 def _with_edges(ranges: list[list[int]], nbytes: int) -> list[list[int]]:
