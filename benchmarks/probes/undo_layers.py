@@ -100,14 +100,18 @@ def main() -> int:
               flush=True)
         if r["status"] != "ok":
             print(f"{'':20s} {r['message'][:300]}", flush=True)
-    device = results[0].get("device", "unknown") if results else "unknown"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = "".join(c for c in device.replace(" ", "_") if c.isalnum() or c in "_.-")
-    path = out / f"undo-layers-{args.task.replace('/', '-')}-{name}-{datetime.date.today().isoformat()}.json"
-    path.write_text(json.dumps(results, indent=1))
-    print(f"wrote {path}")
+    print(f"wrote {write(results, Path(args.out), args.task)}")
     return 0
+
+
+def write(results: list[dict], out: Path, task: str) -> Path:
+    """The variants' results as JSON in `out`, named by the task, the device that judged them and the date."""
+    device = "".join(c for c in (results[0].get("device") if results else "unknown").replace(" ", "_")
+                     if c.isalnum() or c in "_.-")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"undo-layers-{task.replace('/', '-')}-{device}-{datetime.date.today().isoformat()}.json"
+    path.write_text(json.dumps(results, indent=1))
+    return path
 
 
 if __name__ == "__main__":
