@@ -204,7 +204,7 @@ def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_is_rejected(judge)
     assert result.status == REJECTED, result.message
 
 
-@pytest.mark.xfail(strict=False, reason="open in issue 38: work run beside the cover that precedes the start event")
+@pytest.mark.xfail(strict=False, reason="a stated residual risk (docs/evaluation.md: work done before the start event)")
 def test_an_answer_computed_beside_the_cover_gains_nothing(judge):
     """A thread of the candidate's watches the fixed input buffer from a stream of its own and, once
     a command has loaded new inputs, computes the answer there. If the GPU runs that work beside the
