@@ -45,7 +45,7 @@ def main() -> int:
                      seed_source=SOURCE.read_text())
     status = run.start(background=False).status
     snap = Snapshot.load(store, run.id)
-    seed = snap.seed["result"] or {}
+    seed = snap.seed.stored_result
     rows = []
     print(f"{'shape':24} {'timed median us':>16} {'kernel':28} {'launches':>8} {'us/call':>9} {'share':>6}")
     for s in seed.get("shapes", []):

@@ -27,12 +27,12 @@ def cost(snap: Snapshot) -> dict:
             continue
         c = by_id[p["candidate_id"]]
         counters = p["ncu"]
-        rows.append({"candidate_id": c["id"], "kind": c["kind"], "iteration": c["iteration"],
-                     "geomean_us": c["geomean_us"], "profile_s": p["profile_s"], "shape": counters.get("shape"),
+        rows.append({"candidate_id": c.id, "kind": c.kind, "iteration": c.iteration,
+                     "geomean_us": c.geomean_us, "profile_s": p["profile_s"], "shape": counters.get("shape"),
                      "kernel_launches": len(counters.get("kernels", [])),
                      "occupancy_pct": counters.get("occupancy_pct"), "dram_pct": counters.get("dram_pct"),
                      "speed_of_light": fmt_sol(snap.sol_summary(c)), "flag": p.get("flag")})
-        r = rounds.setdefault(c["iteration"], {"iteration": c["iteration"], "profiled": 0, "profile_s": 0.0})
+        r = rounds.setdefault(c.iteration, {"iteration": c.iteration, "profiled": 0, "profile_s": 0.0})
         r["profiled"] += 1
         r["profile_s"] += p["profile_s"] or 0.0
     m = snap.metrics()

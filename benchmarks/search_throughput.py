@@ -87,7 +87,7 @@ def slot_busy(intervals: list[tuple[float, float]], slots: int, start: float, en
 def measure(store: Store, run_id: str, started: float, window: float, slots: int, sample_s: float) -> dict:
     """The run's figures from its own record: events with their times, candidates, plans."""
     end = started + window
-    kinds = {c["id"]: c["kind"] for c in store.candidates(run_id)}
+    kinds = {c.id: c.kind for c in store.candidates(run_id)}
     queued, began, judged, refused = {}, {}, {}, 0
     for e in store.events(run_id):
         p = e["payload"]

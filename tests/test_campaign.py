@@ -300,7 +300,7 @@ def test_a_campaign_over_kernelbench_files_and_builtins(finished_campaign, capsy
     # The KernelBench kernels are the scripted model's ModelNew, not the seed's text.
     with Store(db) as store:
         best = store.candidate(next(r for r in report["problems"] if r["name"] == "row_sum")["best_id"])
-    assert best["source"].strip() == SOLUTIONS["row_sum"].strip()
+    assert best.source.strip() == SOLUTIONS["row_sum"].strip()
 
     assert main(["report", campaign["id"], "--db", db]) == 0
     out = capsys.readouterr().out
@@ -352,11 +352,11 @@ def test_a_kernel_that_fails_on_the_new_device_is_shown_failing(finished_campaig
     _, db = finished_campaign
     with Store(db) as store:
         run = next(r for r in store.list_runs() if r["problem"].endswith("relu_1d.py"))
-        child = next(c for c in store.candidates(run["id"]) if c["kind"] == "child" and c["status"] == "ok")
-        store.add_retime(run["id"], child["id"], "Other GPU", {"status": "wrong_answer", "message": "mismatch",
+        child = next(c for c in store.candidates(run["id"]) if c.kind == "child" and c.status == "ok")
+        store.add_retime(run["id"], child.id, "Other GPU", {"status": "wrong_answer", "message": "mismatch",
                                                              "geomean_us": None})
         (comp,) = comparison(store, run["id"], "Other GPU")
-    assert comp["failed_on_new_device"] == [child["id"]] and comp["carried_over"] == 0
+    assert comp["failed_on_new_device"] == [child.id] and comp["carried_over"] == 0
     assert main(["retime", run["id"], "--show", "--device", "Other GPU", "--db", db]) == 0
     assert "wrong_answer" in capsys.readouterr().out
 

@@ -2,6 +2,10 @@
 rows they were stored as, and the numbers read off them are those the run's readers computed from the rows."""
 
 import json
+from collections.abc import Mapping
+from dataclasses import is_dataclass
+
+import pytest
 
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.problems import shape_label
@@ -48,6 +52,15 @@ def test_the_store_returns_candidates_carrying_their_eval_result(tmp_path):
     raw = store._query("SELECT * FROM candidates WHERE id=?", (child.id,))[0]
     assert child.to_row() == raw and json.loads(json.dumps(child.to_row())) == raw
     assert store.candidate(child.id) == child and store.evaluated_with_source(run_id, "C") == child
+
+
+def test_a_candidate_is_read_by_its_attributes_not_as_a_row(tmp_path):
+    store, run_id = _stored_run(tmp_path)
+    child = store.candidates(run_id)[1]
+    assert is_dataclass(child) and not isinstance(child, Mapping)
+    with pytest.raises(TypeError):
+        child["status"]
+    assert child != child.to_row()  # the row is what to_row() gives, not the record itself
 
 
 def test_the_helpers_agree_with_the_numbers_read_from_the_stored_rows(tmp_path):

@@ -214,15 +214,15 @@ def test_the_verdict_in_flight_at_ctrl_c_is_stored_announced_and_shown(tmp_path,
 
     asyncio.run(interrupt_during_the_first_evaluation())
     # the seed, and the eager baseline asked for with it: both were in flight
-    done = {c["kind"]: c for c in run.store.candidates(run.id) if c["status"] != "pending"}
+    done = {c.kind: c for c in run.store.candidates(run.id) if c.status != "pending"}
     assert sorted(done) == ["reference", "seed"]
     judged = done["seed"]
-    assert judged["status"] == "ok"
-    assert sorted(e.candidate_id for e in seen if isinstance(e, CandidateEvaluated)) == sorted(c["id"] for c in done.values())
+    assert judged.status == "ok"
+    assert sorted(e.candidate_id for e in seen if isinstance(e, CandidateEvaluated)) == sorted(c.id for c in done.values())
     logged = [e for e in run.store.events(run.id) if e["type"] == CandidateEvaluated.type]
-    assert sorted(e["payload"]["candidate_id"] for e in logged) == sorted(c["id"] for c in done.values())
+    assert sorted(e["payload"]["candidate_id"] for e in logged) == sorted(c.id for c in done.values())
     code, out, _ = run_main(capsys, "show", run.id, "--db", str(run.store.path))
-    assert code == 0 and "stopped" in out and f"{judged['id']}" in out and "candidates evaluated   1 " in out
+    assert code == 0 and "stopped" in out and f"{judged.id}" in out and "candidates evaluated   1 " in out
 
 
 # --- numbers as text ----------------------------------------------------------------------------

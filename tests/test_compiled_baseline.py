@@ -146,22 +146,22 @@ def test_the_command_line_can_turn_it_off(tmp_path):
 def test_on_a_gpu_it_is_a_baseline_never_a_member(tmp_path, capsys):
     executor = GpuExecutor()
     run = finished_run(tmp_path, executor)
-    cands = [c for c in run.store.candidates(run.id) if c["kind"] != "library"]  # softmax's Liger and QuACK rows
-    assert [c["kind"] for c in cands[:3]] == ["seed", "reference", "compiled"]
+    cands = [c for c in run.store.candidates(run.id) if c.kind != "library"]  # softmax's Liger and QuACK rows
+    assert [c.kind for c in cands[:3]] == ["seed", "reference", "compiled"]
     compiled = cands[2]
-    assert compiled["status"] == "ok" and compiled["geomean_us"] == COMPILED_US
+    assert compiled.status == "ok" and compiled.geomean_us == COMPILED_US
     assert sum("torch.compile" in s for s in executor.sources) == 1
 
     # never selected, never a base, never the best or ranked, nor in the lineage
-    assert all(compiled["id"] not in ids for ids in run._scientist.populations)
-    assert compiled["id"] not in {p["base_id"] for p in run.store.plans(run.id)}
+    assert all(compiled.id not in ids for ids in run._scientist.populations)
+    assert compiled.id not in {p["base_id"] for p in run.store.plans(run.id)}
     m = run_metrics(run.store, run.id)
-    assert m["best_us"] == 64.0 and m["best_id"] != compiled["id"]
+    assert m["best_us"] == 64.0 and m["best_id"] != compiled.id
     assert (m["compiled_us"], m["compiled_status"]) == (COMPILED_US, "ok")
     assert m["speedup_vs_compiled"] == pytest.approx(COMPILED_US / 64.0)
     snap = Snapshot.load(run.store, run.id)
-    assert compiled["id"] not in {c["id"] for c in snap.ranked()} | set(snap.children())
-    assert snap.best["geomean_us"] == 64.0
+    assert compiled.id not in {c.id for c in snap.ranked()} | set(snap.children())
+    assert snap.best.geomean_us == 64.0
     (row,) = run_listing(run.store)
     assert row["best_us"] == 64.0 and row["n_candidates"] == m["n_candidates"]
 
@@ -173,15 +173,15 @@ def test_on_a_gpu_it_is_a_baseline_never_a_member(tmp_path, capsys):
     assert "vs torch.compile" in table[3]
     assert any(line.split()[:2] == ["torch.compile", "1.00"] for line in table)
     assert main(["best", run.id, "--db", str(run.store.path)]) == 0
-    assert capsys.readouterr().out == snap.best["source"]
+    assert capsys.readouterr().out == snap.best.source
 
 
 def test_one_that_fails_is_stored_with_its_status_and_the_run_goes_on(tmp_path):
     run = finished_run(tmp_path, GpuExecutor(compiled_status="compile_error"), iterations=1)
     cands = run.store.candidates(run.id)
-    compiled = next(c for c in cands if c["kind"] == "compiled")
-    assert compiled["status"] == "compile_error"
-    assert not any(c["parent_id"] == compiled["id"] for c in cands)  # baselines are not repaired
+    compiled = next(c for c in cands if c.kind == "compiled")
+    assert compiled.status == "compile_error"
+    assert not any(c.parent_id == compiled.id for c in cands)  # baselines are not repaired
     snap = Snapshot.load(run.store, run.id)
     assert "torch.compile: compile error" in legend(snap)
     m = run_metrics(run.store, run.id)
@@ -196,7 +196,7 @@ def test_a_resumed_run_does_not_time_it_again(tmp_path):
     resumed = Run.resume(run.id, store=run.store, iterations=1, scientist=RecordingScientist(), executor=again)
     assert resumed.start(background=False).status == "finished"
     assert again.sources and not any("torch.compile" in s for s in again.sources)
-    assert [c["kind"] for c in run.store.candidates(run.id)].count("compiled") == 1
+    assert [c.kind for c in run.store.candidates(run.id)].count("compiled") == 1
 
 
 def test_a_later_run_on_the_same_gpu_and_versions_takes_it_from_the_store(tmp_path):
@@ -207,16 +207,16 @@ def test_a_later_run_on_the_same_gpu_and_versions_takes_it_from_the_store(tmp_pa
     second = finished_run(tmp_path, again, iterations=1)
     assert again.sources and not any("torch.compile" in s for s in again.sources)
     reused = first_of_kind(second.store.candidates(second.id), "compiled")
-    assert (reused["status"], reused["geomean_us"]) == ("ok", COMPILED_US)
-    assert reused["message"].startswith(f"timed by run {first.id} ({timed['id']}, ")
-    assert reused["message"].endswith(timed["message"])
+    assert (reused.status, reused.geomean_us) == ("ok", COMPILED_US)
+    assert reused.message.startswith(f"timed by run {first.id} ({timed.id}, ")
+    assert reused.message.endswith(timed.message)
     assert run_metrics(second.store, second.id)["compiled_us"] == COMPILED_US
 
     # another GPU, or other versions: timed again
     for executor in (GpuExecutor(gpu="other GPU"), GpuExecutor(versions={"torch": "2.12.0"})):
         run = finished_run(tmp_path, executor, iterations=1)
         assert sum("torch.compile" in s for s in executor.sources) == 1, executor.device
-        assert "timed by run" not in first_of_kind(run.store.candidates(run.id), "compiled")["message"]
+        assert "timed by run" not in first_of_kind(run.store.candidates(run.id), "compiled").message
 
 
 def test_a_failed_timing_is_not_reused(tmp_path):
@@ -224,4 +224,4 @@ def test_a_failed_timing_is_not_reused(tmp_path):
     again = GpuExecutor()
     run = finished_run(tmp_path, again, iterations=1)
     assert sum("torch.compile" in s for s in again.sources) == 1
-    assert first_of_kind(run.store.candidates(run.id), "compiled")["status"] == "ok"
+    assert first_of_kind(run.store.candidates(run.id), "compiled").status == "ok"

@@ -145,24 +145,24 @@ def test_a_run_builds_judges_stores_shows_and_resumes_a_composite(tmp_path, caps
                      seed_source=kernel([10.0, 40.0, 9.0, 60.0]), scientist=TwoIdeas(), executor=ShapeExecutor())
     assert run.start(background=False).status == "finished"
     cands = store.candidates(run.id)
-    composite = [c for c in cands if c["kind"] == compose.KIND]
-    assert len(composite) == 1 and composite[0]["status"] == "ok"
+    composite = [c for c in cands if c.kind == compose.KIND]
+    assert len(composite) == 1 and composite[0].status == "ok"
     # the fastest member, so the scripted selector builds round 2 on it: a composite can be a base
-    assert {p["base_id"] for p in store.plans(run.id) if p["iteration"] == 2} == {composite[0]["id"]}
-    assert composite[0]["geomean_us"] < min(c["geomean_us"] for c in cands if c["kind"] in ("seed", "child"))
-    stored = store.composition(composite[0]["id"])
-    assert len(stored["parts"]) == 2 and cands[0]["id"] in stored["parts"] and stored["rules"]["rules"]
+    assert {p["base_id"] for p in store.plans(run.id) if p["iteration"] == 2} == {composite[0].id}
+    assert composite[0].geomean_us < min(c.geomean_us for c in cands if c.kind in ("seed", "child"))
+    stored = store.composition(composite[0].id)
+    assert len(stored["parts"]) == 2 and cands[0].id in stored["parts"] and stored["rules"]["rules"]
     capsys.readouterr()
     assert main(["show", run.id, "--db", str(store.path)]) == 0
     shown = capsys.readouterr().out
-    assert f"best {composite[0]['id']}" in shown and "1 composite judged; the best kernel is a per-shape" in shown
+    assert f"best {composite[0].id}" in shown and "1 composite judged; the best kernel is a per-shape" in shown
     # A run stopped before its composite was judged judges it on resuming, and builds no second one.
     store._write("UPDATE candidates SET status='pending', result=NULL, geomean_us=NULL WHERE id=?",
-                 (composite[0]["id"],))
+                 (composite[0].id,))
     again = Run.resume(run.id, store=store, iterations=0, scientist=TwoIdeas(), executor=ShapeExecutor())
     assert again.start(background=False).status == "finished"
-    after = [c for c in store.candidates(run.id) if c["kind"] == compose.KIND]
-    assert len(after) == 1 and after[0]["status"] == "ok"
+    after = [c for c in store.candidates(run.id) if c.kind == compose.KIND]
+    assert len(after) == 1 and after[0].status == "ok"
 
 
 @pytest.mark.parametrize("version, dropped", [(3, ("slot_times", "compositions")), (4, ("compositions",))])
@@ -179,10 +179,10 @@ def test_an_older_database_gains_compositions_and_keeps_its_rows(tmp_path, versi
     db.commit()
     db.close()
     with Store(path) as store:
-        assert [c["id"] for c in store.candidates(run_id)] == [cand["id"]]
-        comp = store.add_composite(run_id, parts=[cand["id"]], rules={"rules": []}, kind=compose.KIND, source="y",
-                                   hypothesis="composite", iteration=1, parent_id=cand["id"])
-        assert store.composition(comp["id"])["parts"] == [cand["id"]] and len(store.compositions(run_id)) == 1
+        assert [c.id for c in store.candidates(run_id)] == [cand.id]
+        comp = store.add_composite(run_id, parts=[cand.id], rules={"rules": []}, kind=compose.KIND, source="y",
+                                   hypothesis="composite", iteration=1, parent_id=cand.id)
+        assert store.composition(comp.id)["parts"] == [cand.id] and len(store.compositions(run_id)) == 1
         assert store.slot_times(run_id) == []
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
@@ -252,7 +252,7 @@ def test_concurrent_lines_compose_one_at_a_time_and_never_the_same_composite_twi
                      seed_source=kernel([10.0, 40.0, 9.0, 60.0]), scientist=TwoIdeas(),
                      executor=ShapeExecutor(capacity=3, delay_s=0.05))
     assert run.start(background=False).status == "finished"
-    composites = [c for c in store.candidates(run.id) if c["kind"] == compose.KIND]
-    assert composites and all(c["status"] == "ok" for c in composites)
-    assert len({c["source"] for c in composites}) == len(composites) == len(store.compositions(run.id))
+    composites = [c for c in store.candidates(run.id) if c.kind == compose.KIND]
+    assert composites and all(c.status == "ok" for c in composites)
+    assert len({c.source for c in composites}) == len(composites) == len(store.compositions(run.id))
     assert most[0] == 1 and any(asked_while_busy)  # other lines asked while one composed, and did not compose

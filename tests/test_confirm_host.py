@@ -78,13 +78,13 @@ def test_a_new_best_from_another_host_is_confirmed_beside_the_best_on_one_host(t
     finally:
         executor.shutdown()
     cands = run.store.candidates(run.id)
-    assert {(c["result"] or {}).get("device", {}).get("host") for c in cands} == set(HOSTS)
-    members = [c for c in cands if c["kind"] in ("seed", "child") and c["status"] == "ok"]
+    assert {c.host for c in cands} == set(HOSTS)
+    members = [c for c in cands if c.kind in ("seed", "child") and c.status == "ok"]
     snap = Snapshot.load(run.store, run.id)
     best = snap.best
     # The truly fastest kernel is the best, though slower kernels were timed on the faster host.
-    assert kernel_time(best["source"]) == min(kernel_time(c["source"]) for c in members)
-    assert "judged back to back with" in best["message"] and best["result"]["replaced"]
+    assert kernel_time(best.source) == min(kernel_time(c.source) for c in members)
+    assert "judged back to back with" in best.message and best.notes["replaced"]
     assert executor.confirmations and all(len(set(hosts)) == 1 for hosts in executor.confirmations.values())
     text = "\n".join(summary_lines(snap.run, snap.metrics()))
     assert "judged on hosts        gpu-a, gpu-b" in text and "  on gpu-" in text
@@ -95,5 +95,5 @@ def test_one_host_confirms_nothing(tmp_path):
     run = Run.create(RunConfig(problem="softmax", iterations=1), store=Store(tmp_path / "k.db"),
                      seed_source=fake_kernel(100.0), scientist=ScriptedScientist(), executor=executor)
     assert run.start(background=False).status == "finished", run.error
-    assert not [c for c in run.store.candidates(run.id) if "back to back" in c["message"]]
+    assert not [c for c in run.store.candidates(run.id) if "back to back" in c.message]
     assert len(executor.requests) == len(run.store.candidates(run.id))

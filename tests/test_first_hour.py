@@ -39,27 +39,27 @@ def test_show_takes_a_candidate_id_and_the_run_table_says_why_each_failure_faile
     assert run.start(background=False).status == "finished"
     db = str(run.store.path)
     cands = run.store.candidates(run.id)
-    broken = next(c for c in cands if c["kind"] == "child" and c["status"] == "wrong_answer")
+    broken = next(c for c in cands if c.kind == "child" and c.status == "wrong_answer")
     seed = cands[0]
 
-    code, out, _ = run_main(capsys, "show", broken["id"], "--db", db)
+    code, out, _ = run_main(capsys, "show", broken.id, "--db", db)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"candidate {broken['id']}: child of run {run.id} (softmax), iteration 1, from {seed['id']}"
-    assert f"tried:   {broken['hypothesis']}" in lines and "verdict: wrong_answer" in lines
+    assert lines[0] == f"candidate {broken.id}: child of run {run.id} (softmax), iteration 1, from {seed.id}"
+    assert f"tried:   {broken.hypothesis}" in lines and "verdict: wrong_answer" in lines
     assert "  BAD benchmark m=8" in lines and "wrong_answer: fake wrong_answer" in lines
-    assert f"finding: {broken['hypothesis']} on {seed['id']}: wrong_answer, None" in lines
-    assert f"--- diff against its parent {seed['id']} ---" in lines and "-TIME_US = 100.0" in lines
-    source = broken["source"].rstrip("\n").splitlines()
+    assert f"finding: {broken.hypothesis} on {seed.id}: wrong_answer, None" in lines
+    assert f"--- diff against its parent {seed.id} ---" in lines and "-TIME_US = 100.0" in lines
+    source = broken.source.rstrip("\n").splitlines()
     assert lines[-len(source) - 1:] == ["--- source ---", *source]
 
-    code, out, _ = run_main(capsys, "show", broken["id"], "--db", db, "--json")
+    code, out, _ = run_main(capsys, "show", broken.id, "--db", db, "--json")
     shown = json.loads(out)
-    assert code == 0 and shown["candidate"]["id"] == broken["id"] and shown["diff"].startswith("--- parent.py")
+    assert code == 0 and shown["candidate"]["id"] == broken.id and shown["diff"].startswith("--- parent.py")
 
     code, out, _ = run_main(capsys, "show", run.id, "--db", db)
     table = out.splitlines()
-    row = next(i for i, line in enumerate(table) if f" {broken['id']} " in line)
+    row = next(i for i, line in enumerate(table) if f" {broken.id} " in line)
     assert table[row + 1].strip() == "fake wrong_answer"  # the reason, under the failed candidate
     assert f"kscience show CANDIDATE_ID --db {db}" in out
 

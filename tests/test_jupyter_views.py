@@ -68,12 +68,12 @@ def test_the_dashboard_shows_every_panel_of_a_finished_run(tmp_path, capsys):
     assert board.picker.value == ids[0] and len(ids) == len(snap.candidates) - 1  # all but the reference
     board.picker.value = run.best.id
     assert "kscience-diff" in board.diff.value and "TIME_US" in board.diff.value and "80.0" in board.diff.value
-    broken = next(c for c in snap.candidates if c["status"] == "wrong_answer")
-    board.picker.value = broken["id"]
+    broken = next(c for c in snap.candidates if c.status == "wrong_answer")
+    board.picker.value = broken.id
     assert "kscience-error" in board.diff.value and "AssertionError: mismatch" in board.diff.value
     assert "failing shape: m=8" in board.diff.value
     board.render()  # a redraw keeps the user's pick
-    assert board.picker.value == broken["id"]
+    assert board.picker.value == broken.id
     assert board.stop_button.disabled
 
 
@@ -93,7 +93,7 @@ def test_stop_ends_a_live_run_cleanly_after_the_current_evaluation(tmp_path, mon
     assert run.wait(timeout=30) == "stopped" and not run.live
     assert "stopped with " in board.stage.value and board.progress.bar_style == "warning"
     snap = run.snapshot()
-    assert snap.iterations_done < 50 and all(c["status"] != "pending" for c in snap.candidates[:-1])
+    assert snap.iterations_done < 50 and all(c.status != "pending" for c in snap.candidates[:-1])
 
 
 def test_redraws_are_throttled_but_the_last_change_is_always_drawn():
@@ -182,7 +182,7 @@ def test_points_and_lineage_cover_every_settled_candidate(tmp_path, capsys):
     plotted = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
     assert plotted == len(snap.settled)
     layout = lineage_layout(snap)
-    assert set(layout) == {c["id"] for c in snap.candidates if c["kind"] != "reference"}
+    assert set(layout) == {c.id for c in snap.candidates if c.kind != "reference"}
     assert layout[run.seed.id][0] == 0 and layout[run.best.id][0] == 2
     lines = panels.lineage_lines(snap)
     assert lines[0].startswith(f"{run.seed.id} 100.0 µs") and len(lines) == len(layout)
@@ -201,7 +201,7 @@ def test_a_baseline_far_from_every_candidate_is_an_arrow_and_a_resume_is_marked(
     assert f"{eager} (off scale)" in labels and "resumed session starts" in labels
     assert any(t.get_text().startswith(f"{eager} ↑") for t in ax.texts)
     assert "resumed" in [t.get_text() for t in ax.texts]
-    times = [c["geomean_us"] for c in snap.correct]
+    times = [c.geomean_us for c in snap.correct]
     assert ax.get_yscale() == "linear" and ax.get_ylim()[1] < 2 * max(times)
     assert ax.get_ylabel() == "geomean time over shapes (µs)"
     # The best-so-far line ends at the last candidate, not at the axes' edge.
@@ -228,7 +228,7 @@ def test_a_measured_experiment_is_shown_measured_even_without_its_finding(tmp_pa
     snap.run = dict(snap.run, status="stopped")
     html = panels.hypotheses_html(snap)
     assert f'{measured["measured_pct"]:+.1f}%</b></span> measured' in html and "pending" not in html
-    snap.candidates = [c for c in snap.candidates if c["id"] != measured["candidate_id"]]
+    snap.candidates = [c for c in snap.candidates if c.id != measured["candidate_id"]]
     snap.__dict__.pop("settled")
     assert "pending (resume the run to evaluate it)" in panels.hypotheses_html(snap)
 

@@ -115,9 +115,9 @@ def test_kernel_times_output_and_the_judging_machines_profile_reach_the_next_pro
     assert "Nsight Compute on m=256,n=2048" in designer
     snap = Snapshot.load(store, run.id)
     profiled = [p for p in snap.profiles if p["ncu"]]
-    assert profiled[0]["candidate_id"] == snap.seed["id"]  # the child too when its timing made it a new best
+    assert profiled[0]["candidate_id"] == snap.seed.id  # the child too when its timing made it a new best
     said = [json.loads(json.dumps(e["payload"])) for e in store.events(run.id) if e["type"] == "candidate_profiled"]
-    assert any(e["candidate_id"] == snap.seed["id"] and " on " in e["message"] for e in said)
+    assert any(e["candidate_id"] == snap.seed.id and " on " in e["message"] for e in said)
     shown = "\n".join(sol_lines(snap.metrics()))  # `kscience show`
     assert "kernels (best)" in shown and "row_max_kernel x1" in shown and "of slot time" in shown
     assert FALLBACK in shown

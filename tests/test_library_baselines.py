@@ -85,18 +85,18 @@ def test_an_installed_library_is_found_timed_and_reported(tmp_path, monkeypatch,
                      seed_source=fake_kernel(1000.0), scientist=scientist, executor=executor)
     assert run.start(background=False).status == "finished"
     assert len(executor.libraries) == 1 and executor.libraries[0].baseline  # the missing one was not sent
-    rows = [c for c in run.store.candidates(run.id) if c["kind"] == "library"]
-    found = next(c for c in rows if c["hypothesis"].startswith("FakeNorm"))
-    assert found["status"] == "ok", found["message"]
-    assert found["geomean_us"] > 0 and "fakenorm 1.2.3" in found["hypothesis"]
+    rows = [c for c in run.store.candidates(run.id) if c.kind == "library"]
+    found = next(c for c in rows if c.hypothesis.startswith("FakeNorm"))
+    assert found.status == "ok", found.message
+    assert found.geomean_us > 0 and "fakenorm 1.2.3" in found.hypothesis
     m = run_metrics(run.store, run.id)
-    assert m["best_id"] != found["id"]  # a baseline, never the run's best kernel
-    assert [lib["label"] for lib in m["libraries"]] == [found["hypothesis"]]  # the missing one has no row
+    assert m["best_id"] != found.id  # a baseline, never the run's best kernel
+    assert [lib["label"] for lib in m["libraries"]] == [found.hypothesis]  # the missing one has no row
     text = "\n".join(summary_lines(Snapshot.load(run.store, run.id).run, m))
     assert "FakeNorm RMSNorm (fakenorm 1.2.3)" in text
     # the measurement header every prompt carries names it with its version and time
     shown = {b.label: b for b in scientist.bench.baselines}
-    assert shown["installed library: FakeNorm RMSNorm (fakenorm 1.2.3)"].geomean_us == found["geomean_us"]
+    assert shown["installed library: FakeNorm RMSNorm (fakenorm 1.2.3)"].geomean_us == found.geomean_us
 
 
 def test_a_missing_package_gives_its_one_line_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
@@ -108,7 +108,7 @@ def test_a_missing_package_gives_its_one_line_and_the_run_goes_on(tmp_path, monk
     said = []
     run.subscribe(said.append)
     assert run.start(background=False).status == "finished"
-    assert not [c for c in run.store.candidates(run.id) if c["kind"] == "library"]
+    assert not [c for c in run.store.candidates(run.id) if c.kind == "library"]
     lines = [e.detail for e in said if getattr(e, "stage", None) == "library missing"]
     assert lines == [missing_line(MISSING)]
     capsys.readouterr()

@@ -145,7 +145,7 @@ def test_the_evaluation_budget_ends_the_run_at_the_count_and_resume_continues(tm
     assert run.start(background=False).status == "finished", run.error
     cands = run.store.candidates(run.id)
     assert judged_count(cands) == 5  # the seed and four children: not one more
-    members = {c["id"] for c in cands if c["kind"] not in ("reference", "compiled")}
+    members = {c.id for c in cands if c.kind not in ("reference", "compiled")}
     assert len([r for r in executor.requests if r.candidate_id in members]) == 5
     done = stages(run, "done")
     assert done and "evaluation budget reached: 5" in done[-1]["detail"]
@@ -182,7 +182,7 @@ def test_busy_time_per_slot_is_stored_and_shown(tmp_path):
     assert run.start(background=False).status == "finished"
     rows = run.store.slot_times(run.id)
     assert [r["slot"] for r in rows] == [0, 1]
-    kernels = [c for c in run.store.candidates(run.id) if c["kind"] not in BASELINE_KINDS]
+    kernels = [c for c in run.store.candidates(run.id) if c.kind not in BASELINE_KINDS]
     assert sum(r["evaluations"] for r in rows) == len(kernels)  # every kernel went to a slot (baselines take none)
     snap = Snapshot.load(run.store, run.id)
     busy = snap.busy_fractions
@@ -258,8 +258,8 @@ def test_kill_9_with_four_lines_in_flight_loses_nothing_and_resume_picks_every_l
     chosen = sorted(p["id"] for p in plans if p["chosen"])
     assert len({p["iteration"] for p in plans}) == 4 and len(chosen) == 12
     assert sorted(f["plan_id"] for f in store.findings(run_id)) == chosen  # one finding per plan
-    children = [c for c in store.candidates(run_id) if c["kind"] == "child"]
-    assert sorted(c["plan_id"] for c in children) == chosen  # one child per plan, none written twice
+    children = [c for c in store.candidates(run_id) if c.kind == "child"]
+    assert sorted(c.plan_id for c in children) == chosen  # one child per plan, none written twice
 
 
 def test_show_and_the_dashboard_say_how_busy_each_slot_was_and_what_each_line_does(tmp_path):
@@ -302,7 +302,7 @@ def test_a_stop_with_three_lines_in_flight_then_resume_loses_nothing(tmp_path):
     chosen = sorted(p["id"] for p in plans if p["chosen"])
     assert len({p["iteration"] for p in plans}) == 4
     assert sorted(f["plan_id"] for f in store.findings(first.id)) == chosen
-    assert sorted(c["plan_id"] for c in store.candidates(first.id) if c["kind"] == "child") == chosen
+    assert sorted(c.plan_id for c in store.candidates(first.id) if c.kind == "child") == chosen
 
 
 def test_offline_at_seconds_answers_like_a_slow_model(tmp_path):
@@ -373,7 +373,7 @@ def test_ctrl_c_with_lines_in_flight_keeps_every_started_verdict(tmp_path):
     async def interrupt_while_children_are_judged():
         task = asyncio.create_task(run.run_async())
         for _ in range(1000):
-            children = [c for c in run.store.candidates(run.id) if c["kind"] == "child"]
+            children = [c for c in run.store.candidates(run.id) if c.kind == "child"]
             if executor.in_flight == 2 and len(children) >= 3 or task.done():
                 break
             await asyncio.sleep(0.01)
@@ -384,8 +384,8 @@ def test_ctrl_c_with_lines_in_flight_keeps_every_started_verdict(tmp_path):
 
     asyncio.run(interrupt_while_children_are_judged())
     asked = {r.candidate_id for r in executor.requests}
-    cands = {c["id"]: c for c in run.store.candidates(run.id)}
-    assert all(cands[i]["status"] != "pending" for i in asked)  # every evaluation started was kept
+    cands = {c.id: c for c in run.store.candidates(run.id)}
+    assert all(cands[i].status != "pending" for i in asked)  # every evaluation started was kept
     assert run.store.run(run.id)["status"] == "stopped"
     resumed = Run.resume(run.id, store=run.store, scientist=ScriptedScientist(), executor=FakeExecutor(capacity=2))
     assert resumed.start(background=False).status == "finished"

@@ -160,7 +160,7 @@ def test_the_designer_is_told_which_experiments_its_base_has_already_had(tmp_pat
     sci = ScriptedScientist(factors=(1.1, 1.2, 1.3, 1.4, 1.5))  # every child slower: the seed stays the base
     run = make_run(tmp_path, sci, iterations=2)
     assert run.start(background=False).status == "finished"
-    seed_id = run.store.candidates(run.id)[0]["id"]
+    seed_id = run.store.candidates(run.id)[0].id
     first_round = [p["title"] for p in run.store.plans(run.id) if p["iteration"] == 1 and p["chosen"]]
     assert len(first_round) == 3
     assert sci.design_done == [(seed_id, []), (seed_id, first_round)]
@@ -170,10 +170,10 @@ def test_a_run_evaluates_seed_reference_and_three_children_per_iteration(tmp_pat
     run = make_run(tmp_path, ScriptedScientist(), iterations=2)
     assert run.start(background=False).status == "finished"
     cands = run.store.candidates(run.id)
-    assert [c["kind"] for c in cands[:2]] == ["seed", "reference"]
-    assert [c["kind"] for c in cands[2:]] == ["child"] * 6
-    assert all(c["status"] == "ok" for c in cands)
-    assert "_EAGER(data)" in cands[1]["source"]
+    assert [c.kind for c in cands[:2]] == ["seed", "reference"]
+    assert [c.kind for c in cands[2:]] == ["child"] * 6
+    assert all(c.status == "ok" for c in cands)
+    assert "_EAGER(data)" in cands[1].source
     plans = run.store.plans(run.id)
     assert len(plans) == 10 and sum(p["chosen"] for p in plans) == 6
     assert len(run.store.findings(run.id)) == 6
@@ -220,9 +220,9 @@ def test_broken_candidates_get_repairs_with_status_message_and_shape(tmp_path):
     repairs = [c for c in scientist.calls if c[0] == "repair"]
     assert repairs == [("repair", "wrong_answer", "fake wrong_answer", {"m": 8}, 1)]
     cands = run.store.candidates(run.id)
-    broken = next(c for c in cands if c["status"] == "wrong_answer")
-    fixed = next(c for c in cands if c["kind"] == "repair")
-    assert fixed["parent_id"] == broken["id"] and fixed["status"] == "ok" and fixed["plan_id"] == broken["plan_id"]
+    broken = next(c for c in cands if c.status == "wrong_answer")
+    fixed = next(c for c in cands if c.kind == "repair")
+    assert fixed.parent_id == broken.id and fixed.status == "ok" and fixed.plan_id == broken.plan_id
     m = run_metrics(run.store, run.id)
     assert (m["repairs_tried"], m["repairs_succeeded"], m["repair_success_rate"]) == (1, 1, 1.0)
     assert (m["edits_applied"], m["edits_total"]) == (2 + 2 + 1 + 1, 2 + 2 + 2 + 1)
@@ -244,8 +244,8 @@ def test_a_broken_seed_is_repaired_and_one_that_stays_broken_fails_the_run(tmp_p
     good = Run.create(RunConfig(problem="softmax", iterations=1), store=store, executor=FakeExecutor(),
                       seed_source=fake_kernel(100.0, "wrong_answer"), scientist=ScriptedScientist())
     assert good.start(background=False).status == "finished"
-    root = [c for c in store.candidates(good.id) if c["iteration"] == 0 and c["kind"] != "reference"]
-    assert [(c["kind"], c["status"]) for c in root] == [("seed", "wrong_answer"), ("repair", "ok")]
+    root = [c for c in store.candidates(good.id) if c.iteration == 0 and c.kind != "reference"]
+    assert [(c.kind, c.status) for c in root] == [("seed", "wrong_answer"), ("repair", "ok")]
 
     bad = Run.create(RunConfig(problem="softmax", iterations=1, repairs=1), store=store, executor=FakeExecutor(),
                      seed_source=fake_kernel(100.0, "compile_error"), scientist=ScriptedScientist(repairs_fail=True))
@@ -280,8 +280,8 @@ def test_identical_sources_are_judged_once(tmp_path):
     run.start(background=False)
     cands = run.store.candidates(run.id)
     assert len(cands) == 5 and len(executor.requests) == 3  # seed, reference, one child; two reuse the seed's
-    reused = [c for c in cands if c["message"].startswith("same source as")]
-    assert len(reused) == 2 and all(c["geomean_us"] == 100.0 for c in reused)
+    reused = [c for c in cands if c.message.startswith("same source as")]
+    assert len(reused) == 2 and all(c.geomean_us == 100.0 for c in reused)
 
 
 def test_llm_failure_ends_the_run_failed_and_budget_stops_it(tmp_path):
@@ -299,9 +299,9 @@ def test_a_failing_experiment_stops_its_siblings_at_their_next_step(tmp_path):
     executor = FakeExecutor(capacity=3, delay_s=0.2)
     run = make_run(tmp_path, ScriptedScientist(fail={"finding": LLMError("model down")}), executor)
     assert run.start(background=False).status == "failed" and run.error == "model down"
-    children = [c for c in run.store.candidates(run.id) if c["kind"] == "child"]
+    children = [c for c in run.store.candidates(run.id) if c.kind == "child"]
     # all three were evaluating together when the first finding failed: each evaluation was committed
-    assert len(children) == 3 and all(c["status"] == "ok" for c in children)
+    assert len(children) == 3 and all(c.status == "ok" for c in children)
     assert len(executor.requests) == 5 and run.store.findings(run.id) == []
 
 
@@ -342,8 +342,8 @@ def test_stop_ends_after_the_evaluation_in_flight(tmp_path):
     run.start(background=True)
     assert run.wait(30) == "stopped" and run.error is None
     assert [e.type for e in after_stop] == [RunFinished.type]  # nothing new was started
-    children = [c for c in run.store.candidates(run.id) if c["kind"] == "child"]
-    assert [c["status"] for c in children] == ["ok", "pending", "pending"]  # written, left for a resume
+    children = [c for c in run.store.candidates(run.id) if c.kind == "child"]
+    assert [c.status for c in children] == ["ok", "pending", "pending"]  # written, left for a resume
     assert run_metrics(run.store, run.id)["iterations_done"] == 1
 
 

@@ -37,9 +37,9 @@ def test_a_kernelbench_run_through_a_scripted_model_reaches_ok(tmp_path):
     assert "class Model(nn.Module):" in designer and "multiplier = 3.5  # set with --set" in designer
     assert "# First task: write the kernels" in writer and "def get_init_inputs():" in writer
     assert "Shapes covered: 2 of 2 shape checks passed under the CPU interpreter (1 correctness, 1 benchmark: default)" in finding
-    child = next(c for c in store.candidates(run.id) if c["kind"] == "child")
-    assert child["status"] == "ok", child["message"]
-    assert "@triton.jit" in child["source"]
+    child = next(c for c in store.candidates(run.id) if c.kind == "child")
+    assert child.status == "ok", child.message
+    assert "@triton.jit" in child.source
     roles = [c["role"] for c in store.llm_calls(run.id)]
     assert roles == ["preflight", "designer", "writer", "finding"]  # no selector call: nothing to choose
 

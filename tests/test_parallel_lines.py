@@ -54,7 +54,7 @@ class SlowDesigner(ScriptedScientist):
     async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
         store, run_id = self.store_of()
         if store is not None:
-            self.unjudged_at_design.append(sum(c["kind"] == "child" and c["status"] == PENDING
+            self.unjudged_at_design.append(sum(c.kind == "child" and c.status == PENDING
                                                for c in store.candidates(run_id)))
         plans = await super().design(base, reference, findings, done, in_flight, **asked)
         await asyncio.sleep(self.design_s)

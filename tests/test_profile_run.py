@@ -58,7 +58,7 @@ def h100_run(tmp_path, scientist, **config) -> Run:
 
 
 def run_seed(run) -> str:
-    return next(c["id"] for c in run.store.candidates(run.id) if c["kind"] == "seed")
+    return next(c.id for c in run.store.candidates(run.id) if c.kind == "seed")
 
 
 def events_of(run, kind):
@@ -77,15 +77,15 @@ def test_every_evaluation_stores_its_speed_of_light_and_stop_at_sol_ends_the_run
     done = [e["payload"] for e in events_of(run, StageChanged) if e["payload"]["stage"] == "done"]
     assert len(done) == 1
     message = done[0]["detail"]
-    assert message.startswith(f"best kernel {snap.best['id']} reaches 100% of speed of light or more on every shape")
+    assert message.startswith(f"best kernel {snap.best.id} reaches 100% of speed of light or more on every shape")
     assert "--stop-at-sol 0.9 target: the run ends here" in message
     assert message in capsys.readouterr().err  # the progress display says why the run ended
     # Every evaluated candidate, baselines included, has its stored speed of light.
     profiled = {p["candidate_id"]: p for p in run.store.profiles(run.id)}
-    assert set(profiled) == {c["id"] for c in run.store.candidates(run.id) if c["result"]}
+    assert set(profiled) == {c.id for c in run.store.candidates(run.id) if c.result}
     seed = snap.seed
     assert snap.sol_summary(seed)["worst"] == pytest.approx(0.25, rel=1e-3)
-    assert profiled[seed["id"]]["sol"][0]["bound"] == "memory"
+    assert profiled[seed.id]["sol"][0]["bound"] == "memory"
     m = snap.metrics()
     assert m["sol_worst"] == pytest.approx(1.0, rel=1e-3) and m["sol_best"][0]["shape"] == "m=4096,n=4096"
 
@@ -154,7 +154,7 @@ def test_profile_ncu_looks_at_the_seed_and_each_new_best_outside_the_timing(tmp_
     m = snap.metrics()
     assert m["n_profiled"] == 2 and m["profile_s_total"] == pytest.approx(2 * recorded.profile_s)
     points = {p["id"]: p for p in snap.profile_points()}
-    assert points[snap.seed["id"]]["occupancy_pct"] == recorded.occupancy_pct
+    assert points[snap.seed.id]["occupancy_pct"] == recorded.occupancy_pct
 
 
 def test_kscience_show_prints_speed_of_light_when_profiles_exist(tmp_path, capsys):

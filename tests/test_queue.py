@@ -142,8 +142,8 @@ def test_run_stopped_while_waiting_is_resumed_and_takes_the_result_that_arrived(
     assert waiting.wait(120), "the run never said it was waiting"
     run.stop()
     assert run.wait(60) == "stopped"
-    seed = next(c for c in store.candidates(run.id) if c["kind"] == "seed")
-    assert seed["status"] == "pending"
+    seed = next(c for c in store.candidates(run.id) if c.kind == "seed")
+    assert seed.status == "pending"
     waits = [e for e in store.events(run.id) if e["type"] == "evaluation_waiting"]
     assert waits and "queued for a kscience worker" in waits[0]["payload"]["state"]
 
@@ -157,8 +157,8 @@ def test_run_stopped_while_waiting_is_resumed_and_takes_the_result_that_arrived(
         assert resumed.start(background=False).status == "finished", resumed.error
     finally:
         stop_worker(worker)
-    seed = store.candidate(seed["id"])
-    assert seed["status"] == OK
+    seed = store.candidate(seed.id)
+    assert seed.status == OK
     assert len(Q.queue_files(queue / "ledger")) == 2  # the seed was not asked for again: seed and reference
 
 

@@ -165,8 +165,8 @@ def test_kill_9_mid_iteration_loses_nothing_and_the_run_resumes(tmp_path):
         m = run_metrics(store, run_id)
         assert m["best_us"] <= m["seed_us"] and len(store.findings(run_id)) == 3
         chosen = [p["id"] for p in store.plans(run_id) if p["chosen"]]
-        children = [c for c in store.candidates(run_id) if c["kind"] == "child"]
-        assert sorted(c["plan_id"] for c in children) == sorted(chosen)  # one child per plan, none twice
+        children = [c for c in store.candidates(run_id) if c.kind == "child"]
+        assert sorted(c.plan_id for c in children) == sorted(chosen)  # one child per plan, none twice
 
 
 def test_a_negative_iteration_count_is_refused_and_a_run_stored_with_one_resumes(tmp_path):

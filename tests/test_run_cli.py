@@ -88,7 +88,7 @@ def test_a_dead_provider_fails_in_one_line_and_the_run_resumes_offline(tmp_path)
     with Store(db) as store:
         row = store.run(run["id"])
         assert row["status"] == "finished" and row["error"] is None and row["llm"] == "offline"
-        assert sum(c["kind"] == "child" for c in store.candidates(run["id"])) == 3
+        assert sum(c.kind == "child" for c in store.candidates(run["id"])) == 3
 
 
 def test_reading_commands_need_an_existing_kscience_database(tmp_path, capsys):

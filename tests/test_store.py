@@ -37,18 +37,18 @@ def test_run_and_candidates_round_trip_and_survive_reopening(tmp_path):
         run_id = _run(store, name="first")
         seed = store.add_candidate(run_id, kind="seed", source="S", hypothesis="seed kernel", iteration=0)
         child = store.add_candidate(run_id, kind="child", source="C", hypothesis="h", iteration=1,
-                                    parent_id=seed["id"], write_mode="edit", edits_total=3, edits_applied=2)
-        assert seed["status"] == PENDING and (seed["seq"], child["seq"]) == (1, 2)
-        store.record_result(seed["id"], _result(us=200.0))
-        store.record_result(child["id"], _result(us=150.0))
+                                    parent_id=seed.id, write_mode="edit", edits_total=3, edits_applied=2)
+        assert seed.status == PENDING and (seed.seq, child.seq) == (1, 2)
+        store.record_result(seed.id, _result(us=200.0))
+        store.record_result(child.id, _result(us=150.0))
     with Store(path) as store:
         assert run_id.startswith("r-") and len(run_id) == 10
         row = store.run(run_id)
         assert row["name"] == "first" and row["status"] == "running" and row["config"] == {"iterations": 2}
         cands = store.candidates(run_id)
-        assert [c["id"] for c in cands] == [seed["id"], child["id"]]
-        assert cands[1]["parent_id"] == seed["id"] and cands[1]["edits_applied"] == 2
-        assert cands[1]["result"]["shapes"][0]["time_us"] == 150.0 and cands[1]["evaluated"] is not None
+        assert [c.id for c in cands] == [seed.id, child.id]
+        assert cands[1].parent_id == seed.id and cands[1].edits_applied == 2
+        assert cands[1].result.shapes[0].time_us == 150.0 and cands[1].evaluated is not None
         listed = run_listing(store)[0]
         assert (listed["n_candidates"], listed["best_us"], listed["seed_us"]) == (2, 150.0, 200.0)
 

@@ -14,7 +14,7 @@ DATA = Path(__file__).parent / "data"
 def _candidate(store: Store) -> tuple[str, str]:
     run_id = store.create_run(name="", problem="softmax", overrides={}, llm="offline", strategy="tournament",
                               config={}, environment={})
-    return run_id, store.add_candidate(run_id, kind="seed", source="x = 1", hypothesis="seed", iteration=0)["id"]
+    return run_id, store.add_candidate(run_id, kind="seed", source="x = 1", hypothesis="seed", iteration=0).id
 
 
 def test_profile_parts_arrive_separately_and_survive_reopening(tmp_path):
@@ -46,7 +46,7 @@ def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
     db.commit()
     db.close()
     with Store(path) as store:
-        assert [c["id"] for c in store.candidates(run_id)] == [cand]
+        assert [c.id for c in store.candidates(run_id)] == [cand]
         store.record_profile(cand, profile_s=1.0)
         assert store.profile(cand)["profile_s"] == 1.0
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5

@@ -76,11 +76,11 @@ def test_a_run_stores_it_and_says_why_it_has_no_number(tmp_path):
     run = Run.create(RunConfig(problem="fp8_blockscale_gemm", iterations=1), store=Store(tmp_path / "k.db"),
                      seed_source=fake_kernel(100.0), scientist=FakeScientist(), executor=VendorExecutor())
     assert run.start(background=False).status == "finished"
-    vendor = [c for c in run.store.candidates(run.id) if c["kind"] == "vendor"]
-    assert len(vendor) == 1 and vendor[0]["status"] == "runtime_error"
+    vendor = [c for c in run.store.candidates(run.id) if c.kind == "vendor"]
+    assert len(vendor) == 1 and vendor[0].status == "runtime_error"
     m = run_metrics(run.store, run.id)
     assert m["vendor_status"] == "runtime_error" and m["vendor_us"] is None and "_scaled_mm" in m["vendor_label"]
-    assert m["best_id"] != vendor[0]["id"]
+    assert m["best_id"] != vendor[0].id
     line = next(x for x in summary_lines(Snapshot.load(run.store, run.id).run, m) if "vendor library" in x)
     assert "runtime_error" in line and "_scaled_mm" in line
 
@@ -103,20 +103,20 @@ def test_the_vendor_path_alone_is_judged_at_the_tolerance_its_problem_declares(t
     run = Run.create(RunConfig(problem="fp8_blockscale_gemm", iterations=1), store=Store(tmp_path / "k.db"),
                      seed_source=fake_kernel(100.0), scientist=FakeScientist(), executor=Recording())
     assert run.start(background=False).status == "finished"
-    vendor = next(c for c in run.store.candidates(run.id) if c["kind"] == "vendor")
-    assert tolerances.pop(vendor["source"]) == [0.02, 0.25]
-    alone = next(c for c in run.store.candidates(run.id) if c["kind"] == "vendor_alone")
-    assert tolerances.pop(alone["source"]) == [0.02, 0.25]  # the same cuBLAS call, on copies made beforehand
+    vendor = next(c for c in run.store.candidates(run.id) if c.kind == "vendor")
+    assert tolerances.pop(vendor.source) == [0.02, 0.25]
+    alone = next(c for c in run.store.candidates(run.id) if c.kind == "vendor_alone")
+    assert tolerances.pop(alone.source) == [0.02, 0.25]  # the same cuBLAS call, on copies made beforehand
     # ... judged on operands built K-major, shown beside the vendor row, and never a rival (kernels get the
     # task's column-major operands)
-    assert asked[alone["source"]].overrides == {"OPERANDS": "k-major"} and asked[alone["source"]].baseline
-    assert all(r.overrides == {} for source, r in asked.items() if source != alone["source"])
+    assert asked[alone.source].overrides == {"OPERANDS": "k-major"} and asked[alone.source].baseline
+    assert all(r.overrides == {} for source, r in asked.items() if source != alone.source)
     m = run_metrics(run.store, run.id)
     assert (m["vendor_us"], m["vendor_alone_us"]) == (50.0, 10.0) and m["fastest_baseline_us"] == 40.0
     line = next(x for x in summary_lines(Snapshot.load(run.store, run.id).run, m) if "vendor call alone" in x)
     assert "K-major copies made beforehand" in line
     assert tolerances and all(t is None for t in tolerances.values())
-    assert vendor["hypothesis"].endswith("; judged at rtol 0.02, atol 0.25 (kernels: rtol 0.02, atol 0.001)")
+    assert vendor.hypothesis.endswith("; judged at rtol 0.02, atol 0.25 (kernels: rtol 0.02, atol 0.001)")
     assert "atol 0.25" in run_metrics(run.store, run.id)["vendor_label"]
 
 

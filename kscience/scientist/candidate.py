@@ -10,7 +10,6 @@ fields (kscience.run.confirm: `slower_than`, `unconfirmed`, `replaced`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 
 from kscience.problems import shape_label
@@ -65,10 +64,9 @@ def result_from_stored(stored: dict) -> tuple[EvalResult, dict]:
 
 # --- the record -------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class Candidate(Mapping):
-    """A row of the candidates table with its verdict parsed. The package reads the attributes; it also
-    reads as that row (`cand["status"]`, `dict(cand)`) for scripts and tests written against rows, and
-    `to_row()` is what JSON output shows."""
+class Candidate:
+    """A row of the candidates table with its verdict parsed; `to_row()` is the row as stored, what JSON
+    output shows."""
 
     id: str
     run_id: str
@@ -104,24 +102,9 @@ class Candidate(Mapping):
 
     # A candidate is one row: two reads of it are equal when the row is.
     def __eq__(self, other) -> bool:
-        if isinstance(other, Candidate):
-            return self.row == other.row
-        return isinstance(other, Mapping) and self.row == dict(other.items())
+        return self.row == other.row if isinstance(other, Candidate) else NotImplemented
 
     __hash__ = None
-
-    def __bool__(self) -> bool:  # a record, never empty (a Mapping would be falsy without a row)
-        return True
-
-    # --- reading as the stored row -----------------------------------------------------------
-    def __getitem__(self, key: str):
-        return self.row[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.row)
-
-    def __len__(self) -> int:
-        return len(self.row)
 
     # --- what is read off it -----------------------------------------------------------------
     @property

@@ -102,7 +102,7 @@ def test_a_run_stores_what_a_profiler_saw_of_its_seed(tmp_path):
     run = Run.create(RunConfig(problem="softmax", iterations=0, llm="offline", profile="ncu"), store=store)
     assert run.start(background=False).status == "finished"
     snap = Snapshot.load(store, run.id)
-    seed = snap.profile_of[snap.seed["id"]]
+    seed = snap.profile_of[snap.seed.id]
     assert seed["compile_facts"] and all(f["registers"] for f in seed["compile_facts"])
     sol = snap.sol_summary(snap.seed)
     print(json.dumps({"sol": sol, "metrics": {k: v for k, v in snap.metrics().items() if "sol" in k or "profile" in k}},
