@@ -9,6 +9,7 @@ from kscience.evaluate.result import OK, EvalRequest
 from kscience.run.baselines import vendor_source
 from kscience.problems import load_problem
 from kscience.scientist import compose
+from kscience.scientist.candidate import Candidate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -41,8 +42,9 @@ def test_a_composite_of_two_softmax_kernels_passes_every_shape():
     def row(cid, times, source):
         shapes = [{"shape": {"m": m, "n": n}, "phase": "benchmark", "ok": True, "time_us": us}
                   for (m, n), us in times.items()]
-        return {"id": cid, "kind": "child", "status": "ok", "geomean_us": compose.geomean(list(times.values())),
-                "source": source, "result": {"shapes": shapes}}
+        return Candidate.from_row({"id": cid, "kind": "child", "status": "ok", "source": source,
+                                   "geomean_us": compose.geomean(list(times.values())),
+                                   "result": {"status": "ok", "message": "", "shapes": shapes}})
 
     comp = compose.plan(problem, [row("c-a", times_a, problem.seed_source), row("c-b", times_b, narrow)])
     text = compose.source(comp, {"c-a": problem.seed_source, "c-b": narrow})
