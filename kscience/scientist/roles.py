@@ -18,15 +18,11 @@ from __future__ import annotations
 import ast
 import json
 import random
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kscience.scientist.profile_report import render_headroom, render_profile, split_clause
+from kscience.scientist.profile_report import split_clause
 from kscience.problems.libraries import library_notes
-from kscience.problems.spec import shape_label
-from kscience.problems.roofline import ShapeSol
-from kscience.problems.roofline import summary as sol_summary
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
                                          render_header)
 from kscience.scientist.candidate import uplift_pct
@@ -38,6 +34,8 @@ from kscience.scientist.measurements import prompt_text as measurements_text
 from kscience.scientist.plans import (CHOOSERS, PLANS_PER_LINE, PLANS_WANTED, Plan, choice_text, mark_chosen,
                                       measured_clause, parse_plans,
                                       predicted_text)
+from kscience.scientist.prompt_parts import (asked_line, fit_findings, has_kernel, headroom, kernels_text, lesson,
+                                             line_block, selector_member, selector_members)
 from kscience.scientist.prompts import load_schema, render
 from kscience.scientist.strategy import OK, CandidateView, Selection, ranked, seed_of, tournament, tree_search
 
@@ -45,9 +43,6 @@ __all__ = ["CandidateView", "Selection", "Plan", "Draft", "Scientist", "mark_cho
            "measured_clause"]
 
 STRATEGIES = ("tournament", "tree", "llm")
-SELECTOR_MAX_MEMBERS = 30  # the fastest correct members and the newest failures beyond this are left out
-FINDINGS_PROMPT_CHARS = 8000  # newest findings first, each whole, until this much text
-LESSON_MAX_CHARS = 1200  # a lesson longer than this keeps its whole sentences that fit
 
 
 @dataclass
@@ -57,111 +52,6 @@ class Draft:
     edits_total: int  # SEARCH/REPLACE blocks proposed
     edits_applied: int  # blocks that applied
     error: str | None = None  # one line when source is None
-
-
-def profile_block(profile: dict | None) -> str:
-    """What a profiler saw of a kernel (compile facts, Nsight Compute counters, speed of light per shape,
-    the 'not doing the work' flag); empty when nothing was seen (the CPU interpreter compiles nothing)."""
-    if not profile or not any(profile.get(k) for k in ("compile_facts", "ncu", "sol", "flag", "kernels",
-                                                        "kernel_profiler", "output")):
-        return ""
-    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"),
-                          profile.get("kernels"), profile.get("kernel_profiler") or "", profile.get("output") or "")
-    sols = profile.get("sol") or []
-    if sols:
-        text += "\nSpeed of light per shape: " + "; ".join(
-            f"{shape_label(s['shape'])}: {s['fraction']:.0%} of the {s['bound']} bound" for s in sols) + "."
-    return text
-
-
-def _line_block(profile: dict | None) -> str:
-    """The profile block as lines of their own inside a template, or nothing."""
-    block = profile_block(profile)
-    return block + "\n" if block else ""
-
-
-def asked_line(plan: Plan, child: CandidateView | None) -> str:
-    """What the plan asked to have measured, and whether it came back (a line of the finding prompt)."""
-    if not plan.measure:
-        return ""
-    profile = (child.profile if child is not None else None) or {}
-    got = [m for m in plan.measure if profile.get(m)]
-    missing = [m for m in plan.measure if m not in got]
-    return (f"Asked for: {', '.join(plan.measure)}" + (f"; supplied above: {', '.join(got)}" if got else "")
-            + (f"; not supplied: {', '.join(missing)} (not available where it was judged, or the kernel failed)"
-               if missing else "") + "\n")
-
-
-def headroom(view: CandidateView | None) -> str:
-    """The designer's headroom for a kernel: how far its slowest shape is from the roofline bound, and
-    how to use that; one line saying it is unknown where there is no bound (the CPU interpreter)."""
-    sols = (view.profile or {}).get("sol") or [] if view is not None else []
-    return render("headroom.md", line=render_headroom(sols)) if sols else render_headroom(sols)
-
-
-def _summary(view: CandidateView) -> str:
-    time = f"geomean {view.geomean_us:.2f} us" if view.geomean_us else "no time"
-    block = profile_block(view.profile)
-    return (f"Status {view.status}, {time}, from experiment \"{view.hypothesis}\" (depth {view.depth}).\n"
-            f"Per-shape median times: {format_times(view.shape_times)}.\n"
-            f"Shapes covered: {view.coverage or 'not recorded'}." + (f"\n{block}" if block else ""))
-
-
-def has_kernel(source: str) -> bool:
-    """Whether a candidate runs work of its own (Triton or load_inline), not only the PyTorch reference."""
-    return re.search(r"@triton\.(?:jit|autotune)|load_inline\s*\(", source) is not None
-
-
-def lesson(text: str) -> str:
-    """The model's lesson on one line, whole sentences only: never cut in the middle of one."""
-    flat = " ".join(str(text).split())
-    if len(flat) <= LESSON_MAX_CHARS:
-        return flat
-    cut = flat[:LESSON_MAX_CHARS]
-    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
-    return cut[:end + 1] if end > 0 else flat.split(". ")[0].rstrip(".") + "."
-
-
-def _kernels(base: CandidateView, reference: CandidateView | None) -> str:
-    """The base kernel's section, then the reference's when there is one."""
-    shown = [("Base kernel", base)] + ([("Reference kernel", reference)] if reference else [])
-    return "\n\n".join(render("kernel.md", heading=heading, id=view.id, summary=_summary(view),
-                              source=view.source.rstrip("\n")) for heading, view in shown)
-
-
-def _member(view: CandidateView) -> dict:
-    member = {"id": view.id, "parent": view.parent_id, "depth": view.depth, "children": view.n_children,
-              "status": view.status, "geomean_us": round(view.geomean_us, 3) if view.geomean_us else None,
-              "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
-              "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
-    profile = view.profile or {}
-    sol = sol_summary([ShapeSol.from_dict(s) for s in profile.get("sol") or []])
-    if sol is not None:
-        member["speed_of_light"] = {"worst": round(sol["worst"], 3), "median": round(sol["median"], 3),
-                                    "worst_shape": shape_label(sol["worst_shape"]), "bound": sol["worst_bound"]}
-    facts = profile.get("compile_facts") or []
-    if facts:
-        member["compiled"] = {"registers": _most(facts, "registers"), "spills": _most(facts, "spills"),
-                              "tensor_cores": any(f.get("tensor_core") for f in facts)}
-    if profile.get("flag"):
-        member["warning"] = profile["flag"]
-    return member
-
-
-def _most(facts: list[dict], key: str) -> int | None:
-    """The largest known value of a compile fact over a candidate's kernels; None where none is known."""
-    return max((f[key] for f in facts if f.get(key) is not None), default=None)
-
-
-def _selector_members(population: list[CandidateView]) -> list[CandidateView]:
-    """The seed, the fastest correct members and then the newest others, at most SELECTOR_MAX_MEMBERS."""
-    keep = [seed_of(population)]
-    for view in ranked(population) + population[::-1]:
-        if len(keep) >= SELECTOR_MAX_MEMBERS:
-            break
-        if view not in keep:
-            keep.append(view)
-    return keep
 
 
 @dataclass
@@ -201,21 +91,6 @@ def _use_answer(text: str, against: str) -> _Attempt:
         return attempt
     attempt.source = attempt.partial
     return attempt
-
-
-def fit_findings(findings: list[str], budget: int = FINDINGS_PROMPT_CHARS) -> str:
-    """Newest first, each finding whole; older ones are dropped, and counted, once the budget is spent."""
-    lines, used = [], 0
-    for text in reversed(findings):  # given oldest first; the newest matter most
-        line = f"- {' '.join(text.split())}"
-        if lines and used + len(line) > budget:
-            break
-        lines.append(line)
-        used += len(line) + 1
-    left = len(findings) - len(lines)
-    if left:
-        lines.append(f"- ({left} older finding{'s' if left > 1 else ''} left out whole for the prompt budget)")
-    return "\n".join(lines) if lines else "(none yet)"
 
 
 class Scientist:
@@ -321,14 +196,14 @@ class Scientist:
 
     async def _llm_select(self, population: list[CandidateView], findings: list[str],
                           taken: list[str]) -> Selection:
-        shown = _selector_members(population)
+        shown = selector_members(population)
         omitted = len(population) - len(shown)
         note = f"\n{omitted} slower or older members are not shown." if omitted else ""
         taken_text = (f"\nOther lines of this run are designing on {', '.join(taken)} right now: choose another "
                       "base where one with comparable promise exists, so the lines explore different kernels.\n"
                       if taken else "")
         prompt = render("selector.md", header=self.header(), task=self.task(), omitted=note,
-                        candidates=json.dumps([_member(v) for v in shown], indent=1),
+                        candidates=json.dumps([selector_member(v) for v in shown], indent=1),
                         findings=fit_findings(findings), taken=taken_text)
         brief = Brief("selector", self.bench, self._shapes(), population=shown, findings=findings, taken=taken)
         text = await self._ask(prompt, brief, load_schema("selector.json"))
@@ -368,7 +243,7 @@ class Scientist:
                    f"The plans will be carried out by {(wanted - PLANS_WANTED) // PLANS_PER_LINE + 1} lines of "
                    f"work, {PLANS_PER_LINE} each")
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
-                        knowledge=self.knowledge.strip() or "(none)", kernels=_kernels(base, reference),
+                        knowledge=self.knowledge.strip() or "(none)", kernels=kernels_text(base, reference),
                         first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
                         headroom=headroom(base), wanted=wanted, avenues=max(10, 2 * wanted),
                         avenue=f"\nFavour this avenue, where it fits the kernel: {avenue}.\n" if avenue else "",
@@ -412,7 +287,7 @@ class Scientist:
         prompt = render("writer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
                         knowledge=self.code_knowledge.strip() or "(none)", title=plan.title,
                         rationale=plan.rationale, changes="\n".join(f"- {c}" for c in plan.changes),
-                        predicted=predicted_text(plan), kernels=_kernels(base, reference),
+                        predicted=predicted_text(plan), kernels=kernels_text(base, reference),
                         first_task=self._first_task(base), entry=self.problem.entry,
                         edit_format=render("edit_format.md"))
         brief = Brief("writer", self.bench, self._shapes(), base=base, reference=reference, plan=plan,
@@ -426,7 +301,7 @@ class Scientist:
                         message=message, coverage=coverage or "not recorded",
                         failing_shape=json.dumps(failing_shape) if failing_shape else "(not recorded)",
                         source=source.rstrip("\n"), edit_format=render("edit_format.md"),
-                        profile=_line_block(profile))
+                        profile=line_block(profile))
         brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message,
                       profile=profile)
         return await self._draft(prompt, brief, source)
@@ -444,7 +319,7 @@ class Scientist:
                         coverage=(child.coverage if child is not None else "") or "not recorded",
                         child_shapes=format_times(child.shape_times) if child is not None else "not recorded",
                         result=clause, measured=f"{pct:+.1f}%" if pct is not None else f"none ({child_status})",
-                        predicted=predicted_text(plan), profile=_line_block(child.profile if child else None)
+                        predicted=predicted_text(plan), profile=line_block(child.profile if child else None)
                         + asked_line(plan, child))
         brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
                       measured_pct=pct, profile=child.profile if child else None)
