@@ -205,7 +205,7 @@ class Controller:
         return Line(number, journal=self.journal, stopping=self.stopping, judging=self.judging, budget=self.budget,
                     population=self.population, scientist=self.scientist, sharing=self.sharing,
                     problem=self.problem, repairs=self.repairs, lines_waiting=self.lines_waiting,
-                    note_model_time=self.note_model_time)
+                    note_model_time=self.note_model_time, several=self.lines > 1)
 
     async def _new_line(self, number: int, iteration: int, designing: set) -> None:
         line, me = self._line(number), asyncio.current_task()
