@@ -288,6 +288,9 @@ class Controller:
         if alone:  # the same call on inputs already in its layout: how much of its time is the GEMM
             cheap.append(("vendor_alone", alone, vendor_title(self.problem, self.problem.vendor_alone.name)))
         # The seed's request goes out first (its coroutine runs at once), the baselines' as it awaits its verdict.
+        # They take no slot, so an executor runs them in the order asked: all before any child exists, and a
+        # child, written two model answers after the seed's verdict, waits only for what is left of them (the
+        # eager and vendor baselines take 1-3 s each on an H100).
         self._beside = [self._judged_beside(self._baseline(candidates, kind, source, title, {}))
                         for kind, source, title in cheap]
         self._beside += [self._judged_beside(self._library_baseline(candidates, lib)) for lib in self.problem.libraries]
