@@ -47,7 +47,7 @@ for step in $steps; do
     gpumode) timeout "${GPUMODE_S:-560}" python3 benchmarks/gpumode_sweep.py --repo "${REFK:?set REFK to a reference-kernels extract}" \
                ${RESUME:+--resume "$RESUME"} ${ONLY:+--only "$ONLY"} ${LIMIT:+--time-limit "$LIMIT"} --budget "${BUDGET:-480}" \
                --out "$out" 2>&1 | tee "$out/gpumode-sweep.log" ;;
-    throughput) timeout "${THROUGHPUT_S:-540}" python3 benchmarks/search_throughput.py --lines "${LINES:-2,8}" \
+    throughput) timeout "${THROUGHPUT_S:-570}" python3 benchmarks/search_throughput.py --lines "${LINES:-1,8}" \
                   ${WINDOW:+--window "$WINDOW"} ${GPUS:+--gpus "$GPUS"} --db "$out/search-throughput.db" \
                   --out "$out/search-throughput.json" 2>&1 | tee "$out/search-throughput.log"
                 checkpoint "$out/search-throughput.db" ;;

@@ -94,7 +94,7 @@ def test_an_installed_library_is_found_timed_and_reported(tmp_path, monkeypatch,
     assert [lib["label"] for lib in m["libraries"]] == [found.hypothesis]  # the missing one has no row
     text = "\n".join(summary_lines(Snapshot.load(run.store, run.id).run, m))
     assert "FakeNorm RMSNorm (fakenorm 1.2.3)" in text
-    # the measurement header every prompt carries names it with its version and time
+    # the measurement header every prompt carries from its verdict on names it with its version and time
     shown = {b.label: b for b in scientist.bench.baselines}
     assert shown["installed library: FakeNorm RMSNorm (fakenorm 1.2.3)"].geomean_us == found.geomean_us
 

@@ -350,11 +350,13 @@ def test_stop_ends_after_the_evaluation_in_flight(tmp_path):
 @pytest.mark.parametrize("strategy", ["tournament", "tree", "llm"])
 def test_the_offline_scientist_drives_the_loop_with_every_strategy(tmp_path, strategy):
     store = Store(tmp_path / "k.db")
-    run = Run.create(RunConfig(problem="softmax", iterations=2, strategy=strategy, seed=3), store=store,
+    # Three iterations: the second may be designed ahead, before any child has a verdict (nothing to select
+    # from); the third is designed once the first has ended, with its children in the population.
+    run = Run.create(RunConfig(problem="softmax", iterations=3, strategy=strategy, seed=3), store=store,
                      executor=FakeExecutor(delay_s=0))
     assert run.start(background=False).status == "finished", run.error
     plans = store.plans(run.id)
-    assert {p["iteration"] for p in plans} == {1, 2} and len(plans) <= 10
+    assert {p["iteration"] for p in plans} == {1, 2, 3} and len(plans) <= 15
     chosen = [p["id"] for p in plans if p["chosen"]]
     assert sorted(f["plan_id"] for f in store.findings(run.id)) == sorted(chosen)  # every experiment finished
     roles = {c["role"] for c in store.llm_calls(run.id)}

@@ -143,8 +143,14 @@ def test_the_offline_scientist_proposes_disjoint_plans_to_lines_designing_at_onc
                                                others=["line 9 is designing on c0"]))}
               for avenue in AVENUES[:2]]
     assert len(titles[0]) >= 6 and len(titles[1]) >= 6 and not titles[0] & titles[1]
-    alone = {p.title for p in run(sci.design(seed_view(problem), None, [], wanted=14, avenue=AVENUES[0]))}
-    assert len(alone) == 12  # designing alone, every title is its to propose
+    # The first design of a run of several lines starts with no other under way; one that starts while it
+    # is under way favours another avenue: the two never overlap.
+    first = {p.title for p in run(sci.design(seed_view(problem), None, [], wanted=14, avenue=AVENUES[0]))}
+    later = {p.title for p in run(sci.design(seed_view(problem), None, [], wanted=14, avenue=AVENUES[1],
+                                             others=["line 1 is designing on c0"]))}
+    assert len(first) >= 6 and len(later) >= 6 and not first & later
+    alone = {p.title for p in run(sci.design(seed_view(problem), None, [], wanted=14))}
+    assert len(alone) == 12  # a lone line names no avenue: every title is its to propose
 
 
 def test_one_answer_is_split_into_disjoint_groups_of_three():
@@ -158,3 +164,64 @@ def test_one_answer_is_split_into_disjoint_groups_of_three():
     assert len(flat) == len(set(flat)) == 11 and "p11" not in flat and [len(g) for g in titles] == [3, 3, 3, 2]
     assert split_into_groups(plans, taken=["p8"], groups=1)[0][0].title != "p8"  # a clash: the rules choose
     assert plans_wanted(1) == 5 and plans_wanted(4) == 14
+
+
+class Avenues(ScriptedScientist):
+    """Designs slowly; notes every design that starts while another on the same base favours the same avenue."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.under_way: list[tuple[str, str]] = []
+        self.clashes: list[tuple[str, str]] = []
+        self.avenues: list[str] = []
+
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
+        mine = (base.id, asked.get("avenue", ""))
+        self.avenues.append(mine[1])
+        if mine in self.under_way:
+            self.clashes.append(mine)
+        self.under_way.append(mine)
+        try:
+            await asyncio.sleep(0.2)
+            return await super().design(base, reference, findings, done, in_flight, **asked)
+        finally:
+            self.under_way.remove(mine)
+
+
+def test_designs_under_way_on_one_base_never_favour_the_same_avenue(tmp_path):
+    # Twenty lines start on the seed alone: four answers of four lines each take the four avenues, and the
+    # lines left wait for one of them rather than ask a fifth design on an avenue already under way there.
+    sci = Avenues(factors=(1.1, 1.2, 1.3, 1.4, 1.5))
+    run_ = Run.create(RunConfig(problem="softmax", iterations=20, lines=20), store=Store(tmp_path / "k.db"),
+                      seed_source=fake_kernel(100.0), scientist=sci, executor=FakeExecutor(capacity=2, delay_s=0.01))
+    assert run_.start(background=False).status == "finished", run_.error
+    assert sci.clashes == [] and len(sci.avenues) >= 5 and all(sci.avenues)
+    waits = [e["payload"]["detail"] for e in run_.store.events(run_.id)
+             if e["type"] == "stage_changed" and e["payload"]["stage"] == "waiting"]
+    assert any(" on c-" in w for w in waits)  # a line waited for a design on its base
+    refused = [e for e in run_.store.events(run_.id)
+               if e["type"] == "stage_changed" and e["payload"]["stage"] == "refused"]
+    assert refused == []
+
+
+def test_a_lone_line_names_no_avenue(tmp_path):
+    sci = Avenues(factors=(1.1, 1.2, 1.3, 1.4, 1.5))
+    run_ = Run.create(RunConfig(problem="softmax", iterations=2, lines=1), store=Store(tmp_path / "k.db"),
+                      seed_source=fake_kernel(100.0), scientist=sci, executor=FakeExecutor(capacity=1, delay_s=0.01))
+    assert run_.start(background=False).status == "finished", run_.error
+    assert sci.avenues == ["", ""]
+
+
+def test_avenues_are_handed_out_per_base():
+    from kscience.run.sharing import Sharing
+    from kscience.scientist.plans import AVENUES
+
+    sharing = Sharing()
+    for line in (1, 2, 3):
+        sharing.start(line, "c1", sharing.avenue_for(line, "c1"), 4)
+    assert len({d.avenue for d in sharing.designs}) == 3
+    fourth = sharing.avenue_for(1, "c1")  # line 1's own avenue is under way there: the one left
+    assert fourth == (set(AVENUES) - {d.avenue for d in sharing.designs}).pop()
+    sharing.start(4, "c1", fourth, 4)
+    assert sharing.avenue_for(5, "c1") is None and sharing.designing_on("c1").line == 1
+    assert sharing.avenue_for(5, "c2") == AVENUES[0]  # another base: every avenue is free there

@@ -33,13 +33,22 @@ from kscience.scientist.llm import BudgetExceeded
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
-PROFILE_LOOK_S = 0.2  # how often a waiting profile job looks for a slot no evaluation wants
+IDLE_LOOK_S = 0.2  # how often a profile job or torch.compile's baseline looks for a slot no evaluation wants
 RUNNING_SAY_S = 60.0  # an evaluation still running says so after this long, and again as often
 # The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
 # first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy
 # machine).
 STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 60.0
 CANDIDATE_STEPS = ("import", "check", "time", "recheck")  # the phases in which the candidate's code runs
+# Baselines judged on a slot that no evaluation waits for, rather than beside the slots as the cheap ones are.
+# torch.compile's max-autotune holds a GPU for minutes (325 s of a 400 s fp8 run on an H100): beside the slots
+# it would share a GPU with a child's timing, and ahead of queued children it would hold every line's work
+# back. It is asked for once the seed settles, when the slot is idle anyway while the lines' first designs and
+# writes (two model answers) are under way, so on a fresh run it starts at once; a child written meanwhile
+# waits at most for its end, once per run (a later run on the same GPU reuses it), while on a resumed run
+# with children waiting it goes after them. Waiting for a slot no child wants, rather than for the run's
+# end, keeps torch.compile in the designers' prompts for most of the run.
+IDLE_SLOT_BASELINES = ("compiled",)
 
 
 def step_limit(seed: Candidate | None) -> float | None:
@@ -80,16 +89,17 @@ class Judging:
         self.time_limit_s = time_limit_s  # it ends evaluations in flight too
         self.busy_s = [0.0] * self.capacity
         self.evaluations = [0] * self.capacity
+        self._baselines_timed_s, self._baselines_timed = 0.0, 0  # of busy_s: IDLE_SLOT_BASELINES' share
         self.asked = 0  # evaluations asked for and not yet over: waiting for a slot or in flight
 
     # --- the slots -------------------------------------------------------------------------------
     def backlog_s(self) -> float | None:
         """Seconds the slots need for the evaluations asked for now, at this session's mean evaluation
         time; None until one has been timed."""
-        timed = sum(self.evaluations)
+        timed = sum(self.evaluations) - self._baselines_timed  # a minutes-long torch.compile is no candidate
         if not timed:
             return None
-        return sum(self.busy_s) / timed * self.asked / self.capacity
+        return (sum(self.busy_s) - self._baselines_timed_s) / timed * self.asked / self.capacity
 
     # --- one evaluation --------------------------------------------------------------------------
     async def evaluate(self, cand: Candidate, line: int = 0, *, counted: bool = True) -> Candidate:
@@ -177,19 +187,23 @@ class Judging:
     async def _judge(self, cand: Candidate, line: int, tag: str = "", slot: int | None = None,
                      future=None) -> dict:
         """One evaluation: on `slot` when the caller holds one for it (released here), else on the next free
-        one, or on none for a baseline; `future` when the caller has submitted the request already."""
+        one, on none for a cheap baseline, on an idle one for IDLE_SLOT_BASELINES; `future` when the caller
+        has submitted the request already."""
         baseline = cand.kind in BASELINE_KINDS and future is None
+        slotless = baseline and cand.kind not in IDLE_SLOT_BASELINES
         if slot is None and not baseline and self._free.empty():  # the dashboard shows this line waiting
             self.journal.stage("queued", cand.iteration, cand.id, line)
         self.asked += 1
         try:
-            if baseline:
+            if slotless:
                 # A baseline takes no slot, so the seed and the baselines are asked for together (one batch of
                 # a queue's requests, one round of a cluster's); the executor runs them as its capacity allows.
                 # Not while a profile runs, whose counters would share the GPU with them; a profile waits for them.
                 async with self._profiling:
                     self._baselines_out += 1
                     self._no_baselines_out.clear()
+            elif baseline:
+                slot = await self._idle_slot()
             elif slot is None:
                 self._queued += 1
                 try:
@@ -225,7 +239,7 @@ class Judging:
                 raise
         finally:
             self.asked -= 1
-            if baseline:
+            if slotless:
                 self._baselines_out -= 1
                 if not self._baselines_out:
                     self._no_baselines_out.set()
@@ -233,6 +247,9 @@ class Judging:
                 if future is not None:
                     self.busy_s[slot] += time.monotonic() - started
                     self.evaluations[slot] += 1
+                    if baseline:
+                        self._baselines_timed_s += time.monotonic() - started
+                        self._baselines_timed += 1
                 self._free.put_nowait(slot)
             with contextlib.suppress(Exception):  # a full disk must not hide the evaluation's own outcome
                 self.save()
@@ -343,13 +360,16 @@ class Judging:
     async def _slot_for_profile(self) -> int:
         """A free slot once no evaluation waits for one, or at once while profiling's share of the slots'
         time stays within PROFILE_SHARE."""
+        return await self._idle_slot(
+            lambda: self.profile_s <= profiling.PROFILE_SHARE * self.capacity * (time.monotonic() - self._t0))
+
+    async def _idle_slot(self, may_go_first=lambda: False) -> int:
+        """A free slot once no evaluation waits for one, or at once while `may_go_first()`."""
         while True:
-            ctx_wall = self.capacity * (time.monotonic() - self._t0)
-            within = self.profile_s <= profiling.PROFILE_SHARE * ctx_wall
-            if (self._queued == 0 or within) and not self._free.empty():
+            if (self._queued == 0 or may_go_first()) and not self._free.empty():
                 return self._free.get_nowait()
             self.stopping.check()
-            await asyncio.sleep(PROFILE_LOOK_S)
+            await asyncio.sleep(IDLE_LOOK_S)
 
     # --- busy time -------------------------------------------------------------------------------
     def save(self) -> None:

@@ -55,14 +55,15 @@ def source_diff(before: str, after: str) -> str:
 
 class Line:
     """Line `number` (1..K) of a run (0: the seed's chain). It asks `lines_waiting()` how many lines want
-    plans from its design, and reports how long each design took to `note_model_time`."""
+    plans from its design, and reports how long each design took to `note_model_time`. `several`: the run
+    keeps more than one line, so its designs name an avenue (a lone line's designs never run at once)."""
 
     def __init__(self, number: int, *, journal: Journal, stopping: Stopping, judging: Judging, budget: EvaluationBudget,
                  population: Population, scientist, sharing: Sharing, problem: Problem, repairs: int,
-                 lines_waiting: Callable[[], int], note_model_time: Callable[[float], None]):
+                 lines_waiting: Callable[[], int], note_model_time: Callable[[float], None], several: bool = True):
         self.number, self.journal, self.stopping, self.judging, self.budget = number, journal, stopping, judging, budget
         self.population, self.scientist, self.sharing = population, scientist, sharing
-        self.problem, self.repairs = problem, repairs
+        self.problem, self.repairs, self.several = problem, repairs, several
         self.lines_waiting, self.note_model_time = lines_waiting, note_model_time
 
     def _stage(self, stage: str, iteration: int, detail: str = "") -> None:
@@ -83,7 +84,10 @@ class Line:
                 continue
             design = sharing.joinable()
             if design is None:
-                return await self.design(iteration)
+                rows = await self.design(iteration)
+                if rows is not None:
+                    return rows
+                continue
             design.claims += 1
             self._stage("waiting", iteration, f"for the design of line {design.line}")
             await design.answered.wait()
@@ -103,17 +107,17 @@ class Line:
                                              plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
         return [r for r in rows if r["chosen"]]
 
-    async def design(self, iteration: int) -> list[dict]:
+    async def design(self, iteration: int) -> list[dict] | None:
         """Select a base and design on it, asking for plans for every line waiting for work; store this
-        line's group (and the answer's plans no group took), pool the others, return this line's rows."""
+        line's group (and the answer's plans no group took), pool the others, return this line's rows.
+        None when every avenue is being designed on the selected base: after one of those answers, the
+        line looks for work again (its plans, or a design that has them in view)."""
         sharing = self.sharing
         self.population.observe()
         views = self.population.views()
         population = list(views.values())
         # oldest first, from every line
         findings = [f["text"] for f in self.journal.store.findings(self.journal.run_id)]
-        groups_wanted = sharing.groups_wanted(self.lines_waiting())
-        avenue = sharing.avenue_for(self.number)
         self._stage("select", iteration)
         selection = await self.scientist.select(population, findings, taken=sharing.taken_bases())
         base = views.get(selection.base_id)
@@ -123,6 +127,14 @@ class Line:
             justification = f"{justification} [selected {selection.base_id!r} is not a correct candidate; " \
                             f"using the fastest correct one, {base.id}]"
         reference = views.get(selection.reference_id) if selection.reference_id != base.id else None
+        # Chosen with no await before `start`, so designs asked at once on one base favour different avenues.
+        avenue = sharing.avenue_for(self.number, base.id) if self.several else ""
+        if avenue is None:
+            busy = sharing.designing_on(base.id)
+            self._stage("waiting", iteration, f"for the design of line {busy.line} on {base.id}")
+            await busy.answered.wait()
+            return None
+        groups_wanted = sharing.groups_wanted(self.lines_waiting())
         design = sharing.start(self.number, base.id, avenue, groups_wanted)
         pooled: list[Group] = []
         try:
@@ -172,11 +184,12 @@ class Line:
             kept = {p.title: p for p in mine}
             stored = [kept.get(p.title) or replace(p, chosen=False, why_chosen="") for p in plans
                       if p.title not in handed]
+            favouring = f"favouring {avenue.split(':')[0]}" if avenue else ""
             pooled = [Group(base.id, reference.id if reference else None,
                             f"{justification} [plans proposed in iteration {iteration}'s design by line "
-                            f"{self.number}, favouring {avenue.split(':')[0]}]", g) for g in spare]
+                            f"{self.number}{', ' + favouring if favouring else ''}]", g) for g in spare]
             return self._store(iteration, base.id, reference.id if reference else None,
-                               f"{justification} [favouring {avenue.split(':')[0]}]", stored)
+                               f"{justification} [{favouring}]" if favouring else justification, stored)
         finally:
             sharing.finish(design, pooled)
 

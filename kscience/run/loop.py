@@ -75,6 +75,7 @@ class Controller:
         self._seeking: set[asyncio.Task] = set()  # line tasks that have no plans stored yet
         self._written: set[asyncio.Task] = set()  # line tasks whose candidates are all written
         self.model_s: float | None = None  # how long a designer answer takes, smoothed
+        self._beside: list[asyncio.Task] = []  # the baselines, judged while the lines work (see _roots)
 
     # --- the run -----------------------------------------------------------------------------
     async def run_iterations(self, target: int) -> None:
@@ -98,20 +99,38 @@ class Controller:
             try:
                 await self._roots()
             except EvaluationsSpent as exc:
-                self.journal.stage("done", 0, str(exc))
-                return
-            # Composition also follows every verdict (kscience.run.judging); here it judges a composite a
-            # stopped run left pending, and composes what the roots of a resumed run make possible.
-            await self.judging.composer.maybe_compose(self.iterations_done())
-            self.population.observe()
-            await self._schedule(target)
+                ended = str(exc)
+            else:
+                # Composition also follows every verdict (kscience.run.judging); here it judges a composite a
+                # stopped run left pending, and composes what the roots of a resumed run make possible.
+                await self.judging.composer.maybe_compose(self.iterations_done())
+                self.population.observe()
+                ended = await self._schedule(target)
+            await self._baselines_judged()  # a run is done once every baseline has its verdict
+            if ended is not None:
+                self.journal.stage("done", self.iterations_done(), ended)
             await self.judging.settle(confirm.FINAL_ROUNDS)  # figures from several hosts: end on a settled best
+        except asyncio.CancelledError:  # Ctrl-C: a baseline started keeps its verdict, the others stay pending
+            for task in self._beside:
+                task.cancel()
+            await asyncio.gather(*self._beside, return_exceptions=True)
+            raise
+        except BaseException:  # a stop or a failure: baselines in flight end as evaluations in flight do
+            await asyncio.gather(*self._beside, return_exceptions=True)
+            raise
         finally:
             self.judging.save()  # this session's wall time and every slot's busy time
 
-    async def _schedule(self, target: int) -> None:
+    async def _baselines_judged(self) -> None:
+        """Wait for every baseline the lines worked beside; raise the first failure among them."""
+        for outcome in await asyncio.gather(*self._beside, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _schedule(self, target: int) -> str | None:
         """Keep up to `self.lines` lines going: first every interrupted iteration, then new ones while
-        the budgets allow. Ends when no line is left; raises the first failure once all have committed."""
+        the budgets allow. Ends when no line is left, returning why the run is done (None: its iterations
+        are); raises the first failure once all have committed."""
         tasks: dict[asyncio.Task, tuple[int, int]] = {}  # line task -> (its line number, its iteration)
         for rows in self._open_iterations():
             number = self._free_line(tasks)
@@ -180,16 +199,13 @@ class Controller:
             raise failure
         if stopped is not None or self.stopping.requested():
             raise stopped or Stopped("stopped on request")
-        if spent is not None:
-            self.journal.stage("done", self.iterations_done(), str(spent))
-        elif ended is not None:
-            self.journal.stage("done", self.iterations_done(), ended)
+        return str(spent) if spent is not None else ended
 
     def _line(self, number: int) -> Line:
         return Line(number, journal=self.journal, stopping=self.stopping, judging=self.judging, budget=self.budget,
                     population=self.population, scientist=self.scientist, sharing=self.sharing,
                     problem=self.problem, repairs=self.repairs, lines_waiting=self.lines_waiting,
-                    note_model_time=self.note_model_time)
+                    note_model_time=self.note_model_time, several=self.lines > 1)
 
     async def _new_line(self, number: int, iteration: int, designing: set) -> None:
         line, me = self._line(number), asyncio.current_task()
@@ -255,8 +271,9 @@ class Controller:
     # --- seed and baselines ------------------------------------------------------------------
     async def _roots(self) -> None:
         """The seed (repaired if it fails) is the root of the population; the reference, the problem's
-        vendor-library path and the reference's torch.compile are baselines. A baseline that fails keeps
-        its status and the run goes on."""
+        vendor-library path and the reference's torch.compile are baselines. The lines start once the seed
+        passes: the baselines are judged beside them (`_beside`), so a prompt written before a baseline's
+        verdict lacks it and later ones have it. A baseline that fails keeps its status and the run goes on."""
         candidates = self.journal.candidates()
         chain = [c for c in candidates if c.iteration == 0 and c.kind in ("seed", "repair")]
         if not chain:
@@ -270,17 +287,27 @@ class Controller:
         alone = vendor_alone_source(self.problem)
         if alone:  # the same call on inputs already in its layout: how much of its time is the GEMM
             cheap.append(("vendor_alone", alone, vendor_title(self.problem, self.problem.vendor_alone.name)))
-        settled = self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
-        final, *_ = await asyncio.gather(settled, *(self._baseline(candidates, kind, source, title, {})
-                                                    for kind, source, title in cheap),
-                                         *(self._library_baseline(candidates, lib) for lib in self.problem.libraries))
+        # The seed's request goes out first (its coroutine runs at once), the baselines' as it awaits its verdict.
+        # They take no slot, so an executor runs them in the order asked: all before any child exists, and a
+        # child, written two model answers after the seed's verdict, waits only for what is left of them (the
+        # eager and vendor baselines take 1-3 s each on an H100).
+        self._beside = [self._judged_beside(self._baseline(candidates, kind, source, title, {}))
+                        for kind, source, title in cheap]
+        self._beside += [self._judged_beside(self._library_baseline(candidates, lib)) for lib in self.problem.libraries]
+        final = await self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
         if not final.ok:
             raise RunError(f"the seed kernel does not pass ({chain[0].status}: {chain[0].message}) "
                            f"and {self.repairs} repair attempt(s) did not fix it")
-        device = final.device
-        if compiled_baseline_wanted(self.compiled_baseline, final):
-            await self._baseline(candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager",
-                                 device)
+        if compiled_baseline_wanted(self.compiled_baseline, final):  # on the seed's device; Judging says when
+            self._beside.append(self._judged_beside(self._baseline(
+                candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager", final.device)))
+
+    def _judged_beside(self, baseline) -> asyncio.Task:
+        """A baseline judged while the lines work; every prompt after its verdict names it."""
+        async def judged() -> None:
+            await baseline
+            self.population.observe()
+        return asyncio.create_task(judged())
 
     async def _baseline(self, candidates: list[Candidate], kind: str, source: str, hypothesis: str,
                         device: dict) -> None:

@@ -8,7 +8,8 @@ Lines that start together on one base with one prompt propose the same plans. He
   way that has a group to spare, before it asks the model itself;
 - each design under way is known to the others: its base (the selector is told which bases are
   taken) and its avenue, so no two lines send the same prompt, and each prompt names the avenue its
-  line favours (AVENUES, a different one for each design under way at once).
+  line favours (AVENUES): designs under way at once on one base never share one, and a line whose
+  base has every avenue under way waits for one of those answers rather than propose alike.
 """
 
 from __future__ import annotations
@@ -69,14 +70,17 @@ class Sharing:
         covered = sum(d.claims for d in self.designs)
         return max(1, min(MAX_GROUPS_PER_ANSWER, waiting_lines - covered))
 
-    def avenue_for(self, line: int) -> str:
-        """The line's own avenue, or the next one no design under way favours."""
+    def avenue_for(self, line: int, base_id: str) -> str | None:
+        """The line's own avenue, or the next one, among those no design under way on `base_id` favours,
+        preferring one no design under way favours at all; None when every avenue is under way on it."""
+        on_base = {d.avenue for d in self.designs if d.base_id == base_id}
         busy = {d.avenue for d in self.designs}
-        for step in range(len(AVENUES)):
-            avenue = AVENUES[(line - 1 + step) % len(AVENUES)]
-            if avenue not in busy:
-                return avenue
-        return AVENUES[(line - 1) % len(AVENUES)]
+        free = [a for step in range(len(AVENUES)) if (a := AVENUES[(line - 1 + step) % len(AVENUES)]) not in on_base]
+        return next((a for a in free if a not in busy), free[0] if free else None)
+
+    def designing_on(self, base_id: str) -> Design | None:
+        """The oldest design under way on `base_id`."""
+        return next((d for d in self.designs if d.base_id == base_id), None)
 
     def start(self, line: int, base_id: str, avenue: str, groups: int) -> Design:
         design = Design(line, base_id, avenue, groups)

@@ -13,8 +13,8 @@ the best kernel so far; one slot a round goes to an untried structural rewrite f
 (`moves.py`, `structural.py`) where the source has a pattern it recognises. It is honest
 about its limits: a plan outside the catalogue is declined, and a repair it cannot justify fails.
 It is deterministic: every answer draws from a generator seeded with (seed, role, prompt); the knob
-search is seeded from it, and while other lines design at once it keeps to the share of titles its
-line's avenue owns, so concurrent lines are proposed different experiments.
+search is seeded from it, and in a run of several lines it keeps to the share of titles its line's
+avenue owns, so lines designing at once are proposed different experiments.
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ def _key(source: str) -> str:
 
 
 def _share(brief):
-    """Which titles this designer may propose: while other lines design at once (each favouring another
-    avenue), the titles whose hash falls to this avenue, so concurrent answers never overlap; else all."""
-    if not brief.others or brief.avenue not in AVENUES:
+    """Which titles this designer may propose: where its line favours an avenue (a run of several lines,
+    whose designs may run at once, on one base each favouring another avenue), the titles whose hash falls
+    to that avenue, so concurrent answers never overlap, also with a design that began before the others;
+    else (a lone line) all."""
+    if brief.avenue not in AVENUES:
         return lambda title: True
     index = AVENUES.index(brief.avenue)
     return lambda title: int(hashlib.sha256(title.encode()).hexdigest()[:8], 16) % len(AVENUES) == index
@@ -184,7 +186,7 @@ class OfflineLLM(LLM):
         under_way = [_config_of(t) for t in brief.done if t.startswith(SEARCH_TITLE)]
         # Seeded by the prompt's generator as well as the scientist's seed: lines whose prompts differ
         # (each names its own avenue and what the others design) are proposed different configurations.
-        configs, method = propose(space, observations, slots * len(AVENUES) if brief.others else slots,
+        configs, method = propose(space, observations, slots * len(AVENUES) if brief.avenue else slots,
                                   self.seed * 1_000_003 + rng.randrange(2**31), exclude=under_way)
         configs = [c for c in configs if mine(f"{SEARCH_TITLE}{describe(c)}")][:slots]
         self.search_ran.add(method)
