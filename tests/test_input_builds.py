@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kscience.evaluate.judge import drive
+from kscience.evaluate.judge import drive, input_sets
 from kscience.evaluate.judge import session as session_module
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
@@ -60,7 +60,8 @@ def test_no_set_of_inputs_is_built_twice_and_the_judges_first_builds_are_all_use
 
     def recording(self, cmd, *a, **k):
         events.append(("import", None) if "source" in cmd else ())
-        events.extend((cmd.get("cmd"), s) for s in [cmd.get("seed")] + list(cmd.get("seeds") or []) if s is not None)
+        events.extend((cmd.get("cmd"), s, cmd.get("kind")) for s in [cmd.get("seed")] + list(cmd.get("seeds") or [])
+                      if s is not None)
         return ask(self, cmd, *a, **k)
 
     def generate_input(seed, device, **shape):
@@ -68,6 +69,7 @@ def test_no_set_of_inputs_is_built_twice_and_the_judges_first_builds_are_all_use
         return slow_sort.generate_input(seed, device, **shape)
 
     monkeypatch.setattr(session_module.Session, "ask", recording)
+    monkeypatch.setattr(input_sets, "KEEP_BUILD_S", 0.0)  # these builds take milliseconds on a CPU
     problem = dataclasses.replace(slow_sort, generate_input=generate_input)
     result = evaluate(EvalRequest(problem=problem.locator, source=SORT), problem=problem)
     assert result.status == OK, result.message
@@ -76,7 +78,7 @@ def test_no_set_of_inputs_is_built_twice_and_the_judges_first_builds_are_all_use
     imported = events.index(("import", None))
     judge_builds = [e[1:] for e in events if e[0] == "judge"]
     before_import = [e[1:] for e in events[:imported] if e[0] == "judge"]
-    sent = [e for e in events if e[0] not in ("judge", "import")]
+    sent = [e[:2] for e in events if e[0] not in ("judge", "import")]
     worker_builds = _builds(result.stderr_tail)
 
     # Every seed a command carried is new to the evaluation except the warm-up's (never timed).
@@ -91,6 +93,14 @@ def test_no_set_of_inputs_is_built_twice_and_the_judges_first_builds_are_all_use
     assert Counter(size for _, size in before_import) == {20000: session_module.BUILDS, 30000: session_module.BUILDS}
     checked_or_timed = {s for c, s in sent if c in ("check", "call")}
     assert all(seed in checked_or_timed for seed, _ in before_import)
+    # The first timed calls of every round (always read) have inputs the judge built before their
+    # command: before the import, or while the worker prepared the round.
+    built_at = {e[1]: i for i, e in enumerate(events) if e[0] == "judge"}
+    rounds = [i for i, e in enumerate(events) if e[0] == "prepare" and events[i - 1][0] != "prepare"]
+    assert len(rounds) >= 2
+    for start in rounds:
+        timed = [(i, e[1]) for i, e in enumerate(events) if i > start and e[0] == "call" and e[2] == "timed"]
+        assert all(built_at.get(seed, i) < i for i, seed in timed[:session_module.CHECKS[1]])
     for size in (20000, 30000):
         shape = next(s for s in result.shapes if s.shape.get("size") == size)
         assert shape.ok and shape.n >= 3

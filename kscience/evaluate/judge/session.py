@@ -25,6 +25,7 @@ from kscience.evaluate import result as R
 from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
 from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.judge.input_sets import InputSets
 from kscience.evaluate.sandbox.spares import spares_held, start_worker
 from kscience.evaluate.sandbox.workers import default_rss_limit
 from kscience.evaluate.wire import DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
@@ -55,11 +56,7 @@ ECHOES = 5  # round trips timed before the candidate is imported (measure.py cap
 # counting (the first pays for loading kernels, milliseconds), and no more once BUILDS_S have passed:
 # one build of a second or more is mostly its own work.
 BUILDS, BUILDS_S = 3, 1.0
-# Those sets are kept, up to this many bytes in all, and spent where the judge would build a set
-# again: the shape's correctness call and its first timed calls (which are always read, so their
-# recheck finds the inputs built; the reference's own timing runs on a copy). No worker saw their
-# seeds before the command that uses them.
-KEEP_BYTES = 2 << 30
+# Where a build is slow those sets are held and used later (input_sets.py).
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
 
@@ -96,9 +93,7 @@ class Session:
         self.phase_limit, self.phase_end, self.by_deadline, self.by_step = 0.0, math.inf, False, False
         self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
         self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
-        self.kept: dict[str, list[tuple[int, list]]] = {}  # by shape label: (seed, inputs) built by `build_us`
-        self.kept_bytes = 0
-        self.sent: dict[int, list] = {}  # by seed: kept inputs handed to timed calls, for their recheck
+        self.sets = InputSets()  # sets built ahead, each for one command (input_sets.py)
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, the worker's input build included
 
     # --- the channel -------------------------------------------------------------------------
@@ -230,27 +225,22 @@ class Session:
                         t.clone()  # the worker copies each set into its fixed buffers
                 if not self.cpu:
                     torch.cuda.synchronize()
-                best = min(best, time.perf_counter() - t0)
-                self._keep(key, seed, data)
+                took = time.perf_counter() - t0
+                best = min(best, took)
+                self.sets.keep(key, seed, data, took)
                 if time.monotonic() > stop:
                     break
             self.builds_us[key] = best * 1e6
         return self.builds_us[key]
 
-    def _keep(self, key: str, seed: int, data: list) -> None:
-        size = sum(t.numel() * t.element_size() for t in data if isinstance(t, torch.Tensor))
-        if self.kept_bytes + size <= KEEP_BYTES:
-            self.kept.setdefault(key, []).append((seed, data))
-            self.kept_bytes += size
-
-    def take_kept(self, shape: dict) -> tuple[int, list] | None:
-        """A set `build_us` built for `shape` (its seed never sent), taken out: used once, or None."""
-        sets = self.kept.get(shape_label(shape))
-        if not sets:
-            return None
-        seed, data = sets.pop()
-        self.kept_bytes -= sum(t.numel() * t.element_size() for t in data if isinstance(t, torch.Tensor))
-        return seed, data
+    def build_ahead(self, shape: dict, ready: list[int]) -> None:
+        """Inputs for the first timed calls of a round, built while the worker prepares it (untimed),
+        where the shape's builds are slow: `ready` gets their seeds, up to CHECKS of them."""
+        key = shape_label(shape)
+        while len(ready) < CHECKS[self.cpu] and self.sets.room(key):
+            seed = drive.new_seed(self.used_seeds)
+            self.sets.sent[seed] = self.inputs(seed, shape)
+            ready.append(seed)
 
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
@@ -268,7 +258,7 @@ class Session:
         key = shape_label(shape)
         if key not in self.reference_outside:
             # A copy of a set the judge holds for this shape's rechecks will do: the reference runs here
-            held = next(iter(self.sent.values()), None)
+            held = next(iter(self.sets.sent.values()), None)
             data = copy.deepcopy(held) if held is not None else self.inputs(drive.new_seed(self.used_seeds), shape)
             with self.phase("reference"):
                 self.reference_outside[key] = reference_outside.outside_us(self.problem, data, self.device.l2_bytes)
@@ -328,7 +318,7 @@ class Session:
     def _checked_call(self, shape: dict, whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
         """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
         the answer, the output cap), once the worker said which inputs it handed back."""
-        kept = self.take_kept(shape)
+        kept = self.sets.take(shape_label(shape))
         if kept is None:
             seed = drive.new_seed(self.used_seeds)
             kept = seed, self.inputs(seed, shape)
@@ -379,9 +369,9 @@ class Session:
         build_us = self.build_us(res.shape)
         slow = not c and self.check_call_s - build_us / 1e6 > SLOW_CALL_S
         ready = []  # the sets left of those built before the import go to the first timed calls
-        while (kept := self.take_kept(res.shape)) is not None:
+        while (kept := self.sets.take(shape_label(res.shape))) is not None:
             ready.append(kept[0])
-            self.sent[kept[0]] = kept[1]
+            self.sets.sent[kept[0]] = kept[1]
         plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
                           CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S, ready, build_us,
                           BUILT_N[c], BUILT_NULLS[c])
@@ -395,7 +385,7 @@ class Session:
             self.worker.kill()  # which also lets the abandoned read return
             raise Verdict(R.REJECTED, str(exc), res.shape) from None
         finally:
-            self.sent.clear()  # kept sets no read asked for
+            self.sets.sent.clear()  # held sets no read asked for
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
         floor = self.device.floor_seconds(self.problem.flops(**res.shape), self.problem.bytes_moved(**res.shape),
@@ -422,7 +412,7 @@ class Session:
 
     def recheck(self, look: drive.Look, shape: dict) -> None:
         """A timed call's output, as the judge read it right after the call, against the answer."""
-        data = self.sent.pop(look.seed, None)  # built before the import, its seed sent first to this call
+        data = self.sets.recheck_inputs(look.seed)  # built ahead, its seed sent first to this call
         if data is None:
             data = self.inputs(look.seed, shape)
         if self.problem.check is not None:  # its own check, which may accept another dtype (pmpp-prefixsum's
