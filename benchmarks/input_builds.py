@@ -66,7 +66,7 @@ def counted(problem, source: str, gpu: int | None) -> dict:
             "phases_s": result.phases_s, "device": result.device.get("name", "unknown"),
             "setup_s": result.device.get("setup_s"),
             "shapes": [{"shape": label, "judge": dict(judge[label]), "worker": dict(worker[label]),
-                        **next({"n": s.n, "time_us": s.time_us} for s in result.shapes
+                        **next({"n": s.n, "time_us": s.time_us, "note": s.message} for s in result.shapes
                                if shape_label(s.shape) == label and s.phase == "benchmark")}
                        for label in shapes]}
 
@@ -92,7 +92,7 @@ def main() -> int:
         print(f"#{i + 1} {r['status']} in {r['wall_s']:.1f} s: {phases}  ({r['message'][:120]})")
         for s in r["shapes"]:
             print(f"    {s['shape']:<24} n={s['n']:<4} {s['time_us'] or 0:>10.1f} us  judge {sum(s['judge'].values()):>3} {s['judge']}  "
-                  f"worker {sum(s['worker'].values()):>3} {s['worker']}")
+                  f"worker {sum(s['worker'].values()):>3} {s['worker']}  {s['note'] or ''}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip() or "unknown"
     device = re.sub(r"[^A-Za-z0-9]+", "_", runs[0]["device"]).strip("_")

@@ -10,6 +10,7 @@ worker on the worker's stderr, which the result's tail carries.
 
 import contextlib
 import dataclasses
+import json
 import re
 import shutil
 from collections import Counter
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kscience.cli.main import main as cli_main
 from kscience.evaluate.judge import drive, input_sets
 from kscience.evaluate.judge import session as session_module
 from kscience.evaluate.judge.evaluation import evaluate
@@ -98,6 +100,7 @@ def test_no_set_of_inputs_is_built_twice_and_the_judges_first_builds_are_all_use
     built_at = {e[1]: i for i, e in enumerate(events) if e[0] == "judge"}
     rounds = [i for i, e in enumerate(events) if e[0] == "prepare" and events[i - 1][0] != "prepare"]
     assert len(rounds) >= 2
+    assert sum(c == "prepare" for c, _ in sent) == len(rounds)  # one warm-up set where a build is slow
     for start in rounds:
         timed = [(i, e[1]) for i, e in enumerate(events) if i > start and e[0] == "call" and e[2] == "timed"]
         assert all(built_at.get(seed, i) < i for i, seed in timed[:session_module.CHECKS[1]])
@@ -167,3 +170,17 @@ def test_seeds_built_before_the_import_go_to_the_first_timed_calls_only(monkeypa
     assert sorted(firsts) == [11, 12] and {11, 12} <= set(read)  # read, so rechecked with the inputs kept
     others = [seed for _, seed in seeds if seed not in (11, 12)]
     assert len(others) == len(set(others)) == len(seeds) - 2
+
+
+@pytest.mark.usefixtures("gpumode_modules")
+def test_kscience_eval_json_shows_where_the_seconds_went(slow_sort, tmp_path, capsys):
+    candidate = tmp_path / "sort.py"
+    candidate.write_text(SORT)
+    assert cli_main(["eval", slow_sort.locator, str(candidate), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == OK
+    # the judge's phases (each phase counts for itself alone: they add up to no more than the wall time)
+    assert {"builds", "inputs", "import", "check", "reference", "time", "recheck", "close"} <= set(out["phases_s"])
+    assert sum(out["phases_s"].values()) <= out["wall_s"] + 0.01
+    # and the worker's own account of its import, beside them
+    assert {"device", "problem", "candidate"} <= set(out["device"]["setup_s"])

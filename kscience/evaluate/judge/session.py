@@ -40,7 +40,7 @@ MIN_N, MAX_N = (10, 3), (2000, 20)
 WARMUP = (3, 1)
 NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
 CHECKS = (3, 3)  # timed calls read and rechecked per shape: about CHECKS * (1 + ln(n / CHECKS)) of n
-WARM_SETS = 2  # input sets the warm-up cycles through (never timed)
+WARM_SETS = 2  # input sets the warm-up cycles through (never timed); one where a build is slow (input_sets.py)
 # A shape whose calls take seconds (GPU MODE's linalg: 9.6 s per call of an eigendecomposition of
 # 640 matrices on an H100) is timed as GPU MODE's own eval.py times it: the correctness call just
 # made on that shape is its warm-up, and timing stops after FEW_N calls once they add up to ENOUGH_S.
@@ -365,20 +365,21 @@ class Session:
     def time(self, res: R.ShapeResult, cap: int) -> None:
         """Time a checked benchmark shape into `res` (measure.py), or end with a Verdict."""
         c = self.cpu
+        build_us, key = self.build_us(res.shape), shape_label(res.shape)
         # the correctness call just made on this shape, less building its inputs inside that call
-        build_us = self.build_us(res.shape)
         slow = not c and self.check_call_s - build_us / 1e6 > SLOW_CALL_S
         ready = []  # the sets left of those built before the import go to the first timed calls
-        while (kept := self.sets.take(shape_label(res.shape))) is not None:
+        while (kept := self.sets.take(key)) is not None:
             ready.append(kept[0])
             self.sets.sent[kept[0]] = kept[1]
+        warm_sets = 1 if key in self.sets.slow else WARM_SETS  # a second warm-up set would cost a slow build
         plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
                           CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S, ready, build_us,
                           BUILT_N[c], BUILT_NULLS[c])
         self.give_back_memory()  # what checking the shape left in this process's allocator
         try:
             with spares_held(self.worker):
-                problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
+                problem = measure.time_shape(self, res, cap, plan, warm_sets)
         except drive.Unreadable as exc:
             raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
         except (peek.Stuck, drive.Unstoppable) as exc:
