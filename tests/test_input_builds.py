@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 from kscience.cli.main import main as cli_main
 from kscience.evaluate.judge import drive, input_sets
@@ -184,3 +185,22 @@ def test_kscience_eval_json_shows_where_the_seconds_went(slow_sort, tmp_path, ca
     assert sum(out["phases_s"].values()) <= out["wall_s"] + 0.01
     # and the worker's own account of its import, beside them
     assert {"device", "problem", "candidate"} <= set(out["device"]["setup_s"])
+
+
+def test_sets_are_held_only_where_even_the_quickest_build_was_slow_and_only_within_the_budget(monkeypatch):
+    one = [torch.zeros(1000, dtype=torch.float32)]  # 4,000 bytes
+    sets = input_sets.InputSets()
+    # the first build also loaded kernels; the next two were fast: nothing held, the shape not slow
+    sets.keep("fast", 1, one, 0.02)
+    sets.keep("fast", 2, one, 0.001)
+    sets.keep("fast", 3, one, 0.001)
+    sets.settle("fast", 0.001)
+    assert sets.take("fast") is None and "fast" not in sets.slow and sets.held_bytes() == 0
+    monkeypatch.setattr(input_sets, "KEEP_BYTES", 10_000)  # room for two sets
+    for seed in (4, 5, 6):
+        sets.keep("slow", seed, one, 0.5)
+    sets.settle("slow", 0.5)
+    assert sets.held_bytes() == 8000 and not sets.room("slow") and not sets.room("fast")
+    taken = [sets.take("slow"), sets.take("slow"), sets.take("slow")]
+    assert sorted(t[0] for t in taken[:2]) == [4, 5] and taken[2] is None  # each held set goes out once
+    assert sets.room("slow")

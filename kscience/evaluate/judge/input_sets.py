@@ -43,6 +43,13 @@ class InputSets:
             if self.room(key):
                 self.unsent.setdefault(key, []).append((seed, data))
 
+    def settle(self, key: str, least_s: float) -> None:
+        """Once the builds of `key` are timed: where even the quickest was fast (the first one also
+        loads kernels), nothing of it is held and its builds are not slow."""
+        if least_s < KEEP_BUILD_S:
+            self.slow.pop(key, None)
+            self.unsent.pop(key, None)
+
     def take(self, key: str) -> tuple[int, list] | None:
         """A held set of `key` whose seed no command carried yet, taken out for one command; or None."""
         sets = self.unsent.get(key)

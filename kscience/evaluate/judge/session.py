@@ -231,6 +231,7 @@ class Session:
                 if time.monotonic() > stop:
                     break
             self.builds_us[key] = best * 1e6
+            self.sets.settle(key, best)
         return self.builds_us[key]
 
     def build_ahead(self, shape: dict, ready: list[int]) -> None:
