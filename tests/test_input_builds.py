@@ -26,6 +26,8 @@ from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import load_problem
 
+from fake_clock import FakeClock
+
 PMPP = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "pmpp"
 SHAPES = """tests: [{size: 1023, seed: 4242}]
 benchmarks: [{size: 100000, seed: 54352}]
@@ -110,18 +112,6 @@ def test_no_set_of_inputs_is_built_twice_and_the_judges_first_builds_are_all_use
         assert shape.ok and shape.n >= 3
 
 
-class _Clock:
-    """time.monotonic and time.perf_counter that advance only when a command 'runs'."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def monotonic(self):
-        return self.now
-
-    perf_counter = monotonic
-
-
 class _Worker:
     """Every command builds its inputs (`build_s`) inside the judge's bracket; a timed call then
     runs `call_s`. Records the seed of every command."""
@@ -144,7 +134,7 @@ class _Worker:
 
 
 def _drive(monkeypatch, build_s, call_s, ready=()):
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(drive, "time", clock)
     monkeypatch.setattr(drive, "_read", lambda session, shape, where, seed, kind, cap: drive.Look(seed))
     worker = _Worker(clock, build_s, call_s)
