@@ -13,6 +13,7 @@ import dataclasses
 import json
 import re
 import shutil
+import types
 from collections import Counter
 from pathlib import Path
 
@@ -194,3 +195,26 @@ def test_sets_are_held_only_where_even_the_quickest_build_was_slow_and_only_with
     taken = [sets.take("slow"), sets.take("slow"), sets.take("slow")]
     assert sorted(t[0] for t in taken[:2]) == [4, 5] and taken[2] is None  # each held set goes out once
     assert sets.room("slow")
+
+
+def test_the_reference_is_timed_on_a_copy_of_a_held_set_without_a_new_build(monkeypatch):
+    held = [torch.arange(6.0)]
+    seen = []
+
+    def outside_us(problem, data, l2_bytes):
+        seen.append(data)
+        data[0].add_(1)  # whatever the reference does to its inputs stays in the copy
+        return 12.5
+
+    def no_build(seed, shape):
+        raise AssertionError("built a new set")
+
+    monkeypatch.setattr(session_module.reference_outside, "outside_us", outside_us)
+    session = session_module.Session.__new__(session_module.Session)  # the bookkeeping alone, no worker
+    session.phases_s, session._inner_s, session._open, session.on_phase = {}, [], [], None
+    session.reference_outside, session.sets, session.cpu = {}, input_sets.InputSets(), 1
+    session.problem, session.device = None, types.SimpleNamespace(l2_bytes=0)
+    session.sets.sent[7] = held
+    session.inputs = no_build
+    assert session.reference_outside_us({"size": 6}) == 12.5
+    assert seen[0] is not held and torch.equal(held[0], torch.arange(6.0))  # the recheck's inputs untouched
