@@ -110,7 +110,8 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
                used: set[int]) -> tuple[list[Call], list[Look]]:
     """Drive one shape's timed calls through `session` (a `session.Session`), after `prepare`.
 
-    Every command carries a seed new to this evaluation (`used` holds every seed sent so far).
+    Every command carries a seed new to this evaluation (`used` holds every seed sent so far, and
+    every seed the judge drew for inputs it built ahead: `plan.ready`, which the first timed calls carry).
     Returns every call in order and what the judge read of the outputs it chose to check: the
     i-th timed call is read with probability min(1, checks / i) (so about checks * (1 + ln(n /
     checks)) reads for n calls, every call equally likely to be among the last `checks` kept by
