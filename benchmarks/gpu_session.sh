@@ -5,7 +5,7 @@
 # benchmarks/README.md says what each step runs, its settings (environment variables) and its results.
 # Logs, JSON results and run databases land in OUTDIR.
 set -uo pipefail
-steps_known="tests sorttests evaluator falserej gpumode throughput baselines kernelsplit runs model-runs profile \
+steps_known="tests sorttests sortbuilds evaluator falserej gpumode throughput baselines kernelsplit runs model-runs profile \
 profile-run compose-gemm compose-rows profile-default"
 out=${1:?usage: gpu_session.sh OUTDIR [STEP...]; steps: $steps_known}
 shift
@@ -37,6 +37,8 @@ for step in $steps; do
     sorttests) # GPU MODE's published sorts, five evaluations each: 17-76 s an evaluation on an H100
                timeout "${SORT_S:-570}" python3 -m pytest -v -s -rfEs --tb=short tests/gpu/test_gpu_gpumode_sort.py \
                  2>&1 | tee "$out/gpu-sort-tests.log" ;;
+    sortbuilds) timeout "${SORTBUILDS_S:-540}" python3 benchmarks/input_builds.py -n "${SORTBUILDS_N:-4}" \
+                  ${TASK:+--task "$TASK"} --out "$out" 2>&1 | tee "$out/input-builds.log" ;;
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" \
                  ${PROBLEMS:+--problems "$PROBLEMS"} --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;

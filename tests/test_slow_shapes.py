@@ -14,21 +14,10 @@ from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import load_problem, outputs
 
+from fake_clock import FakeClock
 from gpumode_tasks import task_folder
 
 PUBLISHED = Path(__file__).parent / "data" / "gpumode" / "reference-kernels"
-
-
-class _Clock:
-    """time.monotonic and time.perf_counter that advance only when a call 'runs'."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def monotonic(self):
-        return self.now
-
-    perf_counter = monotonic
 
 
 class _Session:
@@ -50,7 +39,7 @@ class _Session:
 
 
 def _timed(monkeypatch, call_s):
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(drive, "time", clock)
     session = _Session(clock, call_s)
     plan = drive.Plan(warmup=0, nulls=2, min_n=10, max_n=2000, max_seconds=0.5, target_rse=0.005, checks=0,

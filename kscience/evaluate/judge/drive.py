@@ -49,6 +49,19 @@ class Plan:
     checks: int  # timed calls read and rechecked: call i is read with probability checks / i
     few_n: int  # fewer calls than min_n suffice once the timed calls have taken enough_s seconds
     enough_s: float
+    # Seeds of inputs the judge built before the import, sent to no worker yet: each goes to one of
+    # the first `checks` timed calls, which are always read, so their recheck builds nothing.
+    ready: list[int] = dataclasses.field(default_factory=list)
+    build_us: float = 0.0  # the judge's own time to build the shape's inputs (session.build_us)
+    built_n: int = 0  # where that is most of a timed bracket (BUILT_SHARE): this many timed calls suffice
+    built_nulls: int = 0  # and this many null calls
+
+
+# A round's calls are mostly their input builds where the judge's own build time is at least this
+# share of the median bracket of its timed calls so far. The brackets are the judge's own clock and
+# the build was measured before the import: a candidate can only make its brackets longer, which
+# takes it out of the rule, never into it.
+BUILT_SHARE = 0.5
 
 
 class Unreadable(Exception):
@@ -97,7 +110,8 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
                used: set[int]) -> tuple[list[Call], list[Look]]:
     """Drive one shape's timed calls through `session` (a `session.Session`), after `prepare`.
 
-    Every command carries a seed new to this evaluation (`used` holds every seed sent so far).
+    Every command carries a seed new to this evaluation (`used` holds every seed sent so far, and
+    every seed the judge drew for inputs it built ahead: `plan.ready`, which the first timed calls carry).
     Returns every call in order and what the judge read of the outputs it chose to check: the
     i-th timed call is read with probability min(1, checks / i) (so about checks * (1 + ln(n /
     checks)) reads for n calls, every call equally likely to be among the last `checks` kept by
@@ -109,22 +123,27 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
     judge's own read did not return in time, Unstoppable when the worker could not be stopped for it.
     """
     timed_us: list[float] = []  # event times of the timed calls: the figure is their median
-    nulls = plan.nulls
+    windows: list[float] = []  # the judge's brackets around them
+    nulls_sent = 0
     calls: list[Call] = []
     looks: list[Look] = []
     aside_s = 0.0
     t_loop = time.monotonic()
     while True:
         n = len(timed_us)
-        rse = median_rse(timed_us) if n >= plan.min_n else 1.0
+        built = bool(plan.built_n and windows) and plan.build_us >= BUILT_SHARE * float(numpy.median(windows))
+        min_n = plan.built_n if built else plan.min_n
+        nulls = max((plan.built_nulls if built else plan.nulls) - nulls_sent, 0)
+        rse = median_rse(timed_us) if n >= min_n else 1.0
         spent = time.monotonic() - t_loop - aside_s  # null calls and reading outputs are not timing
-        enough = n >= plan.min_n or (n >= plan.few_n and spent > plan.enough_s)
+        enough = n >= min_n or (n >= plan.few_n and spent > plan.enough_s)
         settled = enough and (n >= plan.max_n or spent > plan.max_seconds or rse < plan.target_rse)
         if settled and not nulls:
             break
         kind = "null" if nulls and (settled or (n > 0 and _random.randrange(4) == 0)) else "timed"
-        nulls -= kind == "null"
-        cmd = {"cmd": "call", "kind": kind, "seed": new_seed(used)}
+        nulls_sent += kind == "null"
+        ready = kind == "timed" and n < plan.checks and plan.ready
+        cmd = {"cmd": "call", "kind": kind, "seed": plan.ready.pop() if ready else new_seed(used)}
         t0 = time.perf_counter()
         session.ask(cmd, "time", shape)
         reply = session.reply("time", shape)
@@ -135,6 +154,7 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
             aside_s += window / 1e6
             continue
         timed_us.append(call.event_us)
+        windows.append(window)
         # Check-or-not is drawn only now, after the call returned, and the output is read at once.
         if _random.randrange(len(timed_us)) < plan.checks:
             t_read = time.monotonic()

@@ -103,6 +103,7 @@ def _round(session: TimedSession, shape: dict, cap: int, plan: drive.Plan, warm_
     # returns, and the judge's reads see that copy (timing.py).
     session.ask({"cmd": "prepare", "shape": shape, "seeds": warm, "warmup": plan.warmup,
                  "max_output_bytes": cap, "copy_outputs": session.peek_pid is None}, "time", shape)
+    session.build_ahead(shape, plan.ready)  # while the worker prepares, untimed
     setup_s = _float(session.reply("time", shape).get("setup_s"))
     prepare_wall = time.monotonic() - t0
     calls, looks = drive.run_calls(session, shape, plan, cap, session.used_seeds)

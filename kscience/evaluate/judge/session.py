@@ -12,6 +12,7 @@ reports are believed only after the checks in `crosscheck`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import statistics
 import time
@@ -24,6 +25,7 @@ from kscience.evaluate import result as R
 from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
 from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.judge.input_sets import InputSets
 from kscience.evaluate.sandbox.spares import spares_held, start_worker
 from kscience.evaluate.sandbox.workers import default_rss_limit
 from kscience.evaluate.wire import DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
@@ -38,17 +40,23 @@ MIN_N, MAX_N = (10, 3), (2000, 20)
 WARMUP = (3, 1)
 NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
 CHECKS = (3, 3)  # timed calls read and rechecked per shape: about CHECKS * (1 + ln(n / CHECKS)) of n
-WARM_SETS = 2  # input sets the warm-up cycles through (never timed)
+WARM_SETS = 2  # input sets the warm-up cycles through (never timed); one where a build is slow (input_sets.py)
 # A shape whose calls take seconds (GPU MODE's linalg: 9.6 s per call of an eigendecomposition of
 # 640 matrices on an H100) is timed as GPU MODE's own eval.py times it: the correctness call just
 # made on that shape is its warm-up, and timing stops after FEW_N calls once they add up to ENOUGH_S.
 SLOW_CALL_S = 1.0
 FEW_N, ENOUGH_S = 3, 10.0
+# A shape whose calls are mostly the building of their inputs (the judge's own build time at least
+# drive.BUILT_SHARE of the median timed bracket: GPU MODE's sort builds 10,000 rows from Python for
+# a sort of 5 ms) is timed with this many calls and null calls at the least (GPU, CPU): each one
+# costs a build, and the figure, CUDA events of the call alone, needs no more to settle.
+BUILT_N, BUILT_NULLS = (3, MIN_N[1]), (3, NULLS[1])
 ECHOES = 5  # round trips timed before the candidate is imported (measure.py caps null calls with them)
 # The judge builds each timed shape's inputs up to this many times before the import, the least
 # counting (the first pays for loading kernels, milliseconds), and no more once BUILDS_S have passed:
 # one build of a second or more is mostly its own work.
 BUILDS, BUILDS_S = 3, 1.0
+# Where a build is slow those sets are held and used later (input_sets.py).
 BYE_WAIT_S = 10.0
 _OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
 
@@ -85,6 +93,7 @@ class Session:
         self.phase_limit, self.phase_end, self.by_deadline, self.by_step = 0.0, math.inf, False, False
         self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
         self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
+        self.sets = InputSets()  # sets built ahead, each for one command (input_sets.py)
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, the worker's input build included
 
     # --- the channel -------------------------------------------------------------------------
@@ -209,16 +218,30 @@ class Session:
             best, stop = math.inf, time.monotonic() + BUILDS_S
             for _ in range(BUILDS):
                 t0 = time.perf_counter()
-                for t in self.inputs(drive.new_seed(self.used_seeds), shape):
+                seed = drive.new_seed(self.used_seeds)
+                data = self.inputs(seed, shape)
+                for t in data:
                     if isinstance(t, torch.Tensor):
                         t.clone()  # the worker copies each set into its fixed buffers
                 if not self.cpu:
                     torch.cuda.synchronize()
-                best = min(best, time.perf_counter() - t0)
+                took = time.perf_counter() - t0
+                best = min(best, took)
+                self.sets.keep(key, seed, data, took)
                 if time.monotonic() > stop:
                     break
             self.builds_us[key] = best * 1e6
+            self.sets.settle(key, best)
         return self.builds_us[key]
+
+    def build_ahead(self, shape: dict, ready: list[int]) -> None:
+        """Inputs for the first timed calls of a round, built while the worker prepares it (untimed),
+        where the shape's builds are slow: `ready` gets their seeds, up to CHECKS of them."""
+        key = shape_label(shape)
+        while len(ready) < CHECKS[self.cpu] and self.sets.room(key):
+            seed = drive.new_seed(self.used_seeds)
+            self.sets.sent[seed] = self.inputs(seed, shape)
+            ready.append(seed)
 
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
@@ -235,7 +258,9 @@ class Session:
         """What the reference shows outside its own events on `shape`, timed here (reference_outside.py)."""
         key = shape_label(shape)
         if key not in self.reference_outside:
-            data = self.inputs(drive.new_seed(self.used_seeds), shape)
+            # A copy of a set the judge holds for this shape's rechecks will do: the reference runs here
+            held = next(iter(self.sets.sent.values()), None)
+            data = copy.deepcopy(held) if held is not None else self.inputs(drive.new_seed(self.used_seeds), shape)
             with self.phase("reference"):
                 self.reference_outside[key] = reference_outside.outside_us(self.problem, data, self.device.l2_bytes)
             del data
@@ -294,8 +319,11 @@ class Session:
     def _checked_call(self, shape: dict, whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
         """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
         the answer, the output cap), once the worker said which inputs it handed back."""
-        seed = drive.new_seed(self.used_seeds)
-        data = self.inputs(seed, shape)
+        kept = self.sets.take(shape_label(shape))
+        if kept is None:
+            seed = drive.new_seed(self.used_seeds)
+            kept = seed, self.inputs(seed, shape)
+        seed, data = kept
         guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
         pristine = {i: data[i].clone() for i in guarded}
         expected = self.answer_or_size(data, shape)
@@ -338,19 +366,28 @@ class Session:
     def time(self, res: R.ShapeResult, cap: int) -> None:
         """Time a checked benchmark shape into `res` (measure.py), or end with a Verdict."""
         c = self.cpu
+        build_us, key = self.build_us(res.shape), shape_label(res.shape)
         # the correctness call just made on this shape, less building its inputs inside that call
-        slow = not c and self.check_call_s - self.build_us(res.shape) / 1e6 > SLOW_CALL_S
+        slow = not c and self.check_call_s - build_us / 1e6 > SLOW_CALL_S
+        ready = []  # the sets left of those built before the import go to the first timed calls
+        while (kept := self.sets.take(key)) is not None:
+            ready.append(kept[0])
+            self.sets.sent[kept[0]] = kept[1]
+        warm_sets = 1 if key in self.sets.slow else WARM_SETS  # a second warm-up set would cost a slow build
         plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
-                          CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S)
+                          CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S, ready, build_us,
+                          BUILT_N[c], BUILT_NULLS[c])
         self.give_back_memory()  # what checking the shape left in this process's allocator
         try:
             with spares_held(self.worker):
-                problem = measure.time_shape(self, res, cap, plan, WARM_SETS)
+                problem = measure.time_shape(self, res, cap, plan, warm_sets)
         except drive.Unreadable as exc:
             raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
         except (peek.Stuck, drive.Unstoppable) as exc:
             self.worker.kill()  # which also lets the abandoned read return
             raise Verdict(R.REJECTED, str(exc), res.shape) from None
+        finally:
+            self.sets.sent.clear()  # held sets no read asked for
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
         floor = self.device.floor_seconds(self.problem.flops(**res.shape), self.problem.bytes_moved(**res.shape),
@@ -377,7 +414,9 @@ class Session:
 
     def recheck(self, look: drive.Look, shape: dict) -> None:
         """A timed call's output, as the judge read it right after the call, against the answer."""
-        data = self.inputs(look.seed, shape)
+        data = self.sets.recheck_inputs(look.seed)  # built ahead, its seed sent first to this call
+        if data is None:
+            data = self.inputs(look.seed, shape)
         if self.problem.check is not None:  # its own check, which may accept another dtype (pmpp-prefixsum's
             # float32 against a float64 reference), on the output read whole (see drive._read). It
             # computes what it needs itself: no reference call here (linalg's is a factorisation).
