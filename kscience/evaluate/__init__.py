@@ -27,6 +27,7 @@ Trusted side:
   judge/       the process that decides
     evaluation.py        `evaluate`: a request through a session's phases to its result
     session.py           one evaluation's conversation with its worker: limits, checks, timed calls
+    input_sets.py        input sets the judge built ahead of their calls, each used once
     driving.py           `TimedSession`: what measure and drive use of a session
     measure.py           timing one shape in rounds: what is doubted is measured again
     drive.py             the timed calls of one round, each on new inputs, and when to stop them
