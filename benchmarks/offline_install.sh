@@ -16,13 +16,17 @@ dirs=() parts=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do dirs+=("$1"); shift; done
 [ $# -gt 0 ] && shift
 parts=("$@")
-python3 -m venv --system-site-packages --without-pip "$venv"
+python3 -m venv --without-pip "$venv"
+site=$("$venv/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# The system's packages (torch, Triton, pip) after the environment's own: where the system's python3 is
+# itself a virtual environment, --system-site-packages would reach only the interpreter's base folders.
+python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))' \
+  > "$site/system-python.pth"
 wheels=()
 for d in "${dirs[@]}"; do wheels+=("$d"/*.whl); done
 # pip from the system's site-packages installs into the environment it runs in
 "$venv/bin/python3" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check "${wheels[@]}"
 if [ ${#parts[@]} -gt 0 ]; then
-  site=$("$venv/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   cat "${parts[@]}" | xz -dc | tar xf - -C "$site"
 fi
 "$venv/bin/python3" - <<'EOF'

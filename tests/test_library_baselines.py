@@ -7,6 +7,7 @@ import dataclasses
 import os
 
 import pytest
+import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
 from kscience.campaigns.report import beats_line, report_lines
@@ -241,3 +242,19 @@ def test_the_k_major_inputs_have_the_same_answer_and_the_judge_builds_them():
     result = evaluate(EvalRequest(problem="fp8_blockscale_gemm", source=alone, overrides={"OPERANDS": "k-major"},
                                   shapes="tests", baseline=True))
     assert result.status == "runtime_error" and "needs an NVIDIA GPU" in result.message  # the CPU says why
+
+
+def test_quack_softmax_rows_that_are_not_whole_vectors_are_padded_and_cut_back():
+    """QuACK's softmax refuses a row length that is not a whole number of 16-byte vectors (softmax's test
+    shape n=4099); the baseline pads with -inf, which changes no probability, and cuts back."""
+    from kscience.problems.softmax.reference import padded_to_vectors
+
+    def vector_softmax(x):  # QuACK's own refusal, then the same arithmetic
+        assert x.shape[-1] % (16 // x.element_size()) == 0, "Input N is not divisible by vector size"
+        return torch.softmax(x.float(), dim=-1).to(x.dtype)
+
+    for n in (4099, 4096):
+        x = torch.randn(3, n, dtype=torch.bfloat16)
+        y = padded_to_vectors(vector_softmax, x)
+        assert y.shape == x.shape and y.is_contiguous()
+        torch.testing.assert_close(y, torch.softmax(x.float(), dim=-1).to(x.dtype), rtol=1e-2, atol=1e-6)

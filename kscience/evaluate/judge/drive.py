@@ -62,6 +62,10 @@ class Plan:
 # the build was measured before the import: a candidate can only make its brackets longer, which
 # takes it out of the rule, never into it.
 BUILT_SHARE = 0.5
+# And only where one build takes at least this long: below it the usual number of calls costs a fraction of a
+# second, and fewer would only make the median rougher (built-in SwiGLU builds its weights in milliseconds
+# around a GEMM of about one).
+BUILT_LEAST_S = 0.05
 
 
 class Unreadable(Exception):
@@ -131,7 +135,8 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
     t_loop = time.monotonic()
     while True:
         n = len(timed_us)
-        built = bool(plan.built_n and windows) and plan.build_us >= BUILT_SHARE * float(numpy.median(windows))
+        built = (bool(plan.built_n and windows) and plan.build_us >= BUILT_LEAST_S * 1e6
+                 and plan.build_us >= BUILT_SHARE * float(numpy.median(windows)))
         min_n = plan.built_n if built else plan.min_n
         nulls = max((plan.built_nulls if built else plan.nulls) - nulls_sent, 0)
         rse = median_rse(timed_us) if n >= min_n else 1.0
