@@ -221,3 +221,24 @@ def test_the_reference_is_timed_on_a_copy_of_a_held_set_without_a_new_build(monk
     session.inputs = no_build
     assert session.reference_outside_us({"size": 6}) == 12.5
     assert seen[0] is not held and torch.equal(held[0], torch.arange(6.0))  # the recheck's inputs untouched
+
+
+def test_inputs_built_ahead_have_run_on_the_gpu_before_the_round_times_anything(monkeypatch):
+    """A build queues its kernels and returns: on a GPU the judge waits for them before the worker's timed
+    calls start, so its own work never lands in their brackets."""
+    events = []
+    monkeypatch.setattr(session_module.torch.cuda, "synchronize", lambda *a: events.append("synchronize"))
+    session = session_module.Session.__new__(session_module.Session)  # the bookkeeping alone, no worker
+    session.sets, session.used_seeds = input_sets.InputSets(), set()
+    session.sets.slow["size=6"] = 24
+
+    def build(seed, shape):
+        events.append("build")
+        return [torch.zeros(6)]
+
+    session.inputs = build
+    for cpu, expected in ((0, ["build"] * 3 + ["synchronize"]), (1, ["build"] * 3)):
+        events.clear()
+        session.cpu, ready = cpu, []
+        session.build_ahead({"size": 6}, ready)
+        assert len(ready) == 3 and events == expected
