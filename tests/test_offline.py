@@ -299,3 +299,22 @@ def test_designer_answer_follows_the_schema_it_is_given():
     item = seen["schema"]["properties"]["plans"]["items"]
     assert len(answer["plans"]) == 3 and all(set(item["required"]) <= set(p) for p in answer["plans"])
     assert len(answer["avenues"]) == 3 and all(isinstance(a, str) for a in answer["avenues"])
+
+
+def test_a_base_whose_every_move_was_tried_gets_them_again_rather_than_an_error():
+    """An H100 run of rmsnorm (offline@30) stopped with an error once the catalogue ran dry on its best kernel;
+    proposed again, the moves are found carried out, so the line tries another member or the run ends with
+    nothing left to try."""
+    problem = load_problem("rmsnorm")
+    seed = seed_view(problem, problem.seed_source)
+    sci = offline_scientist(problem)
+    everything, done = set(), []
+    for _ in range(40):  # enough designs to exhaust the seed's moves and knob values
+        plans = run(sci.design(seed, None, [], done))
+        titles = {p.title for p in plans}
+        if titles <= everything:
+            break
+        everything |= titles
+        done = sorted(everything)
+    again = run(sci.design(seed, None, [], sorted(everything)))
+    assert again and {p.title for p in again} <= everything

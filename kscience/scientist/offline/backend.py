@@ -203,9 +203,12 @@ class OfflineLLM(LLM):
                    "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
                    "innovation": m.innovation} for m in structural[:wanted - len(plans)]]
         if not plans:  # knob space exhausted and every structural move tried: the old one-step moves
+            # Once every one was tried on this base they are proposed again: the line finds them carried out
+            # and turns to another member, or ends the run with nothing left to try, as it would with a model.
+            fresh = [m for m in moves if m.title not in reported]
             plans = [{"title": m.title, "rationale": m.rationale, "changes": m.changes,
                       "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
-                      "innovation": m.innovation} for m in moves if m.title not in reported][:wanted]
+                      "innovation": m.innovation} for m in fresh or moves][:wanted]
         if not plans:
             raise LLMError(f"offline scientist: no catalogue move applies to {base.id} "
                            "(no tunable literal and no pattern it knows how to rewrite)")
