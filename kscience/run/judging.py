@@ -25,6 +25,7 @@ from kscience.problems import Problem
 from kscience.run.budget import EvaluationBudget
 from kscience.run.composing import Composer
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
+from kscience.run.in_flight import InFlight, has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.scientist.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind
@@ -34,7 +35,7 @@ from kscience.scientist.llm import BudgetExceeded
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
 IDLE_LOOK_S = 0.2  # how often a profile job or torch.compile's baseline looks for a slot no evaluation wants
-RUNNING_SAY_S = 60.0  # an evaluation still running says so after this long, and again as often
+RUNNING_SAY_S = 60.0  # an evaluation still queued or running says so after this long, and again as often
 # The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
 # first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy
 # machine).
@@ -91,6 +92,7 @@ class Judging:
         self.evaluations = [0] * self.capacity
         self._baselines_timed_s, self._baselines_timed = 0.0, 0  # of busy_s: IDLE_SLOT_BASELINES' share
         self.asked = 0  # evaluations asked for and not yet over: waiting for a slot or in flight
+        self.in_flight = InFlight(executor)  # what a queued evaluation is shown to wait behind
 
     # --- the slots -------------------------------------------------------------------------------
     def backlog_s(self) -> float | None:
@@ -205,11 +207,7 @@ class Judging:
             elif baseline:
                 slot = await self._idle_slot()
             elif slot is None:
-                self._queued += 1
-                try:
-                    slot = await self._free.get()
-                finally:
-                    self._queued -= 1
+                slot = await self._queued_for_slot(cand, line)
         except BaseException:
             self.asked -= 1
             raise
@@ -220,6 +218,7 @@ class Judging:
             self.journal.stage("evaluate", cand.iteration, cand.id, line)
             request = self._request(cand, tag)
             future = future or self.executor.submit(request)
+            self.in_flight.add(name(cand), future)
             try:
                 result = await self._outcome(cand, future, line, request.step_limit_s)
                 if (result.status == R.TIMEOUT and request.timeout_s is not None
@@ -239,6 +238,7 @@ class Judging:
                 raise
         finally:
             self.asked -= 1
+            self.in_flight.discard(future)
             if slotless:
                 self._baselines_out -= 1
                 if not self._baselines_out:
@@ -253,6 +253,26 @@ class Judging:
                 self._free.put_nowait(slot)
             with contextlib.suppress(Exception):  # a full disk must not hide the evaluation's own outcome
                 self.save()
+
+    async def _queued_for_slot(self, cand: Candidate, line: int) -> int:
+        """The next free slot. While none is, the candidate says every RUNNING_SAY_S that it is queued and
+        behind what: it has not started, whatever the evaluations holding the slots are doing."""
+        if not self._free.empty():  # taken without yielding: the seed's request goes out before the baselines'
+            return self._free.get_nowait()
+        self._queued += 1
+        getter, since = asyncio.ensure_future(self._free.get()), time.monotonic()
+        try:
+            while not (await asyncio.wait({getter}, timeout=RUNNING_SAY_S))[0]:
+                self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration,
+                                                    state=self.in_flight.queued(),
+                                                    waited_s=round(time.monotonic() - since, 1), line=line))
+            return getter.result()
+        except BaseException:
+            if not getter.cancel() and not getter.cancelled():  # it took a slot as the wait ended: give it back
+                self._free.put_nowait(getter.result())
+            raise
+        finally:
+            self._queued -= 1
 
     def _time_left(self) -> float | None:
         """Seconds left of this session's --time-limit (None without one); raises once it is spent."""
@@ -311,10 +331,12 @@ class Judging:
                     next_say = waited + RUNNING_SAY_S
                     limit = (f"limit {step_limit_s:g} s per step" if step_limit_s
                              else "the judge's limits, 120 s to 300 s per step")
-                    doing = self.executor.doing(future) or "still being judged"
+                    if has_started(future):
+                        said_now = f"{self.executor.doing(future) or 'still being judged'} ({limit})"
+                    else:  # behind the baselines judged beside the slots, in the executor
+                        said_now = self.in_flight.queued(future)
                     self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration,
-                                                        state=f"{doing} ({limit})", waited_s=round(waited, 1),
-                                                        line=line))
+                                                        state=said_now, waited_s=round(waited, 1), line=line))
                 continue
             if self.stopping.requested():
                 future.cancel()
@@ -336,15 +358,17 @@ class Judging:
         async with self._profiling:
             await self._no_baselines_out.wait()
             slot = await self._slot_for_profile()
-            started = time.monotonic()
+            started, future = time.monotonic(), None
             try:
                 self.journal.stage("profile", cand.iteration, cand.id, line)
                 request = R.EvalRequest(problem=problem.locator, source=cand.source,
                                         overrides=dict(problem.overrides), candidate_id=cand.id, measure=[],
                                         profile_shape=shape)
                 future = self.executor.submit(request)
+                self.in_flight.add(f"the Nsight Compute profile of {cand.id}", future)
                 answer = (await self._outcome(cand, future, line)).to_dict()
             finally:
+                self.in_flight.discard(future)
                 self.profile_s += time.monotonic() - started
                 self._free.put_nowait(slot)
         record = answer.get("profile")

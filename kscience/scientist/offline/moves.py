@@ -5,8 +5,9 @@ knowledge notes, a predicted uplift range and an innovation score. Two families:
 
 - knob moves: double or halve a tunable literal (BLOCK_*, GROUP_*, NUM_WARPS, ...), or step
   NUM_STAGES, within the rules the notes give: powers of two, tl.dot dimensions of at least 16,
-  at most 128 fp32 accumulator values per thread, and never a literal marked as fixed by the
-  problem (the fp8 scale block); or take a knob's value from the reference kernel;
+  at most 128 fp32 accumulator values per thread, a tl.dot output tile of 64..256 a side whose
+  pipelined operand tiles fit shared memory, and never a literal marked as fixed by the problem
+  (the fp8 scale block); or take a knob's value from the reference kernel;
 - structural moves, offered only where the source has the pattern they rewrite (several rows per
   program for row kernels, cache hints, contiguity hints, grouped launch order, one combined
   scale per row in the block-scaled fp8 GEMM, accumulating inside tl.dot).
@@ -29,6 +30,15 @@ KNOB_NAME = re.compile(r"^(?:\w*BLOCK\w*|GROUP\w*|NUM_WARPS|NUM_STAGES|ROWS_PER_
                        r"|SPLIT_K)$", re.IGNORECASE)
 MAX_ACC_PER_THREAD = 128  # fp32 accumulator values per thread before spills loom (triton note: 255 cap)
 THREADS_PER_WARP = 32  # NVIDIA; an AMD wave has 64, so this errs on the side of caution
+# A tl.dot tile the notes call sensible. Its M and N sides stay within "typical GEMM tiles: 64-256
+# in M/N" (triton note; the hopper note adds that BLOCK_M 16/32 falls back from wgmma to mma.sync),
+# so neither side is ever more than 4x the other. The operand tiles of every pipeline stage,
+# num_stages x (BLOCK_M + BLOCK_N) x BLOCK_K x bytes (triton and hopper notes), fit the shared memory
+# one block may use on an H100, the largest any note gives (232,448 bytes; MI300 has 64 KB): a
+# configuration over it cannot compile anywhere.
+DOT_TILE_SIDES = (64, 256)
+SHARED_MEMORY_BYTES = 232_448
+OPERAND_BYTES = 2  # fp16/bf16 operands; 1 where the source speaks of fp8
 
 
 @dataclass
@@ -139,12 +149,28 @@ def legal(src: Source, knob: Knob, value: int, values: dict[str, int]) -> bool:
         return False
     trial = dict(values, **{upper: value})
     tile = trial.get("BLOCK_M", trial.get("BLOCK_SIZE_M")), trial.get("BLOCK_N", trial.get("BLOCK_SIZE_N"))
+    if None in tile or "tl.dot(" not in src.text:
+        return True
+    accumulators = max(1, src.text.count("tl.zeros(("))  # one B operand tile per accumulator (SwiGLU: 2)
     warps = trial.get("NUM_WARPS")
-    if None not in tile and warps and "tl.dot(" in src.text:
-        accumulators = max(1, src.text.count("tl.zeros(("))
-        if tile[0] * tile[1] * accumulators / (THREADS_PER_WARP * warps) > MAX_ACC_PER_THREAD:
-            return False
-    return True
+    if warps and tile[0] * tile[1] * accumulators / (THREADS_PER_WARP * warps) > MAX_ACC_PER_THREAD:
+        return False
+    return _sensible_dot_tile(src, tile, trial, accumulators)
+
+
+def _sensible_dot_tile(src: Source, tile: tuple[int, int], knobs: dict[str, int], accumulators: int) -> bool:
+    """Whether a tl.dot output `tile` (BLOCK_M, BLOCK_N) and the depth and stages among `knobs` are
+    what the notes recommend (see DOT_TILE_SIDES)."""
+    low, high = DOT_TILE_SIDES
+    if not all(low <= side <= high for side in tile):
+        return False
+    depth = next((v for name, v in knobs.items() if _kind(name) == "depth"), None)
+    if depth is None:
+        return True
+    element_bytes = 1 if re.search(r"fp8|float8", src.text, re.IGNORECASE) else OPERAND_BYTES
+    stages = knobs.get("NUM_STAGES", 1)  # without the knob, at least one stage is resident
+    per_stage = (tile[0] + accumulators * tile[1]) * depth * element_bytes
+    return stages * per_stage <= SHARED_MEMORY_BYTES
 
 
 KNOB_NOTES = {  # (kind, direction) -> (rationale, predicted min %, predicted max %)

@@ -3,11 +3,13 @@ combinations are legal.
 
 The knobs are the module-level integer constants and launch keywords `moves.find_knobs` finds
 (BLOCK_*, GROUP_*, NUM_WARPS, NUM_STAGES, ...). Each one's values are the powers of two of its
-kind's range (joint rules are checked per configuration) (the rules of the knowledge notes: tl.dot dimensions 16..256, 1..16 warps, launch
+kind's range (the rules of the knowledge notes: tl.dot dimensions 16..256, 1..16 warps, launch
 groups 1..32) or 1..5 pipeline stages where the kernel loops; the kernel's own static asserts cap
 them (BLOCK_N <= BLOCK_K in the fp8 GEMM), and a literal marked as fixed by the problem (the fp8
 scale block, which pins BLOCK_K) keeps its value. A combination is legal when every knob passes
-`moves.legal` given the others (the accumulator must fit the registers of the warps).
+`moves.legal` given the others: the accumulator must fit the registers of the warps, a tl.dot
+output tile keeps both sides within 64..256, and the operand tiles of all pipeline stages fit the
+shared memory of one SM.
 """
 
 from __future__ import annotations
