@@ -10,7 +10,10 @@ then the best kernel against each baseline the run timed, and whether it beats e
 Results: benchmarks/results/library-baselines-<device>-<date>.{json,md}.
 
     python benchmarks/library_baselines.py [--part baselines,runs] [--problems softmax,rmsnorm] [--compile]
-        [--evaluations 30] [--db library-runs.db]
+        [--evaluations 30] [--db library-runs.db] [--gpus 4] [--time-limit 500]
+
+On a machine of four GPUs one command runs every built-in's offline run at once, four at a time, each within
+--time-limit (a run that reaches it is reported with what it had, as stopped).
 
 The GPU machine has no network: carry the wheels (`pip download liger-kernel quack-kernels -d wheels`, then
 `pip install --no-index --find-links wheels liger-kernel quack-kernels` there). liger-kernel is pure Python
@@ -21,8 +24,11 @@ nvidia-cutlass-dsl-libs-* wheels), apache-tvm-ffi, torch-c-dlpack-ext and einops
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
+import os
+import queue
 import subprocess
 import sys
 from pathlib import Path
@@ -77,21 +83,46 @@ def baseline_rows(name: str, with_compile: bool) -> list[dict]:
     return rows
 
 
-def run_row(name: str, evaluations: int, db: str) -> dict:
+def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = None, gpu: int | None = None) -> dict:
+    """One offline run of `name` through the CLI, in a database of its own; a run that reaches `time_limit_s`
+    stops as a user's would and is reported with what it had, marked `stopped`."""
     run_name = f"library-baselines-{name}-{evaluations}"
+    db = str(Path(db).with_name(f"{Path(db).stem}-{name}{Path(db).suffix or '.db'}"))
     cmd = [sys.executable, "-m", "kscience.cli.main", "run", name, "--llm", "offline", "--evaluations",
            str(evaluations), "--db", db, "--name", run_name]
-    code = subprocess.run(cmd).returncode
+    if time_limit_s:
+        cmd += ["--time-limit", f"{time_limit_s:g}"]
+    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}))
+    with open(Path(db).with_suffix(".log"), "w") as log:  # the runs print at once: one log each
+        code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     with Store(db) as store:
         run = next(r for r in store.list_runs() if r["name"] == run_name)
         m = Snapshot.load(store, run["id"]).metrics()
     rivals = {"eager": m["reference_us"], "torch.compile": m["compiled_us"], "vendor": m["vendor_us"],
               **{lib["label"]: lib["us"] for lib in m["libraries"]}}
     timed = [us for us in rivals.values() if us]
-    return {"problem": name, "run_id": run["id"], "exit_code": code, "best_us": m["best_us"],
+    return {"problem": name, "run_id": run["id"], "exit_code": code, "status": run["status"], "best_us": m["best_us"],
             "baselines": rivals, "fastest_baseline": m["fastest_baseline"],
             "fastest_baseline_us": m["fastest_baseline_us"],
             "beats_every_baseline": bool(m["best_us"] and timed and m["best_us"] < min(timed))}
+
+
+def all_runs(names: list[str], args) -> list[dict]:
+    """One run per problem, `args.gpus` at a time, each on a GPU of its own (one run per GPU at any moment)."""
+    gpus = queue.SimpleQueue()
+    for gpu in range(args.gpus) if args.gpus else [None]:
+        gpus.put(gpu)
+
+    def on_a_gpu(name: str) -> dict:
+        gpu = gpus.get()
+        try:
+            return run_row(name, args.evaluations, args.db, args.time_limit, gpu)
+        finally:
+            gpus.put(gpu)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.gpus or 1)) as pool:
+        return list(pool.map(on_a_gpu, names))
 
 
 def fmt(x) -> str:
@@ -105,9 +136,10 @@ def markdown(title: str, vers: dict, baselines: list[dict], runs: list[dict]) ->
         lines += [f"| {r['problem']} | {r['baseline']} | {r['status']} | {fmt(r['us'])} | {r['message']} |"
                   for r in baselines]
     if runs:
-        lines += ["", "| problem | best us | fastest baseline | its us | beats every baseline |", "|---|---|---|---|---|"]
-        lines += [f"| {r['problem']} | {fmt(r['best_us'])} | {r['fastest_baseline']} | {fmt(r['fastest_baseline_us'])} "
-                  f"| {'yes' if r['beats_every_baseline'] else 'no'} |" for r in runs]
+        lines += ["", "| problem | run | best us | fastest baseline | its us | beats every baseline |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['problem']} | {r['status']} | {fmt(r['best_us'])} | {r['fastest_baseline']} "
+                  f"| {fmt(r['fastest_baseline_us'])} | {'yes' if r['beats_every_baseline'] else 'no'} |" for r in runs]
     return "\n".join(lines) + "\n"
 
 
@@ -117,14 +149,16 @@ def main() -> int:
     ap.add_argument("--problems", default=",".join(builtin_names()))
     ap.add_argument("--compile", action="store_true", help="time torch.compile in part baselines too (minutes)")
     ap.add_argument("--evaluations", type=int, default=30)
-    ap.add_argument("--db", default="library-runs.db")
+    ap.add_argument("--db", default="library-runs.db", help="runs go to <stem>-<problem>.db, each with its .log")
+    ap.add_argument("--gpus", type=int, default=0, help="part runs: this many at once, one GPU each (0: one at a time)")
+    ap.add_argument("--time-limit", type=float, default=None, help="part runs: seconds each run may take")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
     parts, names = args.part.split(","), args.problems.split(",")
     device, stamp, vers = detect(), datetime.date.today().isoformat(), versions()
     print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()), flush=True)
     baselines = [r for n in names for r in baseline_rows(n, args.compile)] if "baselines" in parts else []
-    runs = [run_row(n, args.evaluations, args.db) for n in names] if "runs" in parts else []
+    runs = all_runs(names, args) if "runs" in parts else []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"library-baselines-{device.name.replace(' ', '_').replace('(', '').replace(')', '')}-{stamp}"
