@@ -57,7 +57,7 @@ for step in $steps; do
                  ${PROBLEMS:+--problems "$PROBLEMS"} ${COMPILE:+--compile} ${EVALUATIONS:+--evaluations "$EVALUATIONS"} \
                  ${GPUS:+--gpus "$GPUS"} ${RUN_LIMIT:+--time-limit "$RUN_LIMIT"} \
                  --db "$out/library-runs.db" --out "$out" 2>&1 | tee "$out/library-baselines.log"
-               checkpoint "$out/library-runs.db" ;;
+               for db in "$out"/library-runs-*.db; do checkpoint "$db"; done ;;
     kernelsplit) timeout "${KERNELSPLIT_S:-540}" python3 benchmarks/kernel_split.py --out "$out" 2>&1 \
                    | tee "$out/kernel-split.log"
                  for db in "$out"/kernel-split-*.db; do checkpoint "$db"; done ;;
