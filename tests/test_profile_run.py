@@ -249,3 +249,26 @@ def test_which_stored_candidates_profile_ncu_looks_at():
     assert not look(cand("child", 1, 95.0, 4)) and look(cand("repair", 1, 80.0, 4))  # a new best, or not
     assert look(cand("composite", 1, 85.0, 4))  # a composite that is a new best, as any member
     assert not look(cand("child", 1, 50.0, 4, status="wrong_answer"))
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_the_seeds_profile_is_asked_for_before_the_cheap_baselines_where_the_run_judges(tmp_path, monkeypatch,
+                                                                                        elsewhere):
+    """A profile may not share the GPU with a baseline's timing, so it waits for the baselines in flight, and
+    the first design waits for the seed's profile: on an H100 the lines waited 13 s of baselines, then 12.5 s of
+    profile. Where the run judges on its own slots the profile is asked for first; a queue or a cluster
+    (judging elsewhere) still gets the seed and the baselines in one batch."""
+    recorded = ncu.parse((DATA / "ncu" / "h100_softmax_full_raw.csv").read_text())
+    monkeypatch.setattr(ncu, "ncu_path", lambda: "/opt/fake/ncu")
+    monkeypatch.setattr(ncu, "profile", lambda problem, source, shape, **kw: recorded)
+    executor = H100Executor()
+    monkeypatch.setattr(H100Executor, "judges_elsewhere", elsewhere, raising=False)
+    run = Run.create(RunConfig(problem="softmax", iterations=1, profile="ncu"), store=Store(tmp_path / "k.db"),
+                     seed_source=fake_kernel(4 * FLOOR_US), scientist=ScriptedScientist(factors=(0.5, 0.8, 1.1)),
+                     executor=executor)
+    assert run.start(background=False).status == "finished"
+    asked = ["profile" if r.profile_shape is not None else "baseline" if r.baseline else "kernel"
+             for r in executor.requests]
+    if elsewhere:
+        assert asked[:2] == ["kernel", "baseline"]
+    else:
+        assert asked[:3] == ["kernel", "profile", "baseline"]
