@@ -418,6 +418,8 @@ def test_beside_other_processes_what_the_null_calls_show_is_not_side_work():
         session, rnd = _loaded_host_round(others)
         doubt = measure._doubt(session, rnd, math.inf, {})
         assert doubt and doubt.startswith("about 55.0 us per call ran outside the timed stream"), doubt
+        # said, not allowed: the null calls of the round tell a slow host from work outside the stream
+        assert doubt.endswith("(its null calls showed 55.0 us outside their empty stream)"), doubt
     # Side work beyond what the null calls showed is still seen beside others...
     session, rnd = _loaded_host_round(others=1, side_us=120.0)
     doubt = measure._doubt(session, rnd, math.inf, {})

@@ -127,6 +127,9 @@ def _doubt(session: TimedSession, rnd: Round, empty_cap: float, shape: dict) -> 
         if not problem and crosscheck.side_work_problem(events, hosts, gap, shared):
             # what the trusted reference shows outside its own events is no candidate's side work
             problem = crosscheck.side_work_problem(events, hosts, gap, shared, session.reference_outside_us(shape))
+            if problem and not rnd.others:  # not allowed here, only said: a slow host shows in empty calls too
+                problem += (f" (its null calls showed {crosscheck.null_excess_us(rnd.calls, gap):.1f} us outside "
+                            "their empty stream)")
     problem = problem or crosscheck.forged_time_problem(claimed, judged, session.device.interpreted, rnd.spread_us,
                                                         shared=bool(rnd.others), build_us=session.build_us(shape))
     if problem is None and session.device.interpreted:
