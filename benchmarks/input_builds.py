@@ -46,7 +46,7 @@ def counted(problem, source: str, gpu: int | None) -> dict:
     inputs, ask = session_module.Session.inputs, session_module.Session.ask
 
     def judge_inputs(self, seed, shape):
-        judge[shape_label(shape)][self._open[-1] if self._open else "?"] += 1
+        judge[shape_label(shape)][self.phases.current() or "?"] += 1
         return inputs(self, seed, shape)
 
     def worker_asked(self, cmd, *a, **k):

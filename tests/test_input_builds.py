@@ -23,6 +23,7 @@ import torch
 from kscience.cli.main import main as cli_main
 from kscience.evaluate.judge import drive, input_sets
 from kscience.evaluate.judge import session as session_module
+from kscience.evaluate.judge.phases import Phases
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import load_problem
@@ -214,7 +215,7 @@ def test_the_reference_is_timed_on_a_copy_of_a_held_set_without_a_new_build(monk
 
     monkeypatch.setattr(session_module.reference_outside, "outside_us", outside_us)
     session = session_module.Session.__new__(session_module.Session)  # the bookkeeping alone, no worker
-    session.phases_s, session._inner_s, session._open, session.on_phase = {}, [], [], None
+    session.phases = Phases()
     session.reference_outside, session.sets, session.cpu = {}, input_sets.InputSets(), 1
     session.problem, session.device = None, types.SimpleNamespace(l2_bytes=0)
     session.sets.sent[7] = held

@@ -28,6 +28,7 @@ Trusted side:
     evaluation.py        `evaluate`: a request through a session's phases to its result
     session.py           one evaluation's conversation with its worker: limits, checks, timed calls
     input_sets.py        input sets the judge built ahead of their calls, each used once
+    phases.py            where an evaluation's seconds go, and what its judge is doing now
     driving.py           `TimedSession`: what measure and drive use of a session
     measure.py           timing one shape in rounds: what is doubted is measured again
     drive.py             the timed calls of one round, each on new inputs, and when to stop them

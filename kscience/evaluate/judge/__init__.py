@@ -4,6 +4,7 @@ the verdict.
     evaluation.py        `evaluate`: one request through a session's phases to its `EvalResult`
     session.py           one evaluation's conversation with its worker: limits, checks, timed calls
     input_sets.py        input sets the judge built ahead of their calls, each used once
+    phases.py            where an evaluation's seconds go, and what its judge is doing now
     driving.py           `TimedSession`: the members of a session that measure and drive use
     measure.py           timing one shape in rounds; what is doubted is measured again
     drive.py             the timed calls of one round, each on new inputs, and when to stop them

@@ -101,7 +101,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.device["probes"] = probes.results(device)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed
             result.wall_s = time.monotonic() - t_start
-            result.phases_s = {k: round(v, 3) for k, v in session.phases_s.items()}
+            result.phases_s = {k: round(v, 3) for k, v in session.phases.seconds.items()}
     return result
 
 

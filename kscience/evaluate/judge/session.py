@@ -26,6 +26,7 @@ from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
 from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
 from kscience.evaluate.judge.input_sets import InputSets
+from kscience.evaluate.judge.phases import Phases, doing
 from kscience.evaluate.sandbox.spares import spares_held, start_worker
 from kscience.evaluate.sandbox.workers import default_rss_limit
 from kscience.evaluate.wire import DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
@@ -75,13 +76,10 @@ class Session:
     def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
                  keep_spare: bool, step_limit_s: float | None = None, on_phase: Callable[[str], None] | None = None):
         self.problem, self.device, self.gpu = problem, device, gpu
-        self.on_phase = on_phase  # told what the judge is doing (`doing`) each time a phase starts or resumes
-        self._open: list[str] = []  # the phases under way, innermost last
+        self.phases = Phases(on_phase)  # where its seconds go, and what it is doing now
         self.cpu = int(device.interpreted)
         self.deadline = time.monotonic() + timeout_s if timeout_s else math.inf
         self.worker = start_worker(gpu, device.interpreted, default_rss_limit(), keep_spare)
-        self.phases_s: dict[str, float] = {}
-        self._inner_s: list[float] = []  # seconds of phases nested in each open phase (see `phase`)
         self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
         self.last_reply: dict = {}  # the worker's last in-order reply (a failed import's names its sandbox)
@@ -446,40 +444,9 @@ class Session:
     def close(self, keep_cache: bool = False) -> None:
         self.worker.close(keep_cache)
 
-    @contextlib.contextmanager
     def phase(self, name: str):
-        """Adds the wall time of the block to `phases_s[name]`: where an evaluation's seconds go.
-        A phase inside another counts for itself alone (the judge's reference inside a check), so
-        the phases add up to no more than the evaluation's wall time."""
-        t0 = time.monotonic()
-        self._inner_s.append(0.0)
-        self._open.append(name)
-        self._announce()
-        try:
-            yield
-        finally:
-            spent = time.monotonic() - t0
-            self.phases_s[name] = self.phases_s.get(name, 0.0) + spent - self._inner_s.pop()
-            if self._inner_s:
-                self._inner_s[-1] += spent
-            self._open.pop()
-            if self._open:
-                self._announce()
-
-    def _announce(self) -> None:
-        if self.on_phase is not None:
-            self.on_phase(doing(self._open[-1]))
-
-
-_DOING = {"start": "starting its worker", "inputs": "building inputs", "builds": "timing its own input builds",
-          "import": "importing the candidate", "reference": "running the reference", "check": "checking correctness",
-          "reads": "reading timed outputs", "time": "timing", "recheck": "rechecking timed outputs",
-          "kernels": "timing each launched kernel", "finish": "finishing", "close": "closing", "closing": "closing"}
-
-
-def doing(phase: str) -> str:
-    """A phase (of `Session.phase` or a command's limit) as what the judge is doing: "checking correctness"."""
-    return _DOING.get(phase, phase)
+        """A block timed as phase `name` (phases.py): where an evaluation's seconds go."""
+        return self.phases.timed(name)
 
 
 def _with_edges(ranges: list[list[int]], nbytes: int) -> list[list[int]]:
