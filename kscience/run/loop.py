@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from functools import partial
 
 from kscience.run import confirm, profiling
 from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, compiled_source, library_candidate,
@@ -294,14 +295,14 @@ class Controller:
         # slots, its profile (which the first design reads, and which may not share the GPU with a baseline's
         # timing) goes first and the baselines after it: on an H100 the lines otherwise waited 13 s of baselines
         # and then 12.5 s of profile. A queue or a cluster gets them in one batch with the seed.
-        baselines = [*((self._baseline, (candidates, kind, source, title, {})) for kind, source, title in cheap),
-                     *((self._library_baseline, (candidates, lib)) for lib in self.problem.libraries)]
+        baselines = [*(partial(self._baseline, candidates, kind, source, title, {}) for kind, source, title in cheap),
+                     *(partial(self._library_baseline, candidates, lib) for lib in self.problem.libraries)]
         profiled_here = bool(self.judging.profile) and not getattr(self.executor, "judges_elsewhere", False)
         if not profiled_here:
-            self._beside = [self._judged_beside(judge(*args)) for judge, args in baselines]
+            self._beside = [self._judged_beside(judged()) for judged in baselines]
         final = await self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
         if profiled_here:
-            self._beside = [self._judged_beside(judge(*args)) for judge, args in baselines]
+            self._beside = [self._judged_beside(judged()) for judged in baselines]
         if not final.ok:
             raise RunError(f"the seed kernel does not pass ({chain[0].status}: {chain[0].message}) "
                            f"and {self.repairs} repair attempt(s) did not fix it")
