@@ -35,9 +35,15 @@ def _one(problem_name: str, mode: str) -> dict:
     from kscience.problems import load_problem
 
     problem = load_problem(problem_name)
-    scope: dict = {}
-    exec(compile(problem.seed_source, "seed.py", "exec"), scope)
-    fn = scope[problem.entry]
+    import importlib.util
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "seed.py"  # Triton reads a kernel's source from its file
+    path.write_text(problem.seed_source)
+    spec = importlib.util.spec_from_file_location("seed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, problem.entry)
     shapes = problem.benchmarks
     data = [problem.generate_input(1000 + i, "cuda", **s) for i, s in enumerate(shapes)]
     for d in data:  # compiled and warm, as after the timed calls
