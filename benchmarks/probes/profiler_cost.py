@@ -32,6 +32,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def _one(problem_name: str, mode: str) -> dict:
     import torch
 
+    warm = {}
+    if mode.startswith("warm-"):  # a session with nothing in it, before this process touches the GPU
+        t = time.perf_counter()
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            pass
+        warm = {"warm_s": round(time.perf_counter() - t, 3), "context_after_warm": torch.cuda.is_initialized()}
+        mode = mode[len("warm-"):]
+
     from kscience.problems import load_problem
 
     problem = load_problem(problem_name)
@@ -106,7 +115,7 @@ def _one(problem_name: str, mode: str) -> dict:
         parts["kernels_inside_ranges"] = inside
     parts["total_s"] = time.perf_counter() - t_all
     after = launches(200)
-    return {"problem": problem_name, "mode": mode, "shapes": len(shapes), "kernels": kernels,
+    return {"problem": problem_name, "mode": mode, **warm, "shapes": len(shapes), "kernels": kernels,
             "parts": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in parts.items()},
             "launch_us_before_profiler": round(before, 2), "launch_us_after_profiler": round(after, 2)}
 
@@ -135,7 +144,7 @@ def main() -> None:
             row = json.loads(done.stdout.strip().splitlines()[-1])
             row["process_s"] = round(time.perf_counter() - t, 2)
             rows.append(row)
-            print(f"{name:8} {mode:12} shapes {row['shapes']} kernels {row['kernels']:4} "
+            print(f"{name:8} {mode:12} {row.get('warm_s', '')} {row.get('context_after_warm', '')} shapes {row['shapes']} kernels {row['kernels']:4} "
                   f"profiling {row['parts']['total_s']:6.3f} s  {row['parts']}  launch us "
                   f"{row['launch_us_before_profiler']} -> {row['launch_us_after_profiler']}", flush=True)
     device = torch.cuda.get_device_name(0).replace(" ", "_")
