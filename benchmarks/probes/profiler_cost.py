@@ -120,20 +120,75 @@ def _one(problem_name: str, mode: str) -> dict:
             "launch_us_before_profiler": round(before, 2), "launch_us_after_profiler": round(after, 2)}
 
 
+def _warm_facts() -> dict:
+    """Does a warm-up session before the GPU is touched make a CUDA context (GPU memory this process
+    holds, by nvidia-smi), and does a warm-up in a thread let the main thread run meanwhile (the GIL)?"""
+    import os
+    import threading
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def smi() -> str:
+        done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                              capture_output=True, text=True)
+        return ";".join(line for line in done.stdout.splitlines() if line.split(",")[0].strip() == str(os.getpid()))
+
+    facts = {"smi_before": smi()}
+    t = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        pass
+    facts.update(warm_s=round(time.perf_counter() - t, 3), smi_after_warm=smi(),
+                 torch_cuda_initialized=torch.cuda.is_initialized())
+    return facts
+
+
+def _thread_facts() -> dict:
+    """A warm-up in a thread after the context exists: how far does the main thread get meanwhile?"""
+    import threading
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+
+    def warm():
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            pass
+
+    th = threading.Thread(target=warm)
+    t = time.perf_counter()
+    th.start()
+    ticks, longest, last = 0, 0.0, time.perf_counter()
+    while th.is_alive():
+        now = time.perf_counter()
+        longest, last, ticks = max(longest, now - last), now, ticks + 1
+    return {"thread_warm_s": round(time.perf_counter() - t, 3), "main_ticks": ticks,
+            "main_longest_stall_s": round(longest, 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", default="matmul,softmax")
+    ap.add_argument("--problems", default="matmul,softmax", help="comma-separated; empty: only the warm-up facts")
     ap.add_argument("--modes", default="per-shape,one-session,per-shape,one-session")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(_one(*args.child)))
+        what = {"warm-facts": _warm_facts, "thread-facts": _thread_facts}.get(args.child[0])
+        print(json.dumps(what() if what else _one(*args.child)))
         return
     import torch
 
     rows = []
-    for name in args.problems.split(","):
+    for what in ("warm-facts", "thread-facts", "thread-facts"):
+        done = subprocess.run([sys.executable, __file__, "--child", what, "-"], capture_output=True, text=True,
+                              cwd=ROOT, timeout=120)
+        row = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {"error": done.stderr[-300:]}
+        rows.append(dict(row, what=what))
+        print(what, row, flush=True)
+    for name in filter(None, args.problems.split(",")):
         for mode in args.modes.split(","):
             t = time.perf_counter()
             done = subprocess.run([sys.executable, __file__, "--child", name, mode], capture_output=True, text=True,
