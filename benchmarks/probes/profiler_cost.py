@@ -124,7 +124,6 @@ def _warm_facts() -> dict:
     """Does a warm-up session before the GPU is touched make a CUDA context (GPU memory this process
     holds, by nvidia-smi), and does a warm-up in a thread let the main thread run meanwhile (the GIL)?"""
     import os
-    import threading
 
     import torch
     from torch.profiler import ProfilerActivity, profile
