@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,22 @@ def test_a_malformed_kernels_reply_gives_no_times_and_says_so():
         assert kernel_times.parse_reply(bad) == ([], "per-kernel times: malformed reply from the worker")
     assert kernel_times.parse_reply({"error": "CUPTI_ERROR_NOT_INITIALIZED", "profiler": "p"})[1].startswith(
         "per-kernel times unavailable (p): CUPTI")
+
+
+def test_the_gpu_profiler_pass_does_not_import_torch_inductor():
+    """torch.profiler.profile imports torch._inductor on its first session to read one setting: 4-6 s of
+    every evaluation on an H100. The worker's pass uses the autograd profiler beneath it. Run in a fresh
+    interpreter, where nothing else has imported torch._inductor; without CUDA the pass records the
+    CPU ops of the calls and no kernel, which is all this checks."""
+    code = ("import sys, warnings, torch\n"
+            "warnings.simplefilter('ignore')\n"
+            "from kscience.evaluate import kernel_times\n"
+            "x = torch.ones(8, 8)\n"
+            "kernel_times._cuda_launches(lambda: x @ x, 2)\n"
+            "print('torch._inductor' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_output_is_deduplicated_bounded_redacted_and_warnings_come_first(monkeypatch):

@@ -25,20 +25,23 @@ MAX_KERNELS = 24  # distinct names kept per shape, the costliest first; more is 
 MAX_NAME = 200
 CALLS = (3, 1)  # profiled calls per shape: (GPU, CPU interpreter), after one warm-up call on a GPU
 LIMIT_S = (60.0, 300.0)
-GPU_PROFILER = "torch.profiler (CUPTI kernel records)"
+GPU_PROFILER = "torch.autograd.profiler (CUPTI kernel records)"
 CPU_PROFILER = "Triton interpreter launches (host clock)"
 
 
 # --- the worker's side ---------------------------------------------------------------------------
 def _cuda_launches(call, calls: int) -> dict[str, list]:
+    # torch.autograd.profiler, not its wrapper torch.profiler.profile: the wrapper's first session
+    # imports torch._inductor to read one setting, which cost 4-6 s of every evaluation on an H100
+    # (benchmarks/probes/profiler_cost.py); both collect the same CUPTI kernel records.
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.autograd.profiler import profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(use_cpu=True, use_device="cuda") as prof:
         for _ in range(calls):
             call()
     seen: dict[str, list] = {}
-    for e in prof.events():
+    for e in prof.function_events:
         if e.device_type == DeviceType.CUDA:
             rec = seen.setdefault(e.name, [0, 0.0])
             rec[0] += 1
