@@ -29,7 +29,7 @@ class WrongAnswers:
     def __init__(self, journal: Journal):
         self.journal = journal
 
-    async def evaluate(self, cand, line=0, *, counted=True):
+    async def evaluate(self, cand, line=0, *, counted=True, profile_beside=False):
         return self.journal.store.record_result(cand.id, {"status": "wrong_answer", "message": "off by one",
                                                           "geomean_us": None, "shapes": []})
 

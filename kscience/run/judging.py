@@ -84,6 +84,7 @@ class Judging:
         self._no_baselines_out.set()
         self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
         self.pairs = 0  # pairs submitted for confirmation this session
+        self.profiles_beside: list[asyncio.Task] = []  # profiles no line waits for (evaluate's profile_beside)
         self.composer = Composer(journal, problem, budget, self.evaluate)  # composes after every verdict
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
@@ -104,9 +105,12 @@ class Judging:
         return (sum(self.busy_s) - self._baselines_timed_s) / timed * self.asked / self.capacity
 
     # --- one evaluation --------------------------------------------------------------------------
-    async def evaluate(self, cand: Candidate, line: int = 0, *, counted: bool = True) -> Candidate:
+    async def evaluate(self, cand: Candidate, line: int = 0, *, counted: bool = True,
+                       profile_beside: bool = False) -> Candidate:
         """Judge a pending candidate (or reuse the verdict of the same source). `counted=False` for the
-        baselines, which the evaluation budget neither counts nor refuses."""
+        baselines, which the evaluation budget neither counts nor refuses. `profile_beside`: the verdict
+        returns before its Nsight Compute profile, which is taken while the caller goes on (the seed's:
+        the first design need not wait for it; its writer and every later prompt see it once stored)."""
         store, run_id = self.journal.store, self.journal.run_id
         self.stopping.check()
         twin = store.evaluated_with_source(run_id, cand.source)
@@ -121,7 +125,10 @@ class Judging:
         if twin is None and self.profile and not self.no_ncu and (
                 profiling.candidate_to_profile(cand, self.journal.candidates())
                 or (cand.ok and "ncu" in self.asked_for(cand))):
-            await self._profile(cand, line)
+            if profile_beside:
+                self.profiles_beside.append(asyncio.create_task(self._profile(cand, line)))
+            else:
+                await self._profile(cand, line)
         await self.composer.maybe_compose(cand.iteration, line)  # after every recorded verdict
         return cand
 
@@ -356,6 +363,8 @@ class Judging:
         if shape is None:
             return
         async with self._profiling:
+            if self.no_ncu:  # said by the profile job this one waited behind
+                return
             await self._no_baselines_out.wait()
             slot = await self._slot_for_profile()
             started, future = time.monotonic(), None

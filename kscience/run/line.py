@@ -252,12 +252,14 @@ class Line:
                                           predicted_min_pct=plan.predicted_min_pct,
                                           predicted_max_pct=plan.predicted_max_pct, measured_pct=measured))
 
-    async def settle(self, chain: list[Candidate], *, iteration: int, plan_id: str | None, title: str) -> Candidate:
+    async def settle(self, chain: list[Candidate], *, iteration: int, plan_id: str | None, title: str,
+                     profile_beside: bool = False) -> Candidate:
         """Evaluate the chain's newest candidate if it is pending, then repair the newest broken one
-        until a candidate passes or `repairs` attempts are used; return the chain's last candidate."""
+        until a candidate passes or `repairs` attempts are used; return the chain's last candidate.
+        `profile_beside`: see Judging.evaluate."""
         last = chain[-1]
         if last.status == PENDING:
-            last = chain[-1] = await self.judging.evaluate(last, self.number)
+            last = chain[-1] = await self.judging.evaluate(last, self.number, profile_beside=profile_beside)
         attempts = sum(c.kind == "repair" for c in chain)
         while last.status in (*REPAIRABLE, WRITE_FAILED) and attempts < self.repairs:
             broken = next((c for c in reversed(chain) if c.status in REPAIRABLE), None)
@@ -277,7 +279,7 @@ class Line:
                                   repair_attempt=attempts)
             chain.append(last)
             if last.status == PENDING:
-                last = chain[-1] = await self.judging.evaluate(last, self.number)
+                last = chain[-1] = await self.judging.evaluate(last, self.number, profile_beside=profile_beside)
         return last
 
     def add_draft(self, draft, *, kind: str, parent_id: str, parent_source: str, iteration: int,

@@ -112,19 +112,24 @@ class Controller:
                 self.journal.stage("done", self.iterations_done(), ended)
             await self.judging.settle(confirm.FINAL_ROUNDS)  # figures from several hosts: end on a settled best
         except asyncio.CancelledError:  # Ctrl-C: a baseline started keeps its verdict, the others stay pending
-            for task in self._beside:
+            for task in self._worked_beside():
                 task.cancel()
-            await asyncio.gather(*self._beside, return_exceptions=True)
+            await asyncio.gather(*self._worked_beside(), return_exceptions=True)
             raise
         except BaseException:  # a stop or a failure: baselines in flight end as evaluations in flight do
-            await asyncio.gather(*self._beside, return_exceptions=True)
+            await asyncio.gather(*self._worked_beside(), return_exceptions=True)
             raise
         finally:
             self.judging.save()  # this session's wall time and every slot's busy time
 
+    def _worked_beside(self) -> list[asyncio.Task]:
+        """The baselines and the seed's profile, which the lines do not wait for."""
+        return [*self._beside, *self.judging.profiles_beside]
+
     async def _baselines_judged(self) -> None:
-        """Wait for every baseline the lines worked beside; raise the first failure among them."""
-        for outcome in await asyncio.gather(*self._beside, return_exceptions=True):
+        """Wait for every baseline (and the seed's profile) the lines worked beside; raise the first
+        failure among them."""
+        for outcome in await asyncio.gather(*self._worked_beside(), return_exceptions=True):
             if isinstance(outcome, BaseException):
                 raise outcome
 
@@ -292,15 +297,17 @@ class Controller:
         # They take no slot, so an executor runs them in the order asked: all before any child exists, and a
         # child, written two model answers after the seed's verdict, waits only for what is left of them (the
         # eager and vendor baselines take 1-3 s each on an H100). Where the seed is profiled on this machine's
-        # slots, its profile (which the first design reads, and which may not share the GPU with a baseline's
-        # timing) goes first and the baselines after it: on an H100 the lines otherwise waited 13 s of baselines
-        # and then 12.5 s of profile. A queue or a cluster gets them in one batch with the seed.
+        # slots, its profile (which may not share the GPU with a baseline's timing) goes first and the baselines
+        # after it. The lines wait for neither: on an H100 they waited 13 s of baselines and then 12.5 s of
+        # profile before the first design. The first designer works from the seed's evaluation (compile facts,
+        # time per launched kernel); its writer and every later prompt have the profile once it is stored. A
+        # queue or a cluster gets the baselines in one batch with the seed.
         baselines = [*(partial(self._baseline, candidates, kind, source, title, {}) for kind, source, title in cheap),
                      *(partial(self._library_baseline, candidates, lib) for lib in self.problem.libraries)]
         profiled_here = bool(self.judging.profile) and not getattr(self.executor, "judges_elsewhere", False)
         if not profiled_here:
             self._beside = [self._judged_beside(judged()) for judged in baselines]
-        final = await self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel")
+        final = await self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel", profile_beside=True)
         if profiled_here:
             self._beside = [self._judged_beside(judged()) for judged in baselines]
         if not final.ok:
