@@ -37,7 +37,7 @@ def _cuda_launches(call, calls: int) -> dict[str, list]:
     from torch.autograd import DeviceType
     from torch.autograd.profiler import profile
 
-    with profile(use_cpu=True, use_device="cuda") as prof:
+    with profile(use_cpu=True, use_device="cuda", use_kineto=True) as prof:
         for _ in range(calls):
             call()
     seen: dict[str, list] = {}
