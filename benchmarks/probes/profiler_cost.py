@@ -11,8 +11,9 @@ every benchmark shape of the problem's seed (per shape: a warm-up call, then a s
 Its answer on an H100 at dba0c30: the first torch.profiler session cost 3.7-6.2 s and every later one
 milliseconds; one session for all shapes saved nothing; a warm-up session before the GPU is touched
 cost as much, made a CUDA context (530 MiB) and, run in a thread beside a busy main thread, took 45 s.
-The cost is Python: `torch.profiler.profile` imports torch._inductor on its first start. Per mode it
-also times 200 calls of the smallest shape with CUDA events before and after profiling.
+The cost is Python: `torch.profiler.profile` imports torch._inductor on its first start. On an H200 at
+e772673 the worker's pass took 0.04 s for four shapes against 3.9-4.6 s, with the same kernels. Per mode
+it also times 200 calls of the smallest shape with CUDA events before and after profiling.
 
     python benchmarks/probes/profiler_cost.py [--problems matmul,softmax] [--out DIR]
 """
