@@ -21,8 +21,9 @@ import torch
 from kscience.device import Device, detect
 from kscience.evaluate import kernel_times, library_rule
 from kscience.evaluate import result as R
-from kscience.evaluate.judge import candidate_output, drive, peek
-from kscience.evaluate.judge.session import Session, Verdict, as_float, plural
+from kscience.evaluate.judge import candidate_output, checking, drive, peek
+from kscience.evaluate.judge.session import Session, as_float, plural
+from kscience.evaluate.judge.verdict import Verdict
 from kscience.evaluate.profile import job as profile_job, probes
 from kscience.evaluate.sandbox import compile_cache
 from kscience.evaluate.sandbox.workers import weak_confinement_allowed, weak_points
@@ -184,11 +185,11 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     session.worker_info["judge_reads"] = session.peek_pid is not None
     for shape in tests:
         with session.phase("check"):
-            result.shapes.append(session.check(shape, "test")[0])
+            result.shapes.append(checking.check(session, shape, "test")[0])
     timed = []
     for shape in benches:
         with session.phase("check"):
-            res, cap = session.check(shape, "benchmark")
+            res, cap = checking.check(session, shape, "benchmark")
         result.shapes.append(res)
         try:
             session.time(res, cap)

@@ -1,9 +1,8 @@
 """One evaluation's conversation with its disposable worker, seen from the trusted side.
 
 A `Session` owns the worker and the channel to it: it sends commands, reads replies within each
-phase's limit, checks a shape's output against the answer it computed itself, times the shape
-(judge-driven calls, stopped by the median's precision) and rechecks what the timed calls
-returned. Every reply must carry the sequence number of the command it answers and arrive
+phase's limit, builds inputs and computes answers, and times a shape (judge-driven calls, stopped
+by the median's precision); checking.py compares what comes back with the answers. Every reply must carry the sequence number of the command it answers and arrive
 within the phase's limit; anything else on the channel is a rejection. Anything wrong ends the
 evaluation with a `Verdict`, which `evaluation.evaluate` turns into the result. Times the worker
 reports are believed only after the checks in `crosscheck`.
@@ -23,14 +22,15 @@ import torch
 from kscience.device import Device
 from kscience.evaluate import result as R
 from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
-from kscience.evaluate.judge import contexts, crosscheck, drive, measure, peek, reference_outside
-from kscience.evaluate.judge.compare import BLOCK_BYTES, check_output, gather, same_bits, sample_ranges
+from kscience.evaluate.judge import checking, contexts, crosscheck, drive, measure, peek, reference_outside
+from kscience.evaluate.judge.compare import BLOCK_BYTES, sample_ranges
 from kscience.evaluate.judge.input_sets import InputSets
 from kscience.evaluate.judge.phases import Phases, doing
+from kscience.evaluate.judge.verdict import Verdict
 from kscience.evaluate.sandbox.spares import spares_held, start_worker
 from kscience.evaluate.sandbox.workers import default_rss_limit
-from kscience.evaluate.wire import DTYPES, ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
-from kscience.problems import Problem, ProblemError, shape_label
+from kscience.evaluate.wire import ChannelTimeout, ProtocolError, recv_json, recv_ranges, recv_tensor, send_json
+from kscience.problems import Problem, shape_label
 from kscience.redact import redact
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
@@ -59,15 +59,6 @@ ECHOES = 5  # round trips timed before the candidate is imported (measure.py cap
 BUILDS, BUILDS_S = 3, 1.0
 # Where a build is slow those sets are held and used later (input_sets.py).
 BYE_WAIT_S = 10.0
-_OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
-
-
-class Verdict(Exception):
-    """Ends an evaluation early with a status; `evaluation.evaluate` makes it the result."""
-
-    def __init__(self, status: str, message: str, shape: dict | None = None):
-        super().__init__(message)
-        self.status, self.shape = status, shape
 
 
 class Session:
@@ -271,101 +262,6 @@ class Session:
             self.give_back_memory()  # the worker times its next round on this GPU
         return self.reference_outside[key]
 
-    def answer_or_size(self, data: list, shape: dict) -> torch.Tensor:
-        """The answer, or where the problem's own check judges an output alone (GPU MODE's linalg
-        residuals), only the answer's size, from the reference on the meta device: the reference
-        there is a factorisation as slow as the candidate's. Inputs or a reference that cannot
-        run on the meta device give the answer itself."""
-        if self.problem.checks_alone:
-            with contextlib.suppress(ProblemError), self.phase("reference"):  # the meta device failed: fall through
-                meta = self.problem.generate_input(0, "meta", **shape)
-                return self.problem.ref_kernel(self.problem.call_data(list(meta)))
-        return self.expected(data)
-
-    def _expect(self, expected: torch.Tensor) -> int:
-        return max(_OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
-
-    # --- correctness -------------------------------------------------------------------------
-    def check(self, shape: dict, phase: str) -> tuple[R.ShapeResult, int]:
-        """A correct output on fresh inputs, or a Verdict. Also returns the output cap for timing."""
-        if phase == "benchmark" and self.problem.check is None:
-            return self.check_sampled(shape)
-        data, guarded, pristine, expected, cap = self._checked_call(shape, whole=True)
-        first = self.tensor("check", shape, cap)
-        looks = self.sample("check", shape, [first] + [pristine[i] for i in guarded])
-        if looks[0] is None or not same_bits(looks[0], gather(first, self.ranges[0])):
-            raise Verdict(R.WRONG_ANSWER, "the output changed after custom_kernel returned: "
-                                          "work went on in the background (thread, process or stream)", shape)
-        ok, why, err = self.judge_output(data, first, expected)
-        if not ok:
-            raise Verdict(R.WRONG_ANSWER, why, shape)
-        self._untouched(guarded, pristine, looks[1:], shape)
-        return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err), cap
-
-    def check_sampled(self, shape: dict) -> tuple[R.ShapeResult, int]:
-        """`check` for a benchmark shape: the output is compared at ranges the judge draws once the
-        call returned (compare.CHECK_BLOCKS blocks, the first and last among them), not sent whole;
-        the test shapes were checked whole. Each benchmark shape's timed calls are then read as
-        soon as they return, which is where work landing after the return shows (drive.py)."""
-        _, guarded, pristine, expected, cap = self._checked_call(shape, whole=False)
-        looks = self.sample("check", shape, [expected] + [pristine[i] for i in guarded], edges=True)
-        if looks[0] is None:
-            raise Verdict(R.WRONG_ANSWER, f"output is not {str(expected.dtype).removeprefix('torch.')} "
-                                          f"{list(expected.shape)} like the answer", shape)
-        dtype = expected.dtype
-        ok, why, err = check_output(looks[0].view(dtype), gather(expected, self.ranges[0]).view(dtype),
-                                    self.problem.rtol, self.problem.atol)
-        if not ok:
-            raise Verdict(R.WRONG_ANSWER, f"{why.split(';')[0]} (of the output's sampled elements)", shape)
-        self._untouched(guarded, pristine, looks[1:], shape)
-        return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err), cap
-
-    def _checked_call(self, shape: dict, whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
-        """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
-        the answer, the output cap), once the worker said which inputs it handed back."""
-        kept = self.sets.take(shape_label(shape))
-        if kept is None:
-            seed = drive.new_seed(self.used_seeds)
-            kept = seed, self.inputs(seed, shape)
-        seed, data = kept
-        guarded = [i for i, t in enumerate(data) if i not in self.problem.output_args and type(t) is torch.Tensor]
-        pristine = {i: data[i].clone() for i in guarded}
-        expected = self.answer_or_size(data, shape)
-        cap = self._expect(expected)
-        self.give_back_memory()
-        t0 = time.monotonic()
-        self.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap, "whole_output": whole},
-                 "check", shape)
-        reply = self.reply("check", shape)
-        self.check_call_s = time.monotonic() - t0
-        if reply.get("inputs") != guarded:
-            self.worker.kill()
-            raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
-        return data, guarded, pristine, expected, cap
-
-    def _untouched(self, guarded: list[int], pristine: dict, looks: list, shape: dict) -> None:
-        for i, look, ranges in zip(guarded, looks, self.ranges[1:]):
-            if look is None or not same_bits(look, gather(pristine[i], ranges)):
-                raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {self.problem.output_args} "
-                                              "may be written)", shape)
-
-    def judge_output(self, data: list, out: torch.Tensor, expected: torch.Tensor | None) -> tuple[bool, str, float]:
-        """The problem's own check where it has one (answers that are right but not unique, such as
-        eigenvectors; `expected` is then unused, or compared member by member where the answer is
-        several tensors; None: the check computes it), else closeness to the reference. Either way
-        NaN never passes."""
-        if self.problem.check is None:
-            return check_output(out, expected, self.problem.rtol, self.problem.atol)
-        if out.is_floating_point() and bool(torch.isnan(out.float()).any()):
-            return False, "output contains NaN (unwritten or computed)", float("inf")
-        try:
-            why = self.problem.check(self.problem.call_data(data), out, expected)
-        except ProblemError:  # the problem's own reference failed (out of memory, say): not this output's fault
-            raise
-        except Exception as exc:  # the problem's checker failing on this output is a wrong answer
-            why = f"the problem's check raised {type(exc).__name__}: {str(exc)[:200]}"
-        return (False, f"problem check: {why}", float("nan")) if why else (True, "", float("nan"))
-
     # --- timing ------------------------------------------------------------------------------
     def time(self, res: R.ShapeResult, cap: int) -> None:
         """Time a checked benchmark shape into `res` (measure.py), or end with a Verdict."""
@@ -418,28 +314,7 @@ class Session:
 
     def recheck(self, look: drive.Look, shape: dict) -> None:
         """A timed call's output, as the judge read it right after the call, against the answer."""
-        data = self.sets.recheck_inputs(look.seed)  # built ahead, its seed sent first to this call
-        if data is None:
-            data = self.inputs(look.seed, shape)
-        if self.problem.check is not None:  # its own check, which may accept another dtype (pmpp-prefixsum's
-            # float32 against a float64 reference), on the output read whole (see drive._read). It
-            # computes what it needs itself: no reference call here (linalg's is a factorisation).
-            out = look.whole if look.whole is not None else look.raw.view(DTYPES[look.dtype]).reshape(look.shape)
-            ok, why, _ = self.judge_output(data, out, None)
-            if not ok:
-                raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
-            return
-        want = self.expected(data)
-        if look.whole is None and (look.shape != list(want.shape) or
-                                     look.dtype != str(want.dtype).removeprefix("torch.")):
-            ok, why = False, f"output {look.dtype} {look.shape}, expected {want.dtype} {list(want.shape)}"
-        elif look.whole is not None:
-            ok, why, _ = check_output(look.whole, want, self.problem.rtol, self.problem.atol)
-        else:
-            ok, why, _ = check_output(look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype),
-                                      self.problem.rtol, self.problem.atol)
-        if not ok:
-            raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
+        checking.recheck(self, look, shape)
 
     def close(self, keep_cache: bool = False) -> None:
         self.worker.close(keep_cache)

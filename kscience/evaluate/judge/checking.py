@@ -1,0 +1,157 @@
+"""Correctness, seen from the trusted side: a shape's output against the answer the judge computed itself.
+
+A test shape's output comes back whole; a benchmark shape's is compared at ranges the judge draws once
+the call has returned. Either way the inputs the candidate was given must come back untouched, and every
+timed call's output is rechecked as the judge read it right after the call (drive.py). Answers are
+computed here and nowhere else (`Session.expected`); a problem with its own check (GPU MODE's linalg
+residuals, non-unique eigenvectors) judges an output with it instead of closeness to the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from kscience.evaluate import result as R
+from kscience.evaluate.judge import drive
+from kscience.evaluate.judge.compare import check_output, gather, same_bits
+from kscience.evaluate.judge.verdict import Verdict
+from kscience.evaluate.wire import DTYPES
+from kscience.problems import Problem, ProblemError, shape_label
+
+if TYPE_CHECKING:
+    from kscience.evaluate.judge.session import Session
+
+OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
+
+
+def answer_or_size(session: Session, data: list, shape: dict) -> torch.Tensor:
+    """The answer, or where the problem's own check judges an output alone (GPU MODE's linalg
+    residuals), only the answer's size, from the reference on the meta device: the reference
+    there is a factorisation as slow as the candidate's. Inputs or a reference that cannot
+    run on the meta device give the answer itself."""
+    if session.problem.checks_alone:
+        with contextlib.suppress(ProblemError), session.phase("reference"):  # the meta device failed: fall through
+            meta = session.problem.generate_input(0, "meta", **shape)
+            return session.problem.ref_kernel(session.problem.call_data(list(meta)))
+    return session.expected(data)
+
+
+def output_cap(expected: torch.Tensor) -> int:
+    """The most bytes an output may have before it is refused unread."""
+    return max(OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
+
+
+def check(session: Session, shape: dict, phase: str) -> tuple[R.ShapeResult, int]:
+    """A correct output on fresh inputs, or a Verdict. Also returns the output cap for timing."""
+    if phase == "benchmark" and session.problem.check is None:
+        return check_sampled(session, shape)
+    data, guarded, pristine, expected, cap = _checked_call(session, shape, whole=True)
+    first = session.tensor("check", shape, cap)
+    looks = session.sample("check", shape, [first] + [pristine[i] for i in guarded])
+    if looks[0] is None or not same_bits(looks[0], gather(first, session.ranges[0])):
+        raise Verdict(R.WRONG_ANSWER, "the output changed after custom_kernel returned: "
+                                      "work went on in the background (thread, process or stream)", shape)
+    ok, why, err = judge_output(session.problem, data, first, expected)
+    if not ok:
+        raise Verdict(R.WRONG_ANSWER, why, shape)
+    _untouched(session, guarded, pristine, looks[1:], shape)
+    return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err), cap
+
+
+def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
+    """`check` for a benchmark shape: the output is compared at ranges the judge draws once the
+    call returned (compare.CHECK_BLOCKS blocks, the first and last among them), not sent whole;
+    the test shapes were checked whole. Each benchmark shape's timed calls are then read as
+    soon as they return, which is where work landing after the return shows (drive.py)."""
+    _, guarded, pristine, expected, cap = _checked_call(session, shape, whole=False)
+    looks = session.sample("check", shape, [expected] + [pristine[i] for i in guarded], edges=True)
+    if looks[0] is None:
+        raise Verdict(R.WRONG_ANSWER, f"output is not {str(expected.dtype).removeprefix('torch.')} "
+                                      f"{list(expected.shape)} like the answer", shape)
+    dtype, problem = expected.dtype, session.problem
+    ok, why, err = check_output(looks[0].view(dtype), gather(expected, session.ranges[0]).view(dtype),
+                                problem.rtol, problem.atol)
+    if not ok:
+        raise Verdict(R.WRONG_ANSWER, f"{why.split(';')[0]} (of the output's sampled elements)", shape)
+    _untouched(session, guarded, pristine, looks[1:], shape)
+    return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err), cap
+
+
+def _checked_call(session: Session, shape: dict, whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
+    """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
+    the answer, the output cap), once the worker said which inputs it handed back."""
+    kept = session.sets.take(shape_label(shape))
+    if kept is None:
+        seed = drive.new_seed(session.used_seeds)
+        kept = seed, session.inputs(seed, shape)
+    seed, data = kept
+    guarded = [i for i, t in enumerate(data) if i not in session.problem.output_args and type(t) is torch.Tensor]
+    pristine = {i: data[i].clone() for i in guarded}
+    expected = answer_or_size(session, data, shape)
+    cap = output_cap(expected)
+    session.give_back_memory()
+    t0 = time.monotonic()
+    session.ask({"cmd": "check", "shape": shape, "seed": seed, "max_output_bytes": cap, "whole_output": whole},
+                "check", shape)
+    reply = session.reply("check", shape)
+    session.check_call_s = time.monotonic() - t0
+    if reply.get("inputs") != guarded:
+        session.worker.kill()
+        raise Verdict(R.REJECTED, "malformed check reply: wrong list of returned inputs", shape)
+    return data, guarded, pristine, expected, cap
+
+
+def _untouched(session: Session, guarded: list[int], pristine: dict, looks: list, shape: dict) -> None:
+    for i, look, ranges in zip(guarded, looks, session.ranges[1:]):
+        if look is None or not same_bits(look, gather(pristine[i], ranges)):
+            raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {session.problem.output_args} "
+                                          "may be written)", shape)
+
+
+def judge_output(problem: Problem, data: list, out: torch.Tensor,
+                 expected: torch.Tensor | None) -> tuple[bool, str, float]:
+    """The problem's own check where it has one (answers that are right but not unique, such as
+    eigenvectors; `expected` is then unused, or compared member by member where the answer is
+    several tensors; None: the check computes it), else closeness to the reference. Either way
+    NaN never passes."""
+    if problem.check is None:
+        return check_output(out, expected, problem.rtol, problem.atol)
+    if out.is_floating_point() and bool(torch.isnan(out.float()).any()):
+        return False, "output contains NaN (unwritten or computed)", float("inf")
+    try:
+        why = problem.check(problem.call_data(data), out, expected)
+    except ProblemError:  # the problem's own reference failed (out of memory, say): not this output's fault
+        raise
+    except Exception as exc:  # the problem's checker failing on this output is a wrong answer
+        why = f"the problem's check raised {type(exc).__name__}: {str(exc)[:200]}"
+    return (False, f"problem check: {why}", float("nan")) if why else (True, "", float("nan"))
+
+
+def recheck(session: Session, look: drive.Look, shape: dict) -> None:
+    """A timed call's output, as the judge read it right after the call, against the answer."""
+    data = session.sets.recheck_inputs(look.seed)  # built ahead, its seed sent first to this call
+    if data is None:
+        data = session.inputs(look.seed, shape)
+    if session.problem.check is not None:  # its own check, which may accept another dtype (pmpp-prefixsum's
+        # float32 against a float64 reference), on the output read whole (see drive._read). It
+        # computes what it needs itself: no reference call here (linalg's is a factorisation).
+        out = look.whole if look.whole is not None else look.raw.view(DTYPES[look.dtype]).reshape(look.shape)
+        ok, why, _ = judge_output(session.problem, data, out, None)
+        if not ok:
+            raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
+        return
+    want, problem = session.expected(data), session.problem
+    if look.whole is None and (look.shape != list(want.shape) or
+                               look.dtype != str(want.dtype).removeprefix("torch.")):
+        ok, why = False, f"output {look.dtype} {look.shape}, expected {want.dtype} {list(want.shape)}"
+    elif look.whole is not None:
+        ok, why, _ = check_output(look.whole, want, problem.rtol, problem.atol)
+    else:
+        ok, why, _ = check_output(look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype),
+                                  problem.rtol, problem.atol)
+    if not ok:
+        raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
