@@ -32,8 +32,17 @@ show_run() {
 sweep=${SWEEP:-benchmarks/results/gpumode-sweep-NVIDIA_H100_80GB_HBM3-2026-11-24.md}
 for step in $steps; do
   case $step in
-    tests) timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short --durations=12 tests/gpu \
-             --deselect tests/gpu/test_gpu_gpumode_sort.py 2>&1 | tee "$out/gpu-tests.log" ;;
+    tests) # HALF=1 or 2: one half each, for two GPUs side by side (252 s and 208 s on an H200, 2026-11-27)
+           case ${HALF:-} in
+             1) files="attacks host keep_every_win kernel_split profile library_baselines" ;;
+             2) files="honest outside lifetime" ;;
+             *) files="" ;;
+           esac
+           targets=tests/gpu
+           [ -n "$files" ] && targets=$(for f in $files; do printf 'tests/gpu/test_gpu_%s.py ' "$f"; done)
+           # shellcheck disable=SC2086  # one word per test file
+           timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short --durations=12 $targets \
+             --deselect tests/gpu/test_gpu_gpumode_sort.py 2>&1 | tee "$out/gpu-tests${HALF:+-half-$HALF}.log" ;;
     sorttests) # GPU MODE's published sorts, five evaluations each: 17-76 s an evaluation on an H100
                timeout "${SORT_S:-570}" python3 -m pytest -v -s -rfEs --tb=short tests/gpu/test_gpu_gpumode_sort.py \
                  2>&1 | tee "$out/gpu-sort-tests.log" ;;

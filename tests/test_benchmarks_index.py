@@ -42,3 +42,10 @@ def test_every_result_file_the_index_names_exists():
         if name == "README.md" or "-" not in name:
             continue
         assert list(results.glob(name)), f"benchmarks/README.md names {name}, not in benchmarks/results/"
+
+
+def test_the_two_halves_of_the_tests_step_run_every_gpu_test_file_once():
+    halves = re.findall(r'^\s+[12]\) files="([^"]*)"', SESSION, flags=re.MULTILINE)
+    named = [f"test_gpu_{name}.py" for half in halves for name in half.split()]
+    gpu_tests = sorted(p.name for p in (BENCHMARKS.parent / "tests" / "gpu").glob("test_gpu_*.py"))
+    assert len(halves) == 2 and sorted(named) == [f for f in gpu_tests if f != "test_gpu_gpumode_sort.py"]
