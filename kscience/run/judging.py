@@ -110,7 +110,7 @@ class Judging:
         """Judge a pending candidate (or reuse the verdict of the same source). `counted=False` for the
         baselines, which the evaluation budget neither counts nor refuses. `profile_beside`: the verdict
         returns before its Nsight Compute profile, which is taken while the caller goes on (the seed's:
-        the first design need not wait for it; its writer and every later prompt see it once stored)."""
+        the first design need not wait for it; every design asked once it is stored shows it)."""
         store, run_id = self.journal.store, self.journal.run_id
         self.stopping.check()
         twin = store.evaluated_with_source(run_id, cand.source)

@@ -300,8 +300,8 @@ class Controller:
         # slots, its profile (which may not share the GPU with a baseline's timing) goes first and the baselines
         # after it. The lines wait for neither: on an H100 they waited 13 s of baselines and then 12.5 s of
         # profile before the first design. The first designer works from the seed's evaluation (compile facts,
-        # time per launched kernel); its writer and every later prompt have the profile once it is stored. A
-        # queue or a cluster gets the baselines in one batch with the seed.
+        # time per launched kernel); every design asked once the profile is stored shows it. A queue or a
+        # cluster gets the baselines in one batch with the seed.
         baselines = [*(partial(self._baseline, candidates, kind, source, title, {}) for kind, source, title in cheap),
                      *(partial(self._library_baseline, candidates, lib) for lib in self.problem.libraries)]
         profiled_here = bool(self.judging.profile) and not getattr(self.executor, "judges_elsewhere", False)
