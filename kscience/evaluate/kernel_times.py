@@ -5,8 +5,8 @@ splits it. After a shape's timed calls, outside them, the judge asks the worker 
 command) for a few calls of the candidate under a profiler, and keeps per kernel name how many
 times it launched per call and its time per call:
 
-* on a GPU: torch.profiler's kernel records (CUPTI), the GPU's own start and end of every kernel,
-  memcpy and memset in the worker;
+* on a GPU: the kernel records of torch's autograd profiler with Kineto (CUPTI), the GPU's own start
+  and end of every kernel, memcpy and memset in the worker;
 * under the CPU interpreter: every Triton launch (`GridExecutor.__call__`) by the host clock,
   which is what an interpreted kernel costs.
 
