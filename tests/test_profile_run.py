@@ -253,10 +253,10 @@ def test_which_stored_candidates_profile_ncu_looks_at():
 @pytest.mark.parametrize("elsewhere", [False, True])
 def test_the_seeds_profile_is_asked_for_before_the_cheap_baselines_where_the_run_judges(tmp_path, monkeypatch,
                                                                                         elsewhere):
-    """A profile may not share the GPU with a baseline's timing, so it waits for the baselines in flight, and
-    the first design waits for the seed's profile: on an H100 the lines waited 13 s of baselines, then 12.5 s of
-    profile. Where the run judges on its own slots the profile is asked for first; a queue or a cluster
-    (judging elsewhere) still gets the seed and the baselines in one batch."""
+    """A profile may not share the GPU with a baseline's timing, so it waits for the baselines in flight: on an
+    H100 the lines waited 13 s of baselines, then 12.5 s of profile. Where the run judges on its own slots the
+    profile is asked for first; a queue or a cluster (judging elsewhere) still gets the seed and the baselines
+    in one batch."""
     recorded = ncu.parse((DATA / "ncu" / "h100_softmax_full_raw.csv").read_text())
     monkeypatch.setattr(ncu, "ncu_path", lambda: "/opt/fake/ncu")
     monkeypatch.setattr(ncu, "profile", lambda problem, source, shape, **kw: recorded)

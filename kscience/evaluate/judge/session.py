@@ -2,8 +2,9 @@
 
 A `Session` owns the worker and the channel to it: it sends commands, reads replies within each
 phase's limit, builds inputs and computes answers, and times a shape (judge-driven calls, stopped
-by the median's precision); checking.py compares what comes back with the answers. Every reply must carry the sequence number of the command it answers and arrive
-within the phase's limit; anything else on the channel is a rejection. Anything wrong ends the
+by the median's precision); checking.py compares what comes back with the answers. Every reply
+must carry the sequence number of the command it answers and arrive within the phase's limit;
+anything else on the channel is a rejection. Anything wrong ends the
 evaluation with a `Verdict`, which `evaluation.evaluate` turns into the result. Times the worker
 reports are believed only after the checks in `crosscheck`.
 """
