@@ -6,16 +6,21 @@ event times and the time outside the events both rise by a fixed cost per call, 
 the same. This starts --processes fresh interpreters one after another, each set up as a worker is (spinning
 synchronisation, the same cover before every region, inputs copied into fixed buffers, the previous output
 poisoned, a copy of each output taken), and times in each, per benchmark shape and round, three regions: the
-published solution, eager `torch.sort`, and an empty region. Each region is split by the host's clock:
+published solution, eager `torch.sort`, an empty region, and the published solution again behind a cover
+whose spin is ten times as long (`published_long_cover`). Each region is split by the host's clock:
 
   launch    host time of the call itself (from start.record() to its return)
   event     the CUDA events around it
   outside   host time minus event time, as clocks.covered_region counts it
   seen      when the host saw the end event complete, against when the GPU's timestamp put it
   sync      torch.cuda.synchronize() after that (work still running anywhere on the device)
+  cover     the cache flush and spin before the start event, by their events (the spin's cycles are
+            fixed, so a long cover means a low SM clock)
+  sm_mhz    the SM clock NVML reports just after the region
 
-and the process's own facts: the CPUs it ran on and their NUMA nodes, context switches, torch.compile's
-recompilations and CUDA-graph skips. Whether slow processes are slow in every region (the host), only in the
+for the compiled call also the host time before its CUDA graph's replay and after it (`before_replay`,
+`after_replay`), and the process's own facts: the CPUs it ran on and their NUMA nodes, context switches,
+torch.compile's counters. Whether slow processes are slow in every region (the host), only in the
 compiled one (its call path), in `sync` (device work outside the stream) or in `seen` is then in the table.
 
     python benchmarks/probes/sort_states.py [--processes 8] [--task DIR] [--rounds 10] [--out DIR]
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -35,7 +41,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "tests" / "data" / "gpumode" / "reference-kernels" / "pmpp" / "sort_py"
 SIZES = (100_000, 500_000, 1_000_000, 10_000_000)  # the benchmark shapes less 100M (its build takes seconds)
-REGIONS = ("published", "eager", "null")
+REGIONS = ("published", "eager", "null", "published_long_cover")
+LONG_COVER = 10  # times the cover's spin in the last region: whether a GPU kept busy longer runs the call faster
+
+
+def sm_clock():
+    """A function returning the GPU's current SM clock in MHz through NVML (nan where NVML cannot say)."""
+    import ctypes
+
+    import torch
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        nvml.nvmlInit_v2()
+        handle, props = ctypes.c_void_p(), torch.cuda.get_device_properties(0)
+        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0".encode()
+        if nvml.nvmlDeviceGetHandleByPciBusId_v2(bus, ctypes.byref(handle)) != 0:
+            return lambda: math.nan
+    except (OSError, AttributeError):
+        return lambda: math.nan
+    mhz = ctypes.c_uint()
+
+    def read() -> float:
+        return float(mhz.value) if nvml.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(mhz)) == 0 else math.nan
+    return read
 
 
 def numa_node(cpu: int) -> int:
@@ -58,18 +87,29 @@ def child(task: str, rounds: int, seed: int) -> dict:
     torch.cuda.init()
     torch.empty(1, device="cuda")
     clocks.spin_while_waiting(True)
-    sys.path.insert(0, task)
+    sys.path[:0] = [task, str(Path(task).parent)]  # a GPU MODE task imports utils.py from its parent folder
     os.chdir(task)
     from reference import generate_input
     from submission import custom_kernel
 
     pc = time.perf_counter
+    replays: list[float] = []  # host clock before and after each CUDA-graph replay of the current region
+    replay = torch.cuda.CUDAGraph.replay
+
+    def timed_replay(graph):
+        replays.append(pc())
+        replay(graph)
+        replays.append(pc())
+
+    torch.cuda.CUDAGraph.replay = timed_replay
     cpus = {os.sched_getcpu()}
     flush = torch.empty(clocks.flush_bytes(torch.cuda.get_device_properties(0).L2_cache_size) // 4,
                         dtype=torch.int32, device="cuda")
     order = list(SIZES)
     random.Random(seed).shuffle(order)
-    calls = {"published": custom_kernel, "eager": lambda x: torch.sort(x)[0], "null": None}
+    calls = {"published": custom_kernel, "eager": lambda x: torch.sort(x)[0], "null": None,
+             "published_long_cover": custom_kernel}
+    clock = sm_clock()
     shapes, t0 = {}, pc()
     for size in order:
         work = generate_input(size=size, seed=seed + size)
@@ -95,9 +135,10 @@ def child(task: str, rounds: int, seed: int) -> dict:
                 h0 = pc()
                 before.record()
                 flush.zero_()
-                torch.cuda._sleep(clocks.COVER_CYCLES)
+                torch.cuda._sleep(clocks.COVER_CYCLES * (LONG_COVER if region == "published_long_cover" else 1))
                 h0 = clocks.reached(before, h0)
                 start.record()
+                replays.clear()
                 l0 = pc()
                 out = calls[region](work) if calls[region] else None
                 l1 = pc()
@@ -115,13 +156,17 @@ def child(task: str, rounds: int, seed: int) -> dict:
                     out.clone()
                     out.fill_(float("nan"))
                 cpus.add(os.sched_getcpu())
-                rows[region][size].append({"launch": (l1 - l0) * 1e6, "event": event, "outside": host - event,
-                                           "seen": (seen - end_by_gpu) * 1e6, "sync": (done - seen) * 1e6})
+                row = {"launch": (l1 - l0) * 1e6, "event": event, "outside": host - event,
+                       "seen": (seen - end_by_gpu) * 1e6, "sync": (done - seen) * 1e6, "cover": cover_us,
+                       "sm_mhz": clock()}
+                if replays:  # where the compiled call's host time goes: before the graph's launch, and after it
+                    row |= {"before_replay": (replays[0] - l0) * 1e6, "after_replay": (l1 - replays[-1]) * 1e6}
+                rows[region][size].append(row)
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     from torch._dynamo.utils import counters
 
-    median = {r: {str(s): {k: statistics.median(c[k] for c in rows[r][s]) for k in rows[r][s][0]} for s in order}
-              for r in REGIONS}
+    median = {r: {str(s): {k: statistics.median(c.get(k, math.nan) for c in rows[r][s]) for k in rows[r][s][0]}
+                  for s in order} for r in REGIONS}
     return {"order": order, "warm_s": warm_s, "cpus": sorted(cpus), "nodes": sorted({numa_node(c) for c in cpus}),
             "voluntary_switches": usage1.ru_nvcsw - usage0.ru_nvcsw,
             "involuntary_switches": usage1.ru_nivcsw - usage0.ru_nivcsw,
@@ -151,6 +196,8 @@ def main() -> None:
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
         if not lines:
             print(f"process {p + 1}: failed (rc {done.returncode}): {done.stderr.strip()[-600:]}", flush=True)
+            if not processes:
+                break  # the first one failed: the others would fail the same way
             continue
         r = json.loads(lines[0][7:])
         processes.append(r)
