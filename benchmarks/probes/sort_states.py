@@ -7,7 +7,8 @@ the same. This starts --processes fresh interpreters one after another, each set
 synchronisation, the same cover before every region, inputs copied into fixed buffers, the previous output
 poisoned, a copy of each output taken), and times in each, per benchmark shape and round, three regions: the
 published solution, eager `torch.sort`, an empty region, and the published solution again behind a cover
-whose spin is ten times as long (`published_long_cover`). Each region is split by the host's clock:
+whose spin is ten times as long (`published_long_cover`); and the published solution and an empty region
+timed by the evaluator's own `clocks.covered_region` (`published_clocks`, `null_clocks`: event, outside). Each region is split by the host's clock:
 
   launch    host time of the call itself (from start.record() to its return)
   event     the CUDA events around it
@@ -41,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "tests" / "data" / "gpumode" / "reference-kernels" / "pmpp" / "sort_py"
 SIZES = (100_000, 500_000, 1_000_000, 10_000_000)  # the benchmark shapes less 100M (its build takes seconds)
-REGIONS = ("published", "eager", "null", "published_long_cover")
+REGIONS = ("published", "eager", "null", "published_long_cover", "published_clocks", "null_clocks")
 LONG_COVER = 10  # times the cover's spin in the last region: whether a GPU kept busy longer runs the call faster
 
 
@@ -113,7 +114,7 @@ def child(task: str, rounds: int, seed: int) -> dict:
     order = list(SIZES)
     random.Random(seed).shuffle(order)
     calls = {"published": custom_kernel, "eager": lambda x: torch.sort(x)[0], "null": None,
-             "published_long_cover": custom_kernel}
+             "published_long_cover": custom_kernel, "published_clocks": custom_kernel, "null_clocks": None}
     clock = sm_clock()
     shapes, t0 = {}, pc()
     for size in order:
@@ -136,6 +137,14 @@ def child(task: str, rounds: int, seed: int) -> dict:
                 work.copy_(sets[i % 2])
                 flush.zero_()
                 torch.cuda.synchronize()
+                if region.endswith("_clocks"):
+                    fn = calls[region]
+                    event, host, out = clocks.covered_region(flush, (lambda: fn(work)) if fn else (lambda: None))
+                    if out is not None:
+                        out.clone()
+                        out.fill_(float("nan"))
+                    rows[region][size].append({"event": event, "outside": host - event})
+                    continue
                 before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
                 h0 = pc()
                 before.record()

@@ -19,6 +19,9 @@ import torch
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
+# The same device-wide wait without the Python wrapper, whose cost (several microseconds, two to three
+# times more while the host's CPU is slow) would land in every region's host time after its end event.
+_device_synchronize = getattr(torch._C, "_cuda_synchronize", _synchronize)
 _query = torch.cuda.Event.query
 CPU_THREADS_VAR = "KSCIENCE_CPU_THREADS"  # an interpreter slot's share of the cores, for its judge and workers
 
@@ -91,6 +94,12 @@ IDLE_SAMPLES = 25
 # start event: the flush alone (tens of microseconds on HBM3) is shorter than a Python launch on a
 # busy host, and any launch time not covered lands inside the event time (timing.Timer.timed_call).
 COVER_CYCLES = 300_000
+# Before a region's first event the GPU spins this many cycles (about 0.1 ms at 2 GHz), so the event
+# runs while the host is already watching for it (`reached`) instead of during its own submission.
+# Without it the host clock started when the host submitted the region, and the Python time of
+# submitting it counted as time outside the events: on an H100 that was 17-60 us for an empty region,
+# varying with the host CPU's speed from second to second (2026-11-27, probes/sort_states.py).
+LEAD_CYCLES = 200_000
 gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
 
 
@@ -124,6 +133,8 @@ def covered_region(flush: torch.Tensor, call) -> tuple[float, float, object]:
     them, the call and a device-wide synchronisation (work hidden on side streams lands inside).
     """
     before, start, end = (_Event(enable_timing=True) for _ in range(3))
+    if gpu_spin is not None:
+        gpu_spin(LEAD_CYCLES)
     h0 = _perf_counter()
     before.record()
     flush.zero_()
@@ -133,7 +144,7 @@ def covered_region(flush: torch.Tensor, call) -> tuple[float, float, object]:
     start.record()
     out = call()
     end.record()
-    _synchronize()
+    _device_synchronize()
     host = (_perf_counter() - h0) * 1e6 - before.elapsed_time(start) * 1e3
     event = start.elapsed_time(end) * 1e3
     # Beside other processes the host now and then learns that the GPU reached `before` a time
