@@ -128,12 +128,15 @@ class _SharedGpu:
     on the CPU. Times in microseconds."""
 
     def __init__(self, wait_us: float, kernel_us: float, side_us: float = 0.0, seen_late_us: float = 0.0,
-                 cover_late_us: float = 0.0):
+                 cover_late_us: float = 0.0, submit_us: float = 0.0, wrapper_us: float = 0.0):
         self.clock, self.cursor, self.free_at = 0.0, 0.0, wait_us
         self.kernel_us, self.side_us, self.seen_late_us = kernel_us, side_us, seen_late_us
         # The host learns the end of a region that began with the flush this much later (an idle
         # H100, 2026-11-26: 17-25 us around an empty covered region, 3.7 us around two bare events).
         self.cover_late_us, self.covered = cover_late_us, False
+        # Host time an event's recording takes before the GPU can run it (Python and the launch),
+        # and what torch.cuda.synchronize's Python wrapper adds to the wait.
+        self.submit_us, self.wrapper_us = submit_us, wrapper_us
         gpu = self
 
         class Event:
@@ -141,6 +144,7 @@ class _SharedGpu:
                 self.t = None
 
             def record(self):
+                gpu.clock += gpu.submit_us
                 gpu.cursor = self.t = max(gpu.cursor, gpu.clock, gpu.free_at)
 
             def query(self):  # the host may learn that an event ran `seen_late_us` after it did
@@ -166,6 +170,10 @@ class _SharedGpu:
         self.clock = max(self.clock, self.cursor + self.side_us) + 5.0 + self.cover_late_us * self.covered
         self.covered = False
 
+    def synchronize_in_python(self) -> None:  # torch.cuda.synchronize: the same, through its wrapper
+        self.synchronize()
+        self.clock += self.wrapper_us
+
 
 def _on(gpu: _SharedGpu, monkeypatch):
     """The worker's GPU-facing names, pointed at the simulated GPU; returns its flush buffer."""
@@ -177,7 +185,8 @@ def _on(gpu: _SharedGpu, monkeypatch):
         monkeypatch.setattr(module, "_perf_counter", gpu.now)
     monkeypatch.setattr(clocks, "_query", gpu.Event.query)
     monkeypatch.setattr(clocks, "_Event", gpu.Event)
-    monkeypatch.setattr(clocks, "_synchronize", gpu.synchronize)
+    monkeypatch.setattr(clocks, "_synchronize", gpu.synchronize_in_python)
+    monkeypatch.setattr(clocks, "_device_synchronize", gpu.synchronize, raising=False)
     monkeypatch.setattr(clocks, "gpu_spin", lambda cycles: gpu.run(150.0))
     return types.SimpleNamespace(zero_=lambda: gpu.flush(100.0))
 
@@ -252,6 +261,28 @@ def test_the_idle_gap_is_measured_around_the_same_cover_as_every_timed_call(monk
     event_us, host_us = _timed_call_on(_SharedGpu(0.0, kernel_us=100.0, side_us=100.0, cover_late_us=60.0),
                                        monkeypatch)
     assert side_work_problem([event_us] * 9, [host_us] * 9, idle_gap_us=gap)
+
+
+def test_the_hosts_own_time_submitting_a_region_is_not_counted_outside_it(monkeypatch):
+    """Two H100s (2026-11-27, probes/sort_states.py): an empty region's host time minus event time was
+    28-30 us in some seconds and 56-64 us in others, as the host's CPU slowed, because the host clock
+    started before the region's first event was submitted (an idle GPU ran it during its own
+    submission) and the wait went through torch.cuda.synchronize's wrapper. The pmpp sort was then
+    rejected as side work. A spin before the first event lets the host watch it run, and the wait
+    skips the wrapper: neither cost is counted, however slow the host, and side work still shows."""
+    import kscience.evaluate.clocks as clocks
+    from kscience.evaluate.judge.crosscheck import side_work_problem
+    for slow in (5.0, 30.0):
+        gap = clocks.idle_gap_us(_on(_SharedGpu(0.0, kernel_us=0.0, submit_us=slow, wrapper_us=slow), monkeypatch))
+        assert gap < 20.0  # the reading steps of the simulated host clock only
+        event_us, host_us = _timed_call_on(_SharedGpu(0.0, kernel_us=100.0, submit_us=slow, wrapper_us=slow),
+                                           monkeypatch)
+        assert event_us == pytest.approx(100.0)
+        assert 0.0 <= host_us - event_us < 20.0
+        event_us, host_us = _timed_call_on(_SharedGpu(0.0, kernel_us=100.0, side_us=100.0, submit_us=slow,
+                                                      wrapper_us=slow), monkeypatch)
+        assert host_us - event_us >= 100.0
+        assert side_work_problem([event_us] * 9, [host_us] * 9, idle_gap_us=gap)
 
 
 def test_the_judges_estimate_allows_for_the_spread_of_its_own_null_brackets():
