@@ -70,18 +70,19 @@ def _first_sentence(text: str) -> str:
     return re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
 
 
+def workable(source: str, shapes: list[dict]) -> bool:
+    """Whether a move of the catalogue applies to `source` (a per-shape composite has none)."""
+    try:
+        return bool(catalogue(source, shapes))
+    except SyntaxError:
+        return False
+
+
 def cannot_work_on(problem: Any, kernels: list[str]) -> str | None:
     """Why the offline scientist has nothing to do on `problem` from `kernels` (the seed first), or None:
     it only rewrites Triton kernels with patterns or knobs its catalogue knows, and writes none from scratch."""
     shapes = [*problem.tests, *problem.benchmarks, *problem.cpu_tests, *problem.cpu_benchmarks]
-
-    def workable(source: str) -> bool:
-        try:
-            return bool(catalogue(source, shapes))
-        except SyntaxError:
-            return False
-
-    if any(workable(k) for k in kernels):
+    if any(workable(k, shapes) for k in kernels):
         return None
     return (f"the offline scientist cannot write kernels from scratch, and no move of its catalogue applies to "
             f"the seed of {problem.name} (no Triton kernel with knobs it knows)")
@@ -137,6 +138,11 @@ class OfflineLLM(LLM):
         population = list(brief.population)
         if not population:
             raise LLMError("offline scientist: the selector was given no population")
+        # It designs only on kernels its catalogue can rewrite: a per-shape composite that became the
+        # best member, or a kernel without knobs it knows, would end the run with nothing to propose.
+        usable = [c for c in population if workable(c.source, brief.shapes)]
+        if any(strategy.is_ok(c) for c in usable):
+            population = usable
         chosen = strategy.tournament(population, list(brief.taken))
         return json.dumps({"base_id": chosen.base_id, "reference_id": chosen.reference_id or "",
                            "justification": f"{NOTICE}; tournament rule: {chosen.justification}"})
