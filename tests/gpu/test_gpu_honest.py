@@ -10,7 +10,7 @@ import torch.utils.cpp_extension
 import kscience.evaluate.judge.session as session_module
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
-from kscience.problems import builtin_names, load_problem
+from kscience.problems import builtin_names, load_problem, shape_label
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -23,7 +23,12 @@ def test_every_builtin_seed_is_ok_on_the_gpu(name):
     assert result.status == OK, result.message
     assert result.timing_label == "cuda events" and not result.device["interpreted"]
     timed = [s for s in result.shapes if s.phase == "benchmark"]
-    assert len(timed) == len(problem.benchmarks) and all(s.time_us > 0 and s.n >= 10 for s in timed)
+    assert len(timed) == len(problem.benchmarks)
+    # Which shape, and what the judge saw of it, where too few calls were timed (the fp8 seed once, on
+    # an H200 beside a false-rejection run on two other GPUs of the host, 2026-11-27).
+    few = [(shape_label(s.shape), s.n, s.time_us, s.judge_us, s.build_us) for s in timed
+           if not (s.time_us > 0 and s.n >= 10)]
+    assert not few, f"(shape, calls, us, judge's us, build us) timed with fewer than 10 calls: {few}"
     assert all(s.floor_us is None or s.time_us >= s.floor_us for s in timed)
 
 
