@@ -43,9 +43,10 @@ for step in $steps; do
            # shellcheck disable=SC2086  # one word per test file
            timeout "${TESTS_S:-540}" python3 -m pytest -v -rfEs --tb=short --durations=12 $targets \
              --deselect tests/gpu/test_gpu_gpumode_sort.py 2>&1 | tee "$out/gpu-tests${HALF:+-half-$HALF}.log" ;;
-    sorttests) # GPU MODE's published sorts, five evaluations each: 17-76 s an evaluation on an H100
+    sorttests) # GPU MODE's published sorts, five evaluations each: 17-76 s an evaluation on an H100;
+               # SORT_K=pmpp_v2 or SORT_K="not pmpp_v2" for one of the two (about 150 s each on an H200)
                timeout "${SORT_S:-570}" python3 -m pytest -v -s -rfEs --tb=short tests/gpu/test_gpu_gpumode_sort.py \
-                 2>&1 | tee "$out/gpu-sort-tests.log" ;;
+                 ${SORT_K:+-k "$SORT_K"} 2>&1 | tee "$out/gpu-sort-tests${SORT_K:+-${SORT_K// /-}}.log" ;;
     sortbuilds) timeout "${SORTBUILDS_S:-540}" python3 benchmarks/input_builds.py -n "${SORTBUILDS_N:-4}" \
                   ${TASK:+--task "$TASK"} --out "$out" 2>&1 | tee "$out/input-builds.log" ;;
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" \
