@@ -19,8 +19,8 @@ import torch
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
-# The same device-wide wait without the Python wrapper, whose cost (several microseconds, two to three
-# times more while the host's CPU is slow) would land in every region's host time after its end event.
+# The same device-wide wait without the Python wrapper, whose own time (longer while the host's CPU is
+# slow) would land in every region's host time after its end event.
 _device_synchronize = getattr(torch._C, "_cuda_synchronize", _synchronize)
 _query = torch.cuda.Event.query
 CPU_THREADS_VAR = "KSCIENCE_CPU_THREADS"  # an interpreter slot's share of the cores, for its judge and workers
@@ -97,8 +97,9 @@ COVER_CYCLES = 300_000
 # Before a region's first event the GPU spins this many cycles (about 0.1 ms at 2 GHz), so the event
 # runs while the host is already watching for it (`reached`) instead of during its own submission.
 # Without it the host clock started when the host submitted the region, and the Python time of
-# submitting it counted as time outside the events: on an H100 that was 17-60 us for an empty region,
-# varying with the host CPU's speed from second to second (2026-11-27, probes/sort_states.py).
+# submitting it counted as time outside the events. With both, an empty region showed 27-65 us of host
+# time beyond its events on an H100, following the host CPU's speed from second to second; without
+# them 4-14 us on an H200 (2026-11-27, probes/sort_states.py).
 LEAD_CYCLES = 200_000
 gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
 
