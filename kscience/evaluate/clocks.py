@@ -95,11 +95,10 @@ IDLE_SAMPLES = 25
 # busy host, and any launch time not covered lands inside the event time (timing.Timer.timed_call).
 COVER_CYCLES = 300_000
 # Before a region's first event the GPU spins this many cycles (about 0.1 ms at 2 GHz), so the event
-# runs while the host is already watching for it (`reached`) instead of during its own submission.
-# Without it the host clock started when the host submitted the region, and the Python time of
-# submitting it counted as time outside the events. With both, an empty region showed 27-65 us of host
-# time beyond its events on an H100, following the host CPU's speed from second to second; without
-# them 4-14 us on an H200 (2026-11-27, probes/sort_states.py).
+# runs while the host is already watching for it (`reached`) instead of during its own submission. The
+# host clock then starts when the GPU reaches the region, not before the host's Python submitted it:
+# that Python time follows the host CPU's speed, which varies by the second, and it is no work of the
+# call's (docs/evaluation.md has the figures).
 LEAD_CYCLES = 200_000
 gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
 
