@@ -92,7 +92,10 @@ def judge(folder: Path, source: str, time_limit: float | None, gpu: int | None,
         if status == "timeout":  # how far it got: a limit too short by a little or by far
             kinds = {"all": ("tests", "benchmarks"), "tests": ("tests",), "benchmarks": ("benchmarks",)}[shapes]
             total = sum(len(problem.shapes(kind, gpu is None)) for kind in kinds)
-            why += f" ({len(result.shapes)} of {total} shapes judged; phases {result.phases_s})"
+            why += f" ({len(result.shapes)} of {total} shapes judged)"
+        # Where the seconds went (the judge's phases over a tenth of a second), so a slow task shows its cause
+        spent = ", ".join(f"{k} {v:.1f}" for k, v in (result.phases_s or {}).items() if v >= 0.1)
+        why = f"{why[:300 - len(spent) - 12]} [phases: {spent}]" if spent else why
     except ProblemError as exc:
         status, why = "refused", str(exc).splitlines()[0]
     except _Overran:
