@@ -21,7 +21,7 @@ from kscience.run.events import CandidateEvaluated, RunFailed, RunFinished
 from kscience.run.config import RunConfig
 from kscience.run.driver import Run
 from kscience.record.snapshot import run_metrics
-from kscience.scientist.llm import BudgetExceeded, LLMError
+from kscience.scientist.llm import BudgetExceeded, LLMError, NothingToPropose
 from kscience.scientist.roles import Draft, Plan, Selection
 from kscience.record.store import Store
 
@@ -382,3 +382,26 @@ def test_an_iteration_with_nothing_left_to_try_ends_the_run_and_says_so(tmp_path
     assert [c[0] for c in sci.calls] == ["select", "design"]  # the seed is the only correct member to try
     said = [e["payload"]["detail"] for e in run.store.events(run.id) if e["payload"].get("stage") == "done"]
     assert said and "nothing left to try" in said[0]
+
+
+class SeedOnlyScientist(ScriptedScientist):
+    """Has no experiment for any kernel but the seed, as the offline scientist has none for a per-shape
+    composite: an offline softmax run on an H200 ended in error when a composite became its best member."""
+
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
+        if base.parent_id is not None:
+            self._enter("design", base.id)
+            raise NothingToPropose(f"no catalogue move applies to {base.id}")
+        return await super().design(base, reference, findings, done, in_flight, **asked)
+
+
+def test_a_base_the_scientist_has_nothing_for_gives_way_to_the_next(tmp_path):
+    sci = SeedOnlyScientist()  # children at 0.9, 0.8 and 1.1 of the seed: the fastest child is chosen next
+    run = make_run(tmp_path, sci, iterations=2)
+    assert run.start(background=False).status == "finished"
+    designs = [c[1] for c in sci.calls if c[0] == "design"]
+    seed = designs[0]
+    assert len(designs) == 4 and designs[-1] == seed and seed not in designs[1:3]  # two children, then the seed
+    assert len({p["base_id"] for p in run.store.plans(run.id)}) == 1  # both rounds built on the seed
+    said = [e["payload"]["detail"] for e in run.store.events(run.id) if e["payload"].get("stage") == "no plan"]
+    assert len(said) == 2 and all("no catalogue move applies" in d for d in said)

@@ -11,6 +11,7 @@ from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem
 from kscience.scientist.briefing import Brief
 from kscience.scientist.llm.base import LLMError
+from kscience.scientist.llm.call import NothingToPropose
 from kscience.scientist.offline.moves import catalogue
 from kscience.scientist.offline import OfflineLLM
 from kscience.scientist.offline.backend import SEARCH_TITLE
@@ -95,7 +96,7 @@ def test_designer_takes_knob_values_from_a_reference():
 def test_designer_without_any_move_says_so():
     problem = load_problem("softmax")
     plain = "def custom_kernel(data):\n    return data[0].softmax(-1)\n"
-    with pytest.raises(LLMError, match="no catalogue move applies to c0"):
+    with pytest.raises(NothingToPropose, match="no catalogue move applies to c0"):  # the line tries another base
         run(offline_scientist(problem).design(seed_view(problem, plain), None, []))
 
 
@@ -179,29 +180,13 @@ def test_grouped_order_and_fused_accumulation_on_a_row_major_matmul():
 
 def test_offline_selector_follows_the_tournament_rule_and_says_it_is_offline():
     problem = load_problem("softmax")
-    seed = problem.seed_source
     members = [seed_view(problem),
-               CandidateView("c1", "c0", "a", "ok", 90.0, {"x": 80.0, "y": 101.0}, seed, "ok"),
-               CandidateView("c2", "c0", "b", "ok", 80.0, {"x": 80.0, "y": 80.0}, seed, "ok"),
-               CandidateView("c3", "c0", "c", "ok", 85.0, {"x": 85.0, "y": 85.0}, seed, "ok")]
+               CandidateView("c1", "c0", "a", "ok", 90.0, {"x": 80.0, "y": 101.0}, "", "ok"),
+               CandidateView("c2", "c0", "b", "ok", 80.0, {"x": 80.0, "y": 80.0}, "", "ok"),
+               CandidateView("c3", "c0", "c", "ok", 85.0, {"x": 85.0, "y": 85.0}, "", "ok")]
     chosen = run(offline_scientist(problem, strategy="llm").select(members))
     assert (chosen.base_id, chosen.reference_id) == ("c2", "c1")
     assert chosen.justification.startswith("offline scientist (no LLM configured)")
-
-
-def test_offline_selector_passes_over_a_best_member_it_has_no_move_for():
-    """An offline softmax run on an H200 (2026-11-27) ended in error after 20 evaluations: its best member
-    was a per-shape composite, the tournament chose it, and no catalogue move applies to one. The
-    selector now builds on the best member it can rewrite, and the composite stays in the population."""
-    problem = load_problem("softmax")
-    composite = "from kscience.run import composite\n\ndef custom_kernel(data):\n    return data[0].softmax(-1)\n"
-    members = [seed_view(problem),
-               CandidateView("c1", "c0", "a", "ok", 60.0, {"x": 60.0}, problem.seed_source, "ok"),
-               CandidateView("c2", None, "per-shape composite", "ok", 50.0, {"x": 50.0}, composite, "ok")]
-    chosen = run(offline_scientist(problem, strategy="llm").select(members))
-    assert chosen.base_id == "c1"
-    plans = run(offline_scientist(problem).design(members[1], None, []))
-    assert plans  # and the designer has plans for it
 
 
 def test_repair_lowers_resources_after_an_out_of_resources_error():

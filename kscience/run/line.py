@@ -27,6 +27,7 @@ from kscience.run.population import Population
 from kscience.scientist.briefing import coverage
 from kscience.scientist.candidate import Candidate
 from kscience.run.sharing import Group, Sharing
+from kscience.scientist.llm import NothingToPropose
 from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
 from kscience.record.snapshot import REPAIRABLE
@@ -154,9 +155,14 @@ class Line:
                 done, in_flight = self.population.plans_on(base.id)
                 in_flight += sharing.pooled_titles(base.id)
                 asked = time.monotonic()
-                plans = await self.scientist.design(base, reference, findings, done, in_flight,
-                                                   wanted=plans_wanted(groups_wanted), avenue=avenue,
-                                                   others=sharing.others(design))
+                try:
+                    plans = await self.scientist.design(base, reference, findings, done, in_flight,
+                                                       wanted=plans_wanted(groups_wanted), avenue=avenue,
+                                                       others=sharing.others(design))
+                except NothingToPropose as exc:  # no experiment for this base at all: the next one
+                    self._stage("no plan", iteration, str(exc))
+                    tried.append(base.id)
+                    continue
                 self.note_model_time(time.monotonic() - asked)
                 # Lines designing on one base at once may still propose alike: a plan another line stored
                 # meanwhile is refused, and when nothing is left the base is designed on once more, now
@@ -177,8 +183,8 @@ class Line:
                     break
                 tried.append(base.id)
             else:
-                raise NothingLeft(f"iteration {iteration}: every experiment proposed for {', '.join(tried)} was "
-                                  "already carried out or is under way there; nothing left to try")
+                raise NothingLeft(f"iteration {iteration}: for {', '.join(tried)} the scientist proposed nothing "
+                                  "that was not already carried out or under way there; nothing left to try")
             mine, spare = groups[0], groups[1:]
             handed = {p.title for g in spare for p in g}
             kept = {p.title: p for p in mine}

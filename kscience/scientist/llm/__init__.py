@@ -11,7 +11,7 @@ the types, so the offline scientist (which implements the interface) can import 
 
 from kscience.scientist.llm.base import LLM
 from kscience.scientist.llm.budget import Budget, BudgetExceeded, Metered
-from kscience.scientist.llm.call import LLMCall, LLMError
+from kscience.scientist.llm.call import LLMCall, LLMError, NothingToPropose
 from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S
 
-__all__ = ["LLM", "LLMCall", "LLMError", "BudgetExceeded", "Budget", "Metered", "LLM_RETRIES", "LLM_TIMEOUT_S"]
+__all__ = ["LLM", "LLMCall", "LLMError", "NothingToPropose", "BudgetExceeded", "Budget", "Metered", "LLM_RETRIES", "LLM_TIMEOUT_S"]

@@ -55,3 +55,9 @@ class LLMError(Exception):
     def __init__(self, message: str, call: LLMCall | None = None):
         super().__init__(one_line(message))
         self.call = call  # the failed exchange, when a request was actually made
+
+
+class NothingToPropose(LLMError):
+    """The scientist has no experiment for the base it was given: the offline scientist, on a kernel its
+    catalogue cannot rewrite (a per-shape composite, say). The line tries its next base, as it does when
+    everything proposed was carried out already."""

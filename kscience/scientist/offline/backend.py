@@ -30,6 +30,7 @@ from kscience.scientist import strategy
 from kscience.scientist.edits import edits_between, render_edits
 from kscience.scientist.offline.kernel_source import Source
 from kscience.scientist.llm.base import LLM, LLMCall, LLMError, full_prompt
+from kscience.scientist.llm.call import NothingToPropose
 from kscience.scientist.offline.moves import allowed, catalogue, find_knobs, set_knob
 from kscience.scientist.offline.search import Observation, best_of, propose, search_name
 from kscience.scientist.offline.space import describe, knob_space
@@ -70,19 +71,18 @@ def _first_sentence(text: str) -> str:
     return re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
 
 
-def workable(source: str, shapes: list[dict]) -> bool:
-    """Whether a move of the catalogue applies to `source` (a per-shape composite has none)."""
-    try:
-        return bool(catalogue(source, shapes))
-    except SyntaxError:
-        return False
-
-
 def cannot_work_on(problem: Any, kernels: list[str]) -> str | None:
     """Why the offline scientist has nothing to do on `problem` from `kernels` (the seed first), or None:
     it only rewrites Triton kernels with patterns or knobs its catalogue knows, and writes none from scratch."""
     shapes = [*problem.tests, *problem.benchmarks, *problem.cpu_tests, *problem.cpu_benchmarks]
-    if any(workable(k, shapes) for k in kernels):
+
+    def workable(source: str) -> bool:
+        try:
+            return bool(catalogue(source, shapes))
+        except SyntaxError:
+            return False
+
+    if any(workable(k) for k in kernels):
         return None
     return (f"the offline scientist cannot write kernels from scratch, and no move of its catalogue applies to "
             f"the seed of {problem.name} (no Triton kernel with knobs it knows)")
@@ -116,7 +116,7 @@ class OfflineLLM(LLM):
         rng = random.Random(f"{self.seed}:{role}:{hashlib.sha256(prompt.encode()).hexdigest()}")
         answer = {"selector": self._select, "designer": self._design, "writer": self._write,
                   "repair": self._repair, "finding": self._finding}.get(role)
-        text, error = "", None
+        text, error, kind = "", None, LLMError
         try:
             if answer is None:
                 raise LLMError(f"offline scientist has no answer for the role {role!r}")
@@ -124,13 +124,13 @@ class OfflineLLM(LLM):
                 raise LLMError(f"offline scientist: the {role} call came without its structured brief")
             text = answer(context, rng)
         except LLMError as exc:
-            error = str(exc)
+            error, kind = str(exc), type(exc)
         sent = full_prompt(prompt, system)
         call = LLMCall(role=role, model=self.name, prompt=sent, response=text, input_tokens=len(sent) // 4,
                        output_tokens=len(text) // 4, latency_s=time.perf_counter() - started, cost_usd=0.0,
                        error=error)
         if error is not None:
-            raise LLMError(error, call)
+            raise kind(error, call)
         return text, call
 
     # --- selector: the tournament rule, justified ------------------------------------------------
@@ -138,11 +138,6 @@ class OfflineLLM(LLM):
         population = list(brief.population)
         if not population:
             raise LLMError("offline scientist: the selector was given no population")
-        # It designs only on kernels its catalogue can rewrite: a per-shape composite that became the
-        # best member, or a kernel without knobs it knows, would end the run with nothing to propose.
-        usable = [c for c in population if workable(c.source, brief.shapes)]
-        if any(strategy.is_ok(c) for c in usable):
-            population = usable
         chosen = strategy.tournament(population, list(brief.taken))
         return json.dumps({"base_id": chosen.base_id, "reference_id": chosen.reference_id or "",
                            "justification": f"{NOTICE}; tournament rule: {chosen.justification}"})
@@ -216,8 +211,8 @@ class OfflineLLM(LLM):
                       "predicted_min_pct": m.predicted_min_pct, "predicted_max_pct": m.predicted_max_pct,
                       "innovation": m.innovation} for m in fresh or moves][:wanted]
         if not plans:
-            raise LLMError(f"offline scientist: no catalogue move applies to {base.id} "
-                           "(no tunable literal and no pattern it knows how to rewrite)")
+            raise NothingToPropose(f"offline scientist: no catalogue move applies to {base.id} "
+                                   "(no tunable literal and no pattern it knows how to rewrite)")
         avenues = [f"{p['title']}: {_first_sentence(p['rationale'])}" for p in plans]
         return json.dumps({"avenues": avenues, "plans": plans}, indent=1)
 
