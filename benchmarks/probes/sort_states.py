@@ -5,14 +5,16 @@ side work in some evaluations and not others, with the same code; in the rejecte
 event times and the time outside the events both rise by a fixed cost per call, while the null calls look
 the same. This starts --processes fresh interpreters one after another, each set up as a worker is (spinning
 synchronisation, the same cover before every region, inputs copied into fixed buffers, the previous output
-poisoned, a copy of each output taken), and times in each, per benchmark shape and round, three regions: the
-published solution, eager `torch.sort`, an empty region, and the published solution again behind a cover
-whose spin is ten times as long (`published_long_cover`); and the published solution and an empty region
-timed by the evaluator's own `clocks.covered_region` (`published_clocks`, `null_clocks`: event, outside). Each region is split by the host's clock:
+poisoned, a copy of each output taken), and times in each, per benchmark shape and round: the published
+solution, eager `torch.sort` and an empty region, each the way clocks.covered_region timed a region before
+it gained its lead spin (no spin before the first event, torch.cuda.synchronize's wrapper), split below;
+the published solution again behind a cover whose spin is ten times as long (`published_long_cover`); and
+the published solution and an empty region timed by today's `clocks.covered_region` (`published_clocks`,
+`null_clocks`: event and outside only). The first four are split by the host's clock:
 
   launch    host time of the call itself (from start.record() to its return)
   event     the CUDA events around it
-  outside   host time minus event time, as clocks.covered_region counts it
+  outside   host time minus event time
   seen      when the host saw the end event complete, against when the GPU's timestamp put it
   sync      torch.cuda.synchronize() after that (work still running anywhere on the device)
   cover     the cache flush and spin before the start event, by their events (the spin's cycles are
@@ -157,7 +159,7 @@ def child(task: str, rounds: int, seed: int) -> dict:
                 out = calls[region](work) if calls[region] else None
                 l1 = pc()
                 end.record()
-                while not end.query():
+                while not end.query():  # polled: the host clock reads the moment it learns the end ran
                     pass
                 seen = pc()
                 torch.cuda.synchronize()
