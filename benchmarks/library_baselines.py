@@ -85,16 +85,24 @@ def baseline_rows(name: str, with_compile: bool) -> list[dict]:
 
 def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = None, gpu: int | None = None) -> dict:
     """One offline run of `name` through the CLI, in a database of its own; a run that reaches `time_limit_s`
-    stops as a user's would and is reported with what it had, marked `stopped`."""
+    stops as a user's would and is reported with what it had, marked `stopped`. A run of the same name the
+    database already holds, stopped, is resumed instead (a run longer than one device command)."""
     run_name = f"library-baselines-{name}-{evaluations}"
     db = str(Path(db).with_name(f"{Path(db).stem}-{name}{Path(db).suffix or '.db'}"))
-    cmd = [sys.executable, "-m", "kscience.cli.main", "run", name, "--llm", "offline", "--evaluations",
-           str(evaluations), "--db", db, "--name", run_name]
+    earlier = None
+    if Path(db).exists():
+        with Store(db) as store:
+            earlier = next((r for r in store.list_runs() if r["name"] == run_name), None)
+    if earlier is not None:
+        cmd = [sys.executable, "-m", "kscience.cli.main", "resume", earlier["id"], "--db", db]
+    else:
+        cmd = [sys.executable, "-m", "kscience.cli.main", "run", name, "--llm", "offline", "--evaluations",
+               str(evaluations), "--db", db, "--name", run_name]
     if time_limit_s:
         cmd += ["--time-limit", f"{time_limit_s:g}"]
     Path(db).parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}))
-    with open(Path(db).with_suffix(".log"), "w") as log:  # the runs print at once: one log each
+    with open(Path(db).with_suffix(".log"), "a" if earlier else "w") as log:  # the runs print at once: one log each
         code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     with Store(db) as store:
         run = next(r for r in store.list_runs() if r["name"] == run_name)
