@@ -10,7 +10,7 @@ then the best kernel against each baseline the run timed, and whether it beats e
 Results: benchmarks/results/library-baselines-<device>-<date>.{json,md}.
 
     python benchmarks/library_baselines.py [--part baselines,runs] [--problems softmax,rmsnorm] [--compile]
-        [--evaluations 30] [--db library-runs.db] [--gpus 4] [--time-limit 500]
+        [--evaluations 30] [--db library-runs.db] [--gpus 4] [--gpus-per-run 1] [--time-limit 500]
 
 On a machine of four GPUs one command runs every built-in's offline run at once, four at a time, each within
 --time-limit (a run that reaches it is reported with what it had, as stopped).
@@ -83,7 +83,8 @@ def baseline_rows(name: str, with_compile: bool) -> list[dict]:
     return rows
 
 
-def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = None, gpu: int | None = None) -> dict:
+def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = None,
+            gpus: list[int] | None = None) -> dict:
     """One offline run of `name` through the CLI, in a database of its own; a run that reaches `time_limit_s`
     stops as a user's would and is reported with what it had, marked `stopped`. A run of the same name the
     database already holds, stopped, is resumed instead (a run longer than one device command)."""
@@ -100,8 +101,10 @@ def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = N
                str(evaluations), "--db", db, "--name", run_name]
     if time_limit_s:
         cmd += ["--time-limit", f"{time_limit_s:g}"]
+    if gpus and len(gpus) > 1:
+        cmd += ["--gpus", str(len(gpus))]
     Path(db).parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}))
+    env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {}))
     with open(Path(db).with_suffix(".log"), "a" if earlier else "w") as log:  # the runs print at once: one log each
         code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     with Store(db) as store:
@@ -117,10 +120,13 @@ def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = N
 
 
 def all_runs(names: list[str], args) -> list[dict]:
-    """One run per problem, `args.gpus` at a time, each on a GPU of its own (one run per GPU at any moment)."""
+    """One run per problem, each on `args.gpus_per_run` GPUs of its own, as many at once as `args.gpus` holds."""
     gpus = queue.SimpleQueue()
-    for gpu in range(args.gpus) if args.gpus else [None]:
-        gpus.put(gpu)
+    k = max(1, args.gpus_per_run)
+    for first in range(0, args.gpus - k + 1, k) if args.gpus else []:
+        gpus.put(list(range(first, first + k)))
+    if not args.gpus:
+        gpus.put(None)
 
     def on_a_gpu(name: str) -> dict:
         gpu = gpus.get()
@@ -129,7 +135,7 @@ def all_runs(names: list[str], args) -> list[dict]:
         finally:
             gpus.put(gpu)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.gpus or 1)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, (args.gpus or 1) // k)) as pool:
         return list(pool.map(on_a_gpu, names))
 
 
@@ -159,6 +165,7 @@ def main() -> int:
     ap.add_argument("--evaluations", type=int, default=30)
     ap.add_argument("--db", default="library-runs.db", help="runs go to <stem>-<problem>.db, each with its .log")
     ap.add_argument("--gpus", type=int, default=0, help="part runs: this many at once, one GPU each (0: one at a time)")
+    ap.add_argument("--gpus-per-run", type=int, default=1, help="part runs: GPUs each run judges on (its --gpus)")
     ap.add_argument("--time-limit", type=float, default=None, help="part runs: seconds each run may take")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()

@@ -6,6 +6,7 @@ GPU so that the run decides to time the compiled reference, which the CPU test m
 """
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
 from kscience.run.baselines import compiled_baseline_wanted, compiled_source
 from kscience.scientist.candidate import Candidate
 from kscience.cli.main import build_parser, main
+from kscience.evaluate.result import TIMEOUT, EvalResult
+from kscience.run import judging
 from kscience.run.config import RunConfig
 from kscience.jupyter.panels import leaderboard_html
 from kscience.jupyter.plots import timeline_figure
@@ -187,7 +190,44 @@ def test_one_that_fails_is_stored_with_its_status_and_the_run_goes_on(tmp_path):
     m = run_metrics(run.store, run.id)
     assert m["compiled_us"] is None and m["best_us"] == 80.0
     row = next(line for line in summary_lines(snap.run, m) if "torch.compile" in line)
-    assert row.split()[1:] == ["-", "-", "-", "compile_error"]
+    assert row.split()[1:] == ["-", "-", "-", "compile_error", "[fake", "compile_error]"]
+
+
+class SlowToCompile(GpuExecutor):
+    """torch.compile's baseline takes longer than any limit it is given: it ends as the judge ends one that runs
+    out of its evaluation's limit. Notes each request's limit, and when each verdict was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.limits, self.verdict_at = {}, []
+
+    def _judge(self, request):
+        if "torch.compile" not in request.source:
+            self.verdict_at.append(time.monotonic())
+            return super()._judge(request)
+        self.limits["compiled"] = request.timeout_s
+        time.sleep(request.timeout_s)
+        return EvalResult(status=TIMEOUT, message=f"timed out: the evaluation's {request.timeout_s:g} s limit ran out "
+                                                  "while checking correctness", device=dict(self.device))
+
+
+def test_one_slower_than_its_limit_is_recorded_as_timed_out_and_the_children_go_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(judging, "IDLE_SLOT_LIMIT_S", 0.5)
+    executor = SlowToCompile()
+    started = time.monotonic()
+    run = finished_run(tmp_path, executor, iterations=2)
+    assert executor.limits["compiled"] == 0.5  # a run without --time-limit still gives it one
+    compiled = first_of_kind(run.store.candidates(run.id), "compiled")
+    assert compiled.status == TIMEOUT and "0.5 s limit" in compiled.message
+    assert time.monotonic() - started < 5  # nothing waited longer than the limit for it
+    m = run_metrics(run.store, run.id)
+    row = next(line for line in summary_lines(Snapshot.load(run.store, run.id).run, m) if "torch.compile" in line)
+    assert "timeout [timed out: the evaluation's 0.5 s limit" in row
+
+    again = SlowToCompile()  # a resume leaves the verdict as it is
+    resumed = Run.resume(run.id, store=run.store, iterations=1, scientist=RecordingScientist(), executor=again)
+    assert resumed.start(background=False).status == "finished"
+    assert "compiled" not in again.limits and again.verdict_at
 
 
 def test_a_resumed_run_does_not_time_it_again(tmp_path):

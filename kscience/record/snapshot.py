@@ -353,6 +353,7 @@ class Snapshot:
             "best_id": best.id if best else None, "best_us": best_us, "seed_us": seed_us,
             "reference_us": _us(ref), "compiled_us": _us(compiled),
             "compiled_status": compiled.status if compiled else None,
+            "compiled_message": compiled.message if compiled and compiled.status != OK else None,
             "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_reference": speedup(_us(ref), best_us),
             "speedup_vs_compiled": speedup(_us(compiled), best_us),
             "vendor_us": _us(self.vendor), "vendor_status": self.vendor and self.vendor.status,

@@ -74,7 +74,8 @@ def summary_lines(row: dict, m: dict) -> list[str]:
         if compiled:
             line += f"{fmt_x(speedup(compiled, us)):>18}"
         elif name == "torch.compile":  # timed but not ok: say why there is no number
-            line += f"  {m['compiled_status']}"
+            line += f"  {m['compiled_status']}" + (f" [{m['compiled_message'][:160]}]"
+                                                   if m.get("compiled_message") else "")
         if name == "vendor library":
             line += f"  {m['vendor_label']}" + (f" [{m['vendor_status']}: {(m['vendor_message'] or '')[:160]}]"
                                                 if us is None else "")
