@@ -313,6 +313,19 @@ def test_the_judges_estimate_allows_a_share_of_its_own_time_to_build_the_inputs(
     assert forged_time_problem(975.0, 2644.0, False, build_us=300.0)
 
 
+def test_an_estimate_far_below_the_report_is_doubted_on_the_gpu():
+    """The on_gpu flag turned off on an H100: 968.8 us reported, the null calls' brackets about 24 ms longer
+    than the timed calls' (the queued work landed in them), so the judge's estimate came out at -22,879 us and
+    the round was believed. Honest rounds fall short by up to about 2 ms under load (an fp8 child: 46.7 us
+    reported, -1,887 us estimated); beside other processes the null spread is allowed, as above the report."""
+    from kscience.evaluate.judge.crosscheck import forged_time_problem
+    message = forged_time_problem(968.8, -22878.7, False, spread_us=400.0, build_us=619.8)
+    assert message and "the calls that do nothing took the longer" in message
+    assert forged_time_problem(46.7, -1886.9, False, build_us=224.5) is None
+    assert forged_time_problem(968.8, -22878.7, False, spread_us=30_000.0, shared=True, build_us=619.8) is None
+    assert forged_time_problem(968.8, -22878.7, True) is None  # on the CPU the estimate is the figure
+
+
 def test_the_judge_times_its_own_input_builds_before_any_candidate_code_exists(judge, monkeypatch):
     """The build allowance, and the CPU's cap on null brackets, come from the judge's own builds
     of each timed shape, made before the import: a candidate that loads the machine once imported
