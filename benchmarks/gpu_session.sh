@@ -65,7 +65,7 @@ for step in $steps; do
                 checkpoint "$out/search-throughput.db" ;;
     baselines) timeout "${BASELINES_S:-560}" python3 benchmarks/library_baselines.py --part "${PART:-baselines}" \
                  ${PROBLEMS:+--problems "$PROBLEMS"} ${COMPILE:+--compile} ${EVALUATIONS:+--evaluations "$EVALUATIONS"} \
-                 ${GPUS:+--gpus "$GPUS"} ${RUN_LIMIT:+--time-limit "$RUN_LIMIT"} \
+                 ${GPUS:+--gpus "$GPUS"} ${GPUS_PER_RUN:+--gpus-per-run "$GPUS_PER_RUN"} ${RUN_LIMIT:+--time-limit "$RUN_LIMIT"} \
                  --db "$out/library-runs.db" --out "$out" 2>&1 | tee "$out/library-baselines.log"
                for db in "$out"/library-runs-*.db; do checkpoint "$db"; done ;;
     kernelsplit) timeout "${KERNELSPLIT_S:-540}" python3 benchmarks/kernel_split.py --out "$out" 2>&1 \
