@@ -164,7 +164,8 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="time torch.compile in part baselines too (minutes)")
     ap.add_argument("--evaluations", type=int, default=30)
     ap.add_argument("--db", default="library-runs.db", help="runs go to <stem>-<problem>.db, each with its .log")
-    ap.add_argument("--gpus", type=int, default=0, help="part runs: the GPUs they share out, --gpus-per-run each (0: one run at a time)")
+    ap.add_argument("--gpus", type=int, default=0,
+                    help="part runs: the GPUs they share out, --gpus-per-run each (0: one run at a time)")
     ap.add_argument("--gpus-per-run", type=int, default=1, help="part runs: GPUs each run judges on (its --gpus)")
     ap.add_argument("--time-limit", type=float, default=None, help="part runs: seconds each run may take")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
