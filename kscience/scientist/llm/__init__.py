@@ -14,4 +14,5 @@ from kscience.scientist.llm.budget import Budget, BudgetExceeded, Metered
 from kscience.scientist.llm.call import LLMCall, LLMError, NothingToPropose
 from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S
 
-__all__ = ["LLM", "LLMCall", "LLMError", "NothingToPropose", "BudgetExceeded", "Budget", "Metered", "LLM_RETRIES", "LLM_TIMEOUT_S"]
+__all__ = ["LLM", "LLMCall", "LLMError", "NothingToPropose", "BudgetExceeded", "Budget", "Metered", "LLM_RETRIES",
+           "LLM_TIMEOUT_S"]
