@@ -8,7 +8,6 @@ import dataclasses
 import pytest
 import torch
 
-from kscience.evaluate.judge import contexts, crosscheck
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER, EvalRequest
 from kscience.problems import load_problem
@@ -90,11 +89,11 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
 
 def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
     # With the flag off the worker neither synchronises nor uses events, so its clock sees only
-    # launches, and each call's work lands in the judge's brackets of the calls after it. On an H100
-    # (2026-11-25) that reported 1.1 ms for 5.8 ms of work, and spread the null brackets by
-    # milliseconds, which the judge then allowed as if other processes held the GPU. It allows a
-    # spread only where the driver lists another process's context (contexts.py): on a GPU of the
-    # test's own the attack is rejected; beside others, the recorded time must agree with the judge.
+    # launches and each call's work runs after its reply. Before the judge read timed outputs from
+    # a buffer of its own, that work landed in later brackets or in the worker's copy for the
+    # judge's read: an H100 judged this ok at 968.8 us for work of milliseconds. Now the judge's own
+    # read, right after the reply, finds the fill it wrote before the call, beside other processes
+    # or not.
     result = judge(HEAVY, """
         import gc
         from kscience.evaluate.worker.harness import Harness
@@ -113,14 +112,19 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
             return out
         """, shapes="benchmarks")
     _show(result)
-    if contexts.others(0, set()) == 0:  # only this process: its worker is gone
-        assert result.status == REJECTED, result.message
-        assert "not what happened" in result.message or "not waiting for the GPU" in result.message
-    assert result.status in (OK, REJECTED), result.message
-    if result.status == OK:  # the judge's clock saw the real work, and the figure is within its tolerance of it
-        for s in result.shapes:
-            assert s.judge_us > 500, s  # HEAVY: a millisecond or more
-            assert s.time_us >= (s.judge_us - crosscheck.JUDGE_SLACK_US[0]) / crosscheck.JUDGE_RATIO[0], s
+    assert result.device.get("judge_reads"), "the driver could not share the judge's output buffer here"
+    assert result.status == REJECTED, result.message
+    assert "not yet written when its reply came" in result.message, result.message
+
+
+def test_an_honest_kernel_is_read_from_the_judges_own_buffer(judge):
+    # The worker maps the judge's allocation from a descriptor, across its user, PID and IPC namespaces.
+    result = judge("""
+        def custom_kernel(data):
+            return honest(data[0])
+        """, shapes="benchmarks")
+    assert result.status == OK, result.message
+    assert result.device.get("judge_reads") and result.confinement.get("namespaces", "").startswith("user")
 
 
 def test_re_recording_the_start_event_after_the_work_is_rejected(judge):

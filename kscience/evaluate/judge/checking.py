@@ -51,6 +51,7 @@ def check(session: Session, shape: dict, phase: str) -> tuple[R.ShapeResult, int
         return check_sampled(session, shape)
     data, guarded, pristine, expected, cap = _checked_call(session, shape, whole=True)
     first = session.tensor("check", shape, cap)
+    session.output_bytes = first.numel() * first.element_size()  # what the timed calls' buffer must hold
     looks = session.sample("check", shape, [first] + [pristine[i] for i in guarded])
     if looks[0] is None or not same_bits(looks[0], gather(first, session.ranges[0])):
         raise Verdict(R.WRONG_ANSWER, "the output changed after custom_kernel returned: "
@@ -68,6 +69,7 @@ def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
     the test shapes were checked whole. Each benchmark shape's timed calls are then read as
     soon as they return, which is where work landing after the return shows (drive.py)."""
     _, guarded, pristine, expected, cap = _checked_call(session, shape, whole=False)
+    session.output_bytes = expected.numel() * expected.element_size()  # a right output has the answer's size
     looks = session.sample("check", shape, [expected] + [pristine[i] for i in guarded], edges=True)
     if looks[0] is None:
         raise Verdict(R.WRONG_ANSWER, f"output is not {str(expected.dtype).removeprefix('torch.')} "

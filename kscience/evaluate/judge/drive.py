@@ -22,11 +22,15 @@ import numpy
 import torch
 
 from kscience.evaluate.judge import peek
-from kscience.evaluate.judge.compare import TIMED_CALL_BLOCKS
+from kscience.evaluate.judge.compare import TIMED_CALL_BLOCKS, gather, sample_ranges
 from kscience.evaluate.judge.driving import TimedSession
 from kscience.evaluate.wire import DTYPES
 
 _random = secrets.SystemRandom()
+# An output is taken for unwritten where this many aligned words in a row are the judge's fill (a 31-bit
+# random word: an honest output holds it four times in a row with odds of 2^-124). Outputs shorter than
+# that prove nothing either way and are judged by their values.
+UNWRITTEN_WORDS = 4
 
 
 @dataclasses.dataclass
@@ -76,6 +80,10 @@ class Unstoppable(Exception):
     """Not every process of the worker could be stopped for the judge's read of its memory."""
 
 
+class Unfinished(Exception):
+    """The judge's own read right after a timed call found its output not yet written."""
+
+
 @dataclasses.dataclass
 class Look:
     """What the judge read of one timed call's output, right after the call returned."""
@@ -120,11 +128,13 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
     i-th timed call is read with probability min(1, checks / i) (so about checks * (1 + ln(n /
     checks)) reads for n calls, every call equally likely to be among the last `checks` kept by
     a reservoir, and all of them are rechecked). The choice is drawn once a call has returned, and
-    the output is read at once, before the worker is told anything more: copied out of its memory
-    by the judge itself, with the whole worker frozen, where that is possible (`session.peek_pid`,
-    the CPU), else sent by the worker at byte ranges drawn now. Which of the two is the judge's
-    choice: an output on any device but the evaluation's is no answer. Raises peek.Stuck when the
-    judge's own read did not return in time, Unstoppable when the worker could not be stopped for it.
+    the output is read at once, before the worker is told anything more: on the GPU from the judge's
+    own buffer the worker copied it into (`session.keep`, output_buffer.py), on the CPU copied out of
+    the worker's memory by the judge itself with the whole worker frozen (`session.peek_pid`), else
+    sent by the worker at byte ranges drawn now. Which of these is the judge's choice: an output on
+    any device but the evaluation's is no answer. Raises peek.Stuck when the judge's own read did
+    not return in time, Unstoppable when the worker could not be stopped for it, Unfinished when
+    the output was not written by the time the reply came.
     """
     timed_us: list[float] = []  # event times of the timed calls: the figure is their median
     windows: list[float] = []  # the judge's brackets around them
@@ -149,6 +159,7 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
         nulls_sent += kind == "null"
         ready = kind == "timed" and n < plan.checks and plan.ready
         cmd = {"cmd": "call", "kind": kind, "seed": plan.ready.pop() if ready else new_seed(used)}
+        session.fill_output_buffer()
         t0 = time.perf_counter()
         session.ask(cmd, "time", shape)
         reply = session.reply("time", shape)
@@ -195,6 +206,8 @@ def _read(session: TimedSession, shape: dict, where, seed: int, kind: str, cap: 
     if where.get("device") != session.device.torch_device:  # the judge, not the worker, picks how to read
         raise Unreadable(f"the worker said the output of a timed {kind} call lies on {str(where.get('device'))[:20]}, "
                          f"not on {session.device.torch_device}")
+    if session.keep is not None:
+        return _read_own_buffer(session, out_shape, dtype, seed, kind)
     if session.peek_pid is not None:
         # The whole worker stopped: no candidate code runs until the bytes are copied.
         with session.worker.frozen() as stopped:
@@ -211,6 +224,36 @@ def _read(session: TimedSession, shape: dict, where, seed: int, kind: str, cap: 
     if raw is None:
         raise Unreadable(f"the worker sent the output of a timed {kind} call in the wrong shape or size")
     return Look(seed, raw=raw, ranges=session.ranges[0], shape=out_shape, dtype=str(where["dtype"]))
+
+
+def _read_own_buffer(session: TimedSession, out_shape: list, dtype, seed: int, kind: str) -> Look:
+    """The output as the worker copied it into the judge's buffer (output_buffer.py), read in the judge's
+    own CUDA context, which waits for none of the worker's work: bytes still holding the fill the
+    judge wrote before the call were not written when the reply came."""
+    nbytes = math.prod(out_shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes > session.keep.nbytes:
+        raise Unreadable(f"the output of a timed {kind} call is larger than the checked output")
+    whole = session.problem.check is not None  # a problem's own check needs all of it
+    ranges = [[0, nbytes]] if whole or not nbytes else sample_ranges(nbytes, TIMED_CALL_BLOCKS)
+    raw = gather(session.keep.tensor[:nbytes], ranges).cpu()
+    if unwritten(raw, ranges, session.fill_word):
+        raise Unfinished(f"the output of a timed {kind} call was not yet written when its reply came: the judge's "
+                         "own read found the fill it had written before the call (the call's work was left "
+                         "running on the GPU, outside every timed bracket)")
+    return Look(seed, raw=raw, ranges=ranges, shape=out_shape, dtype=str(dtype).removeprefix("torch."))
+
+
+def unwritten(raw: torch.Tensor, ranges: list[list[int]], word: int) -> bool:
+    """Whether any UNWRITTEN_WORDS aligned words of the read ranges still hold only `word` (int32)."""
+    offset = 0
+    for _, n in ranges:
+        words = n // 4 // UNWRITTEN_WORDS * UNWRITTEN_WORDS
+        if words:
+            rows = raw[offset:offset + words * 4].view(torch.int32).view(-1, UNWRITTEN_WORDS)
+            if bool((rows == word).all(1).any()):
+                return True
+        offset += n
+    return False
 
 
 def _dims(shape) -> bool:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import torch
 
     from kscience.device import Device
+    from kscience.evaluate import output_buffer
     from kscience.evaluate.judge.drive import Look
     from kscience.evaluate.sandbox.workers import Worker
     from kscience.problems import Problem
@@ -31,6 +32,8 @@ class TimedSession(Protocol):
     worker_info: dict  # the worker's ready reply (its idle gap)
     echo_us: float  # a message's round trip before any candidate code existed
     reference_outside: dict[str, float]  # by shape label, where a side-work doubt asked
+    keep: output_buffer.Mapping | None  # the judge's own buffer the timed outputs are copied into (GPU)
+    fill_word: int  # what fill_output_buffer writes in it before each call
 
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None: ...
 
@@ -40,6 +43,10 @@ class TimedSession(Protocol):
                blocks: int | None = None, edges: bool = False) -> list[torch.Tensor | None]: ...
 
     def phase(self, name: str) -> AbstractContextManager[None]: ...
+
+    def hand_over_output_buffer(self, shape: dict) -> int: ...
+
+    def fill_output_buffer(self) -> None: ...
 
     def recheck(self, look: Look, shape: dict) -> None: ...
 

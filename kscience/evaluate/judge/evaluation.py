@@ -182,7 +182,8 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         except peek.Stuck as exc:
             session.worker.kill()  # which also lets the abandoned read return
             raise Verdict(R.REJECTED, str(exc)) from None
-    session.worker_info["judge_reads"] = session.peek_pid is not None
+    # whether the judge reads timed outputs itself: host memory on the CPU, its own buffer on the GPU
+    session.worker_info["judge_reads"] = session.peek_pid is not None or session.shares_outputs
     for shape in tests:
         with session.phase("check"):
             result.shapes.append(checking.check(session, shape, "test")[0])

@@ -99,10 +99,11 @@ _UNSURE = "the judge's own clock is unsure"
 def _round(session: TimedSession, shape: dict, cap: int, plan: drive.Plan, warm_sets: int) -> Round:
     warm = [drive.new_seed(session.used_seeds) for _ in range(warm_sets)]
     t0 = time.monotonic()
-    # Where the judge cannot read the worker's memory, the worker copies each output as its call
-    # returns, and the judge's reads see that copy (timing.py).
-    session.ask({"cmd": "prepare", "shape": shape, "seeds": warm, "warmup": plan.warmup,
-                 "max_output_bytes": cap, "copy_outputs": session.peek_pid is None}, "time", shape)
+    # On the GPU the worker copies each output as its call returns into the judge's own buffer, which
+    # the judge reads itself; where the driver cannot share one, into a copy of its own (timing.py).
+    keep_bytes = session.hand_over_output_buffer(shape) if session.keep is not None else 0
+    session.ask({"cmd": "prepare", "shape": shape, "seeds": warm, "warmup": plan.warmup, "max_output_bytes": cap,
+                 "copy_outputs": session.peek_pid is None and not keep_bytes, "keep_bytes": keep_bytes}, "time", shape)
     session.build_ahead(shape, plan.ready)  # while the worker prepares, untimed
     setup_s = _float(session.reply("time", shape).get("setup_s"))
     prepare_wall = time.monotonic() - t0

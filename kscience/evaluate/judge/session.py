@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
+import secrets
 import statistics
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ import torch
 
 from kscience.device import Device
 from kscience.evaluate import result as R
+from kscience.evaluate import output_buffer
 from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
 from kscience.evaluate.judge import checking, contexts, crosscheck, drive, measure, peek, reference_outside
 from kscience.evaluate.judge.compare import BLOCK_BYTES, sample_ranges
@@ -85,6 +88,12 @@ class Session:
         self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
         self.sets = InputSets()  # sets built ahead, each for one command (input_sets.py)
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, the worker's input build included
+        self.output_bytes = 0  # the size of the last checked output: the timed calls' outputs must fit it
+        # On the GPU, the buffer of the judge's own that each timed call's output is copied into
+        # (output_buffer.py), for the shape being timed; and the word it fills it with before each call.
+        self.shares_outputs = not self.cpu and output_buffer.supported(torch.cuda.current_device())
+        self.keep: output_buffer.Mapping | None = None
+        self.fill_word = secrets.randbits(31) | 1 << 30  # never a plain zero or -1
 
     # --- the channel -------------------------------------------------------------------------
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
@@ -279,16 +288,20 @@ class Session:
                           CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S, ready, build_us,
                           BUILT_N[c], BUILT_NULLS[c])
         self.give_back_memory()  # what checking the shape left in this process's allocator
+        self.keep = self._new_output_buffer(res.shape) if self.shares_outputs else None
         try:
             with spares_held(self.worker):
                 problem = measure.time_shape(self, res, cap, plan, warm_sets)
         except drive.Unreadable as exc:
             raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
-        except (peek.Stuck, drive.Unstoppable) as exc:
+        except (peek.Stuck, drive.Unstoppable, drive.Unfinished) as exc:
             self.worker.kill()  # which also lets the abandoned read return
             raise Verdict(R.REJECTED, str(exc), res.shape) from None
         finally:
             self.sets.sent.clear()  # held sets no read asked for
+            if self.keep is not None:
+                self.keep.close()
+                self.keep = None
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
         floor = self.device.floor_seconds(self.problem.flops(**res.shape), self.problem.bytes_moved(**res.shape),
@@ -297,6 +310,35 @@ class Session:
         problem = crosscheck.floor_problem(res.time_us, floor)
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
+
+    def _new_output_buffer(self, shape: dict) -> output_buffer.Mapping:
+        try:
+            return output_buffer.create(max(self.output_bytes, 1), torch.cuda.current_device())
+        except output_buffer.DriverError as exc:  # most likely a GPU the worker filled
+            raise Verdict(R.REJECTED, f"the judge could not allocate its buffer for the timed outputs: {exc}",
+                          shape) from None
+
+    def hand_over_output_buffer(self, shape: dict) -> int:
+        """Send the worker a descriptor of `keep` for the round about to be prepared; its size in bytes."""
+        try:
+            fd = output_buffer.export(self.keep)
+        except output_buffer.DriverError as exc:
+            raise Verdict(R.REJECTED, f"the judge could not share its buffer for the timed outputs: {exc}",
+                          shape) from None
+        try:
+            output_buffer.send_fd(self.worker.fd_socket, fd)
+        except OSError as exc:
+            raise Verdict(R.CRASHED, f"{self._death()} before the timed calls ({exc.strerror})", shape) from None
+        finally:
+            os.close(fd)
+        return self.keep.nbytes
+
+    def fill_output_buffer(self) -> None:
+        """Before a call: `keep` holds the judge's fill word, so whatever the call's reply leaves of it
+        was not written in time (drive.py)."""
+        if self.keep is not None:
+            self.keep.tensor.view(torch.int32).fill_(self.fill_word)
+            torch.cuda.synchronize()
 
     def others_on_gpu(self) -> int | None:
         """Contexts on this evaluation's GPU that neither the judge nor the worker holds (see

@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -161,7 +162,11 @@ class Worker:
         for fd in (ours[1], theirs[0]):
             widen_pipe(fd)
         watched = lifeline.read_end()  # the reaper ends the worker's tree when this process ends
-        cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1]), str(watched)]
+        # Descriptors the judge hands over (output_buffer.py) travel on a socket of their own.
+        self.fd_socket, their_socket = socket.socketpair()
+        self.fd_socket.setblocking(False)
+        cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1]), str(watched),
+               str(their_socket.fileno())]
         self.namespaced = namespaces_available()
         if self.namespaced:
             cmd = _unshare_prefix() + cmd
@@ -173,10 +178,11 @@ class Worker:
             leftovers.OWNER_VAR: lifeline.owner_tag(), confine.UNREADABLE_VAR: os.pathsep.join(unreadable())})
         self.proc = subprocess.Popen(
             cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(ours[0], theirs[1], watched), start_new_session=True, close_fds=True)
+            pass_fds=(ours[0], theirs[1], watched, their_socket.fileno()), start_new_session=True, close_fds=True)
         _live.add(self)
         os.close(ours[0])
         os.close(theirs[1])
+        their_socket.close()
         self.channel = Channel(theirs[0], ours[1], nonblocking=True)
         self.stdout, self.stderr = _Tail(self.proc.stdout), _Tail(self.proc.stderr)
         self.stdout.start()
@@ -337,6 +343,7 @@ class Worker:
         with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL was sent; do not hang on a zombie
             self.proc.wait(timeout=10)
         self.channel.close()
+        self.fd_socket.close()
         _live.discard(self)
         self.stdout.join(timeout=2)
         self.stderr.join(timeout=2)

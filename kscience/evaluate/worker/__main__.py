@@ -1,4 +1,4 @@
-"""The untrusted side's process: `python -m kscience.evaluate.worker IN_FD OUT_FD LIFELINE_FD`.
+"""The untrusted side's process: `python -m kscience.evaluate.worker IN_FD OUT_FD LIFELINE_FD FD_SOCKET`.
 
 Started by `sandbox.workers.Worker`. Inside its own PID namespace the process is PID 1, which the
 kernel shields from most signals (even an `abort()` would not end it as expected) and which
@@ -14,7 +14,8 @@ and answers the judge's commands:
                            trip of a worker that holds no candidate code yet
   check {shape, seed}   -> the whole output of one call on fresh inputs; that output and the
                            inputs the candidate may not write are then held for `sample`
-  prepare {shape, seeds} -> fixed buffers made, warm-up run on inputs from the seeds
+  prepare {shape, seeds} -> fixed buffers made, warm-up run on inputs from the seeds; with `keep_bytes`,
+                           the judge's output buffer mapped from the descriptor it sent on FD_SOCKET
   call {kind, seed}     -> one call on inputs new to it (see timing.py); the judge times the command;
                            its output is held for `sample` until the next command
   finish                -> the last output poisoned, the device synchronised
@@ -87,14 +88,17 @@ def _writable_paths() -> list[str]:
     return [os.getcwd(), "/proc/self/task"] + [d for d in caches if d] + [d for d in devices if os.path.exists(d)]
 
 
-def serve(in_fd: int, out_fd: int) -> None:
-    from kscience.evaluate import clocks, kernel_times, library_rule, wire
+def serve(in_fd: int, out_fd: int, fd_socket: int) -> None:
+    import socket
+
+    from kscience.evaluate import clocks, kernel_times, library_rule, output_buffer, wire
     from kscience.evaluate.wire import Channel, recv_json, send_json
     from kscience.evaluate.worker import confine, harness, integrity, timing
     from kscience.evaluate.worker.harness import Harness, call_fault
 
     confine.set_limits()
     ch = Channel(_hide(in_fd), _hide(out_fd), nonblocking=False)
+    handed = socket.socket(fileno=_hide(fd_socket))  # descriptors from the judge (output_buffer.py)
     unreadable = [p for p in os.environ.get(confine.UNREADABLE_VAR, "").split(os.pathsep) if p]
     sandbox = f"{confine.restrict(_writable_paths(), unreadable)}, {confine.no_userfaultfd()}"
     harness.warm_compiler()  # a spare does this before its job exists
@@ -105,7 +109,8 @@ def serve(in_fd: int, out_fd: int) -> None:
     seq = job.get("seq")
     try:
         # Every kscience.evaluate module this process runs is watched (tests/test_worker_integrity.py).
-        watched = [clocks, confine, harness, integrity, kernel_times, library_rule, timing, wire, sys.modules[__name__]]
+        watched = [clocks, confine, harness, integrity, kernel_times, library_rule, output_buffer, timing, wire,
+                   sys.modules[__name__]]
         h = Harness(job, watched)
     except BaseException as exc:
         f = call_fault(exc)  # the sandbox is reported here too: the verdict's confinement line names it
@@ -125,7 +130,7 @@ def serve(in_fd: int, out_fd: int) -> None:
                 h.check(ch, cmd)
             elif cmd.get("cmd") == "prepare":
                 timer = None  # the previous shape's buffers go before this shape's are made
-                timer = timing.Timer(h, cmd)
+                timer = timing.Timer(h, cmd, handed)
                 send_json(ch, {"status": "ok", "seq": seq, "setup_s": timer.setup_s})
             elif cmd.get("cmd") == "call" and timer is not None:
                 send_json(ch, dict(timer.call(cmd), status="ok", seq=seq))
@@ -150,17 +155,17 @@ def serve(in_fd: int, out_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    in_fd, out_fd, judge_lifeline = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    in_fd, out_fd, judge_lifeline, fd_socket = (int(a) for a in sys.argv[1:5])
     # PID 1 of a namespace adopts orphans anyway; elsewhere the reaper asks the kernel to. The
     # fork happens either way: the judge takes the reaper's first child for the serving process.
     if os.getpid() != 1:
         _become_subreaper()
     child = os.fork()
     if child:
-        os.close(in_fd)
-        os.close(out_fd)
+        for fd in (in_fd, out_fd, fd_socket):
+            os.close(fd)
         _reap_until(child, judge_lifeline)
     os.close(judge_lifeline)
-    serve(in_fd, out_fd)
+    serve(in_fd, out_fd, fd_socket)
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: candidate atexit hooks and threads get no say

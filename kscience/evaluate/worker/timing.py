@@ -11,13 +11,14 @@ answer remembered by content (whatever part of the inputs it is keyed on) is nev
 the next call. The inputs are generated inside the command, so inside the judge's clock, and
 copied into the fixed buffers, so every call sees the same pointers, strides and alignment.
 A call's output stays where it is until the next command; if the judge decides, after the call
-returned, to check it, it reads it then (itself in host memory, through `sample` on the GPU),
-so no call can know it will be checked. Where the judge cannot read the worker's memory itself
-(the GPU), a copy of each output is taken the moment the call returns, once the device is
-synchronised, and `sample` reads that copy: a thread that fixes the returned tensor a moment
-later is too late, and one that wants to fix the copy must find it first, inside the same
-window. Nothing here decides anything: the judge brackets every command with its own clock and
-believes these numbers only where that clock agrees.
+returned, to check it, it reads it then (itself in host memory on the CPU), so no call can know
+it will be checked. On the GPU the output is copied, the moment the call returns, into a buffer
+the judge owns and reads itself (output_buffer.py), and the copy is waited for before the reply:
+work still queued then leaves the judge's own fill in that buffer. Where the driver cannot share
+such a buffer, a copy is taken within the worker instead and `sample` reads it: a thread that fixes
+the returned tensor a moment later is too late, and one that wants to fix the copy must find it
+first, inside the same window. Nothing here decides anything: the judge brackets every command
+with its own clock and believes these numbers only where that clock agrees.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 
 import torch
 
+from kscience.evaluate import output_buffer
 from kscience.evaluate.clocks import covered_region, settle_garbage_collector
 from kscience.evaluate.wire import wire_dtype
 from kscience.evaluate.worker.harness import Fault, Harness
@@ -33,6 +35,7 @@ from kscience.evaluate.worker.harness import Fault, Harness
 _perf_counter = time.perf_counter
 _copy, _clone = torch.Tensor.copy_, torch.Tensor.clone  # through the class (see harness.py)
 _data_ptr, _stride = torch.Tensor.data_ptr, torch.Tensor.stride
+_view, _numel, _element_size = torch.Tensor.view, torch.Tensor.numel, torch.Tensor.element_size
 KINDS = ("timed", "null")
 
 
@@ -41,10 +44,10 @@ class Timer:
     (see harness.Harness): what runs between a call's return and the judge's read is only this
     class's and the harness's own methods."""
 
-    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "last", "kept", "copy_outputs")
-    FIXED = ("h", "shape", "cap", "work", "copied", "copy_outputs")
+    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "last", "kept", "copy_outputs", "judges")
+    FIXED = ("h", "shape", "cap", "work", "copied", "copy_outputs", "judges")
 
-    def __init__(self, h: Harness, cmd: dict):
+    def __init__(self, h: Harness, cmd: dict, handed=None):
         h.watch("timer", None, ())  # the previous shape's buffers are let go before these are made
         self.h, self.shape, self.cap = h, cmd["shape"], cmd["max_output_bytes"]
         t0 = _perf_counter()
@@ -62,6 +65,7 @@ class Timer:
         self.last: torch.Tensor | None = None
         self.kept: torch.Tensor | None = None  # the copy `sample` reads, when the judge asked for copies
         self.copy_outputs = bool(cmd.get("copy_outputs"))
+        self.judges = self._map_judges_buffer(cmd.get("keep_bytes"), handed)
         h.watch("timer", self, self.FIXED)  # before the warm-up runs candidate code
         for w in range(cmd["warmup"]):
             self.load(warm_sets[w % len(warm_sets)])
@@ -71,6 +75,18 @@ class Timer:
         del warm_sets
         settle_garbage_collector()  # what compiling on the warm-up made
         h.verify()
+
+    @staticmethod
+    def _map_judges_buffer(nbytes, handed) -> output_buffer.Mapping | None:
+        """The judge's output buffer for this shape (output_buffer.py), where it sent one."""
+        if not nbytes:
+            return None
+        if type(nbytes) is not int or nbytes <= 0 or handed is None:
+            raise Fault("rejected", "malformed prepare command")
+        try:
+            return output_buffer.open_fd(output_buffer.receive_fd(handed), nbytes, torch.cuda.current_device())
+        except (output_buffer.DriverError, OSError) as exc:
+            raise Fault("runtime_error", f"could not map the judge's output buffer: {exc}") from None
 
     def load(self, source: list) -> None:
         for i in self.copied:
@@ -95,6 +111,8 @@ class Timer:
         event_us, host_us, out = self.timed_call(kind != "null")
         # The copy the judge will read is taken first, before the integrity check gives any thread
         # the candidate left running more time to write the output.
+        if out is not None and self.judges is not None:
+            self.hand_over(out)
         kept = _clone(out) if out is not None and self.copy_outputs else None
         h.verify()
         reply = {"event_us": event_us, "host_us": host_us}
@@ -107,6 +125,14 @@ class Timer:
             reply["out"] = {"ptr": _data_ptr(out), "shape": list(out.shape), "strides": list(_stride(out)),
                             "dtype": wire_dtype(out.dtype), "device": out.device.type}
         return reply
+
+    def hand_over(self, out: torch.Tensor) -> None:
+        """The output's bytes, contiguous, into the judge's buffer, waited for: the judge reads them
+        as soon as the reply arrives. One too large for it is left out (the judge refuses it)."""
+        nbytes = _numel(out) * _element_size(out)
+        if nbytes <= self.judges.nbytes:
+            _copy(_view(_view(self.judges.tensor[:nbytes], out.dtype), out.shape), out)
+        self.h.sync()
 
     def release(self) -> None:
         """The previous call's output: poisoned (no later call may find it) and no longer held."""
@@ -131,3 +157,5 @@ class Timer:
         self.release()
         self.h.watch("timer", None, ())  # nothing holds the buffers once the worker drops this timer
         self.h.sync()
+        if self.judges is not None:
+            self.judges.close()

@@ -1,0 +1,203 @@
+"""GPU memory the judge owns, which the worker copies each timed call's output into (both sides).
+
+On the GPU the judge cannot read another process's device memory as it reads host memory on the
+CPU (peek.py), and the worker's own copy of an output to the host waits for whatever the worker
+left queued on its GPU: a worker whose synchronisation was switched off had the rest of its work
+run there, outside every timed bracket. So the judge allocates this buffer itself with the
+driver's virtual-memory API (`cuMemCreate`), exports it as a file descriptor and hands that over a
+UNIX socket; the worker maps it and, once a timed call has returned, copies the output into it and
+waits for the copy before replying. The judge reads the buffer through its own mapping, in its own
+CUDA context, as soon as the reply arrives, and that read waits for nothing of the worker's: where
+the worker's work (or its copy) was still queued, the judge finds the fill it wrote before the
+call. A legacy IPC handle (`cudaIpcGetMemHandle`) would not do: the driver refuses one from a
+process in another PID namespace, which every worker is.
+
+Only the judge allocates: it never maps anything the worker made. Where the driver lacks the
+virtual-memory API or file-descriptor export (ROCm, old drivers), `supported` says so and the judge
+falls back to reading the worker's copy (docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import socket
+
+import torch
+
+_PINNED, _POSIX_FD, _ON_DEVICE, _READ_WRITE = 1, 1, 1, 3  # CUmemAllocationType, handle type, location, access
+_VMM_SUPPORTED, _FD_SUPPORTED = 102, 103  # CU_DEVICE_ATTRIBUTE_* of the virtual-memory API and fd export
+
+
+class DriverError(Exception):
+    """A driver call failed: its name and CUresult."""
+
+
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocFlags(ctypes.Structure):
+    _fields_ = [("compression", ctypes.c_ubyte), ("rdma", ctypes.c_ubyte), ("usage", ctypes.c_ushort),
+                ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _Prop(ctypes.Structure):  # CUmemAllocationProp
+    _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("location", _Location),
+                ("win32", ctypes.c_void_p), ("flags", _AllocFlags)]
+
+
+class _Access(ctypes.Structure):  # CUmemAccessDesc
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
+
+
+_u64, _size, _int = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int
+_SIGNATURES = {
+    "cuInit": [ctypes.c_uint],
+    "cuDeviceGet": [ctypes.POINTER(_int), _int],
+    "cuDeviceGetAttribute": [ctypes.POINTER(_int), _int, _int],
+    "cuMemGetAllocationGranularity": [ctypes.POINTER(_size), ctypes.POINTER(_Prop), _int],
+    "cuMemCreate": [ctypes.POINTER(_u64), _size, ctypes.POINTER(_Prop), _u64],
+    "cuMemExportToShareableHandle": [ctypes.c_void_p, _u64, _int, _u64],
+    "cuMemImportFromShareableHandle": [ctypes.POINTER(_u64), ctypes.c_void_p, _int],
+    "cuMemAddressReserve": [ctypes.POINTER(_u64), _size, _size, _u64, _u64],
+    "cuMemMap": [_u64, _size, _size, _u64, _u64],
+    "cuMemSetAccess": [_u64, _size, ctypes.POINTER(_Access), _size],
+    "cuMemUnmap": [_u64, _size],
+    "cuMemRelease": [_u64],
+    "cuMemAddressFree": [_u64, _size],
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _driver():
+    """libcuda with the signatures above, or None (ROCm, no NVIDIA driver)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        for name, args in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, _int
+    except (OSError, AttributeError):
+        return None
+    return lib
+
+
+def _call(name: str, *args) -> None:
+    code = getattr(_driver(), name)(*args)
+    if code:
+        raise DriverError(f"{name} failed (CUresult {code})")
+
+
+def _device(ordinal: int) -> int:
+    dev = _int()
+    _call("cuInit", 0)
+    _call("cuDeviceGet", ctypes.byref(dev), ordinal)
+    return dev.value
+
+
+def supported(ordinal: int) -> bool:
+    """Whether this process's driver can allocate on GPU `ordinal` and export as a file descriptor."""
+    if _driver() is None:
+        return False
+    try:
+        dev, value = _device(ordinal), _int()
+        for attribute in (_VMM_SUPPORTED, _FD_SUPPORTED):
+            _call("cuDeviceGetAttribute", ctypes.byref(value), attribute, dev)
+            if value.value != 1:
+                return False
+    except DriverError:
+        return False
+    return True
+
+
+class _Interface:
+    """What torch.as_tensor needs to view device memory it does not own."""
+
+    def __init__(self, ptr: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 2}
+
+
+class Mapping:
+    """`nbytes` of one allocation (`handle`) mapped into this process on GPU `ordinal`; `tensor`
+    views them as uint8 (valid until `close`). Owns its reference to the allocation."""
+
+    def __init__(self, handle: int, nbytes: int, ordinal: int):
+        self.handle, self.nbytes, self.ptr = handle, nbytes, 0
+        ptr = _u64()
+        try:
+            _call("cuMemAddressReserve", ctypes.byref(ptr), nbytes, 0, 0, 0)
+            self.ptr = ptr.value
+            _call("cuMemMap", self.ptr, nbytes, 0, handle, 0)
+            access = _Access(_Location(_ON_DEVICE, _device(ordinal)), _READ_WRITE)
+            _call("cuMemSetAccess", self.ptr, nbytes, ctypes.byref(access), 1)
+        except DriverError:
+            self.close()
+            raise
+        self.tensor = torch.as_tensor(_Interface(self.ptr, nbytes), device=torch.device("cuda", ordinal))
+
+    def close(self) -> None:
+        """Unmapped and released here; the memory goes once every process has released it."""
+        self.tensor = None
+        if self.ptr:
+            _driver().cuMemUnmap(self.ptr, self.nbytes)
+            _driver().cuMemAddressFree(self.ptr, self.nbytes)
+            self.ptr = 0
+        if self.handle:
+            _driver().cuMemRelease(self.handle)
+            self.handle = 0
+
+
+def _prop(dev: int) -> _Prop:
+    return _Prop(_PINNED, _POSIX_FD, _Location(_ON_DEVICE, dev))
+
+
+def create(nbytes: int, ordinal: int) -> Mapping:
+    """The judge's mapping of a new allocation of at least `nbytes` on GPU `ordinal` (`export` hands it on)."""
+    prop, grain = _prop(_device(ordinal)), _size()
+    _call("cuMemGetAllocationGranularity", ctypes.byref(grain), ctypes.byref(prop), 0)
+    size = max(-(-nbytes // grain.value), 1) * grain.value
+    handle = _u64()
+    _call("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(prop), 0)
+    try:
+        return Mapping(handle.value, size, ordinal)
+    except DriverError:
+        _driver().cuMemRelease(handle.value)
+        raise
+
+
+def export(mapping: Mapping) -> int:
+    """A new file descriptor for the allocation behind `mapping`; the caller closes it once sent."""
+    fd = _int(-1)
+    _call("cuMemExportToShareableHandle", ctypes.byref(fd), mapping.handle, _POSIX_FD, 0)
+    return fd.value
+
+
+def open_fd(fd: int, nbytes: int, ordinal: int) -> Mapping:
+    """The worker's mapping of the allocation a judge exported as `fd` (closed here)."""
+    handle = _u64()
+    try:
+        _call("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fd), _POSIX_FD)
+    finally:
+        os.close(fd)
+    try:
+        return Mapping(handle.value, nbytes, ordinal)
+    except DriverError:
+        _driver().cuMemRelease(handle.value)
+        raise
+
+
+def send_fd(sock: socket.socket, fd: int) -> None:
+    """One descriptor over the judge's end of the worker's descriptor socket (never blocks for long:
+    one byte a round, into a buffer the worker empties)."""
+    socket.send_fds(sock, [b"k"], [fd])
+
+
+def receive_fd(sock: socket.socket) -> int:
+    """The one descriptor the judge sent on the worker's end; anything else is a protocol fault."""
+    _, fds, _, _ = socket.recv_fds(sock, 1, 4)
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise DriverError(f"expected one descriptor from the judge, got {len(fds)}")
+    return fds[0]
