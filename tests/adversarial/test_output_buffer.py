@@ -115,3 +115,12 @@ def test_the_worker_copies_a_strided_output_whole_into_the_buffer_and_waits_for_
     assert torch.equal(timer.judges.tensor[:n].view(torch.float32).view(32, 64), out) and synced
     timer.hand_over(torch.randn(1 << 15))  # larger than the buffer: left out, the judge refuses it
     assert torch.equal(timer.judges.tensor[:n].view(torch.float32).view(32, 64), out)
+
+
+def test_a_null_call_writes_the_buffer_and_waits_as_a_timed_call_does():
+    timer = object.__new__(Timer)
+    synced = []
+    timer.h = types.SimpleNamespace(sync=lambda: synced.append(True))
+    timer.judges = types.SimpleNamespace(tensor=torch.full((4096,), 7, dtype=torch.uint8), nbytes=4096)
+    timer.hand_over(None)
+    assert synced and not timer.judges.tensor.any()
