@@ -19,7 +19,7 @@ One evaluation, in call order:
     -> the worker process (`python -m kscience.evaluate.worker`, worker/__main__.py): confine.py,
        then harness.py imports the candidate and timing.py runs the timed calls (clocks.py)
     -> judge/measure.time_shape -> judge/drive.run_calls: one command per call, bracketed by the
-       judge's clock, outputs read by the judge (peek.py)
+       judge's clock, outputs read by the judge (peek.py on the CPU, output_buffer.py on the GPU)
     -> judge/compare.py and judge/crosscheck.py: right answers, believable times
     -> the verdict as an EvalResult, back through the slot to the executor's future.
 
@@ -78,6 +78,7 @@ Both sides (this folder):
     kernel_times.py      time per launched kernel: the worker's profiled calls, the judge's checks
     library_rule.py      forbidden library calls: the judge's static look, the worker's traps
     lifeline.py          a pipe whose closing tells a child its parent died
+    output_buffer.py     GPU memory the judge owns and the worker copies timed outputs into
     proctree.py          the processes a worker started, as the kernel records them, and killing them
 
 Nothing is imported here, nor in any subpackage's __init__: the worker starts from this package and
