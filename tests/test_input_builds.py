@@ -125,9 +125,6 @@ class _Worker:
         self.kind = cmd.get("kind")
         self.seeds.append((self.kind, cmd.get("seed")))
 
-    def fill_output_buffer(self):
-        """No buffer of the judge's own to fill: `_read` is replaced in these tests."""
-
     @contextlib.contextmanager
     def phase(self, name):
         yield

@@ -29,9 +29,6 @@ class _Session:
     def ask(self, cmd, phase, shape):
         self.kind = cmd.get("kind")
 
-    def fill_output_buffer(self):
-        """No buffer of the judge's own to fill: the judge reads no output in these tests."""
-
     def reply(self, phase, shape):
         if self.kind != "timed":
             return {"event_us": 1.0, "host_us": 2.0}

@@ -32,9 +32,6 @@ class _Session:
     def ask(self, cmd, phase, shape):
         self.collecting.append(gc.isenabled())
 
-    def fill_output_buffer(self):
-        """No buffer of the judge's own to fill: the judge reads no output in these tests."""
-
     def reply(self, phase, shape):
         return {"status": "ok", "event_us": 10.0, "host_us": 10.0}
 

@@ -21,7 +21,7 @@ WORD = 0x5A3C_71E9 & 0x7FFF_FFFF
 
 def _session(nbytes: int, check=None):
     keep = types.SimpleNamespace(tensor=torch.zeros(nbytes, dtype=torch.uint8), nbytes=nbytes)
-    keep.tensor.view(torch.int32).fill_(WORD)  # what Session.fill_output_buffer writes before a call
+    keep.tensor.view(torch.int32).fill_(WORD)  # what the worker writes there as it loads a call's inputs
     return types.SimpleNamespace(keep=keep, fill_word=WORD, problem=types.SimpleNamespace(check=check))
 
 
@@ -105,10 +105,8 @@ def test_only_ranges_of_several_words_count_as_unwritten():
 
 
 def test_the_worker_copies_a_strided_output_whole_into_the_buffer_and_waits_for_it():
-    timer = object.__new__(Timer)
     synced = []
-    timer.h = types.SimpleNamespace(sync=lambda: synced.append(True))
-    timer.judges = types.SimpleNamespace(tensor=torch.zeros(1 << 16, dtype=torch.uint8), nbytes=1 << 16)
+    timer = _timer(1 << 16, synced)
     out = torch.randn(64, 32).t()  # not contiguous
     timer.hand_over(out)
     n = out.numel() * 4
@@ -117,10 +115,24 @@ def test_the_worker_copies_a_strided_output_whole_into_the_buffer_and_waits_for_
     assert torch.equal(timer.judges.tensor[:n].view(torch.float32).view(32, 64), out)
 
 
-def test_a_null_call_writes_the_buffer_and_waits_as_a_timed_call_does():
+def _timer(nbytes: int, synced: list) -> Timer:
     timer = object.__new__(Timer)
+    timer.h = types.SimpleNamespace(sync=lambda: synced.append(True), outputs=[], l2=None,
+                                    restore_nested=lambda work, source: None)
+    timer.judges = types.SimpleNamespace(tensor=torch.full((nbytes,), 7, dtype=torch.uint8), nbytes=nbytes)
+    timer.copied, timer.work, timer.word = [], [], WORD
+    return timer
+
+
+def test_loading_a_calls_inputs_fills_the_buffer_with_the_judges_word_and_waits():
     synced = []
-    timer.h = types.SimpleNamespace(sync=lambda: synced.append(True))
-    timer.judges = types.SimpleNamespace(tensor=torch.full((4096,), 7, dtype=torch.uint8), nbytes=4096)
+    timer = _timer(4096, synced)
+    timer.load([])
+    assert synced and bool((timer.judges.tensor.view(torch.int32) == WORD).all())
+
+
+def test_a_null_call_writes_the_buffer_and_waits_as_a_timed_call_does():
+    synced = []
+    timer = _timer(4096, synced)
     timer.hand_over(None)
-    assert synced and not timer.judges.tensor.any()
+    assert synced and bool((timer.judges.tensor.view(torch.int32) == WORD).all())

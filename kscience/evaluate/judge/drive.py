@@ -159,7 +159,6 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, cap: int,
         nulls_sent += kind == "null"
         ready = kind == "timed" and n < plan.checks and plan.ready
         cmd = {"cmd": "call", "kind": kind, "seed": plan.ready.pop() if ready else new_seed(used)}
-        session.fill_output_buffer()
         t0 = time.perf_counter()
         session.ask(cmd, "time", shape)
         reply = session.reply("time", shape)
@@ -228,8 +227,9 @@ def _read(session: TimedSession, shape: dict, where, seed: int, kind: str, cap: 
 
 def _read_own_buffer(session: TimedSession, out_shape: list, dtype, seed: int, kind: str) -> Look:
     """The output as the worker copied it into the judge's buffer (output_buffer.py), read in the judge's
-    own CUDA context, which waits for none of the worker's work: bytes still holding the fill the
-    judge wrote before the call were not written when the reply came."""
+    own CUDA context, which waits for none of the worker's work: bytes still holding the word the
+    buffer was filled with as the call's inputs were loaded were not written when the reply came. A
+    worker that skips that fill leaves the previous call's output there, wrong for these inputs."""
     nbytes = math.prod(out_shape) * torch.empty((), dtype=dtype).element_size()
     if nbytes > session.keep.nbytes:
         raise Unreadable(f"the output of a timed {kind} call is larger than the checked output")
@@ -238,7 +238,7 @@ def _read_own_buffer(session: TimedSession, out_shape: list, dtype, seed: int, k
     raw = gather(session.keep.tensor[:nbytes], ranges).cpu()
     if unwritten(raw, ranges, session.fill_word):
         raise Unfinished(f"the output of a timed {kind} call was not yet written when its reply came: the judge's "
-                         "own read found the fill it had written before the call (the call's work was left "
+                         "own read found the fill its buffer had before the call (the call's work was left "
                          "running on the GPU, outside every timed bracket)")
     return Look(seed, raw=raw, ranges=ranges, shape=out_shape, dtype=str(dtype).removeprefix("torch."))
 

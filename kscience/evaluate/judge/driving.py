@@ -33,7 +33,7 @@ class TimedSession(Protocol):
     echo_us: float  # a message's round trip before any candidate code existed
     reference_outside: dict[str, float]  # by shape label, where a side-work doubt asked
     keep: output_buffer.Mapping | None  # the judge's own buffer the timed outputs are copied into (GPU)
-    fill_word: int  # what fill_output_buffer writes in it before each call
+    fill_word: int  # what the worker fills it with before each call
 
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None: ...
 
@@ -45,8 +45,6 @@ class TimedSession(Protocol):
     def phase(self, name: str) -> AbstractContextManager[None]: ...
 
     def hand_over_output_buffer(self, shape: dict) -> int: ...
-
-    def fill_output_buffer(self) -> None: ...
 
     def recheck(self, look: Look, shape: dict) -> None: ...
 

@@ -103,7 +103,8 @@ def _round(session: TimedSession, shape: dict, cap: int, plan: drive.Plan, warm_
     # the judge reads itself; where the driver cannot share one, into a copy of its own (timing.py).
     keep_bytes = session.hand_over_output_buffer(shape) if session.keep is not None else 0
     session.ask({"cmd": "prepare", "shape": shape, "seeds": warm, "warmup": plan.warmup, "max_output_bytes": cap,
-                 "copy_outputs": session.peek_pid is None and not keep_bytes, "keep_bytes": keep_bytes}, "time", shape)
+                 "copy_outputs": session.peek_pid is None and not keep_bytes, "keep_bytes": keep_bytes,
+                 "keep_word": session.fill_word}, "time", shape)
     session.build_ahead(shape, plan.ready)  # while the worker prepares, untimed
     setup_s = _float(session.reply("time", shape).get("setup_s"))
     prepare_wall = time.monotonic() - t0

@@ -90,7 +90,7 @@ class Session:
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, the worker's input build included
         self.output_bytes = 0  # the size of the last checked output: the timed calls' outputs must fit it
         # On the GPU, the buffer of the judge's own that each timed call's output is copied into
-        # (output_buffer.py), for the shape being timed; and the word it fills it with before each call.
+        # (output_buffer.py), for the shape being timed; and the word the worker fills it with before each call.
         self.shares_outputs = not self.cpu and output_buffer.supported(torch.cuda.current_device())
         self.keep: output_buffer.Mapping | None = None
         self.fill_word = secrets.randbits(31) | 1 << 30  # never a plain zero or -1
@@ -332,13 +332,6 @@ class Session:
         finally:
             os.close(fd)
         return self.keep.nbytes
-
-    def fill_output_buffer(self) -> None:
-        """Before a call: `keep` holds the judge's fill word, so whatever the call's reply leaves of it
-        was not written in time (drive.py)."""
-        if self.keep is not None:
-            self.keep.tensor.view(torch.int32).fill_(self.fill_word)
-            torch.cuda.synchronize()
 
     def others_on_gpu(self) -> int | None:
         """Contexts on this evaluation's GPU that neither the judge nor the worker holds (see

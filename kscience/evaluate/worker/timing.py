@@ -13,8 +13,8 @@ copied into the fixed buffers, so every call sees the same pointers, strides and
 A call's output stays where it is until the next command; if the judge decides, after the call
 returned, to check it, it reads it then (itself in host memory on the CPU), so no call can know
 it will be checked. On the GPU the output is copied, the moment the call returns, into a buffer
-the judge owns and reads itself (output_buffer.py), and the copy is waited for before the reply:
-work still queued then leaves the judge's own fill in that buffer. Where the driver cannot share
+the judge owns and reads itself (output_buffer.py), filled before each call with a word the judge
+drew, and the copy is waited for before the reply: work still queued then leaves that word there. Where the driver cannot share
 such a buffer, a copy is taken within the worker instead and `sample` reads it: a thread that fixes
 the returned tensor a moment later is too late, and one that wants to fix the copy must find it
 first, inside the same window. Nothing here decides anything: the judge brackets every command
@@ -35,7 +35,7 @@ from kscience.evaluate.worker.harness import Fault, Harness
 _perf_counter = time.perf_counter
 _copy, _clone = torch.Tensor.copy_, torch.Tensor.clone  # through the class (see harness.py)
 _data_ptr, _stride = torch.Tensor.data_ptr, torch.Tensor.stride
-_view, _zero = torch.Tensor.view, torch.Tensor.zero_
+_view, _fill = torch.Tensor.view, torch.Tensor.fill_
 _numel, _element_size = torch.Tensor.numel, torch.Tensor.element_size
 KINDS = ("timed", "null")
 
@@ -45,8 +45,8 @@ class Timer:
     (see harness.Harness): what runs between a call's return and the judge's read is only this
     class's and the harness's own methods."""
 
-    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "last", "kept", "copy_outputs", "judges")
-    FIXED = ("h", "shape", "cap", "work", "copied", "copy_outputs", "judges")
+    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "last", "kept", "copy_outputs", "judges", "word")
+    FIXED = ("h", "shape", "cap", "work", "copied", "copy_outputs", "judges", "word")
 
     def __init__(self, h: Harness, cmd: dict, handed=None):
         h.watch("timer", None, ())  # the previous shape's buffers are let go before these are made
@@ -67,6 +67,7 @@ class Timer:
         self.kept: torch.Tensor | None = None  # the copy `sample` reads, when the judge asked for copies
         self.copy_outputs = bool(cmd.get("copy_outputs"))
         self.judges = self._map_judges_buffer(cmd.get("keep_bytes"), handed)
+        self.word = cmd.get("keep_word") if type(cmd.get("keep_word")) is int else 0  # what "not written" looks like
         h.watch("timer", self, self.FIXED)  # before the warm-up runs candidate code
         for w in range(cmd["warmup"]):
             self.load(warm_sets[w % len(warm_sets)])
@@ -95,6 +96,8 @@ class Timer:
         self.h.restore_nested(self.work, source)
         for i in self.h.outputs:
             self.h.poison(self.work[i])
+        if self.judges is not None:  # the judge reads this call's output from there
+            _fill(_view(self.judges.tensor, torch.int32), self.word)
         if self.h.l2 is not None:
             self.h.l2.clear()
         self.h.sync()
@@ -134,7 +137,7 @@ class Timer:
         hold the same extra turn on the GPU: beside a busy neighbour each turn waits for a time slice
         (an H100 estimated an honest 28 us kernel at 2.4 ms when only timed calls took it)."""
         if out is None:
-            _zero(self.judges.tensor)
+            _fill(_view(self.judges.tensor, torch.int32), self.word)
         elif _numel(out) * _element_size(out) <= self.judges.nbytes:
             _copy(_view(_view(self.judges.tensor[:_numel(out) * _element_size(out)], out.dtype), out.shape), out)
         self.h.sync()
