@@ -319,7 +319,11 @@ class Session:
                           shape) from None
 
     def hand_over_output_buffer(self, shape: dict) -> int:
-        """Send the worker a descriptor of `keep` for the round about to be prepared; its size in bytes."""
+        """Send the worker a descriptor of `keep` for the round about to be prepared; its size in bytes.
+        The buffer starts the round filled with `fill_word`, which the worker writes again as it loads
+        each call's inputs: a call whose output was not copied in by its reply leaves it there."""
+        self.keep.tensor.view(torch.int32).fill_(self.fill_word)
+        torch.cuda.synchronize()
         try:
             fd = output_buffer.export(self.keep)
         except output_buffer.DriverError as exc:
