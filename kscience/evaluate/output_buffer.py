@@ -8,8 +8,8 @@ driver's virtual-memory API (`cuMemCreate`), exports it as a file descriptor and
 UNIX socket; the worker maps it and, once a timed call has returned, copies the output into it and
 waits for the copy before replying. The judge reads the buffer through its own mapping, in its own
 CUDA context, as soon as the reply arrives, and that read waits for nothing of the worker's: where
-the worker's work (or its copy) was still queued, the judge finds the fill it wrote before the
-call. A legacy IPC handle (`cudaIpcGetMemHandle`) would not do: the driver refuses one from a
+the worker's work (or its copy) was still queued, the judge finds the word the buffer was filled
+with before the call (drive.py). A legacy IPC handle (`cudaIpcGetMemHandle`) would not do: the driver refuses one from a
 process in another PID namespace, which every worker is.
 
 Only the judge allocates: it never maps anything the worker made. Where the driver lacks the

@@ -13,11 +13,11 @@ copied into the fixed buffers, so every call sees the same pointers, strides and
 A call's output stays where it is until the next command; if the judge decides, after the call
 returned, to check it, it reads it then (itself in host memory on the CPU), so no call can know
 it will be checked. On the GPU the output is copied, the moment the call returns, into a buffer
-the judge owns and reads itself (output_buffer.py), filled before each call with a word the judge
-drew, and the copy is waited for before the reply: work still queued then leaves that word there. Where the driver cannot share
-such a buffer, a copy is taken within the worker instead and `sample` reads it: a thread that fixes
-the returned tensor a moment later is too late, and one that wants to fix the copy must find it
-first, inside the same window. Nothing here decides anything: the judge brackets every command
+the judge owns and reads itself (output_buffer.py), filled before each call with a word the
+judge drew, and the copy is waited for before the reply: work still queued then leaves that word
+there. Where the driver cannot share such a buffer, a copy is taken within the worker instead and
+`sample` reads it: a thread that fixes the returned tensor a moment later is too late, and one
+that wants to fix the copy must find it first, inside the same window. Nothing here decides anything: the judge brackets every command
 with its own clock and believes these numbers only where that clock agrees.
 """
 
