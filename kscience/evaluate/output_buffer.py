@@ -120,7 +120,8 @@ class _Interface:
 
 class Mapping:
     """`nbytes` of one allocation (`handle`) mapped into this process on GPU `ordinal`; `tensor`
-    views them as uint8 (valid until `close`). Owns its reference to the allocation."""
+    views them as uint8 (valid until `close`). Owns its reference to the allocation from the start:
+    where mapping fails, it releases that reference before the error goes on."""
 
     def __init__(self, handle: int, nbytes: int, ordinal: int):
         self.handle, self.nbytes, self.ptr = handle, nbytes, 0
@@ -131,10 +132,10 @@ class Mapping:
             _call("cuMemMap", self.ptr, nbytes, 0, handle, 0)
             access = _Access(_Location(_ON_DEVICE, _device(ordinal)), _READ_WRITE)
             _call("cuMemSetAccess", self.ptr, nbytes, ctypes.byref(access), 1)
-        except DriverError:
+            self.tensor = torch.as_tensor(_Interface(self.ptr, nbytes), device=torch.device("cuda", ordinal))
+        except Exception:
             self.close()
             raise
-        self.tensor = torch.as_tensor(_Interface(self.ptr, nbytes), device=torch.device("cuda", ordinal))
 
     def close(self) -> None:
         """Unmapped and released here; the memory goes once every process has released it."""
@@ -159,11 +160,7 @@ def create(nbytes: int, ordinal: int) -> Mapping:
     size = max(-(-nbytes // grain.value), 1) * grain.value
     handle = _u64()
     _call("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(prop), 0)
-    try:
-        return Mapping(handle.value, size, ordinal)
-    except DriverError:
-        _driver().cuMemRelease(handle.value)
-        raise
+    return Mapping(handle.value, size, ordinal)
 
 
 def export(mapping: Mapping) -> int:
@@ -180,11 +177,7 @@ def open_fd(fd: int, nbytes: int, ordinal: int) -> Mapping:
         _call("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fd), _POSIX_FD)
     finally:
         os.close(fd)
-    try:
-        return Mapping(handle.value, nbytes, ordinal)
-    except DriverError:
-        _driver().cuMemRelease(handle.value)
-        raise
+    return Mapping(handle.value, nbytes, ordinal)
 
 
 def send_fd(sock: socket.socket, fd: int) -> None:

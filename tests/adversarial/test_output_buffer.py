@@ -4,6 +4,7 @@ judge's read of it, which must find an output not yet written when the reply cam
 (the driver's allocation, export and mapping across the worker's namespaces) is in
 tests/gpu/test_gpu_outside.py."""
 
+import math
 import os
 import socket
 import types
@@ -29,6 +30,12 @@ def _write(session, out: torch.Tensor, upto: int | None = None) -> None:
     raw = out.contiguous().view(-1).view(torch.uint8)
     upto = raw.numel() if upto is None else upto
     session.keep.tensor[:upto] = raw[:upto]
+
+
+def _read(session, shape: list) -> drive.Look:
+    """A float32 output of `shape`, read as drive._read reads a timed call's output on the GPU."""
+    nbytes = 4 * math.prod(shape)
+    return drive._read_own_buffer(session, shape, torch.float32, nbytes, seed=7, kind="timed")
 
 
 def test_a_descriptor_sent_to_the_worker_is_the_same_open_file():
@@ -69,7 +76,7 @@ def test_an_output_never_written_is_found_by_the_judges_own_read():
     out = torch.randn(64, 1024)  # 256 KiB: read at sampled blocks
     session = _session(out.numel() * 4)
     with pytest.raises(drive.Unfinished, match="not yet written when its reply came"):
-        drive._read_own_buffer(session, list(out.shape), torch.float32, seed=7, kind="timed")
+        _read(session, list(out.shape))
 
 
 def test_an_output_written_in_part_is_found_when_the_part_left_is_read():
@@ -77,14 +84,14 @@ def test_an_output_written_in_part_is_found_when_the_part_left_is_read():
     session = _session(out.numel() * 4, check=lambda *a: (True, ""))
     _write(session, out, upto=3 * BLOCK_BYTES)  # the last block's copy had not landed yet
     with pytest.raises(drive.Unfinished):
-        drive._read_own_buffer(session, list(out.shape), torch.float32, seed=7, kind="timed")
+        _read(session, list(out.shape))
 
 
 def test_a_written_output_is_read_as_written():
     out = torch.randn(300, 1000)
     session = _session(out.numel() * 4 + 4096)  # the buffer is rounded up to the driver's granularity
     _write(session, out)
-    look = drive._read_own_buffer(session, list(out.shape), torch.float32, seed=7, kind="timed")
+    look = _read(session, list(out.shape))
     flat = out.view(-1).view(torch.uint8)
     assert look.seed == 7 and look.shape == [300, 1000] and look.dtype == "float32"
     assert torch.equal(look.raw, torch.cat([flat[o:o + n] for o, n in look.ranges]))
@@ -93,7 +100,7 @@ def test_a_written_output_is_read_as_written():
 def test_an_output_larger_than_the_checked_one_is_unreadable():
     session = _session(4096)
     with pytest.raises(drive.Unreadable, match="larger than the checked output"):
-        drive._read_own_buffer(session, [2048], torch.float32, seed=7, kind="timed")
+        _read(session, [2048])
 
 
 def test_only_ranges_of_several_words_count_as_unwritten():

@@ -200,13 +200,14 @@ def _read(session: TimedSession, shape: dict, where, seed: int, kind: str, cap: 
     if not isinstance(where, dict) or str(where.get("dtype")) not in DTYPES or not _dims(where.get("shape")):
         raise Unreadable(f"the worker did not say where the output of a timed {kind} call was")
     out_shape, dtype = where["shape"], DTYPES[str(where["dtype"])]
-    if math.prod(out_shape) * torch.empty((), dtype=dtype).element_size() > cap:
+    nbytes = math.prod(out_shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes > cap:
         raise Unreadable(f"the output of a timed {kind} call is far larger than the answer")
     if where.get("device") != session.device.torch_device:  # the judge, not the worker, picks how to read
         raise Unreadable(f"the worker said the output of a timed {kind} call lies on {str(where.get('device'))[:20]}, "
                          f"not on {session.device.torch_device}")
     if session.keep is not None:
-        return _read_own_buffer(session, out_shape, dtype, seed, kind)
+        return _read_own_buffer(session, out_shape, dtype, nbytes, seed, kind)
     if session.peek_pid is not None:
         # The whole worker stopped: no candidate code runs until the bytes are copied.
         with session.worker.frozen() as stopped:
@@ -225,12 +226,11 @@ def _read(session: TimedSession, shape: dict, where, seed: int, kind: str, cap: 
     return Look(seed, raw=raw, ranges=session.ranges[0], shape=out_shape, dtype=str(where["dtype"]))
 
 
-def _read_own_buffer(session: TimedSession, out_shape: list, dtype, seed: int, kind: str) -> Look:
+def _read_own_buffer(session: TimedSession, out_shape: list, dtype, nbytes: int, seed: int, kind: str) -> Look:
     """The output as the worker copied it into the judge's buffer (output_buffer.py), read in the judge's
     own CUDA context, which waits for none of the worker's work: bytes still holding the word the
     buffer was filled with as the call's inputs were loaded were not written when the reply came. A
     worker that skips that fill leaves the previous call's output there, wrong for these inputs."""
-    nbytes = math.prod(out_shape) * torch.empty((), dtype=dtype).element_size()
     if nbytes > session.keep.nbytes:
         raise Unreadable(f"the output of a timed {kind} call is larger than the checked output")
     whole = session.problem.check is not None  # a problem's own check needs all of it
