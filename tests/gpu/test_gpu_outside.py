@@ -92,8 +92,8 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
     # launches and each call's work runs after its reply. Before the judge read timed outputs from
     # a buffer of its own, that work landed in later brackets or in the worker's copy for the
     # judge's read: an H100 judged this ok at 968.8 us for work of milliseconds. Now the judge's own
-    # read, right after the reply, finds the fill it wrote before the call, beside other processes
-    # or not.
+    # read, right after the reply, finds the word its buffer was filled with before the call, beside
+    # other processes or not.
     result = judge(HEAVY, """
         import gc
         from kscience.evaluate.worker.harness import Harness
