@@ -421,13 +421,18 @@ def test_the_campaign_notebook_under_papermill(tmp_path):
         "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
     assert "relu_1d" in shown and "finished" in shown and "fast_1.5" in shown
     assert any("image/png" in o.get("data", {}) for o in outputs)
+    # the live table as text too (papermill's and a console's view), not an object's repr
+    plain = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    assert "IPython.core.display.HTML" not in plain
+    view = next(o["data"] for o in outputs if "text/html" in o.get("data", {}))
+    assert "campaign k-" in "".join(view["text/plain"]) and "relu_1d" in "".join(view["text/plain"])
 
 
 def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
     from kscience.campaigns.campaign import Campaign
-    from kscience.jupyter.campaign_view import campaign_html
+    from kscience.jupyter.campaign_view import campaign_html, campaign_text
 
     monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
     ip = InteractiveShell.instance()
@@ -440,6 +445,10 @@ def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, m
     assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
     shown = campaign_html(campaign.store, campaign.id)
     assert "vectoradd_py" in shown and "skipped" in shown and "1/1 done" in shown and "several GPUs" in shown
+    title, head, row = campaign_text(campaign.store, campaign.id).splitlines()
+    assert title == f"campaign {campaign.id} (finished, 1/1 done)"
+    assert head.split() == ["problem", "status", "eager", "us", "best", "us", "vs", "eager", "attempts", "note"]
+    assert row.startswith("vectoradd_py") and row.index("skipped") == head.index("status") and "several GPUs" in row
 
 
 def test_problems_the_offline_scientist_cannot_start_on_are_skipped_with_the_reason(tmp_path, capsys, monkeypatch):
