@@ -4,8 +4,8 @@
     campaign.wait()                      # blocks until every problem is done (papermill does this)
 
 The table is a display (HTML, and plain text for papermill and consoles) updated through its
-display id, which JupyterLab, Notebook, papermill and nbconvert all honour; updates from the campaign's thread are throttled to one a
-second, and the last one is always drawn.
+display id, which JupyterLab, Notebook, papermill and nbconvert all honour; updates from the
+campaign's thread are throttled to one a second, and the last one is always drawn.
 """
 
 from __future__ import annotations

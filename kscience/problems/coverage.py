@@ -55,7 +55,8 @@ def _benchmarks_part(problem: Problem) -> str:
             f"none of the {n} benchmark shapes checked or timed"
     if stand_ins:
         from_tests = sum(s in problem.tests for s in stand_ins)
-        kind = "test shape" if from_tests == len(stand_ins) else "CPU-only shape" if not from_tests else "stand-in shape"
+        kind = ("test shape" if from_tests == len(stand_ins) else "CPU-only shape" if not from_tests
+                else "stand-in shape")
         said += f" ({_named(stand_ins, kind)} timed in their place)"
     return said
 
