@@ -211,34 +211,60 @@ def report_json(report: dict) -> str:
 
 
 # --- figure ----------------------------------------------------------------------------------------
-def campaign_figure(report: dict, size=(10, 3.8), dpi: int = 100):
+# fast_p curves, each with its own dashes, so one that coincides with another stays visible over it
+CURVES = (("eager", "-"), ("compiled", "--"), ("fastest", ":"))
+CURVE_NAMES = {**BASELINE_NAMES, "fastest": "the fastest baseline"}
+
+
+def campaign_figure(report: dict, size=(10, 4.2), dpi: int = 100):
     """Left: each problem's speedup over eager and torch.compile (log scale; a missing bar is a
-    problem without a correct kernel or without that baseline). Right: fast_p against p, the
-    curve KernelBench plots."""
+    problem without a correct kernel or without that baseline; a baseline timed on no problem has
+    no bars and is named as such). Right: fast_p against p, the curve KernelBench plots; a curve
+    that coincides with another is dashed over it and says so. Captioned with the device that
+    judged the kernels, and on the CPU that its times are not performance."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, dpi=dpi, layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1.6, 1])
     rows = [r for r in report["problems"] if r["status"] != "skipped"]
     names = [r["name"] for r in rows]
-    width = 0.4
-    for k, (baseline, colour) in enumerate((("eager", "#1565c0"), ("compiled", "#6a1b9a"))):
+    colours = {"eager": "#1565c0", "compiled": "#6a1b9a", "fastest": "#ad1457"}
+    timed = [b for b in ("eager", "compiled") if any(r[f"speedup_{b}"] for r in rows)]
+    width = 0.8 / max(len(timed), 1)
+    for k, baseline in enumerate(timed):
         values = [r[f"speedup_{baseline}"] or 0.0 for r in rows]
-        left.bar([i + (k - 0.5) * width for i in range(len(rows))], values, width, color=colour,
-                 label=f"vs {'PyTorch eager' if baseline == 'eager' else 'torch.compile'}")
+        left.bar([i + (k - (len(timed) - 1) / 2) * width for i in range(len(rows))], values, width,
+                 color=colours[baseline], label=f"vs {BASELINE_NAMES[baseline]}")
     left.axhline(1.0, color="black", linewidth=0.8)
     left.set_yscale("log")
     left.set_xticks(range(len(rows)), names, rotation=30, ha="right", fontsize=8)
     left.set_ylabel("speedup of the best kernel")
-    left.legend(fontsize=8)
-    left.set_title(f"campaign {report['campaign']['id']}", fontsize=9)
+    if timed:
+        left.legend(fontsize=8)
+    untimed = [BASELINE_NAMES[b] for b in ("eager", "compiled") if b not in timed]
+    left.set_title(f"campaign {report['campaign']['id']}"
+                   + (f" (no bars for {' or '.join(untimed)}: not timed beside a correct kernel)" if untimed else ""),
+                   fontsize=9)
     ps = [i / 20 for i in range(0, 61)]
-    for baseline, colour in (("eager", "#1565c0"), ("compiled", "#6a1b9a"), ("fastest", "#ad1457")):
+    drawn: dict[tuple, str] = {}
+    for baseline, style in CURVES:
         curve = [fast_p(report["problems"], p, baseline)[0] for p in ps]
-        if any(v is not None for v in curve):
-            right.step(ps, [v or 0.0 for v in curve], where="post", color=colour, label=f"vs {baseline}")
+        if all(v is None for v in curve):
+            continue
+        values = tuple(v or 0.0 for v in curve)
+        label = f"vs {CURVE_NAMES[baseline]}"
+        same = drawn.get(values)
+        drawn.setdefault(values, label)
+        right.step(ps, values, where="post", color=colours[baseline], linestyle=style, linewidth=2.0,
+                   label=f"{label} (same as {same})" if same else label)
     right.set_xlabel("p (speedup threshold)")
     right.set_ylabel("fast_p")
     right.set_ylim(0, 1.05)
-    right.legend(fontsize=8)
+    if drawn:
+        right.legend(fontsize=8)
+    devices = sorted({r["device"] for r in rows if r.get("device")})
+    caption = f"judged on {', '.join(devices) or 'an unrecorded device'}"
+    if any(r.get("interpreted") for r in rows):
+        caption += f"\nCPU interpreter: not performance ({CPU_NOTE})"
+    fig.suptitle(caption, fontsize=9)
     return fig

@@ -27,7 +27,8 @@ from kscience.evaluate.judge.verdict import Verdict
 from kscience.evaluate.profile import job as profile_job, probes
 from kscience.evaluate.sandbox import compile_cache
 from kscience.evaluate.sandbox.workers import weak_confinement_allowed, weak_points
-from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts
+from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts, shape_label
+from kscience.problems.coverage import interpreter_coverage
 from kscience.redact import redact
 
 JUDGE_THREADS = 4  # torch's CPU threads in a process that only judges (see judging_process)
@@ -206,10 +207,15 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         raise Verdict(R.CRASHED, cap)
     times = [s.time_us for s in result.shapes if s.time_us]
     result.geomean_us = geomean(times) if times else None
-    n_ok = len(result.shapes)
-    result.message = (plural(n_ok, "shape") + " correct" + (
-        f"; geomean {result.geomean_us:,.2f} us over {plural(len(times), 'benchmark shape')}, "
-        f"timed by {result.timing_label}" if times else ""))
+    n_ok = len({shape_label(s.shape) for s in result.shapes})  # a shape checked as a test and again timed is one
+    coverage = interpreter_coverage(problem, request.shapes) if interpreted else None
+    said = [plural(n_ok, "shape") + " correct"]
+    if times:
+        over = plural(len(times), coverage.timed_noun if coverage else "benchmark shape")
+        said.append(f"geomean {result.geomean_us:,.2f} us over {over}, timed by {result.timing_label}")
+    if coverage and coverage.said:  # how much of the problem's own lists the interpreter's covered
+        said.append(coverage.said)
+    result.message = "; ".join(said)
 
 
 def _kernel_times(session: Session, request: R.EvalRequest, result: R.EvalResult, timed: list) -> bool:
