@@ -15,6 +15,24 @@ REJECTED = "rejected"  # the harness refuses to believe it: impossible times, ca
                        # with the harness or its channel, a GPU left without memory for the reference
 STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, WRONG_ANSWER, TIMEOUT, CRASHED, REJECTED)
 
+# The longest a build may run while a compiler runs in the worker (nvcc, ptxas, ninja, c++: a cold
+# `load_inline` of torch's headers takes 60-90 s on an H200 host), however short the step limit: the step
+# limit bounds running, this bounds building (EvalRequest.build_limit_s; `--build-limit`).
+BUILD_LIMIT_S = 300.0
+
+
+def clock_counts(interpreted: bool) -> str:
+    """One line on what a timed call's figure counts, for whoever reads a time (the model included);
+    the judge's method (judge/measure.py, docs/evaluation.md "Timing method") keeps it true."""
+    if interpreted:
+        return ("each timed call is clocked by the judge around the whole call, less what an empty call costs; "
+                "under the CPU interpreter that is the interpreter's time, which says nothing about a GPU")
+    return ("each timed call is clocked by the judge from the GPU reaching the call (inputs loaded, L2 flushed) to "
+            "its last GPU work finishing, less what an empty call costs; the call's host work (launches, "
+            "allocations, descriptor set-up) overlaps the cache flush and a short spin queued before it and counts "
+            "only where it outlasts them or leaves the GPU waiting between kernels; work on other streams counts "
+            "until it is done")
+
 
 @dataclass
 class ShapeResult:
@@ -55,6 +73,9 @@ class EvalResult:
     profile: dict | None = None
     profile_said: str = ""
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it
+    # Seconds a compiler ran in the worker's process tree, as the judge saw it (session.Builds): nvcc,
+    # ptxas, ninja, c++ for load_inline, nvcc through subprocess and Triton's ptxas stage
+    build_s: float = 0.0
     # Where wall_s went, each phase without those inside it: start, builds, import, check, time,
     # reads (the judge's reads of timed outputs), recheck, inputs and reference (the judge building
     # inputs and computing answers, wherever it does), finish, close
@@ -102,6 +123,8 @@ class EvalRequest:
     timeout_s: float | None = None  # overall cap; phase limits scale from it
     step_limit_s: float | None = None  # the longest one step (import, a check, a timed shape) may wait for the
                                        # candidate; it lowers the judge's own phase limits, never raises them
+    # The longest one step may run on while a compiler runs in the worker (BUILD_LIMIT_S when None)
+    build_limit_s: float | None = None
     candidate_id: str | None = None  # for bookkeeping by callers only
     # [rtol, atol] to check with instead of the problem's: a run sets it only for the problem's
     # vendor-library baseline (Problem.vendor_tolerance), never for a kernel

@@ -69,7 +69,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
                                 message=f"refusing to run unconfined: no {'; no '.join(weak)} on this machine "
                                         "(allow_weak_confinement=True, --unconfined or "
                                         "KSCIENCE_ALLOW_WEAK_CONFINEMENT=1 to run anyway)")
-        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s, on_phase)
+        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s, on_phase,
+                          request.build_limit_s)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
                               timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events",
                               confinement=dict(session.worker.confinement(), weak=weak, allowed_weak=allowed))
@@ -91,7 +92,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.message = redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}")[:400]
         finally:
             with session.phase("close"):  # killing the worker, then reading its compile facts
-                session.close(keep_cache=result.status == R.OK)
+                # a finished build is kept whatever came after it: its entry serves only this very source
+                session.close(keep_cache=session.imported)
                 # the expected answers' allocator cache, which the next worker needs (docs/evaluation.md)
                 session.give_back_memory()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
@@ -102,6 +104,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.device["probes"] = probes.results(device)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed
             result.wall_s = time.monotonic() - t_start
+            result.build_s = round(session.builds.seconds, 3)
             result.phases_s = {k: round(v, 3) for k, v in session.phases.seconds.items()}
     return result
 
@@ -165,6 +168,7 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
                      "weight_seed": weight_seed, "probed": probed_facts(problem),
                      "forbidden": [] if request.baseline else list(problem.forbidden_calls)}, "import")
         ready = session.reply("import", expect="ready")
+        session.imported = True
     session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0,
                            # the worker's own figure, sent after the import: shown, never weighed

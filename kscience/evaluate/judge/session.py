@@ -27,6 +27,7 @@ from kscience.evaluate import result as R
 from kscience.evaluate import output_buffer
 from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
 from kscience.evaluate.judge import checking, contexts, crosscheck, drive, measure, peek, reference_outside
+from kscience.evaluate.judge.builds import LOOK_S, Builds
 from kscience.evaluate.judge.compare import BLOCK_BYTES, sample_ranges
 from kscience.evaluate.judge.input_sets import InputSets
 from kscience.evaluate.judge.phases import Phases, doing
@@ -69,7 +70,8 @@ class Session:
     """One evaluation: a worker, its channel, its limits and the clock that runs out."""
 
     def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
-                 keep_spare: bool, step_limit_s: float | None = None, on_phase: Callable[[str], None] | None = None):
+                 keep_spare: bool, step_limit_s: float | None = None, on_phase: Callable[[str], None] | None = None,
+                 build_limit_s: float | None = None):
         self.problem, self.device, self.gpu = problem, device, gpu
         self.phases = Phases(on_phase)  # where its seconds go, and what it is doing now
         self.cpu = int(device.interpreted)
@@ -84,6 +86,9 @@ class Session:
         self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
         self.timeout_s, self.step_limit_s = timeout_s, step_limit_s
         self.phase_limit, self.phase_end, self.by_deadline, self.by_step = 0.0, math.inf, False, False
+        # Compilers running in the worker let a step run on past its limit, up to the build limit (builds.py)
+        self.builds = Builds(self.worker.pids, build_limit_s or R.BUILD_LIMIT_S)
+        self.imported = False  # the worker said it imported the candidate: its builds are done
         self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
         self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
         self.sets = InputSets()  # sets built ahead, each for one command (input_sets.py)
@@ -97,24 +102,37 @@ class Session:
 
     # --- the channel -------------------------------------------------------------------------
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
-        """Send a command; its replies must arrive before the phase's limit runs out."""
+        """Send a command; its replies must arrive before the phase's limit (or `limit_s`) runs out, or
+        the step limit where that is shorter. Seconds a compiler runs in the worker do not count
+        against either, up to the build limit (`_deadline`)."""
         self.seq += 1
-        if limit_s is None:
-            limit_s = LIMITS[phase][self.cpu]
-            self.by_step = bool(self.step_limit_s) and self.step_limit_s < limit_s
-            limit_s = self.step_limit_s if self.by_step else limit_s
-        else:
-            self.by_step = False
-        left = self.deadline - time.monotonic()
+        limit_s = LIMITS[phase][self.cpu] if limit_s is None else limit_s
+        self.by_step = bool(self.step_limit_s) and self.step_limit_s < limit_s
+        limit_s = self.step_limit_s if self.by_step else limit_s
+        now = time.monotonic()
+        left = self.deadline - now
         self.by_deadline = left < limit_s  # the evaluation's own limit, not the phase's, runs out first
         self.phase_limit = max(min(limit_s, left), 0.0)
-        self.phase_end = time.monotonic() + self.phase_limit
+        self.phase_end = now + self.phase_limit
+        self.builds.step(now)
         with self._channel_errors(phase, shape):
-            send_json(self.worker.channel, dict(cmd, seq=self.seq), self.phase_end)
+            send_json(self.worker.channel, dict(cmd, seq=self.seq), self._deadline)
+
+    def _deadline(self) -> float:
+        """When the current step runs out: its limit, moved on by the seconds a compiler ran in the
+        worker during it, and kept ahead of the clock while one runs, until the build limit is spent.
+        The evaluation's own limit ends it regardless. The channel asks at every look (wire.py)."""
+        now, b = time.monotonic(), self.builds
+        end = self.phase_end + min(b.step_seconds, b.limit_s)
+        building = b.building(now, due=now >= end)
+        end = self.phase_end + min(b.step_seconds, b.limit_s)
+        if building and b.step_seconds < b.limit_s:
+            end = max(end, now + 2 * LOOK_S)
+        return min(end, self.deadline)
 
     def reply(self, phase: str, shape: dict | None = None, expect: str = "ok") -> dict:
         with self._channel_errors(phase, shape):
-            msg = recv_json(self.worker.channel, self.phase_end, self.worker.alive)
+            msg = recv_json(self.worker.channel, self._deadline, self.worker.alive)
         self._in_order(msg, phase, shape)
         self.last_reply = msg
         if msg.get("status") != expect:
@@ -124,7 +142,7 @@ class Session:
 
     def tensor(self, phase: str, shape: dict, max_bytes: int) -> torch.Tensor:
         with self._channel_errors(phase, shape):
-            head, t = recv_tensor(self.worker.channel, max_bytes, self.phase_end, self.worker.alive)
+            head, t = recv_tensor(self.worker.channel, max_bytes, self._deadline, self.worker.alive)
         self._in_order(head, phase, shape)
         return t
 
@@ -148,7 +166,7 @@ class Session:
         looks = []
         for t, ranges in zip(like, self.ranges):
             with self._channel_errors(phase, shape):
-                head, raw = recv_ranges(self.worker.channel, sum(n for _, n in ranges), self.phase_end,
+                head, raw = recv_ranges(self.worker.channel, sum(n for _, n in ranges), self._deadline,
                                         self.worker.alive)
             self._in_order(head, phase, shape)
             right = head.get("dtype") == str(t.dtype).removeprefix("torch.") and head.get("shape") == list(t.shape)
@@ -176,12 +194,17 @@ class Session:
     def _timeout_text(self, phase: str) -> str:
         """Which limit ran out, as it was set, and in which phase: "the evaluation's 3 s limit ran out
         while timing", never the seconds that happened to be left of it."""
-        what = doing(phase)
+        what, b = doing(phase), self.builds
+        if b.step_seconds >= b.limit_s:
+            return (f"timed out: the {_seconds(b.limit_s)} build limit ran out while {what}, with "
+                    f"{', '.join(sorted(b.seen))} still running in the worker (--build-limit raises it)")
+        built = f" (after {b.step_seconds:.0f} s of building, which the limit does not count)" if b.step_seconds >= 1 else ""
         if self.by_deadline:
-            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {what}"
+            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {what}{built}"
         if self.by_step:
-            return f"timed out: the {_seconds(self.phase_limit)} limit per step set for this evaluation ran out while {what}"
-        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {what} ran out"
+            return (f"timed out: the {_seconds(self.phase_limit)} limit per step set for this evaluation ran out "
+                    f"while {what}{built}")
+        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {what} ran out{built}"
 
     def _death(self) -> str:
         self.worker.kill()

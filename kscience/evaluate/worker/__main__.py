@@ -75,12 +75,12 @@ def _hide(fd: int) -> int:
 
 
 def _writable_paths() -> list[str]:
-    """The sandbox folder, the compile caches, the device nodes GPU runtimes open for writing, and
+    """The sandbox folder, the compile caches (sandbox/compile_cache.private_dirs), the device nodes GPU runtimes open for writing, and
     this process's own thread entries in /proc (the CUDA driver will not initialise without
     writing there)."""
     import glob
 
-    caches = [os.environ.get("TRITON_CACHE_DIR", ""), os.environ.get("TORCH_EXTENSIONS_DIR", "")]
+    caches = [os.environ.get(var, "") for var in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "KSCIENCE_BUILD_DIR")]
     for d in caches:
         if d:
             os.makedirs(d, exist_ok=True)
