@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 # Every verdict is exactly one of these.
 OK = "ok"
@@ -39,16 +39,18 @@ class ShapeResult:
     shape: dict
     ok: bool
     phase: str  # "test" or "benchmark"
-    time_us: float | None = None  # median of the timed calls
+    time_us: float | None = None  # median of the timed calls, by `clock`
     mean_us: float | None = None
     std_us: float | None = None
     n: int = 0
     floor_us: float | None = None  # bytes/peak bandwidth or FLOPs/peak rate, whichever is larger
     judge_us: float | None = None  # the judge's own estimate of the median call, from its clock alone
-    build_us: float | None = None  # the judge's own time to build the shape's inputs (inside every call's bracket)
-    # GPU: host minus event time per call beyond the idle gap, and beside other processes beyond
-    # what the null calls showed as well (the side-work check's figure)
-    outside_us: float | None = None
+    judge_se_us: float | None = None  # that estimate's standard error
+    # What the figure is: "cuda events" (the worker's, within what the judge's clock allows), "judge's
+    # clock" (its estimate), or "judge's clock (whole brackets)" (an upper bound, on the CPU)
+    clock: str = ""
+    inputs: str = ""  # how the timed calls got their inputs: staged by the judge, or built by the worker (why)
+    build_us: float | None = None  # the judge's own time to build the shape's inputs (outside its clock when staged)
     max_abs_err: float | None = None
     message: str = ""
     # Each kernel the candidate launched on this shape, costliest first: {"name", "launches" per call,
@@ -76,7 +78,8 @@ class EvalResult:
     # Seconds a compiler ran in the worker's process tree, as the judge saw it (session.Builds): nvcc,
     # ptxas, ninja, c++ for load_inline, nvcc through subprocess and Triton's ptxas stage
     build_s: float = 0.0
-    # Where wall_s went, each phase without those inside it: start, builds, import, check, time,
+    # Where wall_s went, each phase without those inside it: start, builds, import, pristine (the null
+    # calls before the import), check, time,
     # reads (the judge's reads of timed outputs), recheck, inputs and reference (the judge building
     # inputs and computing answers, wherever it does), finish, close
     phases_s: dict = field(default_factory=dict)
@@ -97,9 +100,19 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalResult":
-        d = dict(d)
-        d["shapes"] = [ShapeResult(**s) for s in d.get("shapes", [])]
+        """A result as to_dict wrote it, by this version or an earlier one (fields since dropped are ignored)."""
+        d = {k: v for k, v in d.items() if k in _RESULT_FIELDS}
+        d["shapes"] = [ShapeResult(**{k: v for k, v in s.items() if k in _SHAPE_FIELDS}) for s in d.get("shapes", [])]
         return cls(**d)
+
+
+_SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
+_RESULT_FIELDS = {f.name for f in fields(EvalResult)}
+
+
+def timing_label(interpreted: bool) -> str:
+    """How an evaluation's times were taken, in a few words (`EvalResult.timing_label`)."""
+    return "cpu interpreter (judge's clock)" if interpreted else "judge's clock, refined by cuda events"
 
 
 def confinement_line(confinement: dict) -> str:
