@@ -40,6 +40,7 @@ class ShapeBuffers:
         on_device = ordinal is not None and shared_device
         self.on_device, self.ordinal, self.flush = on_device, ordinal, flush
         self.word = secrets.randbits(31) | 1 << 30  # never a plain zero or -1
+        self.out_bytes = output_bytes  # a right output's size, which a null call's dummy has too
         self.output = shared_buffer.create(_round(output_bytes), ordinal if on_device else None)
         self.staging = None
         self.form, self.places, self.views, self.template = None, None, [], []
@@ -60,7 +61,8 @@ class ShapeBuffers:
 
     def prepare_fields(self) -> dict:
         """What the worker's `prepare` needs to map these buffers (the descriptors go by `send`)."""
-        fields = {"output_bytes": self.output.nbytes, "outputs_on_device": self.on_device, "staged": self.places}
+        fields = {"output_bytes": self.out_bytes, "output_buffer_bytes": self.output.nbytes,
+                  "outputs_on_device": self.on_device, "staged": self.places}
         if self.staging is not None:
             fields.update(staged_bytes=self.staging.nbytes, staged_on_device=self.on_device)
         return fields

@@ -58,8 +58,11 @@ class Timer:
         # whatever the numbers.
         self.work = h.inputs(warm_seeds[0], self.shape)
         ordinal = torch.cuda.current_device() if h.on_gpu else None
-        self.judges = _map(handed, cmd.get("output_bytes"), cmd.get("outputs_on_device"), ordinal, "output")
-        self.dummy = torch.zeros(self.judges.nbytes, dtype=torch.uint8, device=h.device.torch_device)
+        self.judges = _map(handed, cmd.get("output_buffer_bytes"), cmd.get("outputs_on_device"), ordinal, "output")
+        out_bytes = cmd.get("output_bytes")
+        if type(out_bytes) is not int or not 0 <= out_bytes <= self.judges.nbytes:
+            raise Fault("rejected", "malformed prepare command")
+        self.dummy = torch.zeros(out_bytes, dtype=torch.uint8, device=h.device.torch_device)
         self.staged = cmd.get("staged")
         self.inputs, self.nested, self.copied, self.flush = None, {}, [], None
         if self.staged is not None:
