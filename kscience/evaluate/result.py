@@ -21,6 +21,15 @@ STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, WRONG_ANSWER, TIMEOUT, CRASHED, RE
 BUILD_LIMIT_S = 300.0
 
 
+def bounded(text: str, limit: int) -> str:
+    """`text` whole where it fits in `limit` characters; else cut at a word and saying so, so that no
+    reader (a user, the model) takes a cut message for a whole one. Bounds text a candidate controls."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 24].rsplit(" ", 1)[0]
+    return f"{head} [… {len(text) - len(head):,} more characters]"
+
+
 def clock_counts(interpreted: bool) -> str:
     """One line on what a timed call's figure counts, for whoever reads a time (the model included);
     the judge's method (judge/measure.py, docs/evaluation.md "Timing method") keeps it true."""

@@ -89,7 +89,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             raise
         except Exception as exc:  # a judge bug met by this candidate: a verdict, never an executor's traceback
             result.status, result.geomean_us = R.REJECTED, None
-            result.message = redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}")[:400]
+            result.message = R.bounded(redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}"),
+                                       1000)
         finally:
             with session.phase("close"):  # killing the worker, then reading its compile facts
                 # a finished build is kept whatever came after it: its entry serves only this very source
@@ -222,7 +223,7 @@ def _kernel_times(session: Session, request: R.EvalRequest, result: R.EvalResult
     except Verdict as v:
         for res, _ in timed:
             res.kernels = []
-        result.kernel_profiler = f"per-kernel times not taken: the profiled calls ended in {v.status}: {v}"[:300]
+        result.kernel_profiler = R.bounded(f"per-kernel times not taken: the profiled calls ended in {v.status}: {v}", 1000)
         return False
     return True
 

@@ -135,7 +135,8 @@ class Session:
         self.last_reply = msg
         if msg.get("status") != expect:
             status = msg.get("status") if msg.get("status") in R.STATUSES[1:] else R.REJECTED
-            raise Verdict(status, redact(str(msg.get("message", f"unexpected reply {str(msg)[:80]}")))[:400], shape)
+            raise Verdict(status, R.bounded(redact(str(msg.get("message", f"unexpected reply {str(msg)[:80]}"))), 1000),
+                          shape)
         return msg
 
     def tensor(self, phase: str, shape: dict, max_bytes: int) -> torch.Tensor:

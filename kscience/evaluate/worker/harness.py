@@ -68,7 +68,9 @@ class Fault(Exception):
 
 def one_line(exc: BaseException) -> str:
     text = f"{_type(exc).__name__}: {exc}".strip().splitlines()
-    return text[0][:300] if text else _type(exc).__name__
+    if not text:
+        return _type(exc).__name__
+    return text[0] if len(text[0]) <= 800 else text[0][:780] + f" [… {len(text[0]) - 780:,} more characters]"
 
 
 def call_fault(exc: BaseException) -> Fault:
