@@ -2,12 +2,12 @@
 torch.compile holds hundreds of thousands of objects, and one collection walking them adds its
 pause to a single bracket, which the judge's estimate (a difference of brackets) then carries."""
 
-import contextlib
 import gc
-import types
 
 from kscience.evaluate.judge import drive
 from kscience.evaluate.result import OK
+
+from fake_clock import FakeBuffers, FakeClock, FakeSession
 
 
 def test_the_worker_freezes_what_exists_before_its_timed_calls(judge):
@@ -31,31 +31,20 @@ def test_the_worker_freezes_what_exists_before_its_timed_calls(judge):
     assert counts and min(counts) > 10_000  # torch alone is tens of thousands of objects
 
 
-class _Session:
+class _Session(FakeSession):
     """Answers every call at once and notes whether the collector could run meanwhile."""
 
-    problem = types.SimpleNamespace(output_args=(), check=None)
-    device = types.SimpleNamespace(torch_device="cpu")
-
-    def __init__(self):
-        self.collecting = []
-
     def ask(self, cmd, phase, shape):
+        super().ask(cmd, phase, shape)
         self.collecting.append(gc.isenabled())
-
-    def reply(self, phase, shape, expect="ok"):
-        return {"status": expect, "event_us": 10.0, "host_us": 10.0}
-
-    def phase(self, name):
-        return contextlib.nullcontext()
 
 
 def test_the_judge_collects_no_garbage_while_it_drives_timed_calls():
-    session = _Session()
+    session = _Session(FakeClock(), lambda n: 0.0)
+    session.collecting = []
     plan = drive.Plan(warmup=0, nulls=2, min_n=3, max_n=3, max_seconds=1.0, target_rse=1.0, checks=0,
                       few_n=3, enough_s=1.0)
-    buffers = types.SimpleNamespace(staged=False, load=lambda sources: None)
     assert gc.isenabled()
-    calls, _ = drive.run_calls(session, {}, plan, buffers, used=set(), out_bytes=1024)
+    calls, _ = drive.run_calls(session, {}, plan, FakeBuffers(staged=False), used=set(), out_bytes=1024)
     assert len(calls) == 5 and session.collecting and not any(session.collecting)
     assert gc.isenabled()

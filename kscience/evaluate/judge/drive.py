@@ -150,7 +150,8 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuf
         kind = "null" if nulls and (settled or min_n == 0 or (n > 0 and _random.randrange(4) == 0)) else "timed"
         nulls_sent += kind == "null"
         t_aside = time.monotonic()
-        seed, sources = _inputs(session, shape, plan, buffers, used, kind, outputs)
+        seed, data = _inputs(session, shape, plan, buffers, used, kind)
+        sources = staging.leaves(data, outputs) if data is not None else buffers.template if buffers.staged else None
         cmd = {"cmd": "call", "kind": kind} if buffers.staged else {"cmd": "call", "kind": kind, "seed": seed}
         aside_s += time.monotonic() - t_aside
         t0 = time.perf_counter()
@@ -176,26 +177,28 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuf
         windows.append(window)
         if read:
             looks.append(_look(said.get("out"), seed, raw, ranges, buffers, out_bytes))
+            if data is not None:
+                session.hold_for_recheck(shape, seed, data)
     session.ask({"cmd": "finish"}, "time", shape)
     session.reply("time", shape)
     return calls, looks
 
 
-def _inputs(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuffers, used: set[int], kind: str,
-            outputs) -> tuple[int, list[torch.Tensor] | None]:
-    """(seed, what the judge writes before the call): a timed call's inputs, built here from a new seed
-    (or a set built before the import); a null call's are the shape's first set again, as it calls
-    nothing. Where the shape is not staged only the seed goes, and the worker builds the inputs."""
+def _inputs(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuffers, used: set[int],
+            kind: str) -> tuple[int, list | None]:
+    """(seed, the data the judge writes before the call): a timed call's inputs, built here from a new seed
+    (or a set built before the import). A null call calls nothing, so the shape's first set is written
+    again (None here). Where the shape is not staged only the seed goes, and the worker builds the inputs."""
     if not buffers.staged:
         return new_seed(used), None
     if kind == "null":
-        return 0, buffers.template
+        return 0, None
     seed, data = plan.ready.pop() if plan.ready else (new_seed(used), None)
     if data is None:
         data = session.inputs(seed, shape)
     if staging.stageable(data, session.device.torch_device)[0] != buffers.form:
         raise Restage(f"a set of inputs of seed {seed} has another form than the shape's first")
-    return seed, staging.leaves(data, outputs)
+    return seed, data
 
 
 def _ranges(session: TimedSession, out_bytes: int) -> list[list[int]]:

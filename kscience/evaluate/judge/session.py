@@ -294,7 +294,8 @@ class Session:
         plan = drive.Plan(0, PRISTINE_NULLS[self.cpu], 0, 0, math.inf, TARGET_RSE, 0, 0, ENOUGH_S)
         buffers = self.buffers_for(shape, out_bytes)
         try:
-            rnd = self._pristine_round(shape, plan, buffers, out_bytes)
+            with spares_held(self.worker):  # as while the shape is timed
+                rnd = self._pristine_round(shape, plan, buffers, out_bytes)
         finally:
             buffers.close()
         self.pristine[shape_label(shape)] = crosscheck.Empty.of([c.window_us for c in rnd])
@@ -359,6 +360,12 @@ class Session:
             res.message = "; ".join(m for m in (res.message, f"the judge's estimate of {res.time_us:,.2f} us lay below "
                                                 f"the physical floor: the floor is recorded") if m)
             res.time_us = floor
+
+    def hold_for_recheck(self, shape: dict, seed: int, data: list) -> None:
+        """A read timed call's inputs, kept for its recheck where the shape's builds are slow and they fit
+        (input_sets.py); elsewhere the recheck builds them again from the seed."""
+        if self.sets.room(shape_label(shape)):
+            self.sets.sent[seed] = data
 
     def others_on_gpu(self) -> int | None:
         """Contexts on this evaluation's GPU that neither the judge nor the worker holds (see
