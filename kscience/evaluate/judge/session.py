@@ -225,10 +225,10 @@ class Session:
             return list(self.problem.generate_input(seed, self.device.torch_device, **shape))
 
     def build_us(self, shape: dict) -> float:
-        """The judge's own least time to build `shape`'s inputs and copy them once, as the worker
-        does inside every call command (null ones included). The judge asks before the candidate is
-        imported (judge/evaluation.py), so no candidate code can have slowed it: the CPU's null calls are capped
-        with it (measure.py) and the forged-time check allows a share of it (crosscheck.BUILD_SHARE)."""
+        """The judge's own least time to build `shape`'s inputs and copy them once, as it does for every
+        timed call it stages, measured before the candidate is imported (judge/evaluation.py), so no
+        candidate code can have slowed it: it decides which shapes' calls are mostly their builds
+        (drive.BUILT_SHARE) and which shapes' sets are worth holding (input_sets.py)."""
         key = shape_label(shape)
         if key not in self.builds_us:
             best, stop = math.inf, time.monotonic() + BUILDS_S
@@ -238,7 +238,7 @@ class Session:
                 data = self.inputs(seed, shape)
                 for t in data:
                     if isinstance(t, torch.Tensor):
-                        t.clone()  # the worker copies each set into its fixed buffers
+                        t.clone()  # staging copies each set once
                 if not self.cpu:
                     torch.cuda.synchronize()
                 took = time.perf_counter() - t0
