@@ -139,6 +139,11 @@ class Mapping:
             self.close()
             raise
 
+    def at(self, offset: int, nbytes: int) -> torch.Tensor:
+        """`nbytes` from `offset` as a uint8 tensor of its own (its storage starts there: a candidate
+        handed a view of it finds storage offset 0, as with any tensor it is handed)."""
+        return torch.as_tensor(_Interface(self.ptr + offset, nbytes), device=self.tensor.device)
+
     def close(self) -> None:
         """Unmapped and released here; the memory goes once every process has released it."""
         self.tensor = None
@@ -159,6 +164,12 @@ class HostMapping:
         self._map = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.fd = fd  # the judge's: exported as copies; the worker closes its own once mapped
         self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
+
+    def at(self, offset: int, nbytes: int) -> torch.Tensor:
+        """`nbytes` from `offset` as a uint8 tensor of its own (see Mapping.at)."""
+        if not nbytes:
+            return torch.empty(0, dtype=torch.uint8)
+        return torch.frombuffer(self._map, dtype=torch.uint8, count=nbytes, offset=offset)
 
     def close(self) -> None:
         self.tensor = None

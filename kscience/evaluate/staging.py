@@ -112,13 +112,12 @@ def size_of(at: list[list[int]]) -> int:
     return max((o + n for o, n in at), default=0)
 
 
-def views(buffer: torch.Tensor, at: list[list[int]], like: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Tensors of `like`'s dtypes, shapes and strides over `buffer` (uint8) at `at` (both sides)."""
-    out = []
-    for (offset, span), t in zip(at, like):
-        flat = _view(buffer[offset:offset + span], t.dtype)
-        out.append(_as_strided(flat, tuple(t.shape), tuple(t.stride()), flat.storage_offset()))
-    return out
+def views(mapping, at: list[list[int]], like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Tensors of `like`'s dtypes, shapes and strides over a shared buffer (`mapping`, shared_buffer.py)
+    at `at` (both sides), each with storage of its own that starts at its first element: the candidate
+    sees what a freshly built input has, storage offset 0 included."""
+    return [_as_strided(_view(mapping.at(offset, span), t.dtype), tuple(t.shape), tuple(t.stride()), 0)
+            for (offset, span), t in zip(at, like)]
 
 
 def write(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:

@@ -48,7 +48,7 @@ class ShapeBuffers:
             if stage is not None:
                 self.form, self.places, template = stage
                 self.staging = shared_buffer.create(_round(staging.size_of(self.places)), ordinal if on_device else None)
-                self.views = staging.views(self.staging.tensor, self.places, template)
+                self.views = staging.views(self.staging, self.places, template)
                 self.template = template
         except BaseException:
             self.close()

@@ -99,7 +99,7 @@ class Timer:
         for (offset, span), t in zip(places, fixed):
             if span != staging.span_bytes(t) or offset + span > self.inputs.nbytes or offset % staging.ALIGN:
                 raise Fault("rejected", "the judge's staging places do not fit this shape's inputs")
-        views = staging.views(self.inputs.tensor, places, fixed)
+        views = staging.views(self.inputs, places, fixed)
         staging.write(views, fixed)
         self.work = staging.replace_leaves(self.work, views, h.outputs)
         # Containers are rebuilt around the same views for every call: a call may change them (advance a
