@@ -45,7 +45,7 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
         row = {"position": entry["position"], "name": entry["name"], "locator": entry["locator"],
                "status": entry["status"], "reason": entry["reason"], "run_id": entry["run_id"],
                "eager_us": None, "compiled_us": None, "vendor_us": None, "seed_us": None, "best_us": None, "best_id": None,
-               "attempts": 0, "cost_usd": 0.0, "tokens": 0, "device": None, "interpreted": False}
+               "attempts": 0, "cost_usd": 0.0, "tokens": 0, "build_s": 0.0, "device": None, "interpreted": False}
         if entry["run_id"]:
             run = store.run(entry["run_id"])
             row["status"] = display_status(run)
@@ -75,6 +75,8 @@ def _run_numbers(store: Store, run_id: str) -> dict:
             "seed_us": time_of("seed"),
             "best_us": best.geomean_us if best else None, "best_id": best.id if best else None,
             "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
+            # seconds compilers ran in the judges' workers, over every evaluation of the run (not counted as running)
+            "build_s": round(sum(c.result.build_s for c in cands if c.result), 1),
             "device": judged.get("name"), "interpreted": bool(judged.get("interpreted"))}
 
 
@@ -130,7 +132,8 @@ def suite_summary(rows: list[dict]) -> dict:
            "success_rate": (sum(1 for r in evaluated if r.get("best_us")) / len(evaluated)) if evaluated else None,
            "attempts": sum(r["attempts"] for r in evaluated),
            "attempts_per_problem": (sum(r["attempts"] for r in evaluated) / len(evaluated)) if evaluated else None,
-           "cost_usd": sum(r["cost_usd"] for r in rows), "tokens": sum(r.get("tokens", 0) for r in rows)}
+           "cost_usd": sum(r["cost_usd"] for r in rows), "tokens": sum(r.get("tokens", 0) for r in rows),
+           "build_s": round(sum(r.get("build_s", 0.0) for r in rows), 1)}
     for baseline in BASELINES:
         for p in FAST_P:
             value, n = fast_p(rows, p, baseline)
@@ -196,7 +199,7 @@ def report_lines(report: dict) -> list[str]:
         lines.append(f"(CPU interpreter: {CPU_NOTE}; no kernel is said to lose on them)")
     lines.append(f"{s['n_evaluated']} of {s['n_problems']} problems evaluated ({s['n_skipped']} skipped); "
                  f"success rate {_pct(s['success_rate'])}; {s['attempts']} attempts; "
-                 f"LLM cost ${s['cost_usd']:.2f}")
+                 f"LLM cost ${s['cost_usd']:.2f}; compilers ran {s['build_s']:,.0f} s in the judges' workers")
     for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile"), ("vendor", "vendor lib"),
                             ("library", "installed lib"), ("fastest", "fastest base")):
         fast = "  ".join(f"fast_{p:g} {_pct(s[f'fast_{p:g}_{baseline}'])}" for p in FAST_P)
