@@ -134,7 +134,7 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuf
     calls: list[Call] = []
     looks: list[Look] = []
     aside_s = 0.0  # the judge's own building, reading and null calls: not timing
-    outputs = session.problem.output_args
+    outputs = staging.poisoned(session.problem)
     t_loop = time.monotonic()
     while True:
         n = len(timed_us)

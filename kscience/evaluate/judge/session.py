@@ -274,7 +274,7 @@ class Session:
             template = self.inputs(seed, shape)
             form, why = staging.stageable(template, self.device.torch_device)
             if form is not None:
-                leaves = staging.leaves(template, self.problem.output_args)
+                leaves = staging.leaves(template, staging.poisoned(self.problem))
                 stage, why = (form, staging.places(leaves), leaves), "staged by the judge"
             else:
                 why = f"built by the worker from a seed: {why}"
