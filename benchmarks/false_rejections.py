@@ -212,6 +212,8 @@ def _judge_loop(gpu, jobs, results, halt) -> None:
                      "time_us": last.time_us if last else None, "judge_us": last.judge_us if last else None,
                      "judge_se_us": last.judge_se_us if last else None, "clock": last.clock if last else "",
                      "inputs": last.inputs if last else "", "remeasured": last.message if last else "",
+                     # the profiled pass's kernels, summed: what a timed call holds beyond them is its host work
+                     "kernels_us": round(sum(k["us"] for k in last.kernels), 3) if last and last.kernels else None,
                      "phases_s": r.phases_s, "setup_s": r.device.get("setup_s") or {}})
 
 
@@ -228,6 +230,17 @@ def _margins(done: list[dict]) -> dict:
                                            "p1": round(events[max(0, math.ceil(0.01 * len(events)) - 1)], 2),
                                            "least": round(events[0], 2)},
             "timed_by_the_judge": judged}
+
+
+def over_kernels(done: list[dict]) -> dict:
+    """Per candidate, over its ok GPU evaluations: the median of its timed figure over the sum of the
+    kernels its profiled pass saw. What lies above 1 is what a call holds beyond its kernels (launches,
+    allocations, gaps): the trial's kernels should sit within 10% of their sums plus launch overhead."""
+    ratios = collections.defaultdict(list)
+    for r in done:
+        if r["status"] == "ok" and r.get("kernels_us") and r.get("time_us"):
+            ratios[r["label"]].append(r["time_us"] / r["kernels_us"])
+    return {label: round(statistics.median(v), 3) for label, v in ratios.items()}
 
 
 def busy_neighbour(gpus: list[int], stop) -> None:
@@ -405,6 +418,10 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
     margins = _margins(done)
     if not partial:
         print(f"not ok: {len(not_ok)}; measured more than once and then believed: {len(believed)}")
+        ratios = over_kernels(done)
+        if ratios:
+            print("timed figure over the profiled kernels' sum (median per candidate): "
+                  + ", ".join(f"{label} {ratio}" for label, ratio in ratios.items()))
         if margins:
             print(f"the worker's events against the judge's estimate, in its standard errors (the judge's own "
                   f"figure below -4 and a few percent): {margins}")
@@ -417,7 +434,7 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         **{k: v for k, v in setting.items() if k != "device"}, "asked": asked, "achieved": len(done) + done_extra, "partial": partial,
         "time_limit_s": args.time_limit, "stopped_by_time_limit": stopped_early, "wall_s": round(wall, 1),
         "parts": parts, "verdicts": {label: dict(c) for label, c in by.items()}, "not_ok": not_ok,
-        "remeasured_then_ok": believed, "margins_this_part": margins,
+        "remeasured_then_ok": believed, "margins_this_part": margins, "time_over_kernels_this_part": over_kernels(done),
         "phases_median_s_this_part": {k: round(statistics.median(v), 3) for k, v in phases.items()},
         "worker_setup_median_s_this_part": setup_medians,
         "wall_per_evaluation_s": {label: round(w / max(1, n), 2) for label, (w, n) in walls.items()},

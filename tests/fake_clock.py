@@ -25,7 +25,7 @@ class FakeSession:
     """What drive.run_calls needs of a session. A timed call's `done` comes after `call_s(n)` seconds of
     the fake clock (n: the timed calls so far); the judge's own builds take `build_s` each."""
 
-    problem = types.SimpleNamespace(output_args=(), check=None)
+    problem = types.SimpleNamespace(output_args=(), zeroed_outputs=(), check=None)
     device = types.SimpleNamespace(torch_device="cpu")
 
     def __init__(self, clock: FakeClock, call_s, build_s: float = 0.0):

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(SLEEP is None, reason="needs a `sleep` program")
 SOFTMAX = """
 import torch
 
-def custom_kernel(data):  # softmax from its parts: the problem forbids calling torch.softmax
-    x = data[0].float()
+def custom_kernel(data):
+    x = data[0].float()  # softmax from its parts: the problem forbids calling torch.softmax
     e = (x - x.amax(-1, keepdim=True)).exp()
     return (e / e.sum(-1, keepdim=True)).to(torch.bfloat16)
 """

@@ -25,6 +25,12 @@ ALIGN = 256  # each staged tensor starts at a multiple of this many bytes (any d
 DEPTH = 3  # containers inside a member, as deep as the harness restores them (worker/harness.py)
 
 
+def poisoned(problem) -> set[int]:
+    """The members of a problem's data that the worker poisons before every call: the output buffers it
+    hands out, less those handed out zeroed (their zeros are part of the task: staged like any input)."""
+    return set(problem.output_args) - set(problem.zeroed_outputs)
+
+
 def leaves(data, outputs=()) -> list[torch.Tensor]:
     """The tensors of `data` in staging order, less the members in `outputs` (poisoned by the worker
     before every call, never written by the judge)."""

@@ -102,21 +102,22 @@ def new_seed(used: set[int]) -> int:
 
 
 def run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuffers, used: set[int],
-              out_bytes: int) -> tuple[list[Call], list[Look]]:
+              out_bytes: int, phase: str = "time") -> tuple[list[Call], list[Look]]:
     """`_run_calls` with this process's garbage collector paused (a full collection of the judge's own
-    objects inside one bracket would add its pause to that call alone) and its waits for the GPU spinning."""
+    objects inside one bracket would add its pause to that call alone) and its waits for the GPU spinning.
+    `phase`: whose limits the commands run under ("pristine" before the import)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         with spinning():
-            return _run_calls(session, shape, plan, buffers, used, out_bytes)
+            return _run_calls(session, shape, plan, buffers, used, out_bytes, phase)
     finally:
         if collecting:
             gc.enable()
 
 
 def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuffers, used: set[int],
-               out_bytes: int) -> tuple[list[Call], list[Look]]:
+               out_bytes: int, phase: str) -> tuple[list[Call], list[Look]]:
     """Drive one shape's calls after `prepare`: `plan.min_n` and more timed calls (none before the
     import), and `plan.nulls` null calls among them at moments drawn here. `out_bytes`: the size of the
     checked output, which a timed call's output must have.
@@ -133,7 +134,7 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuf
     calls: list[Call] = []
     looks: list[Look] = []
     aside_s = 0.0  # the judge's own building, reading and null calls: not timing
-    outputs = session.problem.output_args
+    outputs = staging.poisoned(session.problem)
     t_loop = time.monotonic()
     while True:
         n = len(timed_us)
@@ -156,8 +157,8 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuf
         aside_s += time.monotonic() - t_aside
         t0 = time.perf_counter()
         buffers.load(sources)
-        session.ask(cmd, "time", shape)
-        session.reply("time", shape, expect="done")
+        session.ask(cmd, phase, shape)
+        session.reply(phase, shape, expect="done")
         window = (time.perf_counter() - t0) * 1e6
         # Check-or-not is drawn only now, once the call is done, and the output read at once.
         read = kind == "timed" and _random.randrange(len(timed_us) + 1) < plan.checks
@@ -167,7 +168,7 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuf
                 ranges = _ranges(session, out_bytes)
                 raw = buffers.read(ranges)
             aside_s += time.monotonic() - t_read
-        said = session.reply("time", shape)
+        said = session.reply(phase, shape)
         call = Call(kind, _float(said.get("event_us")), _float(said.get("host_us")), window)
         calls.append(call)
         if kind == "null":
@@ -179,8 +180,8 @@ def _run_calls(session: TimedSession, shape: dict, plan: Plan, buffers: ShapeBuf
             looks.append(_look(said.get("out"), seed, raw, ranges, buffers, out_bytes))
             if data is not None:
                 session.hold_for_recheck(shape, seed, data)
-    session.ask({"cmd": "finish"}, "time", shape)
-    session.reply("time", shape)
+    session.ask({"cmd": "finish"}, phase, shape)
+    session.reply(phase, shape)
     return calls, looks
 
 

@@ -165,11 +165,11 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         for shape in benches:
             session.build_us(shape)
         session.give_back_memory()
-    with session.phase("import"):
+    with session.phase("start"):  # the job: the worker loads the problem, no candidate code yet
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
                      "weight_seed": weight_seed, "probed": probed_facts(problem),
-                     "forbidden": [] if request.baseline else list(problem.forbidden_calls)}, "import")
-        loaded = session.reply("import", expect="loaded")
+                     "forbidden": [] if request.baseline else list(problem.forbidden_calls)}, "start")
+        loaded = session.reply("start", expect="loaded")
     session.worker_info = {"sandbox": str(loaded.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
                            "waiting": str(loaded.get("waiting", "unknown"))[:20]}
     result.confinement["landlock"] = session.worker_info["sandbox"]

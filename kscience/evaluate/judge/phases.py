@@ -15,7 +15,8 @@ from collections.abc import Callable
 _DOING = {"start": "starting its worker", "inputs": "building inputs", "builds": "timing its own input builds",
           "import": "importing the candidate", "reference": "running the reference", "check": "checking correctness",
           "reads": "reading timed outputs", "time": "timing", "recheck": "rechecking timed outputs",
-          "kernels": "timing each launched kernel", "finish": "finishing", "close": "closing", "closing": "closing"}
+          "kernels": "timing each launched kernel", "finish": "finishing", "close": "closing", "closing": "closing",
+          "pristine": "timing empty calls before the import"}
 
 
 def doing(phase: str) -> str:

@@ -37,7 +37,11 @@ from kscience.problems import Problem, shape_label
 from kscience.redact import redact
 
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
-LIMITS = {"import": (120.0, 120.0), "check": (60.0, 300.0), "time": (120.0, 300.0)}
+LIMITS = {"start": (120.0, 120.0), "pristine": (120.0, 300.0), "import": (120.0, 120.0), "check": (60.0, 300.0),
+          "time": (120.0, 300.0)}
+# Steps that run no candidate code (the worker starting and loading the problem, its null calls before the
+# import): the step limit, which bounds the candidate, does not apply to them.
+HARNESS_STEPS = ("start", "pristine")
 TARGET_RSE = 0.005  # stop timing a shape once the median's relative standard error is below 0.5%
 TIME_CAP_S = (0.5, 2.0)  # most seconds of timed calls per shape, by the judge's brackets
 MIN_N, MAX_N = (10, 3), (2000, 20)
@@ -105,7 +109,7 @@ class Session:
         against either, up to the build limit (`_deadline`)."""
         self.seq += 1
         limit_s = LIMITS[phase][self.cpu] if limit_s is None else limit_s
-        self.by_step = bool(self.step_limit_s) and self.step_limit_s < limit_s
+        self.by_step = bool(self.step_limit_s) and self.step_limit_s < limit_s and phase not in HARNESS_STEPS
         limit_s = self.step_limit_s if self.by_step else limit_s
         now = time.monotonic()
         left = self.deadline - now
@@ -211,8 +215,8 @@ class Session:
 
     def echo(self) -> None:
         """One round trip before the job: the worker is up and answering (a spare has been for a while)."""
-        self.ask({"cmd": "echo"}, "import")
-        self.reply("import", expect="echo")
+        self.ask({"cmd": "echo"}, "start")
+        self.reply("start", expect="echo")
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""
@@ -270,7 +274,7 @@ class Session:
             template = self.inputs(seed, shape)
             form, why = staging.stageable(template, self.device.torch_device)
             if form is not None:
-                leaves = staging.leaves(template, self.problem.output_args)
+                leaves = staging.leaves(template, staging.poisoned(self.problem))
                 stage, why = (form, staging.places(leaves), leaves), "staged by the judge"
             else:
                 why = f"built by the worker from a seed: {why}"
@@ -303,11 +307,11 @@ class Session:
     def _pristine_round(self, shape: dict, plan: drive.Plan, buffers: ShapeBuffers, out_bytes: int) -> list:
         buffers.send(self.worker.fd_socket)
         self.ask(dict(buffers.prepare_fields(), cmd="prepare", shape=shape, seeds=[drive.new_seed(self.used_seeds)],
-                      warmup=0, max_output_bytes=max(out_bytes, 1)), "import", shape)
-        self.reply("import", shape)
+                      warmup=0, max_output_bytes=max(out_bytes, 1)), "pristine", shape)
+        self.reply("pristine", shape)
         saved, self.output_bytes = self.output_bytes, out_bytes
         try:
-            calls, _ = drive.run_calls(self, shape, plan, buffers, self.used_seeds, out_bytes)
+            calls, _ = drive.run_calls(self, shape, plan, buffers, self.used_seeds, out_bytes, phase="pristine")
         finally:
             self.output_bytes = saved
         return calls

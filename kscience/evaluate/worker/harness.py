@@ -21,6 +21,7 @@ import traceback
 
 import torch
 
+from kscience.evaluate import staging
 from kscience.evaluate.clocks import (CPU_THREADS_VAR, cuda_driver, settle_garbage_collector, spin_while_waiting,
                                       waiting_mode)
 from kscience.evaluate.library_rule import install_traps
@@ -155,7 +156,7 @@ class Harness:
             torch.set_num_threads(max(1, int(os.environ[CPU_THREADS_VAR])))  # before the candidate runs
         # Outputs poisoned before every call; a zeroed one (its zeros are part of the task) is
         # restored from its inputs instead, as every input is (timing.Timer copies all the others).
-        self.outputs = set(self.problem.output_args) - set(self.problem.zeroed_outputs)
+        self.outputs = staging.poisoned(self.problem)
         self.l2, self.waiting, self.job, self.fn = None, "none", job, None
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
         self.settle_s, self.first_read_at = 0.0, 0.0  # the second look waits this long after the first

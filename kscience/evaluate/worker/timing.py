@@ -45,7 +45,7 @@ class Timer:
     (see harness.Harness): what runs between a call's return and `done` is only this class's and the
     harness's own methods."""
 
-    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "last", "judges", "inputs", "staged",
+    __slots__ = ("h", "shape", "cap", "work", "copied", "setup_s", "judges", "inputs", "staged",
                  "nested", "dummy", "flush")
     FIXED = ("h", "shape", "cap", "work", "copied", "judges", "inputs", "staged", "nested", "dummy", "flush")
 
@@ -77,7 +77,6 @@ class Timer:
         warm_sets = [[_clone(x) if type(x) is torch.Tensor else copy.deepcopy(x) for x in self.work]]
         warm_sets += [h.inputs(seed, self.shape) for seed in warm_seeds[1:min(cmd["warmup"], len(warm_seeds))]]
         self.setup_s = _perf_counter() - t0
-        self.last: torch.Tensor | None = None
         h.watch("timer", self, self.FIXED)  # before the warm-up runs candidate code
         for w in range(cmd["warmup"]):
             self._load_built(warm_sets[w % len(warm_sets)])
@@ -134,7 +133,6 @@ class Timer:
         """One command: load, one call, its output into the judge's buffer, `done` sent through `send`;
         returns what the call returned and its clocks, for the message after `done`."""
         h = self.h
-        self.release()
         kind = cmd.get("kind")
         if kind not in KINDS or (kind == "timed" and h.fn is None):
             raise Fault("rejected", "malformed call command")
@@ -151,8 +149,10 @@ class Timer:
         reply = {"event_us": event_us, "host_us": host_us}
         if out is not None:
             h.not_a_view(out, self.work)  # an input handed back from a timed call is no answer either
-            self.last = out
             reply["out"] = {"shape": list(out.shape), "dtype": wire_dtype(out.dtype), "device": out.device.type}
+            # Poisoned now (no later call may find it in freed memory), not when the next call comes: by then
+            # the judge has written the next call's inputs, an output handed out zeroed among them.
+            h.poison(out)
         return reply
 
     def hand_over(self, out: torch.Tensor | None) -> None:
@@ -165,12 +165,6 @@ class Timer:
             target = self.judges.tensor[:nbytes]
             _copy(target if out is None else _view(_view(target, out.dtype), out.shape), source)
         self.h.sync()
-
-    def release(self) -> None:
-        """The previous call's output: poisoned (no later call may find it) and no longer held."""
-        if self.last is not None:
-            self.h.poison(self.last)
-        self.last = None
 
     def timed_call(self, run: bool) -> tuple[float, float, torch.Tensor | None]:
         """(event us, host us, output) of one call, or of an empty region when not `run`."""
@@ -185,7 +179,6 @@ class Timer:
         return host, host, h.pack_output(out, self.cap)
 
     def finish(self) -> None:
-        self.release()
         self.h.watch("timer", None, ())  # nothing holds the buffers once the worker drops this timer
         self.h.sync()
         self.work, self.nested = [], {}
