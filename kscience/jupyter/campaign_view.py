@@ -15,9 +15,20 @@ import threading
 import time
 
 from kscience.campaigns.report import problem_rows, speedup
+from kscience.campaigns.usage import campaign_usage
+from kscience.record.text import fmt_duration
 
 MIN_INTERVAL_S = 1.0
-COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "note")
+COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "wall", "busy", "GPU-h", "tokens",
+           "$", "note")
+
+
+def _usage_cells(usage: dict) -> list[str]:
+    """Wall time, busy fraction, GPU-hours, tokens and $ (kscience.campaigns.usage), of a problem or in total."""
+    return [fmt_duration(usage["wall_s"]) if usage.get("wall_s") is not None else "",
+            f"{usage['busy']:.2f}" if usage.get("busy") is not None else "",
+            f"{usage['gpu_hours']:.3f}" if usage.get("gpu_hours") is not None else "",
+            f"{usage.get('tokens') or 0:,}", f"{usage.get('cost_usd') or 0.0:.2f}"]
 
 
 def _cells(row: dict) -> list[str]:
@@ -25,18 +36,24 @@ def _cells(row: dict) -> list[str]:
     note = row["reason"] if row["status"] in ("skipped", "failed") and row["reason"] else ""
     return [row["name"], row["status"], f"{row['eager_us']:.1f}" if row["eager_us"] else "",
             f"{row['best_us']:.1f}" if row["best_us"] else "", f"{gain:.2f}x" if gain else "",
-            str(row["attempts"]), note[:120]]
+            str(row["attempts"]), *_usage_cells(row), note[:120]]
+
+
+def _row(cells: list[str], tag: str = "td") -> str:
+    return "<tr>" + "".join(f"<{tag} style='text-align:left;padding:0 8px'>{html.escape(c)}</{tag}>"
+                            for c in cells) + "</tr>"
 
 
 def campaign_html(store, campaign_id: str) -> str:
     campaign = store.campaign(campaign_id)
     rows = problem_rows(store, campaign_id)
-    head = "".join(f"<th style='text-align:left;padding:0 8px'>{c}</th>" for c in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td style='padding:0 8px'>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>"
-                   for r in rows)
+    total = campaign_usage(store, campaign_id, rows)
+    at_once = (f", {total['problems_at_once']} at once on {total['slots']} slot(s)"
+               if total["problems_at_once"] else "")
+    body = "".join(_row(_cells(r)) for r in rows) + _row(["total", "", "", "", "", "", *_usage_cells(total), ""])
     done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
     return (f"<div><b>campaign {html.escape(campaign_id)}</b> ({html.escape(campaign['status'])}, "
-            f"{done}/{len(rows)} done)<table>{head}{body}</table></div>")
+            f"{done}/{len(rows)} done{html.escape(at_once)})<table>{_row(list(COLUMNS), 'th')}{body}</table></div>")
 
 
 class CampaignView:
