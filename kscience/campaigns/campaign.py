@@ -146,8 +146,9 @@ def overrides_for(locator: str, overrides: dict) -> dict:
 class Campaign:
     """Use `Campaign.create` or `Campaign.resume`; `start()` runs every problem not yet done."""
 
-    def __init__(self, store: Store, campaign_id: str, config: CampaignConfig):
+    def __init__(self, store: Store, campaign_id: str, config: CampaignConfig, force: bool = False):
         self.store, self.id, self.config = store, campaign_id, config
+        self._force = force  # resumed with --force: its runs marked running elsewhere are resumed too
         self._listeners: list = []
         self._stop = threading.Event()
         self._scheduler: Scheduler | None = None
@@ -180,7 +181,7 @@ class Campaign:
                                                                if problems_at_once is not None else {})})
         store.update_campaign(campaign_id, status="running", pid=os.getpid(), host=socket.gethostname(),
                               config=config.to_dict())
-        return cls(store, campaign_id, config)
+        return cls(store, campaign_id, config, force)
 
     # --- watching ----------------------------------------------------------------------------
     def subscribe(self, callback) -> None:
@@ -272,8 +273,9 @@ class Campaign:
         """The problem's run, ready to drive over the shared executor (`shared()`: executor, slots, --lines);
         None where it is skipped (and its row says why)."""
         existing = self._linked_run(row)
-        if existing is not None and display_status(existing) == "running":
-            raise StoreError(f"run {existing['id']} of {row['name']} is still running in another process")
+        if existing is not None and display_status(existing) == "running" and not self._force:
+            raise StoreError(f"run {existing['id']} of {row['name']} is still running in another process "
+                             f"(pid {existing['pid']} on {existing['host']}); if it is gone, resume with --force")
         try:
             run = self._open(row, existing, shared)
         except ProblemError as exc:
@@ -293,7 +295,7 @@ class Campaign:
         """The problem's run, resumed or new; None (and the row marked skipped) when it does not fit."""
         if existing is not None:
             executor, slots, _ = shared()
-            return Run.resume(existing["id"], store=self.store, executor=executor, slots=slots)
+            return Run.resume(existing["id"], store=self.store, executor=executor, slots=slots, force=self._force)
         problem = load_problem(row["locator"], row["overrides"])
         reason = fit_reason(problem, detect()) or self._offline_reason(self.config, problem)
         if reason:
@@ -342,7 +344,8 @@ def add_campaign_arguments(parser) -> None:
                              "slots/K, at least 1); with --resume it replaces the campaign's")
     # Every run setting, generated from RunConfig like `kscience run`'s; --name labels the campaign.
     add_run_options(parser, helps=CAMPAIGN_HELPS)
-    parser.add_argument("--force", action="store_true", help="resume a campaign marked running elsewhere")
+    parser.add_argument("--force", action="store_true",
+                        help="resume a campaign marked running elsewhere, and its runs marked running elsewhere")
     add_db_option(parser)
 
 
