@@ -21,8 +21,10 @@ Targets (issue 54) on one H200: busy >= 0.9 with the problems at once, and >= 3x
 
 One at a time is the long part: eight problems of four model answers (selector, designer, writers, findings)
 and a few evaluations each, about 16-20 min on one GPU at one iteration, more than one device command allows.
-`--deadline S` stops each mode cleanly S seconds after it starts (its campaign stays resumable), and the same
-command with the same `--dbs` folder resumes a mode not yet finished: its sessions add up.
+`--deadline S` stops the command's campaigns cleanly S seconds after it starts (a mode not begun by then is
+left for later; a campaign stopped stays resumable), and the same command with the same `--dbs` folder
+resumes a mode not yet finished (its sessions add up) and reports a finished one as it stands. On a machine
+of two GPUs the modes run side by side, one GPU each (benchmarks/README.md gives the device commands).
 
     python benchmarks/campaign_throughput.py --dbs OUT                     # both modes, one GPU
     python benchmarks/campaign_throughput.py --dbs OUT --modes one --deadline 540   # one at a time, in parts
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,9 +86,13 @@ def write_variant(folder: Path, name: str, builtin: str) -> Path:
             "cpu_benchmarks": seeded(problem.cpu_benchmarks), "config": {"rtol": problem.rtol, "atol": problem.atol}}
     target = folder / name
     target.mkdir(parents=True, exist_ok=True)
-    (target / "task.yml").write_text(json.dumps(task, indent=1) + "\n")  # JSON is YAML
-    (target / "reference.py").write_text(VARIANT_REFERENCE.format(name=name, builtin=builtin, count=len(shapes)))
-    (target / "submission.py").write_text(problem.seed_source)
+    files = {"task.yml": json.dumps(task, indent=1) + "\n",  # JSON is YAML
+             "reference.py": VARIANT_REFERENCE.format(name=name, builtin=builtin, count=len(shapes)),
+             "submission.py": problem.seed_source}
+    for file, text in files.items():  # renamed into place: the other mode's process may be reading it
+        tmp = target / f".{file}.{os.getpid()}"
+        tmp.write_text(text)
+        os.replace(tmp, target / file)
     return target
 
 
@@ -94,22 +101,26 @@ def suite(folder: Path, names: list[str]) -> list[str]:
     return [str(write_variant(folder, n, VARIANTS[n])) if n in VARIANTS else n for n in names]
 
 
-def campaign_for(store: Store, problems: list[str], mode: str, args) -> Campaign:
-    """The mode's campaign in its database: resumed where one is not finished, else a new one."""
+def campaign_for(store: Store, problems: list[str], mode: str, args) -> Campaign | str:
+    """The mode's campaign in its database: the id of one finished already (reported, not run again), one not
+    finished (resumed), else a new one."""
     for row in store.list_campaigns():
-        if row["name"] == mode and row["status"] != "finished":
-            return Campaign.resume(row["id"], store=store, force=True)
+        if row["name"] == mode:
+            return row["id"] if row["status"] == "finished" else Campaign.resume(row["id"], store=store, force=True)
     config = CampaignConfig(name=mode, problems_at_once=MODES[mode], llm=f"offline@{args.latency:g}",
                             iterations=args.iterations, lines=args.lines, compiled_baseline=False,
                             profile=args.profile, gpus=args.gpus)
     return Campaign.create(",".join(problems), config, store=store)
 
 
-def run_mode(db: Path, problems: list[str], mode: str, args, executor=None) -> dict:
-    """Run (or resume) the mode's campaign to its end or its deadline; its figures from its record."""
+def run_mode(db: Path, problems: list[str], mode: str, args, executor=None, stop_after: float | None = None) -> dict:
+    """Run (or resume) the mode's campaign to its end, or until it is stopped `stop_after` seconds from now;
+    its figures from its record."""
     store = Store(db)
     campaign = campaign_for(store, problems, mode, args)
-    deadline = threading.Timer(args.deadline, campaign.stop) if args.deadline else None
+    if isinstance(campaign, str):
+        return {"mode": mode, **figures(store, campaign)}
+    deadline = threading.Timer(stop_after, campaign.stop) if stop_after is not None else None
     if deadline:
         deadline.start()
     try:
@@ -180,13 +191,14 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=1, help="each run's --lines, in both modes (default 1)")
     ap.add_argument("--gpus", type=int, default=None, help="evaluation slots on at most N GPUs (default: all)")
     ap.add_argument("--profile", default="none", help="each run's --profile (default none: evaluations only)")
-    ap.add_argument("--deadline", type=float, default=None, help="stop each mode after this many seconds; "
-                                                                  "the same command with --dbs resumes it")
+    ap.add_argument("--deadline", type=float, default=None, help="stop the campaigns this many seconds after the "
+                                                                  "command starts; the same command with --dbs resumes")
     ap.add_argument("--dbs", help="folder of the modes' databases, kept to resume (default: a temporary one)")
     ap.add_argument("--one-at-a-time-from", metavar="JSON", help="compare with the 'one' mode of an earlier report")
     ap.add_argument("--quick", action="store_true", help="CPU check: 4 problems, a 3 s model")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/campaign-throughput-<device>-<date>...)")
     args = ap.parse_args()
+    started = time.monotonic()
     defaults = {"latency": 30.0, "problems": ",".join(SUITE), **(QUICK if args.quick else {})}
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -211,10 +223,15 @@ def main() -> int:
         dbs.mkdir(parents=True, exist_ok=True)
         problems = suite(dbs / "problems", names)
         for mode in modes:
+            left = None if args.deadline is None else args.deadline - (time.monotonic() - started)
+            if left is not None and left <= 0:
+                print(f"mode {mode} not begun: the deadline has passed", file=sys.stderr)
+                continue
             print(f"campaign of {len(problems)} problems, mode {mode} ...", file=sys.stderr, flush=True)
             with tempfile.TemporaryDirectory(prefix="kscience-cache-") as cache:  # no kernel compiled by the other
                 os.environ["KSCIENCE_CACHE"] = cache
-                report["modes"].append(run_mode(dbs / f"campaign-throughput-{mode}.db", problems, mode, args))
+                report["modes"].append(run_mode(dbs / f"campaign-throughput-{mode}.db", problems, mode, args,
+                                                stop_after=left))
             compare(report["modes"], earlier)
             out.write_text(json.dumps(report, indent=2) + "\n")  # after each mode: a cut-off keeps those done
     print("\n" + "\n".join(table(report)))

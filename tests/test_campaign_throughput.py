@@ -29,7 +29,7 @@ def overlapping(store: Store, campaign_id: str) -> bool:
 
 def test_both_modes_of_the_benchmark_keep_the_slot_busy_and_the_report_compares_them(tmp_path):
     bench = load_benchmark()
-    args = argparse.Namespace(latency=0.2, iterations=1, lines=1, gpus=None, profile="none", deadline=None)
+    args = argparse.Namespace(latency=0.2, iterations=1, lines=1, gpus=None, profile="none")
     problems = bench.suite(tmp_path / "problems", ["softmax", "rmsnorm", "softmax_wide"])
     assert problems[:2] == ["softmax", "rmsnorm"] and Path(problems[2]).name == "softmax_wide"
     modes = []
@@ -61,12 +61,12 @@ def test_both_modes_of_the_benchmark_keep_the_slot_busy_and_the_report_compares_
 def test_a_mode_stopped_at_its_deadline_is_resumed_by_the_same_command(tmp_path):
     bench = load_benchmark()
     problems = bench.suite(tmp_path / "problems", ["softmax", "rmsnorm"])
-    first = bench.run_mode(tmp_path / "one.db", problems, "one",
-                           argparse.Namespace(latency=0.5, iterations=1, lines=1, gpus=None, profile="none",
-                                              deadline=1.0), executor=FakeExecutor(capacity=1, delay_s=0.05))
+    args = argparse.Namespace(latency=0.5, iterations=1, lines=1, gpus=None, profile="none")
+    first = bench.run_mode(tmp_path / "one.db", problems, "one", args, executor=FakeExecutor(capacity=1, delay_s=0.05),
+                           stop_after=1.0)  # sooner than one problem's four model answers
     assert first["status"] == "stopped" and first["finished"] < 2
-    done = bench.run_mode(tmp_path / "one.db", problems, "one",
-                          argparse.Namespace(latency=0.5, iterations=1, lines=1, gpus=None, profile="none",
-                                             deadline=None), executor=FakeExecutor(capacity=1, delay_s=0.05))
+    done = bench.run_mode(tmp_path / "one.db", problems, "one", args, executor=FakeExecutor(capacity=1, delay_s=0.05))
     assert done["campaign_id"] == first["campaign_id"] and done["status"] == "finished"
     assert done["sessions"] == 2 and done["finished"] == 2 and done["wall_s"] > first["wall_s"]
+    again = bench.run_mode(tmp_path / "one.db", problems, "one", args, executor=FakeExecutor(capacity=1))
+    assert again == done  # finished: reported as it stands, not run again

@@ -131,6 +131,26 @@ def test_a_queue_worker_judges_a_kernelbench_file_that_exists_only_on_the_runs_s
     assert len(unpacked) == 1 and unpacked[0].read_text() == RELU
 
 
+def test_a_spare_worker_started_before_a_problem_was_unpacked_reads_it(tmp_path, monkeypatch):
+    """A slot keeps its next worker started, confined to what could be read then: a problem unpacked after it
+    (here, after a built-in's evaluation started the spare) must still be readable by it."""
+    from kscience.evaluate.executors.base import LocalExecutor
+    from kscience.run.baselines import reference_source
+
+    monkeypatch.setenv("KSCIENCE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
+    path = tmp_path / "relu_1d.py"
+    path.write_text(RELU)
+    problem = load_problem(str(path))
+    softmax = load_problem("softmax")
+    with LocalExecutor() as executor:
+        first = executor.submit(EvalRequest(problem="softmax", source=softmax.seed_source, shapes="tests")).result()
+        assert first.status == OK, first.message
+        baseline = executor.submit(EvalRequest(problem=str(path), source=reference_source(problem), shapes="tests",
+                                               baseline=True, problem_files=bundle.pack(str(path)))).result()
+    assert baseline.status == OK, baseline.message
+
+
 def test_without_its_files_the_worker_cannot_find_the_problem(tmp_path):
     """What the files in the request spare: the same request naming only the run's path fails on a machine
     without the file, as a problem error the run is told about."""

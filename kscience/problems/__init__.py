@@ -2,6 +2,8 @@
 
 A built-in problem is a folder beside this file holding `reference.py` (the spec as
 module-level names, see `from_reference_module`) and `seed.py` (a correct Triton kernel).
+`bundle.py` packs a KernelBench file's or GPU MODE directory's files to travel with its evaluation
+requests, and unpacks them where they are judged.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ from kscience.problems import bundle
 def judged_here(request: EvalRequest) -> EvalRequest:
     """The request with `problem` naming the problem's files on this machine; ProblemError for files that
     do not match their digest or would be written outside their folder."""
+    # The cache's folder exists before this judge's first worker confines itself, whatever it judges: a worker
+    # may read only what existed, or lies below a folder that existed, when it applied Landlock (a spare starts
+    # before its request is known), and a problem unpacked later goes below this folder.
+    bundle.cache_root().mkdir(parents=True, exist_ok=True)
     if request.problem_files is None:
         return request
     return dataclasses.replace(request, problem=bundle.unpack(request.problem_files), problem_files=None)
