@@ -4,9 +4,9 @@ Every line of the run evaluates through one `Judging`: it keeps at most `executo
 evaluations in flight (one per slot, numbered 0..capacity-1; the slots are the run's own, or shared
 with the other runs of a campaign, kscience.run.slots), asks the run's `EvaluationBudget`
 (kscience.run.budget) before each, stores each verdict before announcing it, and measures, per
-slot, how long an evaluation was in flight on it (and how much of that on a GPU). A slot's busy time is what the loop sees: from
-the request to its verdict (for a queue executor this includes the wait for a worker to claim
-it). Busy time and this session's wall time are stored after each evaluation and at the end, so a
+slot, how long an evaluation was in flight on it, and how much of that was judged on a GPU. A slot's
+busy time is what the loop sees: from the request to its verdict (for a queue executor this includes
+the wait for a worker to claim it). Busy time and this session's wall time are stored after each evaluation and at the end, so a
 `kill -9` loses at most the wall time since the last verdict.
 
 After each verdict its `Composer` (kscience.run.composing) looks for a per-shape composite to judge
