@@ -63,7 +63,7 @@ def test_a_baseline_names_the_runs_path_and_loads_the_copy_its_process_judges(tm
     process loaded from the request's files is the problem (a worker loads it before the candidate)."""
     from kscience.run.baselines import reference_source
 
-    path = tmp_path / "relu_1d.py"
+    path = tmp_path / "relu_named_once.py"  # a name no other test of this process loads a copy of
     path.write_text(RELU)
     source = reference_source(load_problem(str(path)))
     assert f"load_problem(loaded_copy({str(path)!r}), {{}})" in source
