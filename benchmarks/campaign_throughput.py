@@ -20,7 +20,8 @@ benchmarks/results/campaign-throughput-<device>-<date>-at-<commit>.json:
 Targets (issue 54) on one H200: busy >= 0.9 with the problems at once, and >= 3x faster than one at a time.
 
 One at a time is the long part: eight problems of four model answers (selector, designer, writers, findings)
-and a few evaluations each, about 16-20 min on one GPU at one iteration, more than one device command allows.
+and a few evaluations each, estimated at 20-25 min on one GPU at one iteration, more than one device command
+allows.
 `--deadline S` stops the command's campaigns cleanly S seconds after it starts (a mode not begun by then is
 left for later; a campaign stopped stays resumable), and the same command with the same `--dbs` folder
 resumes a mode not yet finished (its sessions add up) and reports a finished one as it stands. On a machine
