@@ -170,7 +170,8 @@ CAMPAIGN_SAMPLES = {
     "base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"), "strategy": ("tree", "tree"),
     "repairs": ("1", 1), "executor": ("ray", "ray"), "gpus": ("2", 2), "knowledge": ("notes", ["notes"]),
     "seed": ("5", 5), "overrides": ("batch_size=2", {}), "max_cost_usd": ("1.5", 1.5), "max_tokens": ("900", 900),
-    "time_limit_s": ("60", 60.0), "eval_timeout_s": ("45", 45.0), "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
+    "time_limit_s": ("60", 60.0), "eval_timeout_s": ("45", 45.0), "build_limit_s": ("90", 90.0),
+    "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
     "compiled_baseline": (None, False), "target": ("h100", "h100"), "profile": ("ncu", "ncu"),
     "stop_at_sol": ("0.8", 0.8), "chooser": ("loop", "loop"),
 }
@@ -483,10 +484,12 @@ def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, m
     assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
     shown = campaign_html(campaign.store, campaign.id)
     assert "vectoradd_py" in shown and "skipped" in shown and "1/1 done" in shown and "several GPUs" in shown
-    title, head, row = campaign_text(campaign.store, campaign.id).splitlines()
-    assert title == f"campaign {campaign.id} (finished, 1/1 done)"
-    assert head.split() == ["problem", "status", "eager", "us", "best", "us", "vs", "eager", "attempts", "note"]
+    title, head, row, total = campaign_text(campaign.store, campaign.id).splitlines()
+    assert title == f"campaign {campaign.id} (finished, 1/1 done)"  # nothing ran: no session, no slots
+    assert head.split() == ["problem", "status", "eager", "us", "best", "us", "vs", "eager", "attempts", "wall", "busy",
+                            "GPU-h", "tokens", "$", "note"]
     assert row.startswith("vectoradd_py") and row.index("skipped") == head.index("status") and "several GPUs" in row
+    assert total.split() == ["total", "0.000", "0", "0.00"]
 
 
 def test_problems_the_offline_scientist_cannot_start_on_are_skipped_with_the_reason(tmp_path, capsys, monkeypatch):
