@@ -5,8 +5,8 @@
 # benchmarks/README.md says what each step runs, its settings (environment variables) and its results.
 # Logs, JSON results and run databases land in OUTDIR.
 set -uo pipefail
-steps_known="tests sorttests sortbuilds evaluator clock falserej gpumode throughput baselines kernelsplit runs model-runs profile \
-profile-run compose-gemm compose-rows profile-default"
+steps_known="tests sorttests sortbuilds evaluator clock falserej gpumode throughput campaigns baselines kernelsplit runs \
+model-runs profile profile-run compose-gemm compose-rows profile-default"
 out=${1:?usage: gpu_session.sh OUTDIR [STEP...]; steps: $steps_known}
 shift
 steps=${*:-tests evaluator runs model-runs}
@@ -66,6 +66,12 @@ for step in $steps; do
                   ${WINDOW:+--window "$WINDOW"} ${GPUS:+--gpus "$GPUS"} --db "$out/search-throughput.db" \
                   --out "$out/search-throughput.json" 2>&1 | tee "$out/search-throughput.log"
                 checkpoint "$out/search-throughput.db" ;;
+    campaigns) dbs=${DBS:-$out/campaign-throughput}
+               timeout "${CAMPAIGNS_S:-570}" python3 benchmarks/campaign_throughput.py --modes "${MODES:-all,one}" \
+                 --dbs "$dbs" --deadline "${DEADLINE:-540}" ${GPUS:+--gpus "$GPUS"} \
+                 ${ONE_FROM:+--one-at-a-time-from "$ONE_FROM"} --out "$out/campaign-throughput.json" 2>&1 \
+                 | tee -a "$out/campaign-throughput.log"
+               for db in "$dbs"/*.db; do checkpoint "$db"; done ;;
     baselines) timeout "${BASELINES_S:-560}" python3 benchmarks/library_baselines.py --part "${PART:-baselines}" \
                  ${PROBLEMS:+--problems "$PROBLEMS"} ${COMPILE:+--compile} ${EVALUATIONS:+--evaluations "$EVALUATIONS"} \
                  ${GPUS:+--gpus "$GPUS"} ${GPUS_PER_RUN:+--gpus-per-run "$GPUS_PER_RUN"} ${RUN_LIMIT:+--time-limit "$RUN_LIMIT"} \

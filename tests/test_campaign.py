@@ -484,10 +484,12 @@ def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, m
     assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
     shown = campaign_html(campaign.store, campaign.id)
     assert "vectoradd_py" in shown and "skipped" in shown and "1/1 done" in shown and "several GPUs" in shown
-    title, head, row = campaign_text(campaign.store, campaign.id).splitlines()
-    assert title == f"campaign {campaign.id} (finished, 1/1 done)"
-    assert head.split() == ["problem", "status", "eager", "us", "best", "us", "vs", "eager", "attempts", "note"]
+    title, head, row, total = campaign_text(campaign.store, campaign.id).splitlines()
+    assert title == f"campaign {campaign.id} (finished, 1/1 done)"  # nothing ran: no session, no slots
+    assert head.split() == ["problem", "status", "eager", "us", "best", "us", "vs", "eager", "attempts", "wall", "busy",
+                            "GPU-h", "tokens", "$", "note"]
     assert row.startswith("vectoradd_py") and row.index("skipped") == head.index("status") and "several GPUs" in row
+    assert total.split() == ["total", "0.000", "0", "0.00"]
 
 
 def test_problems_the_offline_scientist_cannot_start_on_are_skipped_with_the_reason(tmp_path, capsys, monkeypatch):

@@ -165,7 +165,8 @@ def test_a_run_builds_judges_stores_shows_and_resumes_a_composite(tmp_path, caps
     assert len(after) == 1 and after[0].status == "ok"
 
 
-@pytest.mark.parametrize("version, dropped", [(3, ("slot_times", "compositions")), (4, ("compositions",))])
+@pytest.mark.parametrize("version, dropped", [(3, ("slot_times", "compositions", "campaign_sessions")),
+                                              (4, ("compositions", "campaign_sessions"))])
 def test_an_older_database_gains_compositions_and_keeps_its_rows(tmp_path, version, dropped):
     path = tmp_path / "old.db"
     with Store(path) as store:
@@ -175,6 +176,8 @@ def test_an_older_database_gains_compositions_and_keeps_its_rows(tmp_path, versi
     db = sqlite3.connect(path)  # make it what kscience wrote before composition (schema 5)
     for table in dropped:
         db.execute(f"DROP TABLE {table}")
+    if "slot_times" not in dropped:
+        db.execute("ALTER TABLE slot_times DROP COLUMN gpu_busy_s")  # schema 6
     db.execute(f"PRAGMA user_version={version}")
     db.commit()
     db.close()
@@ -184,7 +187,7 @@ def test_an_older_database_gains_compositions_and_keeps_its_rows(tmp_path, versi
                                    hypothesis="composite", iteration=1, parent_id=cand.id)
         assert store.composition(comp.id)["parts"] == [cand.id] and len(store.compositions(run_id)) == 1
         assert store.slot_times(run_id) == []
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
 
 
 def test_fp8_wins_split_by_rows_as_in_the_real_model_trial():

@@ -221,6 +221,25 @@ def test_ray_runs_evaluations_under_the_interpreter(ray_cluster):
     assert ray_cluster.is_initialized()  # a session the executor did not open is left running
 
 
+def test_ray_judges_a_kernelbench_file_from_the_files_its_request_carries(ray_cluster, tmp_path):
+    """The node needs no copy of the file at the driver's path: it judges the copy unpacked from the request."""
+    from kscience.evaluate.executors.ray_cluster import RayExecutor
+    from kscience.problems import bundle
+
+    path = tmp_path / "relu_on_ray.py"
+    path.write_text('"""ReLU."""\nimport torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n'
+                    "    def forward(self, x):\n        return torch.relu(x)\n\n\ndef get_inputs():\n"
+                    "    return [torch.randn(4, 256)]\n\n\ndef get_init_inputs():\n    return []\n")
+    files = bundle.pack(str(path))
+    path.unlink()
+    solution = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                "    def forward(self, x):\n        return torch.clamp_min(x, 0.0)\n")
+    with RayExecutor(cpu_workers=1) as ex:
+        result = ex.submit(EvalRequest(problem=str(path), source=solution, shapes="tests",
+                                       problem_files=files)).result(timeout=300)
+    assert result.status == OK, result.message
+
+
 def test_ray_capacity_follows_the_cluster(ray_cluster):
     from kscience.evaluate.executors.ray_cluster import RayExecutor
 

@@ -2,7 +2,8 @@
 
 Per problem: the baseline times (PyTorch eager, torch.compile), the seed's time, the best kernel's
 time, status, attempts and LLM cost. Per suite: the success rate, fast_p for p in FAST_P against
-eager and against torch.compile, the geometric-mean speedup, attempts and cost.
+eager and against torch.compile, the geometric-mean speedup, attempts and cost. Wall time, GPU-hours,
+busy fraction, tokens and $ per problem and in total are `usage.py`'s.
 
 Definitions (after KernelBench, Ouyang et al. 2025, and its `fastp` code):
 * the kernel of a problem ("best child") is the fastest correct candidate the scientist wrote
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 
+from kscience.campaigns.usage import campaign_usage, run_usage, usage_lines
 from kscience.record.liveness import display_status
 from kscience.record.store import Store
 from kscience.record.summary import CPU_NOTE, times_rank
@@ -52,6 +54,7 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
             row["reason"] = run["error"] or entry["reason"]
             row.update(_run_numbers(store, entry["run_id"]))
             row.update(_library_numbers(store.candidates(entry["run_id"]), row))
+        row.update(run_usage(store, entry["run_id"]))
         rows.append(row)
     return rows
 
@@ -152,7 +155,7 @@ def campaign_report(store: Store, campaign_id: str) -> dict:
         r["speedup_vendor"] = speedup(r, "vendor")
         r["speedup_library"], r["speedup_fastest"] = speedup(r, "library"), speedup(r, "fastest")
     return {"campaign": {k: campaign[k] for k in ("id", "name", "suite", "status", "config", "created")},
-            "problems": rows, "summary": suite_summary(rows)}
+            "problems": rows, "summary": suite_summary(rows), "usage": campaign_usage(store, campaign_id, rows)}
 
 
 # --- text ------------------------------------------------------------------------------------------
@@ -206,6 +209,7 @@ def report_lines(report: dict) -> list[str]:
         lines.append(f"vs {label:<14} (n={s[f'n_{baseline}']}): {fast}  "
                      f"geomean speedup {_x(s[f'geomean_speedup_{baseline}'])}")
     lines.append(beats_line(report["problems"]))
+    lines += ["", *usage_lines(report["problems"], report["usage"])]
     return lines
 
 

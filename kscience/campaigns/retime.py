@@ -22,7 +22,7 @@ import math
 from kscience.device import detect
 from kscience.evaluate.executors.factory import make_executor
 from kscience.evaluate.result import EvalRequest
-from kscience.problems import ProblemError, load_problem
+from kscience.problems import ProblemError, bundle, load_problem
 from kscience.record.store import BASELINE_KINDS, Store, StoreError
 from kscience.scientist.candidate import Candidate
 
@@ -90,6 +90,7 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
             unloadable[run_id] = str(exc)
             continue
         done = {r["candidate_id"] for r in store.retimes(run_id, device)}
+        files = bundle.pack(problem.locator)  # the problem travels with its requests, to a queue or a cluster
         for cand in kernels_to_retime(store, run_id, top_k):
             if cand.id in done:
                 kept += 1
@@ -97,7 +98,7 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
                 # as the run judged it: a baseline's tolerance, settings and leave to call its library
                 jobs.append((run, cand, {"tolerance": problem.tolerance_for(cand.kind, cand.hypothesis),
                                          "overrides": problem.overrides_for(cand.kind),
-                                         "baseline": cand.kind in BASELINE_KINDS}))
+                                         "baseline": cand.kind in BASELINE_KINDS, "problem_files": files}))
     if jobs:
         own = executor is None
         if own:

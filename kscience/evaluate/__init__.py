@@ -52,6 +52,7 @@ Trusted side:
     base.py              `Executor`; `LocalExecutor`: slots per GPU on this machine
     factory.py           `make_executor`: the executor a `--executor` spec names
     slot.py              a slot's judge process (`python -m kscience.evaluate.executors.slot`)
+    carried.py           a problem's files sent with its requests, unpacked where they are judged
     ray_cluster.py       `RayExecutor`: slots on a Ray cluster
     queue_dir.py         `QueueExecutor`: requests as files in a folder another machine serves
     queue_worker.py      that machine's side (`kscience worker`)

@@ -136,7 +136,8 @@ def confinement_line(confinement: dict) -> str:
 
 @dataclass
 class EvalRequest:
-    """Everything a worker needs, as data: the problem is reloaded from its locator."""
+    """Everything a worker needs, as data: the problem is reloaded from its locator, or from the files that
+    travel with the request."""
 
     problem: str  # locator: built-in name, KernelBench file or GPU MODE directory
     source: str  # candidate Python source
@@ -162,3 +163,6 @@ class EvalRequest:
     # Set, the request is a profile job, not an evaluation: Nsight Compute on this shape of a candidate
     # already judged, run where the request is judged (profile/job.py)
     profile_shape: dict | None = None
+    # A KernelBench file's or GPU MODE directory's files (kscience.problems.bundle.pack), so a judge on another
+    # machine needs no copy at `problem`'s path: it judges the problem as unpacked from these (executors/carried.py)
+    problem_files: dict | None = None

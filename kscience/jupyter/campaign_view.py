@@ -15,9 +15,20 @@ import threading
 import time
 
 from kscience.campaigns.report import problem_rows, speedup
+from kscience.campaigns.usage import campaign_usage
+from kscience.record.text import fmt_duration
 
 MIN_INTERVAL_S = 1.0
-COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "note")
+COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "wall", "busy", "GPU-h", "tokens",
+           "$", "note")
+
+
+def _usage_cells(usage: dict) -> list[str]:
+    """Wall time, busy fraction, GPU-hours, tokens and $ (kscience.campaigns.usage), of a problem or in total."""
+    return [fmt_duration(usage["wall_s"]) if usage.get("wall_s") is not None else "",
+            f"{usage['busy']:.2f}" if usage.get("busy") is not None else "",
+            f"{usage['gpu_hours']:.3f}" if usage.get("gpu_hours") is not None else "",
+            f"{usage.get('tokens') or 0:,}", f"{usage.get('cost_usd') or 0.0:.2f}"]
 
 
 def _cells(row: dict) -> list[str]:
@@ -25,15 +36,20 @@ def _cells(row: dict) -> list[str]:
     note = row["reason"] if row["status"] in ("skipped", "failed") and row["reason"] else ""
     return [row["name"], row["status"], f"{row['eager_us']:.1f}" if row["eager_us"] else "",
             f"{row['best_us']:.1f}" if row["best_us"] else "", f"{gain:.2f}x" if gain else "",
-            str(row["attempts"]), note[:120]]
+            str(row["attempts"]), *_usage_cells(row), note[:120]]
 
 
 def _table(store, campaign_id: str) -> tuple[str, list[list[str]]]:
-    """The view's title (campaign, status, problems done) and one row of cells per problem."""
+    """The view's title (campaign, status, problems done, how many at once) and one row of cells per problem,
+    then the campaign's totals."""
     campaign = store.campaign(campaign_id)
     rows = problem_rows(store, campaign_id)
+    total = campaign_usage(store, campaign_id, rows)
+    at_once = (f", {total['problems_at_once']} at once on {total['slots']} slot(s)"
+               if total["problems_at_once"] else "")
     done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
-    return f"campaign {campaign_id} ({campaign['status']}, {done}/{len(rows)} done)", [_cells(r) for r in rows]
+    cells = [_cells(r) for r in rows] + [["total", "", "", "", "", "", *_usage_cells(total), ""]]
+    return f"campaign {campaign_id} ({campaign['status']}, {done}/{len(rows)} done{at_once})", cells
 
 
 def campaign_html(store, campaign_id: str) -> str:

@@ -2,6 +2,8 @@
 
 A built-in problem is a folder beside this file holding `reference.py` (the spec as
 module-level names, see `from_reference_module`) and `seed.py` (a correct Triton kernel).
+`bundle.py` packs a KernelBench file's or GPU MODE directory's files to travel with its evaluation
+requests, and unpacks them where they are judged.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from kscience.problems.libraries import Library, forbidden_entry_points
 from kscience.problems.spec import Problem, ProblemError, Shape, geomean, shape_label
 
 __all__ = ["Problem", "ProblemError", "Shape", "geomean", "shape_label", "builtin_names",
-           "load_problem", "import_file", "from_reference_module", "probed_facts", "Library"]
+           "load_problem", "loaded_here", "import_file", "from_reference_module", "probed_facts", "Library"]
 
 _HERE = Path(__file__).parent
 
@@ -87,6 +89,9 @@ def _load_builtin(name: str, overrides: dict) -> Problem:
     return from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None, overrides)
 
 
+_loaded_here: list[str] = []  # the paths of the file problems this process loaded, newest last
+
+
 def load_problem(locator: str, overrides: dict | None = None, probed: dict | None = None) -> Problem:
     """A built-in name, a KernelBench .py file, or a GPU MODE directory (`probed`: see load_gpumode_dir)."""
     overrides = dict(overrides or {})
@@ -94,10 +99,18 @@ def load_problem(locator: str, overrides: dict | None = None, probed: dict | Non
         return _load_builtin(locator, overrides)
     path = Path(locator).expanduser()
     if path.is_dir():
-        return load_gpumode_dir(path.resolve(), overrides, probed)
-    if path.is_file() and path.suffix == ".py":
-        return load_kernelbench_file(path.resolve(), overrides)
-    raise no_such_problem(locator)
+        problem = load_gpumode_dir(path.resolve(), overrides, probed)
+    elif path.is_file() and path.suffix == ".py":
+        problem = load_kernelbench_file(path.resolve(), overrides)
+    else:
+        raise no_such_problem(locator)
+    _loaded_here.append(problem.locator)
+    return problem
+
+
+def loaded_here() -> list[str]:
+    """The paths of the KernelBench files and GPU MODE directories this process loaded, newest last."""
+    return list(_loaded_here)
 
 
 def no_such_problem(locator: str) -> ProblemError:

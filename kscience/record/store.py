@@ -6,7 +6,8 @@ problems, one run each: `campaign_problems`) and retimes (stored kernels judged 
 device, beside their original verdicts); since schema 3 profiles (what a profiler saw of a
 candidate: compile facts, Nsight Compute metrics, speed of light); since schema 4 slot_times
 (how busy each evaluation slot was in each session of a run); since schema 5 compositions (a
-composite candidate's parts and its rules by shape). Older files are migrated in
+composite candidate's parts and its rules by shape); since schema 6 campaign_sessions (how a campaign's
+runs used the slots they shared, per session) and each slot's seconds on a GPU. Older files are migrated in
 place when opened. A row is committed before anything is shown about it, so whatever a user has
 seen survives a `kill -9` and a run resumes from here.
 
@@ -237,10 +238,12 @@ class Store(Database):
 
     # --- evaluation slots --------------------------------------------------------------------
     def record_slot_time(self, run_id: str, *, session: float, slot: int, wall_s: float, busy_s: float,
-                         evaluations: int) -> None:
-        """A slot's busy time in one session of a run (`session`: when it started), replacing the last."""
-        self._write("INSERT OR REPLACE INTO slot_times (run_id, session, slot, wall_s, busy_s, evaluations, updated)"
-                    " VALUES (?,?,?,?,?,?,?)", (run_id, session, slot, wall_s, busy_s, evaluations, time.time()))
+                         evaluations: int, gpu_busy_s: float = 0.0) -> None:
+        """A slot's busy time in one session of a run (`session`: when it started), replacing the last;
+        `gpu_busy_s` is the part of it spent on evaluations judged on a GPU."""
+        self._write("INSERT OR REPLACE INTO slot_times (run_id, session, slot, wall_s, busy_s, evaluations, updated,"
+                    " gpu_busy_s) VALUES (?,?,?,?,?,?,?,?)",
+                    (run_id, session, slot, wall_s, busy_s, evaluations, time.time(), gpu_busy_s))
 
     def slot_times(self, run_id: str) -> list[dict]:
         return self._query("SELECT * FROM slot_times WHERE run_id=? ORDER BY session, slot", (run_id,))
@@ -283,6 +286,16 @@ class Store(Database):
         cols = ", ".join(f"{k}=?" for k in fields)
         self._write(f"UPDATE campaign_problems SET {cols} WHERE campaign_id=? AND position=?",
                     (*fields.values(), campaign_id, position))
+
+    def record_campaign_session(self, campaign_id: str, *, session: float, wall_s: float, slots: int, busy_s: float,
+                                idle_waiting_s: float, problems_at_once: int) -> None:
+        """How one session of a campaign (`session`: when it started) used the slots its runs shared, so far."""
+        self._write("INSERT OR REPLACE INTO campaign_sessions (campaign_id, session, wall_s, slots, busy_s,"
+                    " idle_waiting_s, problems_at_once, updated) VALUES (?,?,?,?,?,?,?,?)",
+                    (campaign_id, session, wall_s, slots, busy_s, idle_waiting_s, problems_at_once, time.time()))
+
+    def campaign_sessions(self, campaign_id: str) -> list[dict]:
+        return self._query("SELECT * FROM campaign_sessions WHERE campaign_id=? ORDER BY session", (campaign_id,))
 
     def campaign_runs(self, campaign_id: str) -> list[dict]:
         return self._query("SELECT * FROM runs WHERE campaign_id=? ORDER BY created, rowid", (campaign_id,))

@@ -3,7 +3,8 @@
 Read in this order: `config.py` (every run setting, declared once; the command-line flags and the
 magics' arguments are generated from it), `loop.py` (the controller: K lines kept going at once
 over the executor's slots), `line.py` (one line of inquiry: select, design, write, evaluate, repair,
-finding), `judging.py` (a candidate from its source to its stored verdict and its profile), the parts
+finding), `judging.py` (a candidate from its source to its stored verdict and its profile), `slots.py`
+(the executor's slots and who gets the next free one, the run's own or shared by a campaign's runs), the parts
 the controller hands its lines and `Judging` instead of itself (`journal.py`: the run's rows, events
 and stop; `budget.py`: --evaluations; `population.py`: what the scientist sees; `composing.py`: the
 per-shape composite), `driver.py` (`Run`: builds the scientist and the executor, drives the

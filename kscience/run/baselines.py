@@ -5,14 +5,20 @@ user would install instead (Liger-Kernel, QuACK...), where it names them."""
 
 from __future__ import annotations
 
-from kscience.problems import Problem
+from kscience.problems import Problem, builtin_names
 from kscience.problems.libraries import Library
 from kscience.scientist.candidate import Candidate
 
 
 def _baseline_head(problem: Problem, doc: str, imports: str = "") -> str:
-    return (f'"""{doc}"""\n{imports}from kscience.problems import load_problem\n\n'
-            f"_PROBLEM = load_problem({problem.locator!r}, {dict(problem.overrides)!r})\n"
+    """The problem loaded in the worker: a built-in by name; a file problem by the run's path, which is the copy
+    its request carried where that path does not exist (kscience.problems.bundle)."""
+    if problem.locator in builtin_names():
+        loads = f"from kscience.problems import load_problem\n\n_PROBLEM = load_problem({problem.locator!r}, "
+    else:
+        loads = ("from kscience.problems import load_problem\nfrom kscience.problems.bundle import loaded_copy\n\n"
+                 f"_PROBLEM = load_problem(loaded_copy({problem.locator!r}), ")
+    return (f'"""{doc}"""\n{imports}{loads}{dict(problem.overrides)!r})\n'
             "_EAGER = _PROBLEM.eager_kernel or _PROBLEM.ref_kernel\n\n\n")
 
 

@@ -33,6 +33,7 @@ from kscience.scientist.llm.factory import make_llm
 from kscience.scientist.roles import Scientist
 from kscience.record.snapshot import first_of_kind, iterations_done, judged_count, run_metrics
 from kscience.record.store import Store, StoreError
+from kscience.run.slots import Slots
 from kscience.run.threads import Background
 
 
@@ -52,8 +53,10 @@ def _check_evaluations_left(store: Store, run_id: str, config: RunConfig, done: 
 class Run:
     """One run: use `Run.create` or `Run.resume`. Events are committed, then given to subscribers."""
 
-    def __init__(self, store: Store, config: RunConfig, problem: Problem, *, scientist=None, executor=None):
+    def __init__(self, store: Store, config: RunConfig, problem: Problem, *, scientist=None, executor=None,
+                 slots: Slots | None = None):
         self.store, self.config, self.problem = store, config, problem
+        self.slots = slots  # the executor's slots where other runs share them (a campaign's)
         self.id: str | None = None
         self.target = config.iterations
         self.bus = EventBus(record=self._record_event)
@@ -65,10 +68,11 @@ class Run:
     # --- construction ------------------------------------------------------------------------
     @classmethod
     def create(cls, config: RunConfig, *, store: Store, seed_source: str | None = None,
-               scientist=None, executor=None) -> "Run":
-        """A new run. Configuration errors (unknown LLM, missing key) raise before anything is stored."""
+               scientist=None, executor=None, slots: Slots | None = None) -> "Run":
+        """A new run. Configuration errors (unknown LLM, missing key) raise before anything is stored.
+        `executor` and `slots`: judge through these, shared with other runs, rather than an executor of its own."""
         problem = load_problem(config.problem, config.overrides)
-        run = cls(store, config, problem, scientist=scientist, executor=executor)
+        run = cls(store, config, problem, scientist=scientist, executor=executor, slots=slots)
         run._scientist = scientist or run._build_scientist(spent_usd=0.0, spent_tokens=0, done=0)
         run._seed_source = seed_source or problem.seed_source or reference_source(problem)
         run.id = store.create_run(name=config.name, problem=problem.locator, overrides=config.overrides,
@@ -78,7 +82,7 @@ class Run:
 
     @classmethod
     def resume(cls, run_id: str, *, store: Store, iterations: int | None = None, force: bool = False,
-               scientist=None, executor=None, **changes) -> "Run":
+               scientist=None, executor=None, slots: Slots | None = None, **changes) -> "Run":
         """Continue a stored run: `iterations` more iterations (default: what remains of its target).
         `changes` replace config fields, e.g. llm="offline" to finish a run whose provider died.
         `force` resumes a run that looks alive: one started on another host, which cannot be checked."""
@@ -94,7 +98,7 @@ class Run:
             stored["iterations"] = done
         config = RunConfig.from_dict({**stored, **{k: v for k, v in changes.items() if v is not None}})
         problem = load_problem(config.problem, config.overrides)
-        run = cls(store, config, problem, scientist=scientist, executor=executor)
+        run = cls(store, config, problem, scientist=scientist, executor=executor, slots=slots)
         run.id = run_id
         if iterations is not None:
             run.target = config.iterations = done + iterations
@@ -188,7 +192,7 @@ class Run:
                 executor = make_executor(self.config.executor, self.config.gpus)
             controller = Controller(store=self.store, run_id=self.id, problem=self.problem,
                                     scientist=self._scientist, executor=executor, bus=self.bus, config=self.config,
-                                    seed_source=self._seed_source, stop=self._stop)
+                                    seed_source=self._seed_source, stop=self._stop, slots=self.slots)
             await controller.run_iterations(self.target)
         except Stopped:
             status = "stopped"

@@ -1,11 +1,12 @@
 """The loop's side of evaluation: evaluation slots, verdicts, profile jobs and busy time.
 
 Every line of the run evaluates through one `Judging`: it keeps at most `executor.capacity`
-evaluations in flight (one per slot, numbered 0..capacity-1), asks the run's `EvaluationBudget`
+evaluations in flight (one per slot, numbered 0..capacity-1; the slots are the run's own, or shared
+with the other runs of a campaign, kscience.run.slots), asks the run's `EvaluationBudget`
 (kscience.run.budget) before each, stores each verdict before announcing it, and measures, per
-slot, how long an evaluation was in flight on it. A slot's busy time is what the loop sees: from
-the request to its verdict (for a queue executor this includes the wait for a worker to claim
-it). Busy time and this session's wall time are stored after each evaluation and at the end, so a
+slot, how long an evaluation was in flight on it, and how much of that was judged on a GPU. A slot's
+busy time is what the loop sees: from the request to its verdict (for a queue executor this includes
+the wait for a worker to claim it). Busy time and this session's wall time are stored after each evaluation and at the end, so a
 `kill -9` loses at most the wall time since the last verdict.
 
 After each verdict its `Composer` (kscience.run.composing) looks for a per-shape composite to judge
@@ -21,12 +22,13 @@ import time
 from kscience.run import confirm, profiling
 from kscience.evaluate.profile import job as profile_job
 from kscience.evaluate import result as R
-from kscience.problems import Problem
+from kscience.problems import Problem, bundle
 from kscience.run.budget import EvaluationBudget
 from kscience.run.composing import Composer
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
-from kscience.run.in_flight import InFlight, has_started, name
+from kscience.run.in_flight import has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.run.slots import Slots
 from kscience.scientist.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind
 from kscience.record.store import BASELINE_KINDS
@@ -34,7 +36,7 @@ from kscience.scientist.llm import BudgetExceeded
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
-IDLE_LOOK_S = 0.2  # how often a profile job or torch.compile's baseline looks for a slot no evaluation wants
+IDLE_LOOK_S = 0.2  # how often a profile job or torch.compile's baseline waiting for an idle slot looks for a stop
 RUNNING_SAY_S = 60.0  # an evaluation still queued or running says so after this long, and again as often
 # The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
 # first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy
@@ -74,21 +76,16 @@ class Judging:
     def __init__(self, executor, *, journal: Journal, stopping: Stopping, budget: EvaluationBudget,
                  problem: Problem, changed: asyncio.Event, profile: str | None = None,
                  eval_timeout_s: float | None = None, time_limit_s: float | None = None,
-                 build_limit_s: float | None = None):
+                 build_limit_s: float | None = None, slots: Slots | None = None):
         self.executor, self.journal, self.stopping, self.budget = executor, journal, stopping, budget
         self.problem, self.changed, self.profile, self.eval_timeout_s = problem, changed, profile, eval_timeout_s
         self.build_limit_s = build_limit_s
-        self.capacity = max(1, executor.capacity)
-        self._free: asyncio.Queue[int] = asyncio.Queue()
-        for slot in range(self.capacity):
-            self._free.put_nowait(slot)
-        self._profiling = asyncio.Lock()  # one profile job at a time, on one slot, yielding to evaluations
+        # The executor's slots: this run's own, or shared with the other runs of a campaign (kscience.run.slots)
+        self.slots = slots or Slots.of(executor)
+        self.slots.users.append(self)
+        self.capacity = self.slots.capacity
         self.no_ncu = False  # the judging machine said it has no Nsight Compute: not asked again this run
-        self.profile_s = 0.0  # slot seconds profile jobs took, from request to answer
-        self._queued = 0  # evaluations waiting for a slot: a profile job lets them go first
-        self._baselines_out = 0  # baselines in flight: they take no slot (see _judge)
-        self._no_baselines_out = asyncio.Event()
-        self._no_baselines_out.set()
+        self.profile_s = 0.0  # slot seconds this run's profile jobs took, from request to answer
         self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
         self.pairs = 0  # pairs submitted for confirmation this session
         self.profiles_beside: list[asyncio.Task] = []  # profiles no line waits for (evaluate's profile_beside)
@@ -97,19 +94,41 @@ class Judging:
         self._t0 = time.monotonic()
         self.time_limit_s = time_limit_s  # it ends evaluations in flight too
         self.busy_s = [0.0] * self.capacity
+        self.gpu_busy_s = [0.0] * self.capacity  # of busy_s: evaluations judged on a GPU
         self.evaluations = [0] * self.capacity
         self._baselines_timed_s, self._baselines_timed = 0.0, 0  # of busy_s: IDLE_SLOT_BASELINES' share
         self.asked = 0  # evaluations asked for and not yet over: waiting for a slot or in flight
-        self.in_flight = InFlight(executor)  # what a queued evaluation is shown to wait behind
+        self.in_flight = self.slots.in_flight  # what a queued evaluation is shown to wait behind
+        self._problem_files: dict | None | bool = False  # packed on the first request (False: not yet)
 
     # --- the slots -------------------------------------------------------------------------------
     def backlog_s(self) -> float | None:
-        """Seconds the slots need for the evaluations asked for now, at this session's mean evaluation
-        time; None until one has been timed."""
+        """Seconds the slots need for the evaluations asked for now (every run's that shares them)."""
+        return self.slots.backlog_s()
+
+    def work_s(self) -> float | None:
+        """This run's evaluations asked for now at its mean evaluation time; None until one has been timed."""
         timed = sum(self.evaluations) - self._baselines_timed  # a minutes-long torch.compile is no candidate
         if not timed:
             return None
-        return (sum(self.busy_s) - self._baselines_timed_s) / timed * self.asked / self.capacity
+        return (sum(self.busy_s) - self._baselines_timed_s) / timed * self.asked
+
+    def expected_s(self) -> float | None:
+        """How long one evaluation of this problem takes: its seed's, else its reference's, as judged (None until
+        one is). The shared slots serve the longest first."""
+        for kind in ("seed", "reference"):
+            judged = first_of_kind(self.journal.candidates(), kind)
+            if judged is not None and judged.result is not None and judged.result.wall_s:
+                return judged.result.wall_s
+        return None
+
+    @property
+    def problem_files(self) -> dict | None:
+        """The problem's files, sent with every request (kscience.problems.bundle): read once, when the first
+        request is made, so every judge judges the problem this run loaded."""
+        if self._problem_files is False:
+            self._problem_files = bundle.pack(self.problem.locator)
+        return self._problem_files
 
     # --- one evaluation --------------------------------------------------------------------------
     async def evaluate(self, cand: Candidate, line: int = 0, *, counted: bool = True,
@@ -174,13 +193,13 @@ class Judging:
             self.pairs += 1
             tag = f"confirm {cand.id} vs {best.id} #{self.pairs}"  # a new request, not an earlier one's answer
             # Two slots held, then both requests go out with nothing between them.
-            slots = [await self._free.get() for _ in range(min(2, self.capacity))]
+            slots = await self._queued_for_slots(cand, line, min(2, self.capacity))
             try:
                 self.stopping.check()
                 futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
             except BaseException:
                 for slot in slots:
-                    self._free.put_nowait(slot)
+                    self.slots.give(slot)
                 raise
             mine, theirs = await asyncio.gather(
                 self._judge(cand, line, tag, slots[0], futures[0]),
@@ -196,7 +215,7 @@ class Judging:
         timeout_s = self._time_left()
         if cand.kind in IDLE_SLOT_BASELINES:
             timeout_s = min(timeout_s, IDLE_SLOT_LIMIT_S) if timeout_s is not None else IDLE_SLOT_LIMIT_S
-        return R.EvalRequest(problem=problem.locator, source=cand.source,
+        return R.EvalRequest(problem=problem.locator, problem_files=self.problem_files, source=cand.source,
                              overrides=problem.overrides_for(cand.kind), shapes="all",
                              candidate_id=f"{cand.id} ({tag})" if tag else cand.id,
                              tolerance=problem.tolerance_for(cand.kind, cand.hypothesis),
@@ -210,7 +229,7 @@ class Judging:
         has submitted the request already."""
         baseline = cand.kind in BASELINE_KINDS and future is None
         slotless = baseline and cand.kind not in IDLE_SLOT_BASELINES
-        if slot is None and not baseline and self._free.empty():  # the dashboard shows this line waiting
+        if slot is None and not baseline and not self.slots.free():  # the dashboard shows this line waiting
             self.journal.stage("queued", cand.iteration, cand.id, line)
         self.asked += 1
         try:
@@ -218,17 +237,17 @@ class Judging:
                 # A baseline takes no slot, so the seed and the baselines are asked for together (one batch of
                 # a queue's requests, one round of a cluster's); the executor runs them as its capacity allows.
                 # Not while a profile runs, whose counters would share the GPU with them; a profile waits for them.
-                async with self._profiling:
-                    self._baselines_out += 1
-                    self._no_baselines_out.clear()
+                async with self.slots.profiling:
+                    self.slots.baselines_out += 1
+                    self.slots.no_baselines_out.clear()
             elif baseline:
                 slot = await self._idle_slot()
             elif slot is None:
-                slot = await self._queued_for_slot(cand, line)
+                (slot,) = await self._queued_for_slots(cand, line)
         except BaseException:
             self.asked -= 1
             raise
-        started = time.monotonic()
+        started, on_gpu = time.monotonic(), False
         try:
             if future is None:
                 self.stopping.check()
@@ -238,6 +257,7 @@ class Judging:
             self.in_flight.add(name(cand), future)
             try:
                 result = await self._outcome(cand, future, line, request.step_limit_s)
+                on_gpu = result.device.get("interpreted") is False
                 if (result.status == R.TIMEOUT and self.time_limit_s is not None
                         and time.monotonic() - self._t0 >= self.time_limit_s):
                     # Cut by the session's time limit, not judged: it stays pending and a resume judges it.
@@ -257,27 +277,30 @@ class Judging:
             self.asked -= 1
             self.in_flight.discard(future)
             if slotless:
-                self._baselines_out -= 1
-                if not self._baselines_out:
-                    self._no_baselines_out.set()
+                self.slots.baselines_out -= 1
+                if not self.slots.baselines_out:
+                    self.slots.no_baselines_out.set()
             elif slot is not None:
                 if future is not None:
-                    self.busy_s[slot] += time.monotonic() - started
+                    held = time.monotonic() - started
+                    self.busy_s[slot] += held
+                    self.gpu_busy_s[slot] += held if on_gpu else 0.0
                     self.evaluations[slot] += 1
                     if baseline:
-                        self._baselines_timed_s += time.monotonic() - started
+                        self._baselines_timed_s += held
                         self._baselines_timed += 1
-                self._free.put_nowait(slot)
+                self.slots.give(slot)
             with contextlib.suppress(Exception):  # a full disk must not hide the evaluation's own outcome
                 self.save()
 
-    async def _queued_for_slot(self, cand: Candidate, line: int) -> int:
-        """The next free slot. While none is, the candidate says every RUNNING_SAY_S that it is queued and
-        behind what: it has not started, whatever the evaluations holding the slots are doing."""
-        if not self._free.empty():  # taken without yielding: the seed's request goes out before the baselines'
-            return self._free.get_nowait()
-        self._queued += 1
-        getter, since = asyncio.ensure_future(self._free.get()), time.monotonic()
+    async def _queued_for_slots(self, cand: Candidate, line: int, count: int = 1) -> list[int]:
+        """`count` slots, as the shared slots hand them out (kscience.run.slots). While they are not free, the
+        candidate says every RUNNING_SAY_S that it is queued and behind what: it has not started, whatever the
+        evaluations holding the slots are doing."""
+        taken = self.slots.take_now(self, count)
+        if taken is not None:  # taken without yielding: the seed's request goes out before the baselines'
+            return taken
+        getter, since = self.slots.wait(self, self.expected_s(), count), time.monotonic()
         try:
             while not (await asyncio.wait({getter}, timeout=RUNNING_SAY_S))[0]:
                 self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration,
@@ -285,11 +308,8 @@ class Judging:
                                                     waited_s=round(time.monotonic() - since, 1), line=line))
             return getter.result()
         except BaseException:
-            if not getter.cancel() and not getter.cancelled():  # it took a slot as the wait ended: give it back
-                self._free.put_nowait(getter.result())
+            self.slots.withdraw(getter)  # slots it was handed as the wait ended go back
             raise
-        finally:
-            self._queued -= 1
 
     def _time_left(self) -> float | None:
         """Seconds left of this session's --time-limit (None without one); raises once it is spent."""
@@ -372,15 +392,15 @@ class Judging:
         shape = profiling.profile_shape(problem, cand.stored_result)
         if shape is None:
             return
-        async with self._profiling:
+        async with self.slots.profiling:
             if self.no_ncu:  # said by the profile job this one waited behind
                 return
-            await self._no_baselines_out.wait()
+            await self.slots.no_baselines_out.wait()
             slot = await self._slot_for_profile()
             started, future = time.monotonic(), None
             try:
                 self.journal.stage("profile", cand.iteration, cand.id, line)
-                request = R.EvalRequest(problem=problem.locator, source=cand.source,
+                request = R.EvalRequest(problem=problem.locator, problem_files=self.problem_files, source=cand.source,
                                         overrides=dict(problem.overrides), candidate_id=cand.id, measure=[],
                                         profile_shape=shape)
                 future = self.executor.submit(request)
@@ -389,7 +409,8 @@ class Judging:
             finally:
                 self.in_flight.discard(future)
                 self.profile_s += time.monotonic() - started
-                self._free.put_nowait(slot)
+                self.slots.profile_s += time.monotonic() - started
+                self.slots.give(slot)
         record = answer.get("profile")
         if record is not None:
             self.journal.store.record_profile(cand.id, **record)
@@ -401,18 +422,24 @@ class Judging:
                                             host=(answer.get("device") or {}).get("host"))))
 
     async def _slot_for_profile(self) -> int:
-        """A free slot once no evaluation waits for one, or at once while profiling's share of the slots'
-        time stays within PROFILE_SHARE."""
-        return await self._idle_slot(
-            lambda: self.profile_s <= profiling.PROFILE_SHARE * self.capacity * (time.monotonic() - self._t0))
+        """A free slot once no evaluation waits for one, or ahead of them while profiling's share of the slots'
+        time (every run's that shares them) stays within PROFILE_SHARE."""
+        slots = self.slots
+        return await self._idle_slot(lambda: slots.profile_s <= profiling.PROFILE_SHARE * slots.capacity
+                                     * slots.elapsed_s())
 
     async def _idle_slot(self, may_go_first=lambda: False) -> int:
-        """A free slot once no evaluation waits for one, or at once while `may_go_first()`."""
-        while True:
-            if (self._queued == 0 or may_go_first()) and not self._free.empty():
-                return self._free.get_nowait()
-            self.stopping.check()
-            await asyncio.sleep(IDLE_LOOK_S)
+        """A free slot once no evaluation waits for one, or ahead of them while `may_go_first()`; a stop ends the
+        wait within IDLE_LOOK_S."""
+        getter = self.slots.wait_idle(self, may_go_first)
+        try:
+            while not (await asyncio.wait({getter}, timeout=IDLE_LOOK_S))[0]:
+                self.stopping.check()
+            (slot,) = getter.result()
+            return slot
+        except BaseException:
+            self.slots.withdraw(getter)
+            raise
 
     # --- busy time -------------------------------------------------------------------------------
     def save(self) -> None:
@@ -420,4 +447,5 @@ class Judging:
         wall = time.monotonic() - self._t0
         for slot in range(self.capacity):
             self.journal.store.record_slot_time(self.journal.run_id, session=self.started, slot=slot, wall_s=wall,
-                                            busy_s=self.busy_s[slot], evaluations=self.evaluations[slot])
+                                            busy_s=self.busy_s[slot], evaluations=self.evaluations[slot],
+                                            gpu_busy_s=self.gpu_busy_s[slot])

@@ -35,6 +35,7 @@ from kscience.run.judging import Judging
 from kscience.run.line import Line, NothingLeft, RunError
 from kscience.run.population import Population
 from kscience.run.sharing import Sharing
+from kscience.run.slots import Slots
 from kscience.problems import Problem
 from kscience.problems.libraries import missing_line
 from kscience.scientist.candidate import Candidate
@@ -50,12 +51,12 @@ MODEL_CALLS_TO_A_CHILD = 2  # a design, then its writer: answers between a line'
 class Controller:
     """Drives one session of a run: `config` gives its settings (--repairs, --lines, --evaluations, the
     time limits, --profile, --stop-at-sol, whether to time torch.compile), `stop` is set by the user
-    (Run.stop)."""
+    (Run.stop); `slots` are the executor's slots where other runs share them (kscience.run.slots)."""
 
     def __init__(self, *, store: Store, run_id: str, problem: Problem, scientist, executor: Executor,
-                 bus: EventBus, config: RunConfig, seed_source: str, stop: threading.Event):
+                 bus: EventBus, config: RunConfig, seed_source: str, stop: threading.Event, slots: Slots | None = None):
         self.store, self.run_id, self.problem = store, run_id, problem
-        self.scientist, self.executor, self.bus = scientist, executor, bus
+        self.scientist, self.executor, self.bus, self.slots = scientist, executor, bus, slots
         self.repairs = config.repairs
         self.seed_source, self.reference_source = seed_source, reference_source(problem)
         self.compiled_source, self.compiled_baseline = compiled_source(problem), config.compiled_baseline
@@ -84,7 +85,7 @@ class Controller:
         """Bring the run to `target` iterations (designs), finishing any interrupted work first."""
         self.judging = Judging(self.executor, journal=self.journal, stopping=self.stopping, budget=self.budget,
                                problem=self.problem, changed=self.changed, eval_timeout_s=self.eval_timeout_s,
-                               time_limit_s=self.time_limit_s, build_limit_s=self.build_limit_s)
+                               time_limit_s=self.time_limit_s, build_limit_s=self.build_limit_s, slots=self.slots)
         try:
             if self.iterations_done() < target:
                 # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found

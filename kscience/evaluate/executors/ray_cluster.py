@@ -13,8 +13,8 @@ process), so Ray's retries cover only the infrastructure: an actor whose process
 dies mid-evaluation is restarted (elsewhere, if its node is gone) and the evaluation run
 again, up to `max_retries` times. When every attempt is lost the future holds a "crashed"
 result, never an exception, and the slot gets a fresh actor.
-Built-in problems travel with the package; a KernelBench file or GPU MODE folder is named by
-its path, which must hold the same problem on every node (a shared filesystem).
+Built-in problems travel with the package; a KernelBench file or GPU MODE folder travels with each
+request (carried.py), so a node needs no copy of it at the driver's path.
 
 Ray is optional (`pip install kscience[ray]`) and imported only when this executor is built.
 """
@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kscience.evaluate.executors.base import Executor, check_positive
+from kscience.evaluate.executors.carried import judged_here
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 
 # Settings that change how an evaluation runs; they follow the driver to every Ray worker.
@@ -57,7 +58,7 @@ class JudgeActor:
 
     def evaluate(self, request: dict) -> dict:
         # The next evaluation's worker starts now, as in a local slot.
-        return self._evaluate(EvalRequest(**request), gpu=self._gpu, keep_spare=True).to_dict()
+        return self._evaluate(judged_here(EvalRequest(**request)), gpu=self._gpu, keep_spare=True).to_dict()
 
     def close(self) -> None:
         from kscience.evaluate.sandbox.spares import close_spares

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from kscience.evaluate import lifeline
 from kscience.evaluate.clocks import CPU_THREADS_VAR
+from kscience.evaluate.executors.carried import judged_here
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 from kscience.evaluate.sandbox.spares import close_all
 from kscience.problems import ProblemError
@@ -196,7 +197,7 @@ def _serve(conn_in: Connection, conn_out: Connection, gpu: int | None, evaluate)
             return  # the executor shut down; atexit closes this slot's spare worker
         try:
             said = lambda doing: conn_out.send_bytes(json.dumps({"doing": doing}).encode())  # noqa: E731
-            reply = {"result": evaluate(request, gpu=gpu, keep_spare=True, on_phase=said).to_dict()}
+            reply = {"result": evaluate(judged_here(request), gpu=gpu, keep_spare=True, on_phase=said).to_dict()}
         except ProblemError as exc:
             reply = {"problem_error": str(exc)}
         except Exception as exc:  # a bug in the judge: the caller raises it, as it would in-process
