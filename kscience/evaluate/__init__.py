@@ -21,7 +21,8 @@ One evaluation, in call order:
     -> judge/measure.time_shape -> judge/drive.run_calls: one command per call, bracketed by the
        judge's clock, outputs read by the judge (peek.py on the CPU, output_buffer.py on the GPU)
     -> judge/compare.py and judge/crosscheck.py: right answers, believable times
-    -> the verdict as an EvalResult, back through the slot to the executor's future.
+    -> the verdict as an EvalResult, held to the request's precision policy (result.under_policy) in the
+       slot's process, back through the slot to the executor's future.
 
 Trusted side:
   judge/       the process that decides

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from kscience.problems import precision as P
+from kscience.problems.spec import ProblemError
+
 # Every verdict is exactly one of these.
 OK = "ok"
 COMPILE_ERROR = "compile_error"  # the source does not import: syntax error, missing entry point, import failure
@@ -32,6 +35,14 @@ class ShapeResult:
     # what the null calls showed as well (the side-work check's figure)
     outside_us: float | None = None
     max_abs_err: float | None = None
+    # Against a float64 evaluation of the reference on the judge's own inputs of the checked call (all of a
+    # test shape's output, a benchmark shape's sampled elements): the candidate's largest error, the
+    # reference's own as published, and the largest |float64 answer|; or why they were not measured
+    # (kscience.problems.precision reads them)
+    err_f64: float | None = None
+    ref_err_f64: float | None = None
+    scale_f64: float | None = None
+    f64_note: str = ""
     message: str = ""
     # Each kernel the candidate launched on this shape, costliest first: {"name", "launches" per call,
     # "us" per call}, from a profiled pass after the timed calls (kernel_times.py); advice, not the time
@@ -66,6 +77,8 @@ class EvalResult:
     confinement: dict = field(default_factory=dict)
     # The judge's secret seed of the order it ran the shapes in (judge/evaluation.shape_order reproduces it)
     shape_order_seed: int | None = None
+    # kscience.problems.precision.summary of the shapes, with the policy judged under (`under_policy`)
+    precision: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -117,3 +130,25 @@ class EvalRequest:
     # Set, the request is a profile job, not an evaluation: Nsight Compute on this shape of a candidate
     # already judged, run where the request is judged (profile/job.py)
     profile_shape: dict | None = None
+    # kscience.problems.precision.POLICIES: "reference" makes a reduced-precision kernel a wrong answer
+    # (never a baseline's: those are what a user would run, and are only marked)
+    precision: str = P.DEFAULT_POLICY
+
+
+def under_policy(request: EvalRequest, result: EvalResult) -> EvalResult:
+    """The verdict under the request's precision policy, in the process that judged it: its precision summary
+    recorded, and under "reference" a correct but reduced-precision kernel turned into a wrong answer. A policy
+    it does not know is the request's error (ProblemError), as a malformed tolerance is."""
+    if request.precision not in P.POLICIES:
+        raise ProblemError(f"unknown precision policy {request.precision!r}: use {', '.join(P.POLICIES)}")
+    if request.profile_shape is not None:
+        return result
+    summary = P.summary(result.shapes)
+    policy = P.DEFAULT_POLICY if request.baseline else request.precision
+    result.precision = dict(summary, policy=policy) if summary else {}
+    if policy == "reference" and result.ok and summary.get("reduced"):
+        worst = summary["worst"]
+        result.status, result.geomean_us = WRONG_ANSWER, None
+        result.message = P.rejection(summary)
+        result.failing_shape = worst["shape"]
+    return result

@@ -22,6 +22,7 @@ from kscience.run import confirm, profiling
 from kscience.evaluate.profile import job as profile_job
 from kscience.evaluate import result as R
 from kscience.problems import Problem
+from kscience.problems.precision import DEFAULT_POLICY
 from kscience.run.budget import EvaluationBudget
 from kscience.run.composing import Composer
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
@@ -69,12 +70,14 @@ def step_limit(seed: Candidate | None) -> float | None:
 class Judging:
     """`changed` is set after each verdict is announced (the controller waits on it to start lines);
     `profile` is the profiler the run asks for (None: none), `eval_timeout_s` and `time_limit_s` the run's
-    --eval-timeout and this session's --time-limit."""
+    --eval-timeout and this session's --time-limit, `precision` its --precision."""
 
     def __init__(self, executor, *, journal: Journal, stopping: Stopping, budget: EvaluationBudget,
                  problem: Problem, changed: asyncio.Event, profile: str | None = None,
-                 eval_timeout_s: float | None = None, time_limit_s: float | None = None):
+                 eval_timeout_s: float | None = None, time_limit_s: float | None = None,
+                 precision: str = DEFAULT_POLICY):
         self.executor, self.journal, self.stopping, self.budget = executor, journal, stopping, budget
+        self.precision = precision  # the run's --precision, sent with every request (baselines are only marked)
         self.problem, self.changed, self.profile, self.eval_timeout_s = problem, changed, profile, eval_timeout_s
         self.capacity = max(1, executor.capacity)
         self._free: asyncio.Queue[int] = asyncio.Queue()
@@ -199,7 +202,7 @@ class Judging:
                              candidate_id=f"{cand.id} ({tag})" if tag else cand.id,
                              tolerance=problem.tolerance_for(cand.kind, cand.hypothesis),
                              baseline=cand.kind in BASELINE_KINDS, timeout_s=timeout_s,
-                             step_limit_s=self.step_limit_for(cand))
+                             step_limit_s=self.step_limit_for(cand), precision=self.precision)
 
     async def _judge(self, cand: Candidate, line: int, tag: str = "", slot: int | None = None,
                      future=None) -> dict:

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from functools import partial
 
-from kscience.run import confirm, profiling
+from kscience.run import baseline_cache, confirm, profiling
 from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, compiled_source, library_candidate,
                                     library_title, reference_source, vendor_alone_source, vendor_source,
                                     vendor_title)
@@ -49,7 +48,7 @@ MODEL_CALLS_TO_A_CHILD = 2  # a design, then its writer: answers between a line'
 
 class Controller:
     """Drives one session of a run: `config` gives its settings (--repairs, --lines, --evaluations, the
-    time limits, --profile, --stop-at-sol, whether to time torch.compile), `stop` is set by the user
+    time limits, --profile, --stop-at-sol, --precision, whether to time torch.compile), `stop` is set by the user
     (Run.stop)."""
 
     def __init__(self, *, store: Store, run_id: str, problem: Problem, scientist, executor: Executor,
@@ -66,7 +65,7 @@ class Controller:
         self.population = Population(self.journal, problem, scientist)
         self.lines = max(1, config.lines or executor.capacity)  # default: one line per evaluation slot
         self.eval_timeout_s, self.time_limit_s = config.eval_timeout_s, config.time_limit_s
-        self.profile, self.stop_at_sol = config.profile, config.stop_at_sol
+        self.profile, self.stop_at_sol, self.precision = config.profile, config.stop_at_sol, config.precision
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
         # Set by each verdict recorded (kscience.run.judging) and each line whose candidates are all
@@ -83,7 +82,7 @@ class Controller:
         """Bring the run to `target` iterations (designs), finishing any interrupted work first."""
         self.judging = Judging(self.executor, journal=self.journal, stopping=self.stopping, budget=self.budget,
                                problem=self.problem, changed=self.changed, eval_timeout_s=self.eval_timeout_s,
-                               time_limit_s=self.time_limit_s)
+                               time_limit_s=self.time_limit_s, precision=self.precision)
         try:
             if self.iterations_done() < target:
                 # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found
@@ -335,13 +334,14 @@ class Controller:
         if row.status != PENDING:
             return
         earlier = self._timed_before(kind, source, device) if kind in REUSED_BASELINES else None
-        if earlier is None:
-            await self.judging.evaluate(row, counted=False)
+        if earlier is not None:
+            result, where, when = earlier
+            self.judging.record_verdict(row, dict(result, message=baseline_cache.reused_message(result, where, when)))
             return
-        when = time.strftime("%Y-%m-%d", time.localtime(earlier.evaluated))
-        self.judging.record_verdict(row, dict(earlier.stored_result, message=(
-            f"timed by run {earlier.run_id} ({earlier.id}, {when}) on this device with these versions, "
-            f"reused: {earlier.stored_result['message']}")))
+        judged = await self.judging.evaluate(row, counted=False)
+        if kind in REUSED_BASELINES:  # for runs of other databases, and `kscience eval`
+            baseline_cache.keep(self.problem, kind, source, judged.stored_result,
+                                f"run {self.run_id} ({judged.id}) of {self.store.path}")
 
     async def _library_baseline(self, candidates: list[Candidate], lib) -> None:
         """A library a user would install instead, timed as a baseline. Where its package is not installed here
@@ -360,17 +360,20 @@ class Controller:
         if row.status == PENDING:
             await self.judging.evaluate(row, counted=False)
 
-    def _timed_before(self, kind: str, source: str, device: dict) -> Candidate | None:
-        """The newest passing verdict another run of this store gave this very baseline source on a GPU of
-        the same name with the same torch, Triton and CUDA/ROCm versions; None where there is none."""
+    def _timed_before(self, kind: str, source: str, device: dict) -> tuple[dict, str, float] | None:
+        """(verdict, who timed it, when) of the newest passing verdict this baseline had on a GPU of the same
+        name with the same torch, Triton and CUDA/ROCm versions: from another run of this store that judged
+        this very source, else from the cache beside every database (kscience.run.baseline_cache); None
+        where there is none."""
         if device.get("interpreted") is not False:
             return None
         for c in self.store.judged_elsewhere(self.run_id, kind, source):
             theirs = c.device
             if (c.ok and theirs.get("name") == device.get("name")
                     and theirs.get("versions") == device.get("versions")):
-                return c
-        return None
+                return c.stored_result, f"run {c.run_id} ({c.id})", c.evaluated
+        kept = baseline_cache.recall(self.problem, kind, source, device)
+        return (kept["result"], kept["where"], kept["when"]) if kept else None
 
     def _add(self, **fields) -> Candidate:
         cand = self.store.add_candidate(self.run_id, **fields)

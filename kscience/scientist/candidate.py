@@ -26,6 +26,17 @@ def speedup(base_us: float | None, us: float | None) -> float | None:
     return base_us / us if base_us and us else None
 
 
+def faster_of_eager_and_compile(eager_us: float | None, compiled_us: float | None,
+                                compiled_judged: bool) -> float | None:
+    """The baseline that counts: the faster of PyTorch eager and torch.compile, as KernelBench v3 and Helion
+    report against. PyTorch eager alone where torch.compile was judged and failed (no user can pick it);
+    None where torch.compile was never judged (the CPU interpreter, --no-compiled-baseline) or eager has no time,
+    since which is faster is then unknown."""
+    if not eager_us or not compiled_judged:
+        return None
+    return min(eager_us, compiled_us) if compiled_us else eager_us
+
+
 def uplift_pct(base_us: float | None, child_us: float | None) -> float | None:
     """Measured speedup of a child over its base in percent: +25 means the child is 1.25x as fast."""
     ratio = speedup(base_us, child_us)

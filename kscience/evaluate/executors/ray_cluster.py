@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kscience.evaluate.executors.base import Executor, check_positive
-from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
+from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult, under_policy
 
 # Settings that change how an evaluation runs; they follow the driver to every Ray worker.
 # Paths (such as KSCIENCE_CACHE) stay per machine.
@@ -57,7 +57,8 @@ class JudgeActor:
 
     def evaluate(self, request: dict) -> dict:
         # The next evaluation's worker starts now, as in a local slot.
-        return self._evaluate(EvalRequest(**request), gpu=self._gpu, keep_spare=True).to_dict()
+        judged = EvalRequest(**request)
+        return under_policy(judged, self._evaluate(judged, gpu=self._gpu, keep_spare=True)).to_dict()
 
     def close(self) -> None:
         from kscience.evaluate.sandbox.spares import close_spares

@@ -3,8 +3,9 @@
 The judge's host work (drawing inputs, computing answers, reading outputs from the worker's
 pipe, comparing) is Python holding the GIL. With every slot's judge in one process, slots
 queued behind each other for it, so two GPUs gave 1.6x, not 2x (benchmarks/results/README.md).
-Here each slot owns a long-lived trusted process that runs `judge.evaluation.evaluate` and keeps its own
-spare worker, so slots share nothing but the machine. The process imports torch once; an
+Here each slot owns a long-lived trusted process that runs `judge.evaluation.evaluate` (and holds its verdict to
+the request's precision policy, `result.under_policy`) and keeps its own spare worker, so slots share nothing
+but the machine. The process imports torch once; an
 evaluation costs only a request and a result, both plain JSON, on a private pair of pipes.
 
 The slot process is as trusted as the judge: it is this package's own code, and it sees only
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from kscience.evaluate import lifeline
 from kscience.evaluate.clocks import CPU_THREADS_VAR
-from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
+from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult, under_policy
 from kscience.evaluate.sandbox.spares import close_all
 from kscience.problems import ProblemError
 
@@ -196,7 +197,8 @@ def _serve(conn_in: Connection, conn_out: Connection, gpu: int | None, evaluate)
             return  # the executor shut down; atexit closes this slot's spare worker
         try:
             said = lambda doing: conn_out.send_bytes(json.dumps({"doing": doing}).encode())  # noqa: E731
-            reply = {"result": evaluate(request, gpu=gpu, keep_spare=True, on_phase=said).to_dict()}
+            result = evaluate(request, gpu=gpu, keep_spare=True, on_phase=said)
+            reply = {"result": under_policy(request, result).to_dict()}
         except ProblemError as exc:
             reply = {"problem_error": str(exc)}
         except Exception as exc:  # a bug in the judge: the caller raises it, as it would in-process
