@@ -44,7 +44,7 @@ def judge_baselines(problem: Problem, candidate: EvalResult, gpu: int | None, un
     eager = _judged(problem, "reference", reference_source(problem), gpu, unconfined).to_dict()
     if interpreted:
         compiled = {"status": None, "geomean_us": None, "message": "",
-                    "note": "not timed under the CPU interpreter (a run times it on a GPU only)"}
+                    "note": "not timed under the CPU interpreter; a run times it on a GPU only"}
     else:
         compiled = _compiled(problem, candidate.device, gpu, unconfined, say)
     eager_us = eager["geomean_us"] if eager["status"] == "ok" else None
@@ -74,15 +74,16 @@ def baseline_lines(against: dict) -> list[str]:
         row = against[key]
         if row["status"] == "ok":
             text = f"{fmt_us(row['geomean_us'], ' us'):>14}  {fmt_x(against[f'speedup_{key}'])}"
+            text += f"  [{row['note']}]" if row.get("note") else ""
         elif row["status"] is None:
-            text = f"{'-':>14}  not timed"
+            text = f"{'-':>14}  {row.get('note') or 'not timed'}"
         else:
             text = f"{'-':>14}  {row['status']}: {row['message'][:120]}"
-        lines.append(f"  {name:<16}{text}" + (f"  ({row['note']})" if row.get("note") else ""))
+        lines.append(f"  {name:<18}{text}")
     faster = against["faster_us"]
-    lines.append(f"  {'faster of the two':<16}{fmt_us(faster, ' us'):>14}  {fmt_x(against['speedup_faster'])}"
-                 if faster else f"  {'faster of the two':<16}{'-':>14}  unknown: torch.compile was not timed")
+    lines.append(f"  {'faster of the two':<18}{fmt_us(faster, ' us'):>14}  {fmt_x(against['speedup_faster'])}"
+                 if faster else f"  {'faster of the two':<18}{'-':>14}  unknown, torch.compile was not timed")
     lines.append(f"  ({FASTER}: the baseline papers now report against)")
     if against["interpreted"]:
-        lines.append(f"  (CPU-interpreter numbers: {CPU_NOTE})")
+        lines.append(f"  ({CPU_NOTE})")
     return lines

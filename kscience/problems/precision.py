@@ -66,6 +66,12 @@ def summary(shapes) -> dict:
             "skipped": ""}
 
 
+def _errors_text(worst: dict) -> str:
+    ratio = worst["ratio"]
+    times = "inf" if math.isinf(ratio) else f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.1f}"
+    return f"max error {worst['err']:.2e} against float64, {times}x the reference's own {worst['ref_err']:.2e}"
+
+
 def label(summary_: dict) -> str:
     """One line for a verdict's precision, as `show`, the report and the dashboard print it ("" where none
     was measured)."""
@@ -73,16 +79,15 @@ def label(summary_: dict) -> str:
         return ""
     if not summary_.get("measured"):
         return f"precision not measured: {summary_['skipped']}"
-    w = summary_["worst"]
-    ratio = "inf" if math.isinf(w["ratio"]) else f"{w['ratio']:,.0f}" if w["ratio"] >= 10 else f"{w['ratio']:.1f}"
-    text = (f"max error {w['err']:.2e} against float64, {ratio}x the reference's own {w['ref_err']:.2e}")
-    return f"REDUCED PRECISION ({text})" if summary_["reduced"] else f"fp32-grade ({text})"
+    text = _errors_text(summary_["worst"])
+    return f"REDUCED PRECISION ({text})" if summary_["reduced"] else f"as precise as the reference ({text})"
 
 
 def rejection(summary_: dict) -> str:
     """The wrong-answer message of a reduced-precision kernel under `--precision reference`."""
-    return (f"reduced precision under --precision reference: {label(summary_).removeprefix('REDUCED PRECISION ')}"
-            f"; the rule: {RULE}")
+    return (f"reduced precision under --precision reference: {_errors_text(summary_['worst'])}; the rule: more "
+            f"than {REDUCED_FACTOR:g}x the reference's own error and more than {FLOOR:g} of the output's largest "
+            "magnitude")
 
 
 def policy_text(policy: str, entry: str = "custom_kernel") -> str:

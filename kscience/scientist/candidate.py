@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from kscience.problems import shape_label
+from kscience.problems import precision as P, shape_label
 from kscience.evaluate.result import OK, EvalResult, ShapeResult
 
 BENCHMARK = "benchmark"
@@ -146,6 +146,19 @@ class Candidate:
     def floor_times(self) -> dict[str, float]:
         """The physical floor per benchmark shape label, where the judge knew it."""
         return benchmark_times(self.result.shapes, "floor_us") if self.result else {}
+
+    @property
+    def precision(self) -> dict:
+        """Its verdict's precision (kscience.problems.precision.summary): as its judge recorded it, else read off
+        its shapes; {} where none was measured."""
+        if not self.result:
+            return {}
+        return self.result.precision or P.summary(self.result.shapes)
+
+    @property
+    def reduced_precision(self) -> bool:
+        """Correct, and far less precise than the reference (kscience.problems.precision.RULE)."""
+        return self.ok and bool(self.precision.get("reduced"))
 
     def speedup_over(self, base: "Candidate | None") -> float | None:
         """How many times faster than `base` this correct candidate is; None where either has no time."""
