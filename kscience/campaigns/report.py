@@ -190,7 +190,7 @@ def report_lines(report: dict) -> list[str]:
     for r in report["problems"]:
         lines.append(f"{r['name'][:28]:<28} {r['status']:<11} {_us(r['eager_us']):>10} {_us(r['compiled_us']):>10} "
                      f"{_us(r['seed_us']):>10} {_us(r['vendor_us']):>10} {_us(r['best_us']):>10} "
-                     f"{_x(r['speedup_eager']):>9} {_x(r['speedup_compiled']):>10} {_x(r['speedup_faster']):>9} "
+                     f"{_x(r['speedup_eager']):>9} {_x(r['speedup_compiled']):>10} {_x(r.get('speedup_faster')):>9} "
                      f"{_x(r['speedup_vendor']):>9} "
                      f"{r['attempts']:>5} {r['cost_usd']:>7.2f}")
         losers = [name for name, key in (("PyTorch eager", "speedup_eager"), ("torch.compile", "speedup_compiled"),
