@@ -9,14 +9,17 @@ it). Busy time and this session's wall time are stored after each evaluation and
 `kill -9` loses at most the wall time since the last verdict.
 
 After each verdict its `Composer` (kscience.run.composing) looks for a per-shape composite to judge
-through this same path.
+through this same path. Where the executor judges requests in batches (a queue), optional work (profiles,
+same-host pairs) waits to go out with the next evaluation (kscience.run.held) instead of alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
+from functools import partial
 
 from kscience.run import confirm, profiling
 from kscience.evaluate.profile import job as profile_job
@@ -26,6 +29,7 @@ from kscience.problems.precision import DEFAULT_POLICY
 from kscience.run.budget import EvaluationBudget
 from kscience.run.composing import Composer
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
+from kscience.run.held import Held, Job
 from kscience.run.in_flight import InFlight, has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.scientist.candidate import Candidate
@@ -93,6 +97,10 @@ class Judging:
         self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
         self.pairs = 0  # pairs submitted for confirmation this session
         self.profiles_beside: list[asyncio.Task] = []  # profiles no line waits for (evaluate's profile_beside)
+        # Where a request alone costs a round trip of its own (Executor.batches), optional work is held for the
+        # next evaluation, and its requests then take no slot, as the cheap baselines take none.
+        self.batches = bool(getattr(executor, "batches", False))
+        self.held = Held()
         self.composer = Composer(journal, problem, budget, self.evaluate)  # composes after every verdict
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
@@ -104,13 +112,14 @@ class Judging:
         self.in_flight = InFlight(executor)  # what a queued evaluation is shown to wait behind
 
     # --- the slots -------------------------------------------------------------------------------
-    def backlog_s(self) -> float | None:
-        """Seconds the slots need for the evaluations asked for now, at this session's mean evaluation
-        time; None until one has been timed."""
+    def verdicts_in_s(self) -> float | None:
+        """Seconds until the evaluations asked for now all have their verdicts, from this session's own timings:
+        the mean time an evaluation was in flight (a queue's round trip included), once per round of
+        `capacity` evaluations they fill; None until one has been timed."""
         timed = sum(self.evaluations) - self._baselines_timed  # a minutes-long torch.compile is no candidate
         if not timed:
             return None
-        return (sum(self.busy_s) - self._baselines_timed_s) / timed * self.asked / self.capacity
+        return (sum(self.busy_s) - self._baselines_timed_s) / timed * math.ceil(self.asked / self.capacity)
 
     # --- one evaluation --------------------------------------------------------------------------
     async def evaluate(self, cand: Candidate, line: int = 0, *, counted: bool = True,
@@ -133,7 +142,10 @@ class Judging:
         if twin is None and self.profile and not self.no_ncu and (
                 profiling.candidate_to_profile(cand, self.journal.candidates())
                 or (cand.ok and "ncu" in self.asked_for(cand))):
-            if profile_beside:
+            if self.batches:  # alone, a profile job would cost a round trip of its own
+                self.held.hold(Job(f"the Nsight Compute profile of {cand.id}", partial(self._profile, cand, line),
+                                   partial(self._profile_skipped, cand)))
+            elif profile_beside:
                 self.profiles_beside.append(asyncio.create_task(self._profile(cand, line)))
             else:
                 await self._profile(cand, line)
@@ -149,8 +161,12 @@ class Judging:
 
     async def _hold_best(self, cand: Candidate, line: int) -> Candidate:
         """After `cand`'s verdict: a composite judged beside the best, then the best settled against its
-        close contenders from other hosts (kscience.run.confirm); one at a time. Returns cand as stored."""
+        close contenders from other hosts (kscience.run.confirm); one at a time, or where the executor batches,
+        held to travel with the next evaluation. Returns cand as stored."""
         store = self.journal.store
+        if self.batches:
+            self._hold_pair(store.candidate(cand.id), line)
+            return store.candidate(cand.id)
         async with self._confirming:
             rival = confirm.rival(store.candidate(cand.id), self.journal.candidates())
             if rival is not None:
@@ -170,26 +186,82 @@ class Judging:
     async def _confirm(self, cand: Candidate, best: Candidate, line: int) -> Candidate:
         """Judge `cand` and the current best again, submitted at once, until both verdicts come from one
         host (at most confirm.TRIES pairs); store those figures in place of the earlier ones."""
-        self.journal.stage("confirm", cand.iteration, f"{cand.id} beside {best.id} on one host", line)
         for _ in range(confirm.TRIES):
-            self.pairs += 1
-            tag = f"confirm {cand.id} vs {best.id} #{self.pairs}"  # a new request, not an earlier one's answer
-            # Two slots held, then both requests go out with nothing between them.
-            slots = [await self._free.get() for _ in range(min(2, self.capacity))]
-            try:
-                self.stopping.check()
-                futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
-            except BaseException:
-                for slot in slots:
-                    self._free.put_nowait(slot)
-                raise
-            mine, theirs = await asyncio.gather(
-                self._judge(cand, line, tag, slots[0], futures[0]),
-                self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
-            if (mine.get("device") or {}).get("host") == (theirs.get("device") or {}).get("host"):
-                self.journal.store.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
-                return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
+            judged = await self._pair(cand, best, line)
+            if judged is not None:
+                return judged
         return self.record_verdict(cand, confirm.unconfirmed(cand.stored_result, confirm.TRIES))
+
+    async def _pair(self, cand: Candidate, best: Candidate, line: int) -> Candidate | None:
+        """One pair of `_confirm`: `cand` as stored once both verdicts came from one host, else None."""
+        self.journal.stage("confirm", cand.iteration, f"{cand.id} beside {best.id} on one host", line)
+        self.pairs += 1
+        tag = f"confirm {cand.id} vs {best.id} #{self.pairs}"  # a new request, not an earlier one's answer
+        # Two slots held (none where they travel with an evaluation), then both requests go out together.
+        slots = [] if self.batches else [await self._free.get() for _ in range(min(2, self.capacity))]
+        try:
+            self.stopping.check()
+            futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
+        except BaseException:
+            for slot in slots:
+                self._free.put_nowait(slot)
+            raise
+        mine, theirs = await asyncio.gather(
+            self._judge(cand, line, tag, slots[0] if slots else None, futures[0]),
+            self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
+        if (mine.get("device") or {}).get("host") != (theirs.get("device") or {}).get("host"):
+            return None
+        self.journal.store.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
+        return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
+
+    # --- optional work held for the next evaluation (Executor.batches) ---------------------------
+    def _hold_pair(self, cand: Candidate | None, line: int, tries: int = confirm.TRIES) -> None:
+        """The next pair to judge on one host (a composite beside the best, else the best beside its closest
+        contender from another host), held to go out with the next evaluation."""
+        cands = self.journal.candidates()
+        rival = confirm.rival(cand, cands) if cand is not None else None
+        pair = (cand, rival) if rival is not None else confirm.unsettled(cands)
+        if pair is not None:
+            first, second = pair
+            self.held.hold(Job(f"the same-host pair {first.id} beside {second.id}",
+                               partial(self._held_pair, first.id, second.id, line, tries),
+                               partial(self._pair_skipped, first.id)))
+
+    async def _held_pair(self, cand_id: str, best_id: str, line: int, tries: int) -> None:
+        store = self.journal.store
+        async with self._confirming:
+            judged = await self._pair(store.candidate(cand_id), store.candidate(best_id), line)
+            if judged is None and tries <= 1:
+                self.record_verdict(store.candidate(cand_id),
+                                    confirm.unconfirmed(store.candidate(cand_id).stored_result, confirm.TRIES))
+        if judged is None and tries > 1:  # landed on two hosts: again, with the next evaluation
+            self.held.hold(Job(f"the same-host pair {cand_id} beside {best_id}",
+                               partial(self._held_pair, cand_id, best_id, line, tries - 1),
+                               partial(self._pair_skipped, cand_id)))
+        else:
+            self._hold_pair(None, line)  # what this pair settled may leave another member looking fastest
+
+    def _pair_skipped(self, cand_id: str, why: str) -> None:
+        cand = self.journal.store.candidate(cand_id)
+        if not cand.notes.get("unconfirmed") and not cand.notes.get("slower_than"):
+            self.record_verdict(cand, confirm.skipped(cand.stored_result, why))
+
+    def _profile_skipped(self, cand: Candidate, why: str) -> None:
+        self.journal.emit(CandidateProfiled(candidate_id=cand.id, iteration=cand.iteration, profiler="ncu",
+                                            profile_s=None, message=f"profile ncu: {cand.id} not profiled: {why}"))
+
+    async def finish(self, rounds: int) -> None:
+        """At the end of a session: the best settled against close contenders from other hosts, at most `rounds`
+        pairs. Where the executor batches, nothing more goes out alone: held work is recorded as skipped, an
+        unsettled best as unconfirmed, and what travelled with the last evaluations comes back with them."""
+        if not self.batches:
+            await self.settle(rounds)
+            return
+        why = "the run's work ended before it could go out with an evaluation"
+        await self.held.finish(why)
+        pair = confirm.unsettled(self.journal.candidates())
+        if pair is not None:
+            self._pair_skipped(pair[0].id, why)
 
     def _request(self, cand: Candidate, tag: str = "") -> R.EvalRequest:
         """The evaluation request for `cand`; a `tag` makes it a new request for the same source."""
@@ -210,7 +282,8 @@ class Judging:
         one, on none for a cheap baseline, on an idle one for IDLE_SLOT_BASELINES; `future` when the caller
         has submitted the request already."""
         baseline = cand.kind in BASELINE_KINDS and future is None
-        slotless = baseline and cand.kind not in IDLE_SLOT_BASELINES
+        # the cheap baselines, and a pair that goes out with an evaluation where the executor batches
+        slotless = (baseline and cand.kind not in IDLE_SLOT_BASELINES) or (future is not None and self.batches)
         if slot is None and not baseline and self._free.empty():  # the dashboard shows this line waiting
             self.journal.stage("queued", cand.iteration, cand.id, line)
         self.asked += 1
@@ -235,7 +308,9 @@ class Judging:
                 self.stopping.check()
             self.journal.stage("evaluate", cand.iteration, cand.id, line)
             request = self._request(cand, tag)
-            future = future or self.executor.submit(request)
+            if future is None:
+                future = self.executor.submit(request)
+                self.held.release()  # optional work goes out with it
             self.in_flight.add(name(cand), future)
             try:
                 result = await self._outcome(cand, future, line, request.step_limit_s)
@@ -367,30 +442,19 @@ class Judging:
     async def _profile(self, cand: Candidate, line: int) -> None:
         """Nsight Compute on one shape of the candidate, as a profile job judged where evaluations are
         (profile/job.py: local slot, Ray, queue), on one slot and never ahead of a queued evaluation
-        unless profiling has taken less than PROFILE_SHARE of the slots' time. Its cost is shown, and
-        never timed."""
-        problem = self.problem
-        shape = profiling.profile_shape(problem, cand.stored_result)
-        if shape is None:
+        unless profiling has taken less than PROFILE_SHARE of the slots' time; where the executor batches,
+        on none, going out with the evaluation that released it. Its cost is shown, and never timed."""
+        shape = profiling.profile_shape(self.problem, cand.stored_result)
+        if shape is None or self.no_ncu:
             return
-        async with self._profiling:
-            if self.no_ncu:  # said by the profile job this one waited behind
-                return
-            await self._no_baselines_out.wait()
-            slot = await self._slot_for_profile()
-            started, future = time.monotonic(), None
-            try:
-                self.journal.stage("profile", cand.iteration, cand.id, line)
-                request = R.EvalRequest(problem=problem.locator, source=cand.source,
-                                        overrides=dict(problem.overrides), candidate_id=cand.id, measure=[],
-                                        profile_shape=shape)
-                future = self.executor.submit(request)
-                self.in_flight.add(f"the Nsight Compute profile of {cand.id}", future)
-                answer = (await self._outcome(cand, future, line)).to_dict()
-            finally:
-                self.in_flight.discard(future)
-                self.profile_s += time.monotonic() - started
-                self._free.put_nowait(slot)
+        if self.batches:
+            answer = await self._profile_job(cand, shape, line, None)
+        else:
+            async with self._profiling:
+                if self.no_ncu:  # said by the profile job this one waited behind
+                    return
+                await self._no_baselines_out.wait()
+                answer = await self._profile_job(cand, shape, line, await self._slot_for_profile())
         record = answer.get("profile")
         if record is not None:
             self.journal.store.record_profile(cand.id, **record)
@@ -400,6 +464,23 @@ class Judging:
             candidate_id=cand.id, iteration=cand.iteration, profiler="ncu", profile_s=record and record["profile_s"],
             message=profiling.profiled_line(cand.id, record, [answer.get("profile_said")],
                                             host=(answer.get("device") or {}).get("host"))))
+
+    async def _profile_job(self, cand: Candidate, shape: dict, line: int, slot: int | None) -> dict:
+        """The profile job's answer; `slot` (released here) is the one it holds, None for none."""
+        problem = self.problem
+        started, future = time.monotonic(), None
+        try:
+            self.journal.stage("profile", cand.iteration, cand.id, line)
+            request = R.EvalRequest(problem=problem.locator, source=cand.source, overrides=dict(problem.overrides),
+                                    candidate_id=cand.id, measure=[], profile_shape=shape)
+            future = self.executor.submit(request)
+            self.in_flight.add(f"the Nsight Compute profile of {cand.id}", future)
+            return (await self._outcome(cand, future, line)).to_dict()
+        finally:
+            self.in_flight.discard(future)
+            self.profile_s += time.monotonic() - started
+            if slot is not None:
+                self._free.put_nowait(slot)
 
     async def _slot_for_profile(self) -> int:
         """A free slot once no evaluation waits for one, or at once while profiling's share of the slots'
