@@ -101,6 +101,9 @@ class Judging:
         # next evaluation, and its requests then take no slot, as the cheap baselines take none.
         self.batches = bool(getattr(executor, "batches", False))
         self.held = Held()
+        self._pairing = False  # a job settling same-host pairs is held or running (one at a time)
+        self._to_pair: set[str] = set()  # composites still to be judged beside the best
+        self._pair_tries: dict[tuple[str, str], int] = {}  # pairs that landed on two hosts, and how often
         self.composer = Composer(journal, problem, budget, self.evaluate)  # composes after every verdict
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
@@ -165,7 +168,7 @@ class Judging:
         held to travel with the next evaluation. Returns cand as stored."""
         store = self.journal.store
         if self.batches:
-            self._hold_pair(store.candidate(cand.id), line)
+            self._hold_pairs(store.candidate(cand.id))
             return store.candidate(cand.id)
         async with self._confirming:
             rival = confirm.rival(store.candidate(cand.id), self.journal.candidates())
@@ -215,33 +218,49 @@ class Judging:
         return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
 
     # --- optional work held for the next evaluation (Executor.batches) ---------------------------
-    def _hold_pair(self, cand: Candidate | None, line: int, tries: int = confirm.TRIES) -> None:
-        """The next pair to judge on one host (a composite beside the best, else the best beside its closest
-        contender from another host), held to go out with the next evaluation."""
-        cands = self.journal.candidates()
-        rival = confirm.rival(cand, cands) if cand is not None else None
-        pair = (cand, rival) if rival is not None else confirm.unsettled(cands)
-        if pair is not None:
-            first, second = pair
-            self.held.hold(Job(f"the same-host pair {first.id} beside {second.id}",
-                               partial(self._held_pair, first.id, second.id, line, tries),
-                               partial(self._pair_skipped, first.id)))
+    def _hold_pairs(self, composite: Candidate | None = None) -> None:
+        """Where the executor batches, the pairs to judge on one host (each composite beside the best, then the
+        best beside its closest contender from another host) are settled by one job at a time, held to go out
+        with the next evaluation; `composite` is a verdict just recorded that may need its pair."""
+        if composite is not None and confirm.rival(composite, self.journal.candidates()) is not None:
+            self._to_pair.add(composite.id)
+        if not self._pairing and (self._to_pair or confirm.unsettled(self.journal.candidates())):
+            self._pairing = True
+            self.held.hold(Job("the same-host pairs", self._next_pair, self._pairs_skipped))
 
-    async def _held_pair(self, cand_id: str, best_id: str, line: int, tries: int) -> None:
+    async def _next_pair(self) -> None:
+        """One pair, sent with the evaluation that released this job; the job is held again while any is left."""
         store = self.journal.store
-        async with self._confirming:
-            judged = await self._pair(store.candidate(cand_id), store.candidate(best_id), line)
-            if judged is None and tries <= 1:
-                self.record_verdict(store.candidate(cand_id),
-                                    confirm.unconfirmed(store.candidate(cand_id).stored_result, confirm.TRIES))
-        if judged is None and tries > 1:  # landed on two hosts: again, with the next evaluation
-            self.held.hold(Job(f"the same-host pair {cand_id} beside {best_id}",
-                               partial(self._held_pair, cand_id, best_id, line, tries - 1),
-                               partial(self._pair_skipped, cand_id)))
-        else:
-            self._hold_pair(None, line)  # what this pair settled may leave another member looking fastest
+        try:
+            pair, composite = None, None
+            while self._to_pair and pair is None:
+                composite = store.candidate(self._to_pair.pop())
+                rival = confirm.rival(composite, self.journal.candidates())
+                pair = (composite, rival) if rival is not None else None
+            pair = pair or confirm.unsettled(self.journal.candidates())
+            if pair is not None and await self._pair(*pair, 0) is None:  # landed on two hosts
+                key = (pair[0].id, pair[1].id)
+                self._pair_tries[key] = self._pair_tries.get(key, 0) + 1
+                if self._pair_tries[key] >= confirm.TRIES:
+                    self.record_verdict(store.candidate(pair[0].id),
+                                        confirm.unconfirmed(store.candidate(pair[0].id).stored_result, confirm.TRIES))
+                elif composite is not None and pair[0].id == composite.id:
+                    self._to_pair.add(composite.id)  # again, with the next evaluation
+        finally:
+            self._pairing = False
+        self._hold_pairs()
 
-    def _pair_skipped(self, cand_id: str, why: str) -> None:
+    def _pairs_skipped(self, why: str) -> None:
+        """The run ended before the held pairs went out: the composites waiting for theirs, and a best with a close
+        contender from another host, are marked unconfirmed, saying why."""
+        for cand_id in sorted(self._to_pair):
+            self._unconfirmed(cand_id, why)
+        self._to_pair.clear()
+        pair = confirm.unsettled(self.journal.candidates())
+        if pair is not None:
+            self._unconfirmed(pair[0].id, why)
+
+    def _unconfirmed(self, cand_id: str, why: str) -> None:
         cand = self.journal.store.candidate(cand_id)
         if not cand.notes.get("unconfirmed") and not cand.notes.get("slower_than"):
             self.record_verdict(cand, confirm.skipped(cand.stored_result, why))
@@ -259,9 +278,7 @@ class Judging:
             return
         why = "the run's work ended before it could go out with an evaluation"
         await self.held.finish(why)
-        pair = confirm.unsettled(self.journal.candidates())
-        if pair is not None:
-            self._pair_skipped(pair[0].id, why)
+        self._pairs_skipped(why)  # a pair no job was held for (a best settled by the last pair sent)
 
     def _request(self, cand: Candidate, tag: str = "") -> R.EvalRequest:
         """The evaluation request for `cand`; a `tag` makes it a new request for the same source."""
