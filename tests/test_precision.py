@@ -7,8 +7,10 @@ The judged cases use a KernelBench fp32 file under the CPU interpreter: a ModelN
 one that computes in fp32 as the reference does.
 """
 
+import contextlib
 import dataclasses
 import inspect
+import io
 import json
 import math
 from pathlib import Path
@@ -19,7 +21,8 @@ import torch
 from kscience.cli.main import main
 from kscience.device import detect
 from kscience.evaluate.executors import queue_files as Q
-from kscience.evaluate.judge.checking import float64_answer
+from kscience.evaluate.judge.checking import _elements, float64_answer
+from kscience.evaluate.judge.compare import gather, sample_ranges
 from kscience.evaluate.judge.evaluation import _with_reference_weights, evaluate
 from kscience.evaluate.result import (OK, WRONG_ANSWER, EvalRequest, EvalResult, ShapeResult, under_policy)
 from kscience.jupyter.panels import header_facts, leaderboard_html
@@ -106,6 +109,14 @@ def test_where_there_is_no_float64_answer_the_verdict_says_why():
     assert float64_answer(checked, x) == "the problem's own check judges its outputs"
 
 
+def test_a_benchmark_shapes_sampled_bytes_are_the_same_elements_of_the_float64_answer():
+    answer = torch.randn(3, 1_000_000)  # 12 MB of fp32: sampled in 64 KiB blocks, the first and last among them
+    ranges = sample_ranges(answer.numel() * answer.element_size())
+    assert len(ranges) > 1 and ranges != [[0, answer.numel() * 4]]
+    sampled = gather(answer, ranges).view(torch.float32).double()
+    assert torch.equal(_elements(answer.double(), ranges, answer.element_size()), sampled)
+
+
 # --- verdicts ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def judged():
@@ -172,6 +183,14 @@ def test_kscience_eval_prints_the_precision_and_rejects_under_precision_referenc
 
 
 # --- a run -----------------------------------------------------------------------------------------
+def run_main_show(run) -> str:
+    """`kscience show RUN`'s output."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["show", run.id, "--db", str(run.store.path)]) == 0
+    return out.getvalue()
+
+
 class ReducedChild(FakeExecutor):
     """Fake verdicts whose benchmark shape records errors against float64: 3e-3 for kernels timed under 75 us
     (they computed in bf16), 1e-6 otherwise, against the reference's own 1e-6."""
@@ -196,6 +215,8 @@ def test_a_run_sends_its_policy_and_show_the_report_and_the_dashboard_mark_reduc
     best = snap.best
     assert best.reduced_precision and best.geomean_us == 70.0  # x0.7 of the seed: the bf16 one
     assert not snap.seed.reduced_precision
+    shown = run_main_show(run)
+    assert "REDUCED PRECISION (max error 3.00e-03" in shown.split(f" {best.id} ", 1)[1].splitlines()[1]
     text = "\n".join(summary_lines(snap.run, snap.metrics()))
     assert "  precision (best)       REDUCED PRECISION (max error 3.00e-03 against float64, 3,000x" in text
     assert "  reduced precision      1 correct kernel: the largest error against a float64 evaluation" in text
