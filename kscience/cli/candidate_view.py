@@ -33,12 +33,16 @@ def candidate_lines(detail: dict) -> list[str]:
              f"iteration {cand.iteration}{parent}",
              f"tried:   {cand.hypothesis}",
              f"verdict: {cand.status}" + (f", geomean {fmt_us(cand.geomean_us, ' us')}" if cand.geomean_us else "")]
+    if cand.result and cand.result.build_s:
+        lines.append(f"build:   {cand.result.build_s:.1f} s of compilers in the worker (not counted against any step "
+                     "limit)")
     for s in cand.result.shapes if cand.result else []:
         t = f"{fmt_us(s.time_us, ' us'):>14}" if s.time_us else ""
-        why = f"  {s.message}" if not s.ok and s.message else ""
+        clock = f"  by {s.clock}" if s.time_us and s.clock else ""
+        why = f"  {s.message}" if s.message and (not s.ok or s.clock != "cuda events") else ""
         # the shape's own errors against float64: the candidate's, then the reference's
         errors = f"  err {s.err_f64:.1e} (reference {s.ref_err_f64:.1e})" if s.err_f64 is not None else ""
-        lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t:>14}{errors}{why}"
+        lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}{clock}{errors}{why}"
                      .rstrip())
     if cand.precision:
         lines.append(f"precision: {precision_label(cand.precision)}"

@@ -16,6 +16,7 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kscience.evaluate.executors.queue_dir import queue_directory
+from kscience.evaluate.result import BUILD_LIMIT_S
 from kscience.problems.precision import DEFAULT_POLICY, POLICIES, policy_text
 from kscience.run.profiling import PROFILERS
 from kscience.scientist.plans import CHOOSERS
@@ -105,6 +106,12 @@ class RunConfig:
                                            "default: 10x the seed's slowest step, at least 60 s, at most the "
                                            "judge's own limits (120 s to 300 s)", metavar="SECONDS",
                                            on_resume=True)
+    # Seconds a compiler (nvcc, ptxas, ninja, c++) runs in the worker count against neither the step limit
+    # nor the judge's own limits, up to this much per step (kscience/evaluate/judge/builds.py).
+    build_limit_s: float = setting(BUILD_LIMIT_S, "--build-limit", "the longest one step may go on while a "
+                                   "compiler runs in the judge's worker (load_inline, nvcc, Triton's ptxas), on "
+                                   f"top of --eval-timeout (default {BUILD_LIMIT_S:.0f} s)", metavar="SECONDS",
+                                   on_resume=True)
     llm_retries: int = setting(LLM_RETRIES, "--llm-retries", "retries of a failed LLM request", metavar="N",
                                on_resume=True)
     llm_timeout_s: float = setting(LLM_TIMEOUT_S, "--llm-timeout", "limit per LLM request", metavar="SECONDS",

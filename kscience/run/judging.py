@@ -73,16 +73,18 @@ def step_limit(seed: Candidate | None) -> float | None:
 
 class Judging:
     """`changed` is set after each verdict is announced (the controller waits on it to start lines);
-    `profile` is the profiler the run asks for (None: none), `eval_timeout_s` and `time_limit_s` the run's
-    --eval-timeout and this session's --time-limit, `precision` its --precision."""
+    `profile` is the profiler the run asks for (None: none), `eval_timeout_s`, `build_limit_s` and
+    `time_limit_s` the run's --eval-timeout and --build-limit and this session's --time-limit, `precision`
+    its --precision."""
 
     def __init__(self, executor, *, journal: Journal, stopping: Stopping, budget: EvaluationBudget,
                  problem: Problem, changed: asyncio.Event, profile: str | None = None,
                  eval_timeout_s: float | None = None, time_limit_s: float | None = None,
-                 precision: str = DEFAULT_POLICY):
+                 build_limit_s: float | None = None, precision: str = DEFAULT_POLICY):
         self.executor, self.journal, self.stopping, self.budget = executor, journal, stopping, budget
         self.precision = precision  # the run's --precision, sent with every request (baselines are only marked)
         self.problem, self.changed, self.profile, self.eval_timeout_s = problem, changed, profile, eval_timeout_s
+        self.build_limit_s = build_limit_s
         self.capacity = max(1, executor.capacity)
         self._free: asyncio.Queue[int] = asyncio.Queue()
         for slot in range(self.capacity):
@@ -291,7 +293,8 @@ class Judging:
                              candidate_id=f"{cand.id} ({tag})" if tag else cand.id,
                              tolerance=problem.tolerance_for(cand.kind, cand.hypothesis),
                              baseline=cand.kind in BASELINE_KINDS, timeout_s=timeout_s,
-                             step_limit_s=self.step_limit_for(cand), precision=self.precision)
+                             step_limit_s=self.step_limit_for(cand), build_limit_s=self.build_limit_s,
+                             precision=self.precision)
 
     async def _judge(self, cand: Candidate, line: int, tag: str = "", slot: int | None = None,
                      future=None) -> dict:
