@@ -216,7 +216,9 @@ def test_a_run_sends_its_policy_and_show_the_report_and_the_dashboard_mark_reduc
     assert best.reduced_precision and best.geomean_us == 70.0  # x0.7 of the seed: the bf16 one
     assert not snap.seed.reduced_precision
     shown = run_main_show(run)
-    assert "REDUCED PRECISION (max error 3.00e-03" in shown.split(f" {best.id} ", 1)[1].splitlines()[1]
+    table = shown.splitlines()
+    row = next(i for i, line in enumerate(table) if f" {best.id} " in line and " child " in line)
+    assert table[row + 1].strip().startswith("REDUCED PRECISION (max error 3.00e-03")  # under its row, as a failure's why
     text = "\n".join(summary_lines(snap.run, snap.metrics()))
     assert "  precision (best)       REDUCED PRECISION (max error 3.00e-03 against float64, 3,000x" in text
     assert "  reduced precision      1 correct kernel: the largest error against a float64 evaluation" in text
