@@ -1,6 +1,6 @@
 """`kscience show c-...`: one candidate as a user looks at it: what it tried, its verdict on each shape (with
-its error and the reference's against a float64 answer), its precision, the judge's message and the candidate's output, the finding recorded on it, its diff against its
-parent and its source."""
+its error and the reference's against a float64 answer), its precision, the judge's message and the
+candidate's output, the finding recorded on it, its diff against its parent and its source."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ class Controller:
         self._seeking: set[asyncio.Task] = set()  # line tasks that have no plans stored yet
         self._written: set[asyncio.Task] = set()  # line tasks whose candidates are all written
         self._ahead: set[asyncio.Task] = set()  # of those, the ones whose next iteration may be designed now
-        self._line_of: dict[asyncio.Task, Line] = {}
+        self._line_of: dict[asyncio.Task, Line] = {}  # each line task's Line (its candidates awaiting a verdict)
         self.model_s: float | None = None  # how long a designer answer takes, smoothed
         self._beside: list[asyncio.Task] = []  # the baselines, judged while the lines work (see _roots)
 
