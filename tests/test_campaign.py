@@ -173,7 +173,8 @@ CAMPAIGN_SAMPLES = {
     "time_limit_s": ("60", 60.0), "eval_timeout_s": ("45", 45.0), "build_limit_s": ("120", 120.0),
     "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
     "compiled_baseline": (None, False), "target": ("h100", "h100"), "profile": ("ncu", "ncu"),
-    "stop_at_sol": ("0.8", 0.8), "chooser": ("loop", "loop"),
+    "stop_at_sol": ("0.8", 0.8), "chooser": ("loop", "loop"), "precision": ("reference", "reference"),
+    "build_limit_s": ("200", 200.0),
 }
 
 

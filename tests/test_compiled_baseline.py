@@ -248,7 +248,7 @@ def test_a_later_run_on_the_same_gpu_and_versions_takes_it_from_the_store(tmp_pa
     assert again.sources and not any("torch.compile" in s for s in again.sources)
     reused = first_of_kind(second.store.candidates(second.id), "compiled")
     assert (reused.status, reused.geomean_us) == ("ok", COMPILED_US)
-    assert reused.message.startswith(f"timed by run {first.id} ({timed.id}, ")
+    assert reused.message.startswith(f"timed by run {first.id} ({timed.id}) on ")
     assert reused.message.endswith(timed.message)
     assert run_metrics(second.store, second.id)["compiled_us"] == COMPILED_US
 

@@ -14,7 +14,8 @@ from kscience.jupyter.magics import KscienceMagics
 # Values that must be valid, and what they become; any other setting gets one from its type.
 SAMPLES = {"llm": ("offline", "offline"), "strategy": ("tree", "tree"), "executor": ("ray", "ray"),
            "overrides": ("N=5", {"N": "5"}), "llm_timeout_s": ("30", 30.0),
-           "profile": ("ncu", "ncu"), "stop_at_sol": ("0.8", 0.8), "chooser": ("loop", "loop")}
+           "profile": ("ncu", "ncu"), "stop_at_sol": ("0.8", 0.8), "chooser": ("loop", "loop"),
+           "precision": ("reference", "reference")}
 CLI_ONLY = {"--seed-kernel", "--json", "--help", "-h"}  # a cell body is the kernel; JSON is for the terminal
 MAGIC_ONLY = {"--output", "-o", "--resume", "--force", "--view", "--help", "-h"}
 FLAGGED = [f for f in fields(RunConfig) if f.metadata["flag"]]

@@ -1,9 +1,10 @@
 """A campaign's numbers, in the columns KernelBench and STARK publish, so a table can be set beside theirs.
 
 Per problem: the baseline times (PyTorch eager, torch.compile), the seed's time, the best kernel's
-time, status, attempts and LLM cost. Per suite: the success rate, fast_p for p in FAST_P against
-eager and against torch.compile, the geometric-mean speedup, attempts and cost. Wall time, GPU-hours,
-busy fraction, tokens and $ per problem and in total are `usage.py`'s.
+time and precision, status, attempts and LLM cost. Per suite: the success rate, fast_p for p in FAST_P
+against eager, against torch.compile and against the faster of the two (the baseline that counts, as
+KernelBench v3 and Helion report against), the geometric-mean speedup, attempts and cost. Wall time,
+GPU-hours, busy fraction, tokens and $ per problem and in total are `usage.py`'s.
 
 Definitions (after KernelBench, Ouyang et al. 2025, and its `fastp` code):
 * the kernel of a problem ("best child") is the fastest correct candidate the scientist wrote
@@ -16,8 +17,11 @@ Definitions (after KernelBench, Ouyang et al. 2025, and its `fastp` code):
 * the denominator is every problem of the campaign that was evaluated: skipped problems (did not
   fit the device, cannot be loaded) are counted apart, and a problem whose run failed counts as
   not correct. Against torch.compile, only problems where torch.compile was timed count (it is
-  not timed under the CPU interpreter), and their number is given as `n`;
-* the geometric-mean speedup is over the problems with a correct kernel (STARK's mean speedup).
+  not timed under the CPU interpreter), and their number is given as `n`; against the faster of the two,
+  the problems where torch.compile was judged (PyTorch eager alone where it failed);
+* the geometric-mean speedup is over the problems with a correct kernel (STARK's mean speedup);
+* a best kernel far less precise than the reference (kscience.problems.precision) is marked "reduced
+  precision" and still counts, as KernelBench's tolerance counts it; `--precision reference` runs reject them.
 """
 
 from __future__ import annotations
@@ -26,16 +30,19 @@ import json
 import math
 
 from kscience.campaigns.usage import campaign_usage, run_usage, usage_lines
+from kscience.problems.precision import RULE, label as precision_label
 from kscience.record.liveness import display_status
-from kscience.record.store import Store
+from kscience.record.store import PENDING, Store
 from kscience.record.summary import CPU_NOTE, times_rank
-from kscience.scientist.candidate import Candidate, speedup as times_faster
+from kscience.record.text import FASTER, FASTER_NOTE
+from kscience.scientist.candidate import Candidate, faster_of_eager_and_compile, speedup as times_faster
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "vendor": "vendor_us",
+BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "faster": "faster_us", "vendor": "vendor_us",
              # the fastest installed library (Liger-Kernel, QuACK...), and the fastest baseline of all
              "library": "library_us", "fastest": "fastest_us"}
-BASELINE_NAMES = {"eager": "PyTorch eager", "compiled": "torch.compile", "vendor": "the vendor library",
+BASELINE_NAMES = {"eager": "PyTorch eager", "compiled": "torch.compile", "faster": FASTER,
+                  "vendor": "the vendor library",
                   "library": "the best installed library"}
 _WRITTEN = ("child", "repair")
 
@@ -46,7 +53,8 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
     for entry in store.campaign_problems(campaign_id):
         row = {"position": entry["position"], "name": entry["name"], "locator": entry["locator"],
                "status": entry["status"], "reason": entry["reason"], "run_id": entry["run_id"],
-               "eager_us": None, "compiled_us": None, "vendor_us": None, "seed_us": None, "best_us": None, "best_id": None,
+               "eager_us": None, "compiled_us": None, "faster_us": None, "vendor_us": None, "seed_us": None,
+               "best_us": None, "best_id": None, "precision": {}, "reduced_precision": False,
                "attempts": 0, "cost_usd": 0.0, "tokens": 0, "build_s": 0.0, "device": None, "interpreted": False}
         if entry["run_id"]:
             run = store.run(entry["run_id"])
@@ -74,9 +82,13 @@ def _run_numbers(store: Store, run_id: str) -> dict:
 
     judged_by = best or by_kind.get("seed")
     judged = judged_by.device if judged_by else {}
-    return {"eager_us": time_of("reference"), "compiled_us": time_of("compiled"), "vendor_us": time_of("vendor"),
-            "seed_us": time_of("seed"),
+    compiled = by_kind.get("compiled")
+    faster = faster_of_eager_and_compile(time_of("reference"), time_of("compiled"),
+                                         compiled is not None and compiled.status != PENDING)
+    return {"eager_us": time_of("reference"), "compiled_us": time_of("compiled"), "faster_us": faster,
+            "vendor_us": time_of("vendor"), "seed_us": time_of("seed"),
             "best_us": best.geomean_us if best else None, "best_id": best.id if best else None,
+            "precision": best.precision if best else {}, "reduced_precision": bool(best and best.reduced_precision),
             "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
             # seconds compilers ran in the judges' workers, over every evaluation of the run (not counted as running)
             "build_s": round(sum(c.result.build_s for c in cands if c.result), 1),
@@ -96,10 +108,13 @@ def _library_numbers(cands: list[Candidate], row: dict) -> dict:
 
 
 def beats_line(rows: list[dict]) -> str:
-    """On how many problems the best kernel beats each kind of baseline, and all of them, in one line."""
+    """On how many problems the best kernel beats each kind of baseline, and all of them, in one line (the faster
+    of eager and torch.compile is no kind of its own: its fast_p line says it)."""
     evaluated = [r for r in rows if r["status"] != "skipped"]
     parts = []
     for baseline, name in BASELINE_NAMES.items():
+        if baseline == "faster":
+            continue
         timed = [r for r in evaluated if r.get(BASELINES[baseline])]
         won = sum(1 for r in timed if (x := speedup(r, baseline)) is not None and x > 1)
         parts.append(f"{name} on {won} of {len(timed)}")
@@ -136,7 +151,8 @@ def suite_summary(rows: list[dict]) -> dict:
            "attempts": sum(r["attempts"] for r in evaluated),
            "attempts_per_problem": (sum(r["attempts"] for r in evaluated) / len(evaluated)) if evaluated else None,
            "cost_usd": sum(r["cost_usd"] for r in rows), "tokens": sum(r.get("tokens", 0) for r in rows),
-           "build_s": round(sum(r.get("build_s", 0.0) for r in rows), 1)}
+           "build_s": round(sum(r.get("build_s", 0.0) for r in rows), 1),
+           "n_reduced_precision": sum(1 for r in evaluated if r.get("reduced_precision"))}
     for baseline in BASELINES:
         for p in FAST_P:
             value, n = fast_p(rows, p, baseline)
@@ -152,6 +168,7 @@ def campaign_report(store: Store, campaign_id: str) -> dict:
     rows = problem_rows(store, campaign_id)
     for r in rows:
         r["speedup_eager"], r["speedup_compiled"] = speedup(r, "eager"), speedup(r, "compiled")
+        r["speedup_faster"] = speedup(r, "faster")
         r["speedup_vendor"] = speedup(r, "vendor")
         r["speedup_library"], r["speedup_fastest"] = speedup(r, "library"), speedup(r, "fastest")
     return {"campaign": {k: campaign[k] for k in ("id", "name", "suite", "status", "config", "created")},
@@ -175,13 +192,15 @@ def report_lines(report: dict) -> list[str]:
     c, s = report["campaign"], report["summary"]
     lines = [f"campaign {c['id']} ({c['status']}): {c['suite']}", ""]
     head = f"{'problem':<28} {'status':<11} {'eager us':>10} {'compile us':>10} {'seed us':>10} " \
-           f"{'vendor us':>10} {'best child':>10} {'vs eager':>9} {'vs compile':>10} {'vs vendor':>9} {'tries':>5} " \
+           f"{'vendor us':>10} {'best child':>10} {'vs eager':>9} {'vs compile':>10} {'vs faster':>9} " \
+           f"{'vs vendor':>9} {'tries':>5} " \
            f"{'cost $':>7}"
     lines += [head, "-" * len(head)]
     for r in report["problems"]:
         lines.append(f"{r['name'][:28]:<28} {r['status']:<11} {_us(r['eager_us']):>10} {_us(r['compiled_us']):>10} "
                      f"{_us(r['seed_us']):>10} {_us(r['vendor_us']):>10} {_us(r['best_us']):>10} "
-                     f"{_x(r['speedup_eager']):>9} {_x(r['speedup_compiled']):>10} {_x(r['speedup_vendor']):>9} "
+                     f"{_x(r['speedup_eager']):>9} {_x(r['speedup_compiled']):>10} {_x(r.get('speedup_faster')):>9} "
+                     f"{_x(r['speedup_vendor']):>9} "
                      f"{r['attempts']:>5} {r['cost_usd']:>7.2f}")
         losers = [name for name, key in (("PyTorch eager", "speedup_eager"), ("torch.compile", "speedup_compiled"),
                                          ("the vendor library", "speedup_vendor")) if r[key] and r[key] < 1]
@@ -194,21 +213,26 @@ def report_lines(report: dict) -> list[str]:
         if r.get("beats_all") is not None:
             lines.append(f"    beats every baseline: {'yes' if r['beats_all'] else 'no'} "
                          f"(fastest baseline {_us(r['fastest_us'])} us, {_x(r['speedup_fastest'])})")
+        if r.get("reduced_precision"):
+            lines.append(f"    best child: {precision_label(r['precision'])}")
         if r["status"] in ("skipped", "failed") and r["reason"]:
             lines.append(f"    {r['reason'][:150]}")
     lines += ["", "best child: the fastest correct kernel the scientist wrote, in us; the seed is its starting "
-                  "point and not counted (as KernelBench counts), so it may be slower than the seed"]
+                  "point and not counted (as KernelBench counts), so it may be slower than the seed", FASTER_NOTE]
     if any(r.get("interpreted") for r in report["problems"]):
         lines.append(f"(CPU interpreter: {CPU_NOTE}; no kernel is said to lose on them)")
     lines.append(f"{s['n_evaluated']} of {s['n_problems']} problems evaluated ({s['n_skipped']} skipped); "
                  f"success rate {_pct(s['success_rate'])}; {s['attempts']} attempts; "
                  f"LLM cost ${s['cost_usd']:.2f}; compilers ran {s['build_s']:,.0f} s in the judges' workers")
-    for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile"), ("vendor", "vendor lib"),
-                            ("library", "installed lib"), ("fastest", "fastest base")):
+    for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile"), ("faster", "faster of two"),
+                            ("vendor", "vendor lib"), ("library", "installed lib"), ("fastest", "fastest base")):
         fast = "  ".join(f"fast_{p:g} {_pct(s[f'fast_{p:g}_{baseline}'])}" for p in FAST_P)
         lines.append(f"vs {label:<14} (n={s[f'n_{baseline}']}): {fast}  "
                      f"geomean speedup {_x(s[f'geomean_speedup_{baseline}'])}")
     lines.append(beats_line(report["problems"]))
+    if s["n_reduced_precision"]:
+        lines.append(f"reduced precision: the best child of {s['n_reduced_precision']} of {s['n_evaluated']} problems "
+                     f"({RULE.split(': ', 1)[1]})")
     lines += ["", *usage_lines(report["problems"], report["usage"])]
     return lines
 
@@ -219,36 +243,37 @@ def report_json(report: dict) -> str:
 
 # --- figure ----------------------------------------------------------------------------------------
 # fast_p curves, each with its own dashes, so one that coincides with another stays visible over it
-CURVES = (("eager", "-"), ("compiled", "--"), ("fastest", ":"))
+CURVES = (("eager", "-"), ("compiled", "--"), ("faster", "-."), ("fastest", ":"))
 CURVE_NAMES = {**BASELINE_NAMES, "fastest": "the fastest baseline"}
 
 
 def campaign_figure(report: dict, size=(10, 4.2), dpi: int = 100):
-    """Left: each problem's speedup over eager and torch.compile (log scale; a missing bar is a
-    problem without a correct kernel or without that baseline; a baseline timed on no problem has
-    no bars and is named as such). Right: fast_p against p, the curve KernelBench plots; a curve
-    that coincides with another is dashed over it and says so. Captioned with the device that
-    judged the kernels, and on the CPU that its times are not performance."""
+    """Left: each problem's speedup over eager, torch.compile and the faster of the two (log scale; a missing
+    bar is a problem without a correct kernel or without that baseline; a baseline timed on no problem has
+    no bars and is named as such; a reduced-precision best is hatched). Right: fast_p against p, the curve
+    KernelBench plots; a curve that coincides with another is dashed over it and says so. Captioned with the
+    device that judged the kernels, and on the CPU that its times are not performance."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, dpi=dpi, layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1.6, 1])
     rows = [r for r in report["problems"] if r["status"] != "skipped"]
     names = [r["name"] for r in rows]
-    colours = {"eager": "#1565c0", "compiled": "#6a1b9a", "fastest": "#ad1457"}
-    timed = [b for b in ("eager", "compiled") if any(r[f"speedup_{b}"] for r in rows)]
+    colours = {"eager": "#1565c0", "compiled": "#6a1b9a", "faster": "#2e7d32", "fastest": "#ad1457"}
+    timed = [b for b in ("eager", "compiled", "faster") if any(r.get(f"speedup_{b}") for r in rows)]
     width = 0.8 / max(len(timed), 1)
     for k, baseline in enumerate(timed):
-        values = [r[f"speedup_{baseline}"] or 0.0 for r in rows]
+        values = [r.get(f"speedup_{baseline}") or 0.0 for r in rows]
         left.bar([i + (k - (len(timed) - 1) / 2) * width for i in range(len(rows))], values, width,
-                 color=colours[baseline], label=f"vs {BASELINE_NAMES[baseline]}")
+                 color=colours[baseline], hatch=[("//" if r.get("reduced_precision") else "") for r in rows],
+                 label=f"vs {BASELINE_NAMES[baseline]}")
     left.axhline(1.0, color="black", linewidth=0.8)
     left.set_yscale("log")
     left.set_xticks(range(len(rows)), names, rotation=30, ha="right", fontsize=8)
     left.set_ylabel("speedup of the best kernel")
     if timed:
         left.legend(fontsize=8)
-    untimed = [BASELINE_NAMES[b] for b in ("eager", "compiled") if b not in timed]
+    untimed = [BASELINE_NAMES[b] for b in ("eager", "compiled") if b not in timed]  # the faster needs both
     left.set_title(f"campaign {report['campaign']['id']}"
                    + (f" (no bars for {' or '.join(untimed)}: not timed beside a correct kernel)" if untimed else ""),
                    fontsize=9)

@@ -23,6 +23,7 @@ from kscience.device import detect
 from kscience.evaluate.executors.factory import make_executor
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, bundle, load_problem
+from kscience.problems.precision import DEFAULT_POLICY
 from kscience.record.store import BASELINE_KINDS, Store, StoreError
 from kscience.scientist.candidate import Candidate
 
@@ -95,10 +96,12 @@ def retime(store: Store, target: str, *, top_k: int = TOP_K, executor_spec: str 
             if cand.id in done:
                 kept += 1
             else:
-                # as the run judged it: a baseline's tolerance, settings and leave to call its library
+                # as the run judged it: a baseline's tolerance, settings and leave to call its library, the
+                # run's precision policy
                 jobs.append((run, cand, {"tolerance": problem.tolerance_for(cand.kind, cand.hypothesis),
                                          "overrides": problem.overrides_for(cand.kind),
-                                         "baseline": cand.kind in BASELINE_KINDS, "problem_files": files}))
+                                         "baseline": cand.kind in BASELINE_KINDS, "problem_files": files,
+                                         "precision": run["config"].get("precision", DEFAULT_POLICY)}))
     if jobs:
         own = executor is None
         if own:

@@ -1,6 +1,7 @@
 """`kscience` on the command line: `main.py` (the parser and the entry point) and one module per
-group of commands: `problem_commands.py`, `run_commands.py` (with `progress.py`, the live lines of a
-run), `campaign_commands.py` and `worker_command.py`.
+group of commands: `problem_commands.py` (with `eval_baselines.py`, the speed-ups `eval` prints),
+`run_commands.py` (with `progress.py`, the live lines of a run, and `candidate_view.py`),
+`campaign_commands.py` and `worker_command.py`.
 """
 
 

@@ -1,12 +1,13 @@
-"""`kscience show c-...`: one candidate as a user looks at it: what it tried, its verdict on each shape,
-the judge's message and the candidate's output, the finding recorded on it, its diff against its
-parent and its source."""
+"""`kscience show c-...`: one candidate as a user looks at it: what it tried, its verdict on each shape (with
+its error and the reference's against a float64 answer), its precision, the judge's message and the
+candidate's output, the finding recorded on it, its diff against its parent and its source."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from kscience.problems import shape_label
+from kscience.problems.precision import RULE, label as precision_label
 from kscience.record.snapshot import error_text
 from kscience.record.text import fmt_us, kind_text
 from kscience.run.line import source_diff
@@ -39,7 +40,13 @@ def candidate_lines(detail: dict) -> list[str]:
         t = f"{fmt_us(s.time_us, ' us'):>14}" if s.time_us else ""
         clock = f"  by {s.clock}" if s.time_us and s.clock else ""
         why = f"  {s.message}" if s.message and (not s.ok or s.clock != "cuda events") else ""
-        lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}{clock}{why}".rstrip())
+        # the shape's own errors against float64: the candidate's, then the reference's
+        errors = f"  err {s.err_f64:.1e} (reference {s.ref_err_f64:.1e})" if s.err_f64 is not None else ""
+        lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}{clock}{errors}{why}"
+                     .rstrip())
+    if cand.precision:
+        lines.append(f"precision: {precision_label(cand.precision)}"
+                     + (f"; {RULE}" if cand.precision.get("reduced") else ""))
     if cand.status not in ("ok", "pending"):
         lines += ["", *error_text(cand).splitlines()]
     elif cand.message:

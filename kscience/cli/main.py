@@ -19,7 +19,8 @@ from kscience.evaluate.executors.slot import interrupt_all
 from kscience.evaluate.sandbox.leftovers import reclaim_and_say
 from kscience.evaluate.sandbox.workers import hide_from_workers
 from kscience.record.store import default_db
-from kscience.run.config import PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments
+from kscience.run.config import (PROBLEM_HELP, add_db_option, add_precision_option, add_resume_arguments,
+                                 add_run_arguments)
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
 from kscience.usage import USER_ERRORS
@@ -96,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     _set_arg(s)
     s.add_argument("--unconfined", action="store_true",
                    help="run even where Landlock or namespaces are missing (the verdict says which)")
+    add_precision_option(s)
+    s.add_argument("--no-baselines", dest="baselines", action="store_false",
+                   help="do not judge PyTorch eager and torch.compile beside the candidate for its speed-up "
+                        "(torch.compile is timed on a GPU only, and taken from an earlier timing where one exists)")
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("run", help="evolve a problem's kernel with the scientist")

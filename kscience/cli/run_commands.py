@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from kscience.run.config import llm_choice, new_config, options_from_args
+from kscience.problems.precision import label as precision_label
 from kscience.record.liveness import display_status
 from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
@@ -151,6 +152,8 @@ def cmd_show(args) -> int:
               f"{fmt_us(c.geomean_us):>14} {sol_text:>5}  {c.hypothesis[:60]}")
         if c.status not in ("ok", "pending") and c.message:  # why it failed, in short
             print(f"  {'':>3} {'':<11} {c.message[:100]}")
+        elif c.reduced_precision:  # correct, and far less precise than the reference
+            print(f"  {'':>3} {'':<11} {precision_label(c.precision)}")
     print(f"\n(one candidate in full: kscience show CANDIDATE_ID --db {db})")
     return 0
 

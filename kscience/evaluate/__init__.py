@@ -23,13 +23,15 @@ One evaluation, in call order:
        own clock, which writes the call's inputs (staging.py) and reads its output (shared_buffer.py)
        in memory of its own (judge/buffers.py)
     -> judge/compare.py and judge/crosscheck.py: right answers, the judge's estimate of each call
-    -> the verdict as an EvalResult, back through the slot to the executor's future.
+    -> the verdict as an EvalResult, held to the request's precision policy (result.under_policy),
+       back through the slot to the executor's future.
 
 Trusted side:
   judge/       the process that decides
     evaluation.py        `evaluate`: a request through a session's phases to its result
     session.py           one evaluation's conversation with its worker: limits, inputs, answers, timed calls
-    checking.py          a shape's output against the judge's answer; inputs left untouched; rechecks
+    checking.py          a shape's output against the judge's answer; inputs left untouched; rechecks;
+                         its error against a float64 evaluation of the reference
     verdict.py           `Verdict`: how an evaluation ends early, with a status and why
     input_sets.py        input sets the judge built ahead of their calls, each used once
     phases.py            where an evaluation's seconds go, and what its judge is doing now

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from kscience.problems import precision as P
+
 # Every verdict is exactly one of these.
 OK = "ok"
 COMPILE_ERROR = "compile_error"  # the source does not import: syntax error, missing entry point, import failure
@@ -61,6 +63,14 @@ class ShapeResult:
     inputs: str = ""  # how the timed calls got their inputs: staged by the judge, or built by the worker (why)
     build_us: float | None = None  # the judge's own time to build the shape's inputs (outside its clock when staged)
     max_abs_err: float | None = None
+    # Against a float64 evaluation of the reference on the judge's own inputs of the checked call (all of a
+    # test shape's output, a benchmark shape's sampled elements): the candidate's largest error, the
+    # reference's own as published, and the largest |float64 answer|; or why they were not measured
+    # (kscience.problems.precision reads them)
+    err_f64: float | None = None
+    ref_err_f64: float | None = None
+    scale_f64: float | None = None
+    f64_note: str = ""
     message: str = ""
     # Each kernel the candidate launched on this shape, costliest first: {"name", "launches" per call,
     # "us" per call}, from a profiled pass after the timed calls (kernel_times.py); advice, not the time
@@ -99,6 +109,8 @@ class EvalResult:
     confinement: dict = field(default_factory=dict)
     # The judge's secret seed of the order it ran the shapes in (judge/evaluation.shape_order reproduces it)
     shape_order_seed: int | None = None
+    # kscience.problems.precision.summary of the shapes, with the policy judged under (`under_policy`)
+    precision: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -166,3 +178,21 @@ class EvalRequest:
     # A KernelBench file's or GPU MODE directory's files (kscience.problems.bundle.pack), so a judge on another
     # machine needs no copy at `problem`'s path: it judges the problem as unpacked from these (executors/carried.py)
     problem_files: dict | None = None
+    # kscience.problems.precision.POLICIES: "reference" makes a reduced-precision kernel a wrong answer
+    # (never a baseline's: those are what a user would run, and are only marked)
+    precision: str = P.DEFAULT_POLICY
+
+
+def under_policy(request: EvalRequest, result: EvalResult) -> EvalResult:
+    """The verdict under the request's precision policy (judge/evaluation.evaluate ends with it): its
+    precision summary recorded, and under "reference" a correct but reduced-precision kernel turned into a
+    wrong answer."""
+    summary = P.summary(result.shapes)
+    policy = P.DEFAULT_POLICY if request.baseline else request.precision
+    result.precision = dict(summary, policy=policy) if summary else {}
+    if policy == "reference" and result.ok and summary.get("reduced"):
+        worst = summary["worst"]
+        result.status, result.geomean_us = WRONG_ANSWER, None
+        result.message = P.rejection(summary)
+        result.failing_shape = worst["shape"]
+    return result

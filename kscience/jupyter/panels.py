@@ -13,9 +13,10 @@ import html
 
 from kscience.record.liveness import display_status
 from kscience.record.snapshot import Snapshot, error_text, inside_range
-from kscience.record.text import fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
+from kscience.problems.precision import label as precision_label
+from kscience.record.text import FASTER, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
 from kscience.scientist.briefing import versions_text
-from kscience.scientist.candidate import Candidate, predicted_range
+from kscience.scientist.candidate import Candidate, predicted_range, speedup
 from kscience.scientist.profile_report import kernel_split_text
 from kscience.record.summary import budget_parts
 
@@ -47,8 +48,15 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     vs_seed, vs_ref = snap.speedups(best) if best else (None, None)
     best_text = (f"{best.id}: {fmt_us(best.geomean_us, US)}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs {EAGER}"
                  if best else "none yet")
+    compiled, faster = snap.compiled, snap.faster_us()
+    if best and compiled and compiled.ok:
+        best_text += f", {fmt_x(best.speedup_over(compiled))} vs torch.compile"
+    if best and faster:
+        best_text += f", {fmt_x(speedup(faster, best.geomean_us))} vs {FASTER}"
     facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
              ("LLM", llm), ("best", best_text)]
+    if best and best.precision:  # how far its error is from the reference's own, against float64
+        facts.append(("precision (best)", precision_label(best.precision)))
     versions = versions_text(snap.device)
     if versions:
         facts.insert(2, ("software", versions))
@@ -263,14 +271,16 @@ def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
 
 # --- leaderboard and lineage ------------------------------------------------------------------
 def leaderboard_rows(snap: Snapshot) -> list[dict]:
-    """Rank (correct kernels only), id, time, speedups and status of every settled candidate."""
+    """Rank (correct kernels only), id, time, speedups, status and whether it is reduced precision, of every
+    settled candidate."""
     rows = []
     for rank, c in enumerate(snap.ranked(), start=1):
         vs_seed, vs_ref = snap.speedups(c)
         rows.append({"rank": rank if c.status == "ok" else None, "id": c.id, "kind": c.kind,
                      "iteration": c.iteration, "geomean_us": c.geomean_us if c.status == "ok" else None,
                      "vs_seed": vs_seed, "vs_reference": vs_ref, "status": c.status,
-                     "hypothesis": c.hypothesis})
+                     "hypothesis": c.hypothesis, "reduced_precision": c.reduced_precision,
+                     "precision": precision_label(c.precision)})
     return rows
 
 
@@ -297,18 +307,24 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
         time = (fmt_us(r["geomean_us"], US, 1) if r["status"] == "ok"
                 else _status(r["status"].replace("_", " ")))
         num, cell = f"{NUM} {TIGHT} {CLIP}", f"{CELL} {TIGHT} {CLIP}"
+        # a reduced-precision kernel says so before its hypothesis, the errors in the tooltip
+        marked = (f'<span style="color: #ef6c00;" title="{esc(r["precision"])}">reduced precision</span> '
+                  if r["reduced_precision"] else "")
         body.append(f'<tr><td style="{num}">{r["rank"] or ""}</td>'
                     f'<td style="{cell}" title="{esc(r["id"])} ({esc(r["kind"])}, iteration {r["iteration"]})">'
                     f'<span style="font-family: var(--jp-code-font-family, monospace);">{esc(r["id"])}</span></td>'
                     f'<td style="{num}" title="{esc(r["status"])}">{time}</td>'
                     f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_reference"])}</td>'
-                    f'<td style="{cell}" title="{esc(r["hypothesis"])}">{esc(r["hypothesis"])}</td></tr>')
+                    f'<td style="{cell}" title="{esc(r["hypothesis"])}">{marked}{esc(r["hypothesis"])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base.geomean_us, US)}</div>'
                        for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled),
                                           ("vendor library", snap.vendor),
                                           *((c.hypothesis.split(";")[0], c) for c in snap.libraries))
                        if base and base.status == "ok")
+    if snap.faster_us():
+        ref_line += f'<div style="color: #424242;">{esc(FASTER)}: {fmt_us(snap.faster_us(), US)}</div>'
+
     return (f'<div style="{BOX}"><table class="kscience-leaderboard" style="{TABLE} table-layout: fixed; '
             f'width: 100%; font-size: 11px;"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>{more}{ref_line}</div>')

@@ -16,7 +16,8 @@ from kscience.problems import geomean, shape_label
 from kscience.evaluate import result as R
 from kscience.problems.roofline import ShapeSol, summary
 from kscience.record.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
-from kscience.scientist.candidate import BENCHMARK, Candidate, predicted_range, speedup
+from kscience.scientist.candidate import (BENCHMARK, Candidate, faster_of_eager_and_compile, predicted_range,
+                                         speedup)
 
 OK = R.OK
 # Failures of a candidate's own making: the loop repairs them, the metrics count them as failed.
@@ -193,6 +194,10 @@ class Snapshot:
                 steps.append((i, best))
         return steps
 
+    def faster_us(self) -> float | None:
+        """The faster of PyTorch eager and torch.compile: the baseline that counts (None: not known yet)."""
+        return _faster(self.reference, self.compiled)
+
     def speedups(self, candidate: Candidate) -> tuple[float | None, float | None]:
         """(vs seed, vs reference) of a correct candidate; None where either time is missing."""
         return candidate.speedup_over(self.seed), candidate.speedup_over(self.reference)
@@ -356,6 +361,10 @@ class Snapshot:
             "compiled_message": compiled.message if compiled and compiled.status != OK else None,
             "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_reference": speedup(_us(ref), best_us),
             "speedup_vs_compiled": speedup(_us(compiled), best_us),
+            # the baseline that counts, and whether the best computes far less precisely than the reference
+            "faster_us": self.faster_us(), "speedup_vs_faster": speedup(self.faster_us(), best_us),
+            "precision_best": best.precision if best else {},
+            "n_reduced_precision": sum(c.reduced_precision for c in evaluated),
             "vendor_us": _us(self.vendor), "vendor_status": self.vendor and self.vendor.status,
             "vendor_label": self.vendor and self.vendor.hypothesis,
             "vendor_message": self.vendor and self.vendor.status != OK and self.vendor.message or None,
@@ -408,6 +417,11 @@ class Snapshot:
 
 def _us(candidate: Candidate | None) -> float | None:
     return candidate.geomean_us if candidate else None
+
+
+def _faster(eager: Candidate | None, compiled: Candidate | None) -> float | None:
+    """The faster of PyTorch eager and torch.compile (scientist.candidate.faster_of_eager_and_compile)."""
+    return faster_of_eager_and_compile(_us(eager), _us(compiled), compiled is not None and compiled.status != PENDING)
 
 
 def run_metrics(store: Store, run_id: str) -> dict:

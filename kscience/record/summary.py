@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from kscience.record.liveness import display_status
 from kscience.scientist.candidate import speedup
-from kscience.record.text import EAGER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural
+from kscience.problems.precision import RULE, label as precision_label
+from kscience.record.text import EAGER, FASTER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural
 from kscience.scientist.profile_report import kernel_split_text
 
 CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
@@ -89,6 +90,7 @@ def summary_lines(row: dict, m: dict) -> list[str]:
         if len(m.get("hosts") or []) > 1 and host:  # figures from several machines: say whose each is
             line += f"  on {host}"
         lines.append(line)
+    lines += faster_lines(m)
     lines += verdict_lines(m)
     uplift = m["uplift"]
     reached = (f"; the best was the {_ordinal(m['evaluated_to_best'])} evaluated"
@@ -106,7 +108,32 @@ def summary_lines(row: dict, m: dict) -> list[str]:
               *([f"  judged on hosts        {', '.join(m['hosts'])}: a new best and every composite were judged "
                  "again beside the best on one host"] if len(m.get("hosts") or []) > 1 else []),
               f"  LLM                    {llm_text(m['llm'])}"]
-    return lines + sol_lines(m)
+    return lines + precision_lines(m) + sol_lines(m)
+
+
+def faster_lines(m: dict) -> list[str]:
+    """The baseline that counts and the best kernel's speed-up over it; on a GPU, why it is not known. A CPU run
+    never times torch.compile, and its table has no such row either."""
+    if m.get("faster_us") is None:
+        if (m.get("device") or {}).get("interpreted") is not False:
+            return []
+        why = "PyTorch eager has no time" if not m.get("reference_us") else "torch.compile was not timed"
+        return [f"  {FASTER}: unknown, {why}"]
+    which = "torch.compile" if m["faster_us"] == m.get("compiled_us") else EAGER
+    return [f"  {FASTER}: {which}, {fmt_us(m['faster_us'])} us; the best kernel is "
+            f"{fmt_x(m.get('speedup_vs_faster'))} as fast"]
+
+
+def precision_lines(m: dict) -> list[str]:
+    """The best kernel's precision against a float64 reference, and how many correct kernels computed far less
+    precisely than the reference (kscience.problems.precision)."""
+    lines = []
+    if m.get("precision_best"):
+        lines.append(f"  precision (best)       {precision_label(m['precision_best'])}")
+    if m.get("n_reduced_precision"):
+        lines.append(f"  reduced precision      {plural(m['n_reduced_precision'], 'correct kernel')}: "
+                     f"{RULE.split(': ', 1)[1]}")
+    return lines
 
 
 def times_rank(device: dict) -> bool:

@@ -73,6 +73,11 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
 # One name for one thing in whatever a user reads: the problem's eager PyTorch kernel, timed as a
 # baseline, is stored as kind "reference" and shown as "PyTorch eager".
 EAGER = "PyTorch eager"
+# The baseline that counts (scientist.candidate.faster_of_eager_and_compile), in full and as a column heads it.
+FASTER = "the faster of PyTorch eager and torch.compile"
+FASTER_SHORT = "faster"
+FASTER_NOTE = (f"{FASTER_SHORT}: {FASTER}, the baseline papers now report against (KernelBench v3, Helion); "
+               "PyTorch eager alone where torch.compile was judged and failed")
 
 
 def kind_text(kind: str) -> str:

@@ -9,6 +9,8 @@ the controller hands its lines and `Judging` instead of itself (`journal.py`: th
 and stop; `budget.py`: --evaluations; `population.py`: what the scientist sees; `composing.py`: the
 per-shape composite), `driver.py` (`Run`: builds the scientist and the executor, drives the
 controller, and stops and resumes it), `events.py` (what a run tells its watchers), then the
-helpers: `baselines.py` (eager, torch.compile and vendor-library timings), `environment.py` (what
-the run ran on), `profiling.py` (hardware counters outside the timing) and `threads.py`.
+helpers: `baselines.py` (eager, torch.compile and vendor-library timings), `baseline_cache.py`
+(torch.compile's verdicts kept beside every database), `environment.py` (what the run ran on),
+`profiling.py` (hardware counters outside the timing), `held.py` (optional work that goes out with the
+next evaluation through a batching queue) and `threads.py`.
 """

@@ -17,6 +17,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kscience.evaluate.executors.queue_dir import queue_directory
 from kscience.evaluate.result import BUILD_LIMIT_S
+from kscience.problems.precision import DEFAULT_POLICY, POLICIES, policy_text
 from kscience.run.profiling import PROFILERS
 from kscience.scientist.plans import CHOOSERS
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
@@ -126,6 +127,12 @@ class RunConfig:
                                   "(Nsight Compute; its cost is shown, never timed); auto: where the judging "
                                   "machine has ncu; none: off",
                                   choices=PROFILERS, on_resume=True)
+    # What a correct answer's precision must be (kscience.problems.precision): fixed once the run exists,
+    # since its stored verdicts were judged under it.
+    precision: str = setting(DEFAULT_POLICY, "--precision", "tolerance: within the problem's rtol/atol is "
+                             "correct, as KernelBench judges, and a kernel far less precise than the reference "
+                             "is marked reduced precision; reference: such a kernel is a wrong answer "
+                             "(default tolerance)", choices=POLICIES)
     stop_at_sol: float | None = setting(None, "--stop-at-sol", "end the run once its best kernel reaches this "
                                         "fraction of the roofline bound on every shape, e.g. 0.8", metavar="F",
                                         on_resume=True)
@@ -150,6 +157,8 @@ class RunConfig:
                 raise ConfigError(f"{flag} must be at least {least}, not {value}")
         if self.eval_timeout_s is not None and self.eval_timeout_s <= 0:
             raise ConfigError(f"--eval-timeout must be a positive number of seconds, not {self.eval_timeout_s:g}")
+        if self.precision not in POLICIES:
+            raise ConfigError(f"unknown precision policy {self.precision!r}: use {', '.join(POLICIES)}")
         if self.profile is not None and self.profile not in PROFILERS:
             raise ConfigError(f"unknown profiler {self.profile!r}: use {', '.join(PROFILERS)}")
         if self.stop_at_sol is not None and not 0 < self.stop_at_sol <= 1:
@@ -163,6 +172,12 @@ class RunConfig:
     def from_dict(cls, d: dict) -> "RunConfig":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def precision_policy(config: RunConfig, entry: str = "custom_kernel") -> str:
+    """What the model is told of the run's precision policy and of state kept across calls (`entry`: the
+    problem's, custom_kernel or ModelNew): the text the judge's rule is stated in, kscience.problems.precision."""
+    return policy_text(config.precision, entry)
 
 
 SETTINGS = tuple(f.name for f in fields(RunConfig) if f.metadata["flag"])  # what a user may set by flag
@@ -213,6 +228,13 @@ def _type_of(f):
 def add_db_option(parser) -> None:
     parser.add_argument("--db", default=None, metavar="PATH",
                         help=f"SQLite file (default: $KSCIENCE_DB or ./{DEFAULT_DB})")
+
+
+def add_precision_option(parser) -> None:
+    """--precision as `kscience run` declares it, for a command that judges without a run (`kscience eval`)."""
+    meta = RunConfig.__dataclass_fields__["precision"].metadata
+    parser.add_argument(meta["flag"], dest="precision", default=DEFAULT_POLICY, choices=meta["choices"],
+                        help=meta["help"])
 
 
 def add_run_arguments(parser) -> None:

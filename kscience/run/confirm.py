@@ -11,7 +11,8 @@ batch, one node) takes them, both verdicts are replaced by those same-host figur
 the two is marked as such (the record's best skips it from then on). That may
 leave another member looking fastest: it is settled in turn, at most ROUNDS pairs after one verdict
 and FINAL_ROUNDS when the session's lines have ended.
-A pair that lands on two hosts TRIES times is left as it is, marked unconfirmed. Each verdict keeps
+A pair that lands on two hosts TRIES times is left as it is, marked unconfirmed, and so is one that a run
+judging through a batching queue ended before it could send (kscience.run.held). Each verdict keeps
 the host that judged it (`device.host`, see kscience.device); `show` prints it beside each figure
 once there is more than one.
 """
@@ -84,3 +85,8 @@ def confirmed(result: dict, other: Candidate, other_result: dict, earlier: Candi
 def unconfirmed(result: dict, tries: int) -> dict:
     return dict(result, unconfirmed=True, message=f"not confirmed on one host ({tries} pair(s) judged on "
                                                   f"different hosts): {result.get('message', '')}")
+
+
+def skipped(result: dict, why: str) -> dict:
+    """`result` of a member whose same-host pair was never judged (the run ended first), saying so."""
+    return dict(result, unconfirmed=True, message=f"not confirmed on one host ({why}): {result.get('message', '')}")

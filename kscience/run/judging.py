@@ -10,22 +10,27 @@ the wait for a worker to claim it). Busy time and this session's wall time are s
 `kill -9` loses at most the wall time since the last verdict.
 
 After each verdict its `Composer` (kscience.run.composing) looks for a per-shape composite to judge
-through this same path.
+through this same path. Where the executor judges requests in batches (a queue), optional work (profiles,
+same-host pairs) waits to go out with the next evaluation (kscience.run.held) instead of alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
+from functools import partial
 
 from kscience.run import confirm, profiling
 from kscience.evaluate.profile import job as profile_job
 from kscience.evaluate import result as R
 from kscience.problems import Problem, bundle
+from kscience.problems.precision import DEFAULT_POLICY
 from kscience.run.budget import EvaluationBudget
 from kscience.run.composing import Composer
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
+from kscience.run.held import Held, Job
 from kscience.run.in_flight import has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.slots import Slots
@@ -71,13 +76,15 @@ def step_limit(seed: Candidate | None) -> float | None:
 class Judging:
     """`changed` is set after each verdict is announced (the controller waits on it to start lines);
     `profile` is the profiler the run asks for (None: none), `eval_timeout_s`, `build_limit_s` and
-    `time_limit_s` the run's --eval-timeout and --build-limit and this session's --time-limit."""
+    `time_limit_s` the run's --eval-timeout and --build-limit and this session's --time-limit, `precision`
+    its --precision."""
 
     def __init__(self, executor, *, journal: Journal, stopping: Stopping, budget: EvaluationBudget,
                  problem: Problem, changed: asyncio.Event, profile: str | None = None,
                  eval_timeout_s: float | None = None, time_limit_s: float | None = None,
-                 build_limit_s: float | None = None, slots: Slots | None = None):
+                 build_limit_s: float | None = None, slots: Slots | None = None, precision: str = DEFAULT_POLICY):
         self.executor, self.journal, self.stopping, self.budget = executor, journal, stopping, budget
+        self.precision = precision  # the run's --precision, sent with every request (baselines are only marked)
         self.problem, self.changed, self.profile, self.eval_timeout_s = problem, changed, profile, eval_timeout_s
         self.build_limit_s = build_limit_s
         # The executor's slots: this run's own, or shared with the other runs of a campaign (kscience.run.slots)
@@ -89,6 +96,13 @@ class Judging:
         self._confirming = asyncio.Lock()  # one same-host confirmation at a time (kscience.run.confirm)
         self.pairs = 0  # pairs submitted for confirmation this session
         self.profiles_beside: list[asyncio.Task] = []  # profiles no line waits for (evaluate's profile_beside)
+        # Where a request alone costs a round trip of its own (Executor.batches), optional work is held for the
+        # next evaluation, and its requests then take no slot, as the cheap baselines take none.
+        self.batches = bool(getattr(executor, "batches", False))
+        self.held = Held()
+        self._pairing = False  # a job settling same-host pairs is held or running (one at a time)
+        self._to_pair: set[str] = set()  # composites still to be judged beside the best
+        self._pair_tries: dict[tuple[str, str], int] = {}  # pairs that landed on two hosts, and how often
         self.composer = Composer(journal, problem, budget, self.evaluate)  # composes after every verdict
         self.started = time.time()  # this session's clock, for busy fractions
         self._t0 = time.monotonic()
@@ -102,9 +116,16 @@ class Judging:
         self._problem_files: dict | None | bool = False  # packed on the first request (False: not yet)
 
     # --- the slots -------------------------------------------------------------------------------
-    def backlog_s(self) -> float | None:
-        """Seconds the slots need for the evaluations asked for now (every run's that shares them)."""
-        return self.slots.backlog_s()
+    def verdicts_in_s(self) -> float | None:
+        """Seconds until the evaluations asked for now all have their verdicts, from this session's own timings:
+        the mean time an evaluation was in flight (a queue's round trip included), once per round of
+        `capacity` evaluations they fill, and no sooner than the slots' whole backlog where other runs share
+        them (kscience.run.slots); None until one has been timed."""
+        timed = sum(self.evaluations) - self._baselines_timed  # a minutes-long torch.compile is no candidate
+        if not timed:
+            return None
+        own = (sum(self.busy_s) - self._baselines_timed_s) / timed * math.ceil(self.asked / self.capacity)
+        return max(own, self.slots.backlog_s() or 0.0)
 
     def work_s(self) -> float | None:
         """This run's evaluations asked for now at its mean evaluation time; None until one has been timed."""
@@ -151,7 +172,10 @@ class Judging:
         if twin is None and self.profile and not self.no_ncu and (
                 profiling.candidate_to_profile(cand, self.journal.candidates())
                 or (cand.ok and "ncu" in self.asked_for(cand))):
-            if profile_beside:
+            if self.batches:  # alone, a profile job would cost a round trip of its own
+                self.held.hold(Job(f"the Nsight Compute profile of {cand.id}", partial(self._profile, cand, line),
+                                   partial(self._profile_skipped, cand)))
+            elif profile_beside:
                 self.profiles_beside.append(asyncio.create_task(self._profile(cand, line)))
             else:
                 await self._profile(cand, line)
@@ -167,8 +191,12 @@ class Judging:
 
     async def _hold_best(self, cand: Candidate, line: int) -> Candidate:
         """After `cand`'s verdict: a composite judged beside the best, then the best settled against its
-        close contenders from other hosts (kscience.run.confirm); one at a time. Returns cand as stored."""
+        close contenders from other hosts (kscience.run.confirm); one at a time, or where the executor batches,
+        held to travel with the next evaluation. Returns cand as stored."""
         store = self.journal.store
+        if self.batches:
+            self._hold_pairs(store.candidate(cand.id))
+            return store.candidate(cand.id)
         async with self._confirming:
             rival = confirm.rival(store.candidate(cand.id), self.journal.candidates())
             if rival is not None:
@@ -188,26 +216,96 @@ class Judging:
     async def _confirm(self, cand: Candidate, best: Candidate, line: int) -> Candidate:
         """Judge `cand` and the current best again, submitted at once, until both verdicts come from one
         host (at most confirm.TRIES pairs); store those figures in place of the earlier ones."""
-        self.journal.stage("confirm", cand.iteration, f"{cand.id} beside {best.id} on one host", line)
         for _ in range(confirm.TRIES):
-            self.pairs += 1
-            tag = f"confirm {cand.id} vs {best.id} #{self.pairs}"  # a new request, not an earlier one's answer
-            # Two slots held, then both requests go out with nothing between them.
-            slots = await self._queued_for_slots(cand, line, min(2, self.capacity))
-            try:
-                self.stopping.check()
-                futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
-            except BaseException:
-                for slot in slots:
-                    self.slots.give(slot)
-                raise
-            mine, theirs = await asyncio.gather(
-                self._judge(cand, line, tag, slots[0], futures[0]),
-                self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
-            if (mine.get("device") or {}).get("host") == (theirs.get("device") or {}).get("host"):
-                self.journal.store.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
-                return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
+            judged = await self._pair(cand, best, line)
+            if judged is not None:
+                return judged
         return self.record_verdict(cand, confirm.unconfirmed(cand.stored_result, confirm.TRIES))
+
+    async def _pair(self, cand: Candidate, best: Candidate, line: int) -> Candidate | None:
+        """One pair of `_confirm`: `cand` as stored once both verdicts came from one host, else None."""
+        self.journal.stage("confirm", cand.iteration, f"{cand.id} beside {best.id} on one host", line)
+        self.pairs += 1
+        tag = f"confirm {cand.id} vs {best.id} #{self.pairs}"  # a new request, not an earlier one's answer
+        # Two slots held (none where they travel with an evaluation), then both requests go out together.
+        slots = [] if self.batches else await self._queued_for_slots(cand, line, min(2, self.capacity))
+        try:
+            self.stopping.check()
+            futures = [self.executor.submit(self._request(c, tag)) for c in (cand, best)]
+        except BaseException:
+            for slot in slots:
+                self.slots.give(slot)
+            raise
+        mine, theirs = await asyncio.gather(
+            self._judge(cand, line, tag, slots[0] if slots else None, futures[0]),
+            self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
+        if (mine.get("device") or {}).get("host") != (theirs.get("device") or {}).get("host"):
+            return None
+        self.journal.store.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
+        return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
+
+    # --- optional work held for the next evaluation (Executor.batches) ---------------------------
+    def _hold_pairs(self, composite: Candidate | None = None) -> None:
+        """Where the executor batches, the pairs to judge on one host (each composite beside the best, then the
+        best beside its closest contender from another host) are settled by one job at a time, held to go out
+        with the next evaluation; `composite` is a verdict just recorded that may need its pair."""
+        if composite is not None and confirm.rival(composite, self.journal.candidates()) is not None:
+            self._to_pair.add(composite.id)
+        if not self._pairing and (self._to_pair or confirm.unsettled(self.journal.candidates())):
+            self._pairing = True
+            self.held.hold(Job("the same-host pairs", self._next_pair, self._pairs_skipped))
+
+    async def _next_pair(self) -> None:
+        """One pair, sent with the evaluation that released this job; the job is held again while any is left."""
+        store = self.journal.store
+        try:
+            pair, composite = None, None
+            while self._to_pair and pair is None:
+                composite = store.candidate(self._to_pair.pop())
+                rival = confirm.rival(composite, self.journal.candidates())
+                pair = (composite, rival) if rival is not None else None
+            pair = pair or confirm.unsettled(self.journal.candidates())
+            if pair is not None and await self._pair(*pair, 0) is None:  # landed on two hosts
+                key = (pair[0].id, pair[1].id)
+                self._pair_tries[key] = self._pair_tries.get(key, 0) + 1
+                if self._pair_tries[key] >= confirm.TRIES:
+                    self.record_verdict(store.candidate(pair[0].id),
+                                        confirm.unconfirmed(store.candidate(pair[0].id).stored_result, confirm.TRIES))
+                elif composite is not None and pair[0].id == composite.id:
+                    self._to_pair.add(composite.id)  # again, with the next evaluation
+        finally:
+            self._pairing = False
+        self._hold_pairs()
+
+    def _pairs_skipped(self, why: str) -> None:
+        """The run ended before the held pairs went out: the composites waiting for theirs, and a best with a close
+        contender from another host, are marked unconfirmed, saying why."""
+        for cand_id in sorted(self._to_pair):
+            self._unconfirmed(cand_id, why)
+        self._to_pair.clear()
+        pair = confirm.unsettled(self.journal.candidates())
+        if pair is not None:
+            self._unconfirmed(pair[0].id, why)
+
+    def _unconfirmed(self, cand_id: str, why: str) -> None:
+        cand = self.journal.store.candidate(cand_id)
+        if not cand.notes.get("unconfirmed") and not cand.notes.get("slower_than"):
+            self.record_verdict(cand, confirm.skipped(cand.stored_result, why))
+
+    def _profile_skipped(self, cand: Candidate, why: str) -> None:
+        self.journal.emit(CandidateProfiled(candidate_id=cand.id, iteration=cand.iteration, profiler="ncu",
+                                            profile_s=None, message=f"profile ncu: {cand.id} not profiled: {why}"))
+
+    async def finish(self, rounds: int) -> None:
+        """At the end of a session: the best settled against close contenders from other hosts, at most `rounds`
+        pairs. Where the executor batches, nothing more goes out alone: held work is recorded as skipped, an
+        unsettled best as unconfirmed, and what travelled with the last evaluations comes back with them."""
+        if not self.batches:
+            await self.settle(rounds)
+            return
+        why = "the run's work ended before it could go out with an evaluation"
+        await self.held.finish(why)
+        self._pairs_skipped(why)  # a pair no job was held for (a best settled by the last pair sent)
 
     def _request(self, cand: Candidate, tag: str = "") -> R.EvalRequest:
         """The evaluation request for `cand`; a `tag` makes it a new request for the same source."""
@@ -220,7 +318,8 @@ class Judging:
                              candidate_id=f"{cand.id} ({tag})" if tag else cand.id,
                              tolerance=problem.tolerance_for(cand.kind, cand.hypothesis),
                              baseline=cand.kind in BASELINE_KINDS, timeout_s=timeout_s,
-                             step_limit_s=self.step_limit_for(cand), build_limit_s=self.build_limit_s)
+                             step_limit_s=self.step_limit_for(cand), build_limit_s=self.build_limit_s,
+                             precision=self.precision)
 
     async def _judge(self, cand: Candidate, line: int, tag: str = "", slot: int | None = None,
                      future=None) -> dict:
@@ -228,7 +327,8 @@ class Judging:
         one, on none for a cheap baseline, on an idle one for IDLE_SLOT_BASELINES; `future` when the caller
         has submitted the request already."""
         baseline = cand.kind in BASELINE_KINDS and future is None
-        slotless = baseline and cand.kind not in IDLE_SLOT_BASELINES
+        # the cheap baselines, and a pair that goes out with an evaluation where the executor batches
+        slotless = (baseline and cand.kind not in IDLE_SLOT_BASELINES) or (future is not None and self.batches)
         if slot is None and not baseline and not self.slots.free():  # the dashboard shows this line waiting
             self.journal.stage("queued", cand.iteration, cand.id, line)
         self.asked += 1
@@ -253,7 +353,9 @@ class Judging:
                 self.stopping.check()
             self.journal.stage("evaluate", cand.iteration, cand.id, line)
             request = self._request(cand, tag)
-            future = future or self.executor.submit(request)
+            if future is None:
+                future = self.executor.submit(request)
+                self.held.release()  # optional work goes out with it
             self.in_flight.add(name(cand), future)
             try:
                 result = await self._outcome(cand, future, line, request.step_limit_s)
@@ -386,31 +488,19 @@ class Judging:
     async def _profile(self, cand: Candidate, line: int) -> None:
         """Nsight Compute on one shape of the candidate, as a profile job judged where evaluations are
         (profile/job.py: local slot, Ray, queue), on one slot and never ahead of a queued evaluation
-        unless profiling has taken less than PROFILE_SHARE of the slots' time. Its cost is shown, and
-        never timed."""
-        problem = self.problem
-        shape = profiling.profile_shape(problem, cand.stored_result)
-        if shape is None:
+        unless profiling has taken less than PROFILE_SHARE of the slots' time; where the executor batches,
+        on none, going out with the evaluation that released it. Its cost is shown, and never timed."""
+        shape = profiling.profile_shape(self.problem, cand.stored_result)
+        if shape is None or self.no_ncu:
             return
-        async with self.slots.profiling:
-            if self.no_ncu:  # said by the profile job this one waited behind
-                return
-            await self.slots.no_baselines_out.wait()
-            slot = await self._slot_for_profile()
-            started, future = time.monotonic(), None
-            try:
-                self.journal.stage("profile", cand.iteration, cand.id, line)
-                request = R.EvalRequest(problem=problem.locator, problem_files=self.problem_files, source=cand.source,
-                                        overrides=dict(problem.overrides), candidate_id=cand.id, measure=[],
-                                        profile_shape=shape)
-                future = self.executor.submit(request)
-                self.in_flight.add(f"the Nsight Compute profile of {cand.id}", future)
-                answer = (await self._outcome(cand, future, line)).to_dict()
-            finally:
-                self.in_flight.discard(future)
-                self.profile_s += time.monotonic() - started
-                self.slots.profile_s += time.monotonic() - started
-                self.slots.give(slot)
+        if self.batches:
+            answer = await self._profile_job(cand, shape, line, None)
+        else:
+            async with self.slots.profiling:
+                if self.no_ncu:  # said by the profile job this one waited behind
+                    return
+                await self.slots.no_baselines_out.wait()
+                answer = await self._profile_job(cand, shape, line, await self._slot_for_profile())
         record = answer.get("profile")
         if record is not None:
             self.journal.store.record_profile(cand.id, **record)
@@ -420,6 +510,25 @@ class Judging:
             candidate_id=cand.id, iteration=cand.iteration, profiler="ncu", profile_s=record and record["profile_s"],
             message=profiling.profiled_line(cand.id, record, [answer.get("profile_said")],
                                             host=(answer.get("device") or {}).get("host"))))
+
+    async def _profile_job(self, cand: Candidate, shape: dict, line: int, slot: int | None) -> dict:
+        """The profile job's answer; `slot` (released here) is the one it holds, None for none."""
+        problem = self.problem
+        started, future = time.monotonic(), None
+        try:
+            self.journal.stage("profile", cand.iteration, cand.id, line)
+            request = R.EvalRequest(problem=problem.locator, problem_files=self.problem_files, source=cand.source,
+                                    overrides=dict(problem.overrides), candidate_id=cand.id, measure=[],
+                                    profile_shape=shape)
+            future = self.executor.submit(request)
+            self.in_flight.add(f"the Nsight Compute profile of {cand.id}", future)
+            return (await self._outcome(cand, future, line)).to_dict()
+        finally:
+            self.in_flight.discard(future)
+            self.profile_s += time.monotonic() - started
+            self.slots.profile_s += time.monotonic() - started
+            if slot is not None:
+                self.slots.give(slot)
 
     async def _slot_for_profile(self) -> int:
         """A free slot once no evaluation waits for one, or ahead of them while profiling's share of the slots'

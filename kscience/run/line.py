@@ -66,6 +66,7 @@ class Line:
         self.population, self.scientist, self.sharing = population, scientist, sharing
         self.problem, self.repairs, self.several = problem, repairs, several
         self.lines_waiting, self.note_model_time = lines_waiting, note_model_time
+        self.judged_now = 0  # its candidates waiting for a verdict now (the controller reads it)
 
     def _stage(self, stage: str, iteration: int, detail: str = "") -> None:
         self.journal.stage(stage, iteration, detail, self.number)
@@ -265,7 +266,7 @@ class Line:
         `profile_beside`: see Judging.evaluate."""
         last = chain[-1]
         if last.status == PENDING:
-            last = chain[-1] = await self.judging.evaluate(last, self.number, profile_beside=profile_beside)
+            last = chain[-1] = await self._judged(last, profile_beside)
         attempts = sum(c.kind == "repair" for c in chain)
         while last.status in (*REPAIRABLE, WRITE_FAILED) and attempts < self.repairs:
             broken = next((c for c in reversed(chain) if c.status in REPAIRABLE), None)
@@ -285,8 +286,15 @@ class Line:
                                   repair_attempt=attempts)
             chain.append(last)
             if last.status == PENDING:
-                last = chain[-1] = await self.judging.evaluate(last, self.number, profile_beside=profile_beside)
+                last = chain[-1] = await self._judged(last, profile_beside)
         return last
+
+    async def _judged(self, cand: Candidate, profile_beside: bool) -> Candidate:
+        self.judged_now += 1
+        try:
+            return await self.judging.evaluate(cand, self.number, profile_beside=profile_beside)
+        finally:
+            self.judged_now -= 1
 
     def add_draft(self, draft, *, kind: str, parent_id: str, parent_source: str, iteration: int,
                   plan_id: str | None, hypothesis: str, repair_attempt: int = 0) -> Candidate:

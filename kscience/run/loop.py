@@ -5,9 +5,10 @@ each chosen plan. With one line, iterations follow one another as design rounds 
 K lines, K iterations run at once on their own clocks, sharing the population, every finding
 recorded so far and the evaluation slots (kscience.run.judging), so the evaluator keeps working while
 the model thinks. Lines waiting for work share one designer answer (kscience.run.sharing); a line
-whose candidates are all written counts as free while the evaluator's queue would otherwise run dry
-before a new design and its writes come back, so its next iteration is designed while they are judged. `--iterations N` counts designs started in total; the run also ends at its
-`--evaluations` budget, at `--stop-at-sol`, when nothing is left to try, or on a stop.
+whose candidates are all written counts as free only while the evaluator is faster than the model (both
+measured by this run), so its next iteration is designed while they are judged; otherwise its next design
+waits for their verdicts and learns from them. `--iterations N` counts designs started in total; the run
+also ends at its `--evaluations` budget, at `--stop-at-sol`, when nothing is left to try, or on a stop.
 
 Every step reads what it needs from the store and commits what it produced before the next step
 starts, so the controller can be dropped at any point (stop, failure, `kill -9`) and a new one
@@ -19,10 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from functools import partial
 
-from kscience.run import confirm, profiling
+from kscience.run import baseline_cache, confirm, profiling
 from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, compiled_source, library_candidate,
                                     library_title, reference_source, vendor_alone_source, vendor_source,
                                     vendor_title)
@@ -45,13 +45,12 @@ from kscience.record.store import PENDING, Store
 __all__ = ["Controller", "RunError", "Stopped"]
 
 AHEAD_PER_LINE = 2  # iterations one line may have going: one being judged while the next is designed
-MODEL_CALLS_TO_A_CHILD = 2  # a design, then its writer: answers between a line's start and its first child
 
 
 class Controller:
     """Drives one session of a run: `config` gives its settings (--repairs, --lines, --evaluations, the
-    time limits, --profile, --stop-at-sol, whether to time torch.compile), `stop` is set by the user
-    (Run.stop); `slots` are the executor's slots where other runs share them (kscience.run.slots)."""
+    time limits, --profile, --stop-at-sol, --precision, whether to time torch.compile), `stop` is set by the
+    user (Run.stop); `slots` are the executor's slots where other runs share them (kscience.run.slots)."""
 
     def __init__(self, *, store: Store, run_id: str, problem: Problem, scientist, executor: Executor,
                  bus: EventBus, config: RunConfig, seed_source: str, stop: threading.Event, slots: Slots | None = None):
@@ -68,7 +67,7 @@ class Controller:
         self.lines = max(1, config.lines or executor.capacity)  # default: one line per evaluation slot
         self.eval_timeout_s, self.time_limit_s = config.eval_timeout_s, config.time_limit_s
         self.build_limit_s = config.build_limit_s
-        self.profile, self.stop_at_sol = config.profile, config.stop_at_sol
+        self.profile, self.stop_at_sol, self.precision = config.profile, config.stop_at_sol, config.precision
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
         # Set by each verdict recorded (kscience.run.judging) and each line whose candidates are all
@@ -77,6 +76,8 @@ class Controller:
         self.sharing = Sharing()  # pooled plans and designs under way (kscience.run.sharing)
         self._seeking: set[asyncio.Task] = set()  # line tasks that have no plans stored yet
         self._written: set[asyncio.Task] = set()  # line tasks whose candidates are all written
+        self._ahead: set[asyncio.Task] = set()  # of those, the ones whose next iteration may be designed now
+        self._line_of: dict[asyncio.Task, Line] = {}  # each line task's Line (its candidates awaiting a verdict)
         self.model_s: float | None = None  # how long a designer answer takes, smoothed
         self._beside: list[asyncio.Task] = []  # the baselines, judged while the lines work (see _roots)
 
@@ -85,7 +86,8 @@ class Controller:
         """Bring the run to `target` iterations (designs), finishing any interrupted work first."""
         self.judging = Judging(self.executor, journal=self.journal, stopping=self.stopping, budget=self.budget,
                                problem=self.problem, changed=self.changed, eval_timeout_s=self.eval_timeout_s,
-                               time_limit_s=self.time_limit_s, build_limit_s=self.build_limit_s, slots=self.slots)
+                               time_limit_s=self.time_limit_s, build_limit_s=self.build_limit_s, slots=self.slots,
+                               precision=self.precision)
         try:
             if self.iterations_done() < target:
                 # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found
@@ -112,7 +114,9 @@ class Controller:
             await self._baselines_judged()  # a run is done once every baseline has its verdict
             if ended is not None:
                 self.journal.stage("done", self.iterations_done(), ended)
-            await self.judging.settle(confirm.FINAL_ROUNDS)  # figures from several hosts: end on a settled best
+            # figures from several hosts: end on a settled best (through a batching queue, optional work still
+            # held is skipped rather than sent alone)
+            await self.judging.finish(confirm.FINAL_ROUNDS)
         except asyncio.CancelledError:  # Ctrl-C: a baseline started keeps its verdict, the others stay pending
             for task in self._worked_beside():
                 task.cancel()
@@ -125,8 +129,9 @@ class Controller:
             self.judging.save()  # this session's wall time and every slot's busy time
 
     def _worked_beside(self) -> list[asyncio.Task]:
-        """The baselines and the seed's profile, which the lines do not wait for."""
-        return [*self._beside, *self.judging.profiles_beside]
+        """The baselines, the seed's profile and optional work sent with an evaluation, which the lines do not
+        wait for."""
+        return [*self._beside, *self.judging.profiles_beside, *self.judging.held.started]
 
     async def _baselines_judged(self) -> None:
         """Wait for every baseline (and the seed's profile) the lines worked beside; raise the first
@@ -182,6 +187,8 @@ class Controller:
                     number, iteration = tasks.pop(task)
                     designing.discard(task)
                     self._written.discard(task)
+                    self._ahead.discard(task)
+                    self._line_of.pop(task, None)
                     # The dashboard shows each line's stage: this one has none now, unless the line
                     # already works on its next iteration.
                     if self.lines > 1 and number not in {n for n, _ in tasks.values()}:
@@ -217,29 +224,36 @@ class Controller:
 
     async def _new_line(self, number: int, iteration: int, designing: set) -> None:
         line, me = self._line(number), asyncio.current_task()
+        self._line_of[me] = line
         rows = await line.find_work(iteration)
         designing.discard(me)  # stored: counted by iterations_done from now on
         await line.experiments(rows, lambda: self._all_written(me))
 
     async def _resumed_line(self, number: int, rows: list[dict]) -> None:
-        me = asyncio.current_task()
-        await self._line(number).experiments(rows, lambda: self._all_written(me))
+        line, me = self._line(number), asyncio.current_task()
+        self._line_of[me] = line
+        await line.experiments(rows, lambda: self._all_written(me))
 
     def _all_written(self, task: asyncio.Task) -> None:
         self._written.add(task)
         self.changed.set()
 
     def _design_ahead(self) -> bool:
-        """Whether a line whose candidates are all written may start its next design while they are judged:
-        when the evaluator's queued work would run out before a design and its writes (two model answers)
-        could add to it, and while either side's time is not yet known."""
-        backlog = self.judging.backlog_s()
-        return self.model_s is None or backlog is None or backlog <= MODEL_CALLS_TO_A_CHILD * self.model_s
+        """Whether a line whose candidates are all written may start its next design while they are judged: only
+        when the evaluator is faster than the model, as this run measured both, so that the verdicts asked for
+        now are back before one designer answer (and reach the design after it). Otherwise, and until both are
+        measured, the line waits for its verdicts and its next design learns from them; other lines, where the
+        run has more than one, keep the slots busy meanwhile."""
+        verdicts_in = self.judging.verdicts_in_s()
+        return self.model_s is not None and verdicts_in is not None and verdicts_in < self.model_s
 
     def _occupied(self, tasks: dict) -> int:
-        """Lines in use: a line whose candidates are all written counts as free while designing ahead pays."""
-        ahead = self._design_ahead()
-        return sum(not (ahead and task in self._written) for task in tasks)
+        """Lines in use. A line whose candidates are all written becomes free, for good, once designing ahead pays
+        while some of them still wait for a verdict; one whose verdicts are all in finishes its findings first,
+        which its next design then reads."""
+        if any(task in self._written and task not in self._ahead for task in tasks) and self._design_ahead():
+            self._ahead |= {task for task in tasks if task in self._written and self._line_of[task].judged_now}
+        return sum(task not in self._ahead for task in tasks)
 
     def lines_waiting(self) -> int:
         """Line tasks that have no plans yet: what one designer answer should supply."""
@@ -260,8 +274,7 @@ class Controller:
     def _free_line(self, tasks: dict) -> int:
         """The lowest line number not in use, so the dashboard's lines keep their numbers; a line designing
         ahead leaves its number to its next iteration."""
-        ahead = self._design_ahead()
-        used = {number for task, (number, _) in tasks.items() if not (ahead and task in self._written)}
+        used = {number for task, (number, _) in tasks.items() if task not in self._ahead}
         return next(n for n in range(1, len(used) + 2) if n not in used)
 
     def _next_iteration(self) -> int:
@@ -337,13 +350,14 @@ class Controller:
         if row.status != PENDING:
             return
         earlier = self._timed_before(kind, source, device) if kind in REUSED_BASELINES else None
-        if earlier is None:
-            await self.judging.evaluate(row, counted=False)
+        if earlier is not None:
+            result, where, when = earlier
+            self.judging.record_verdict(row, dict(result, message=baseline_cache.reused_message(result, where, when)))
             return
-        when = time.strftime("%Y-%m-%d", time.localtime(earlier.evaluated))
-        self.judging.record_verdict(row, dict(earlier.stored_result, message=(
-            f"timed by run {earlier.run_id} ({earlier.id}, {when}) on this device with these versions, "
-            f"reused: {earlier.stored_result['message']}")))
+        judged = await self.judging.evaluate(row, counted=False)
+        if kind in REUSED_BASELINES:  # for runs of other databases, and `kscience eval`
+            baseline_cache.keep(self.problem, kind, source, judged.stored_result,
+                                f"run {self.run_id} ({judged.id}) of {self.store.path}")
 
     async def _library_baseline(self, candidates: list[Candidate], lib) -> None:
         """A library a user would install instead, timed as a baseline. Where its package is not installed here
@@ -362,17 +376,20 @@ class Controller:
         if row.status == PENDING:
             await self.judging.evaluate(row, counted=False)
 
-    def _timed_before(self, kind: str, source: str, device: dict) -> Candidate | None:
-        """The newest passing verdict another run of this store gave this very baseline source on a GPU of
-        the same name with the same torch, Triton and CUDA/ROCm versions; None where there is none."""
+    def _timed_before(self, kind: str, source: str, device: dict) -> tuple[dict, str, float] | None:
+        """(verdict, who timed it, when) of the newest passing verdict this baseline had on a GPU of the same
+        name with the same torch, Triton and CUDA/ROCm versions: from another run of this store that judged
+        this very source, else from the cache beside every database (kscience.run.baseline_cache); None
+        where there is none."""
         if device.get("interpreted") is not False:
             return None
         for c in self.store.judged_elsewhere(self.run_id, kind, source):
             theirs = c.device
             if (c.ok and theirs.get("name") == device.get("name")
                     and theirs.get("versions") == device.get("versions")):
-                return c
-        return None
+                return c.stored_result, f"run {c.run_id} ({c.id})", c.evaluated
+        kept = baseline_cache.recall(self.problem, kind, source, device)
+        return (kept["result"], kept["where"], kept["when"]) if kept else None
 
     def _add(self, **fields) -> Candidate:
         cand = self.store.add_candidate(self.run_id, **fields)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from kscience.problems import shape_label
+from kscience.problems import precision as P, shape_label
 from kscience.evaluate.result import OK, EvalResult, ShapeResult
 
 BENCHMARK = "benchmark"
@@ -24,6 +24,17 @@ _SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
 def speedup(base_us: float | None, us: float | None) -> float | None:
     """How many times faster `us` is than `base_us`; None where either time is missing."""
     return base_us / us if base_us and us else None
+
+
+def faster_of_eager_and_compile(eager_us: float | None, compiled_us: float | None,
+                                compiled_judged: bool) -> float | None:
+    """The baseline that counts: the faster of PyTorch eager and torch.compile, as KernelBench v3 and Helion
+    report against. PyTorch eager alone where torch.compile was judged and failed (no user can pick it);
+    None where torch.compile was never judged (the CPU interpreter, --no-compiled-baseline) or eager has no time,
+    since which is faster is then unknown."""
+    if not eager_us or not compiled_judged:
+        return None
+    return min(eager_us, compiled_us) if compiled_us else eager_us
 
 
 def uplift_pct(base_us: float | None, child_us: float | None) -> float | None:
@@ -135,6 +146,19 @@ class Candidate:
     def floor_times(self) -> dict[str, float]:
         """The physical floor per benchmark shape label, where the judge knew it."""
         return benchmark_times(self.result.shapes, "floor_us") if self.result else {}
+
+    @property
+    def precision(self) -> dict:
+        """Its verdict's precision (kscience.problems.precision.summary): as its judge recorded it, else read off
+        its shapes; {} where none was measured."""
+        if not self.result:
+            return {}
+        return self.result.precision or P.summary(self.result.shapes)
+
+    @property
+    def reduced_precision(self) -> bool:
+        """Correct, and far less precise than the reference (kscience.problems.precision.RULE)."""
+        return self.ok and bool(self.precision.get("reduced"))
 
     def speedup_over(self, base: "Candidate | None") -> float | None:
         """How many times faster than `base` this correct candidate is; None where either has no time."""

@@ -20,6 +20,10 @@ from kscience.evaluate.result import EvalRequest, EvalResult
 
 
 class Executor(ABC):
+    # Requests submitted together are judged together, and one submitted alone waits a round trip of its own
+    # (a queue served by batch jobs): a run then sends optional work with its next evaluation (kscience.run.held).
+    batches = False
+
     @property
     @abstractmethod
     def capacity(self) -> int:

@@ -43,6 +43,7 @@ class QueueExecutor(Executor):
     """`capacity` requests in flight at once (as many as the workers' GPUs, typically)."""
 
     judges_elsewhere = True  # whatever the workers run on decides what can be profiled there
+    batches = True  # a `kscience worker DIR --once` judges what the folder holds when it starts
 
     def __init__(self, directory: str | Path, capacity: int = 1, poll_s: float = POLL_S):
         check_positive("capacity", capacity)

@@ -3,8 +3,8 @@
 The judge's host work (drawing inputs, computing answers, reading outputs from the worker's
 pipe, comparing) is Python holding the GIL. With every slot's judge in one process, slots
 queued behind each other for it, so two GPUs gave 1.6x, not 2x (benchmarks/results/README.md).
-Here each slot owns a long-lived trusted process that runs `judge.evaluation.evaluate` and keeps its own
-spare worker, so slots share nothing but the machine. The process imports torch once; an
+Here each slot owns a long-lived trusted process that runs `judge.evaluation.evaluate` and keeps its own spare
+worker, so slots share nothing but the machine. The process imports torch once; an
 evaluation costs only a request and a result, both plain JSON, on a private pair of pipes.
 
 The slot process is as trusted as the judge: it is this package's own code, and it sees only

@@ -5,15 +5,22 @@ the call has returned. Either way the inputs the candidate was given must come b
 timed call's output is rechecked as the judge read it right after the call (drive.py). Answers are
 computed here and nowhere else (`Session.expected`); a problem with its own check (GPU MODE's linalg
 residuals, non-unique eigenvectors) judges an output with it instead of closeness to the reference.
+
+A correct output's precision is measured here too, on the judge's own copy of the checked call's inputs:
+its largest error against a float64 evaluation of the reference, beside the reference's own as published
+(kscience.problems.precision says what they mark and how `--precision reference` judges them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
 import time
 from typing import TYPE_CHECKING
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from kscience.evaluate import result as R
 from kscience.evaluate.judge import drive
@@ -60,7 +67,8 @@ def check(session: Session, shape: dict, phase: str) -> tuple[R.ShapeResult, int
     if not ok:
         raise Verdict(R.WRONG_ANSWER, why, shape)
     _untouched(session, guarded, pristine, looks[1:], shape)
-    return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err), cap
+    errors = float64_errors(session, data, first, expected)
+    return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err, **errors), cap
 
 
 def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
@@ -68,7 +76,7 @@ def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
     call returned (compare.CHECK_BLOCKS blocks, the first and last among them), not sent whole;
     the test shapes were checked whole. Each benchmark shape's timed calls are then read as
     soon as they return, which is where work landing after the return shows (drive.py)."""
-    _, guarded, pristine, expected, cap = _checked_call(session, shape, whole=False)
+    data, guarded, pristine, expected, cap = _checked_call(session, shape, whole=False)
     session.output_bytes = expected.numel() * expected.element_size()  # a right output has the answer's size
     looks = session.sample("check", shape, [expected] + [pristine[i] for i in guarded], edges=True)
     if looks[0] is None:
@@ -80,7 +88,8 @@ def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
     if not ok:
         raise Verdict(R.WRONG_ANSWER, f"{why.split(';')[0]} (of the output's sampled elements)", shape)
     _untouched(session, guarded, pristine, looks[1:], shape)
-    return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err), cap
+    errors = float64_errors(session, data, looks[0].view(dtype), expected, session.ranges[0])
+    return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err, **errors), cap
 
 
 def _checked_call(session: Session, shape: dict, whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
@@ -154,3 +163,100 @@ def recheck(session: Session, look: drive.Look, shape: dict) -> None:
                                   problem.rtol, problem.atol)
     if not ok:
         raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
+
+
+# --- precision ---------------------------------------------------------------------------------
+_LOWER = (torch.float16, torch.bfloat16, torch.float32)  # promoted; fp8 casts are a problem's own semantics
+
+
+class _InFloat64(TorchFunctionMode):
+    """The reference as written, computed in float64: every cast or factory asking for fp32, bf16 or fp16
+    gets float64 instead (the built-ins' `x.float()`, a KernelBench forward's `torch.zeros(..., dtype=...)`)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16):
+            return args[0].to(torch.float64)
+        if _lower(kwargs.get("dtype")):
+            kwargs["dtype"] = torch.float64
+        return func(*(torch.float64 if _lower(a) else a for a in args), **kwargs)
+
+
+def _lower(value) -> bool:
+    return isinstance(value, torch.dtype) and value in _LOWER
+
+
+@contextlib.contextmanager
+def _float64():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # factories given no dtype
+    try:
+        with _InFloat64(), torch.no_grad():
+            yield
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _reference_module(problem: Problem) -> torch.nn.Module | None:
+    """A KernelBench problem's reference model, as the judge built it from the secret weight seed (the
+    judge's ref_kernel closes over it: evaluation._with_reference_weights); None for a function reference."""
+    if problem.entry != "ModelNew":
+        return None
+    found = inspect.getclosurevars(problem.ref_kernel).nonlocals.values()
+    return next((v for v in found if isinstance(v, torch.nn.Module)), None)
+
+
+def float64_answer(problem: Problem, data: list) -> torch.Tensor | str:
+    """The reference on float64 copies of the floating-point inputs (a KernelBench model on a float64 copy
+    of itself), or why there is none."""
+    if problem.check is not None:
+        return "the problem's own check judges its outputs"
+    if not any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in data):
+        return "no floating-point inputs"
+    copies = [t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in data]
+    module = _reference_module(problem)
+    if problem.entry == "ModelNew" and module is None:
+        return "the judge's reference model was not found"
+    try:
+        with _float64():
+            out = (copy.deepcopy(module).double()(*problem.call_data(copies)) if module is not None
+                   else problem.ref_kernel(problem.call_data(copies)))
+    except Exception as exc:  # an op without a float64 kernel (fp8 GEMMs), or no memory for the copies
+        return f"the reference does not run in float64 ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
+        got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+        return f"the reference's float64 evaluation returned {str(got).removeprefix('torch.')}"
+    return out
+
+
+def float64_errors(session: Session, data: list, out: torch.Tensor, expected: torch.Tensor,
+                   ranges: list[list[int]] | None = None) -> dict:
+    """ShapeResult's precision fields for a correct output and the published answer `expected`: `out` is the
+    whole output, or with byte `ranges` (drawn over the answer) its elements there. Their largest errors
+    against the float64 answer on the same inputs, and that answer's largest magnitude; or why there are none."""
+    try:
+        with session.phase("reference"):
+            exact = float64_answer(session.problem, data)
+            if isinstance(exact, str):
+                return {"f64_note": exact}
+            if tuple(exact.shape) != tuple(expected.shape):
+                return {"f64_note": f"the float64 answer has shape {tuple(exact.shape)}, the published one "
+                                    f"{tuple(expected.shape)}"}
+            published = expected.reshape(-1) if ranges is None else gather(expected, ranges).view(expected.dtype)
+            exact = exact.reshape(-1) if ranges is None else _elements(exact, ranges, expected.element_size())
+            finite = torch.isfinite(exact)
+            if not bool(finite.any()):
+                return {"f64_note": "the float64 answer has no finite element"}
+            exact = exact[finite]
+            got = out.reshape(-1).to(exact.device).double()[finite]
+            published = published.to(exact.device).double()[finite]
+            return {"err_f64": float((got - exact).abs().max()), "ref_err_f64": float((published - exact).abs().max()),
+                    "scale_f64": float(exact.abs().max())}
+    finally:
+        session.give_back_memory()
+
+
+def _elements(t: torch.Tensor, ranges: list[list[int]], item_bytes: int) -> torch.Tensor:
+    """The elements of `t` at the byte ranges drawn over a tensor of its shape with `item_bytes` per element."""
+    flat = t.reshape(-1)
+    return torch.cat([flat[o // item_bytes:(o + n) // item_bytes] for o, n in ranges]) if ranges else flat[:0]

@@ -51,6 +51,8 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     `keep_spare` starts the next evaluation's worker now (see `spares.start_worker`); `on_phase` is told
     what the judge is doing ("checking correctness") whenever that changes."""
     problem = problem or load_problem(request.problem, request.overrides)
+    if request.precision not in P.POLICIES:  # the request's error, as a malformed tolerance is
+        raise ProblemError(f"unknown precision policy {request.precision!r}: use {', '.join(P.POLICIES)}")
     if request.tolerance is not None:
         problem = _with_tolerance(problem, request.tolerance)
     if request.profile_shape is not None:
@@ -108,7 +110,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.wall_s = time.monotonic() - t_start
             result.build_s = round(session.builds.seconds, 3)
             result.phases_s = {k: round(v, 3) for k, v in session.phases.seconds.items()}
-    return result
+    return R.under_policy(request, result)  # the verdict under the request's precision policy
 
 
 def order_seed() -> int:

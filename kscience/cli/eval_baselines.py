@@ -1,0 +1,89 @@
+"""`kscience eval`'s baselines: the candidate's speed-up against PyTorch eager and torch.compile, as
+KernelBench's own scripts print it, and against the faster of the two (the baseline that counts).
+
+Both are judged here by the same judge as the candidate, on its benchmark shapes, as a run judges them
+(kscience.run.baselines). torch.compile is timed on a GPU only, as a run times it, and taken from an earlier
+timing of the same problem on this GPU with these versions where one was kept (kscience.run.baseline_cache);
+one it times itself is kept for the next. Under the CPU interpreter the eager figure is an interpreter
+timing, which says so.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from kscience.evaluate.judge.evaluation import evaluate
+from kscience.evaluate.result import EvalRequest, EvalResult
+from kscience.problems import Problem
+from kscience.record.summary import CPU_NOTE
+from kscience.record.text import EAGER, FASTER, fmt_us, fmt_x
+from kscience.run import baseline_cache
+from kscience.run.baselines import compiled_source, reference_source
+from kscience.run.judging import IDLE_SLOT_LIMIT_S
+from kscience.scientist.candidate import faster_of_eager_and_compile, speedup
+
+
+def _judged(problem: Problem, kind: str, source: str, gpu: int | None, unconfined: bool,
+            timeout_s: float | None = None) -> EvalResult:
+    request = EvalRequest(problem=problem.locator, source=source, overrides=problem.overrides_for(kind),
+                          shapes="benchmarks", tolerance=problem.tolerance_for(kind), baseline=True,
+                          timeout_s=timeout_s, allow_weak_confinement=unconfined)
+    return evaluate(request, gpu=gpu, problem=problem)
+
+
+def _row(result: dict, note: str = "") -> dict:
+    return {"status": result.get("status"), "geomean_us": result.get("geomean_us"),
+            "message": result.get("message", ""), **({"note": note} if note else {})}
+
+
+def judge_baselines(problem: Problem, candidate: EvalResult, gpu: int | None, unconfined: bool, say=print) -> dict:
+    """{"eager", "compiled": {status, geomean_us, message, note}, "faster_us", "speedup_eager",
+    "speedup_compiled", "speedup_faster", "interpreted"} for a timed candidate; `say` tells what is judged."""
+    interpreted = bool(candidate.device.get("interpreted"))
+    say(f"judging {EAGER} beside it" + (" (under the CPU interpreter, as the candidate was)" if interpreted else ""))
+    eager = _judged(problem, "reference", reference_source(problem), gpu, unconfined).to_dict()
+    if interpreted:
+        compiled = {"status": None, "geomean_us": None, "message": "",
+                    "note": "not timed under the CPU interpreter; a run times it on a GPU only"}
+    else:
+        compiled = _compiled(problem, candidate.device, gpu, unconfined, say)
+    eager_us = eager["geomean_us"] if eager["status"] == "ok" else None
+    compiled_us = compiled["geomean_us"] if compiled["status"] == "ok" else None
+    faster = faster_of_eager_and_compile(eager_us, compiled_us, compiled["status"] is not None)
+    return {"eager": _row(eager), "compiled": compiled, "faster_us": faster, "interpreted": interpreted,
+            "speedup_eager": speedup(eager_us, candidate.geomean_us),
+            "speedup_compiled": speedup(compiled_us, candidate.geomean_us),
+            "speedup_faster": speedup(faster, candidate.geomean_us)}
+
+
+def _compiled(problem: Problem, device: dict, gpu: int | None, unconfined: bool, say) -> dict:
+    source = compiled_source(problem)
+    kept = baseline_cache.recall(problem, "compiled", source, device)
+    if kept is not None:
+        return _row(kept["result"], baseline_cache.reused_message(kept["result"], kept["where"], kept["when"]))
+    say(f"judging torch.compile beside it (max-autotune, at most {IDLE_SLOT_LIMIT_S:g} s; kept for the next time)")
+    result = _judged(problem, "compiled", source, gpu, unconfined, IDLE_SLOT_LIMIT_S).to_dict()
+    baseline_cache.keep(problem, "compiled", source, result, f"kscience eval on {socket.gethostname()}")
+    return _row(result)
+
+
+def baseline_lines(against: dict) -> list[str]:
+    """What `kscience eval` prints after the verdict: each baseline's time and the candidate's speed-up."""
+    lines = ["speed-up of the candidate (its geomean against each baseline's, both judged here):"]
+    for name, key in ((EAGER, "eager"), ("torch.compile", "compiled")):
+        row = against[key]
+        if row["status"] == "ok":
+            text = f"{fmt_us(row['geomean_us'], ' us'):>14}  {fmt_x(against[f'speedup_{key}'])}"
+            text += f"  [{row['note']}]" if row.get("note") else ""
+        elif row["status"] is None:
+            text = f"{'-':>14}  {row.get('note') or 'not timed'}"
+        else:
+            text = f"{'-':>14}  {row['status']}: {row['message'][:120]}"
+        lines.append(f"  {name:<18}{text}")
+    faster = against["faster_us"]
+    lines.append(f"  {'faster of the two':<18}{fmt_us(faster, ' us'):>14}  {fmt_x(against['speedup_faster'])}"
+                 if faster else f"  {'faster of the two':<18}{'-':>14}  unknown, torch.compile was not timed")
+    lines.append(f"  ({FASTER}: the baseline papers now report against)")
+    if against["interpreted"]:
+        lines.append(f"  ({CPU_NOTE})")
+    return lines

@@ -1,0 +1,136 @@
+"""A run learns between iterations, and ends on its own, when the evaluator is slow (issue 54, item 4).
+
+With one line and an evaluator slower than the model, iteration 2 is designed only once iteration 1's
+verdicts and findings are in, so its designer prompt holds them. Through a queue served by batch jobs
+(Executor.batches), profiles and same-host pairs go out with the next evaluation, never alone, and a run whose
+iterations are spent ends without sending them (they are recorded as skipped).
+"""
+
+import dataclasses
+import threading
+import time
+from concurrent.futures import Future
+
+from kscience.evaluate.executors.base import Executor
+from kscience.evaluate.result import EvalResult
+from kscience.record.snapshot import Snapshot
+from kscience.record.store import Store
+from kscience.run.config import RunConfig
+from kscience.run.driver import Run
+from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
+
+
+def test_one_line_with_a_slow_evaluator_designs_iteration_2_from_iteration_1s_verdicts(tmp_path):
+    # The offline scientist answers like a model of about 1 s a design; each verdict takes 2 s on one of four
+    # slots, as a queue's round trip does: the three children of iteration 1 come back together after 2 s, so
+    # the evaluator is the slower side. (Spread over the four slots, the evaluator's backlog looked shorter
+    # than two model answers, and iteration 2 was designed from the seed before any verdict came back.)
+    run = Run.create(RunConfig(problem="matmul", llm="offline@0.6", iterations=2, lines=1),
+                     store=Store(tmp_path / "k.db"), executor=FakeExecutor(capacity=4, delay_s=2.0))
+    assert run.start(background=False).status == "finished", run.error
+    designs = [c["prompt"] for c in run.store.llm_calls(run.id) if c["role"] == "designer"]
+    assert len(designs) == 2
+    second = designs[1]
+    first_children = [c for c in run.store.candidates(run.id) if c.kind == "child" and c.iteration == 1]
+    assert len(first_children) == 3 and all(c.status == "ok" for c in first_children)
+    findings = [f for f in run.store.findings(run.id) if f["iteration"] == 1]
+    assert len(findings) == 3
+    for finding in findings:  # each names its measured time: "+20.6% measured (129.00 -> 107.00 us)"
+        assert " ".join(finding["text"].split()) in second
+        assert "measured (" in finding["text"]
+    assert "Under way on this base in another line" not in second  # nothing of iteration 1 was still out
+    base = next(p["base_id"] for p in run.store.plans(run.id) if p["iteration"] == 2)
+    assert base in {c.id for c in first_children}  # built on a verdict of iteration 1, not on the seed
+    fastest = min(first_children, key=lambda c: c.geomean_us)
+    assert f"# Base kernel `{base}`" in second and base == fastest.id
+
+
+def is_optional(request) -> bool:
+    """A profile job, or half of a same-host pair (kscience.run.judging tags those requests)."""
+    return request.profile_shape is not None or "(confirm " in (request.candidate_id or "")
+
+
+class BatchJobs(Executor):
+    """A queue served by batch jobs, each on a fresh machine: requests wait until none has come for QUIET_S,
+    then the whole batch is judged on a host of its own. Profile jobs answer with a small Nsight Compute
+    record. `batches` records what each batch held."""
+
+    batches = True
+    judges_elsewhere = True
+    QUIET_S = 0.25  # well above the gap between an evaluation and the optional work sent with it
+
+    def __init__(self):
+        self.inner = FakeExecutor(capacity=2, delay_s=0.01)
+        self.pending: list[tuple] = []
+        self.last_submit = 0.0
+        self.batches_seen: list[list] = []
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._dispatch, daemon=True)
+        self._thread.start()
+
+    @property
+    def capacity(self):
+        return 2
+
+    def submit(self, request):
+        future: Future = Future()
+        with self._lock:
+            self.pending.append((request, future))
+            self.last_submit = time.monotonic()
+        return future
+
+    def _dispatch(self):
+        while not self._stop.wait(0.005):
+            with self._lock:
+                if not self.pending or time.monotonic() - self.last_submit < self.QUIET_S:
+                    continue
+                batch, self.pending = self.pending, []
+            host = f"fresh-{len(self.batches_seen)}"
+            self.batches_seen.append([request for request, _ in batch])
+            for request, future in batch:
+                if request.profile_shape is not None:
+                    result = EvalResult(status="ok", message="profiled", device={"host": host},
+                                        profile={"ncu": {"kernels": [{"name": "k"}]}, "profile_s": 0.1})
+                else:
+                    result = self.inner._judge(request)
+                    result.device = dict(result.device, host=host)
+                future.set_result(dataclasses.replace(result))
+
+    def shutdown(self):
+        self._stop.set()
+        self._thread.join(5)
+        self.inner.shutdown()
+
+
+def test_through_batch_jobs_optional_work_goes_out_with_an_evaluation_and_a_spent_run_ends_without_it(tmp_path):
+    executor = BatchJobs()
+    sci = ScriptedScientist(factors=(0.9, 0.8, 0.7, 0.95, 0.85))  # every round has a new best
+    run = Run.create(RunConfig(problem="softmax", iterations=2, lines=1, profile="auto"),
+                     store=Store(tmp_path / "k.db"), seed_source=fake_kernel(100.0), scientist=sci, executor=executor)
+    try:
+        assert run.start(background=False).status == "finished", run.error
+    finally:
+        executor.shutdown()
+    batches = executor.batches_seen
+    assert any(is_optional(r) for batch in batches for r in batch)  # profiles and pairs did go out
+    # ... but never alone: every batch holding optional work holds an evaluation too, and the run's end did
+    # not wait on a batch of its own for them.
+    assert all(any(not is_optional(r) for r in batch) for batch in batches), [
+        [r.candidate_id for r in batch] for batch in batches]
+    profiled = {p["candidate_id"] for p in run.store.profiles(run.id) if p.get("ncu")}
+    snap = Snapshot.load(run.store, run.id)
+    assert snap.seed.id in profiled  # the seed's profile, and earlier bests', travelled with later evaluations
+    events = [e["payload"] for e in run.store.events(run.id) if e["type"] == "candidate_profiled"]
+    skipped = {e["candidate_id"] for e in events
+               if "not profiled: the run's work ended before it could go out" in e["message"]}
+    # the bests judged after the last evaluation went out, the final best among them, were held to the end
+    assert snap.best.id in skipped and not skipped & profiled
+    # Verdicts came from a fresh host per batch: the last best had no same-host pair sent, and says so.
+    assert snap.best.notes.get("unconfirmed") and "the run's work ended" in snap.best.message
+    assert any("judged back to back with" in c.message for c in snap.candidates)
+    pairs = {}  # each pair's tag -> the batches its two requests went out in
+    for number, batch in enumerate(batches):
+        for r in batch:
+            if "(confirm " in (r.candidate_id or ""):
+                pairs.setdefault(r.candidate_id.split("(")[1], []).append(number)
+    assert pairs and all(len(set(found)) == 1 and len(found) == 2 for found in pairs.values())
