@@ -233,7 +233,8 @@ def report_lines(report: dict) -> list[str]:
     if s["n_reduced_precision"]:
         lines.append(f"reduced precision: the best child of {s['n_reduced_precision']} of {s['n_evaluated']} problems "
                      f"({RULE.split(': ', 1)[1]})")
-    lines += ["", *usage_lines(report["problems"], report["usage"])]
+    if "usage" in report:  # a report made by campaign_report always has it
+        lines += ["", *usage_lines(report["problems"], report["usage"])]
     return lines
 
 

@@ -186,7 +186,8 @@ class EvalRequest:
 def under_policy(request: EvalRequest, result: EvalResult) -> EvalResult:
     """The verdict under the request's precision policy (judge/evaluation.evaluate ends with it): its
     precision summary recorded, and under "reference" a correct but reduced-precision kernel turned into a
-    wrong answer."""
+    wrong answer. A policy it does not know raises ProblemError."""
+    P.check_policy(request.precision)
     summary = P.summary(result.shapes)
     policy = P.DEFAULT_POLICY if request.baseline else request.precision
     result.precision = dict(summary, policy=policy) if summary else {}

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+from kscience.problems.spec import ProblemError
+
 POLICIES = ("tolerance", "reference")
 DEFAULT_POLICY = "tolerance"
 # Reduced precision: the candidate's largest error against float64 is more than REDUCED_FACTOR times the
@@ -31,6 +33,12 @@ REDUCED_FACTOR = 10.0
 FLOOR = 1e-5
 RULE = (f"reduced precision: the largest error against a float64 evaluation of the reference is more than "
         f"{REDUCED_FACTOR:g}x the reference's own and more than {FLOOR:g} of the output's largest magnitude")
+
+
+def check_policy(policy: str) -> None:
+    """A policy this module does not know is the request's error, as a malformed tolerance is."""
+    if policy not in POLICIES:
+        raise ProblemError(f"unknown precision policy {policy!r}: use {', '.join(POLICIES)}")
 
 
 def reduced(err: float | None, ref_err: float | None, scale: float | None) -> bool:

@@ -29,6 +29,7 @@ from kscience.evaluate.sandbox import compile_cache
 from kscience.evaluate.sandbox.workers import weak_confinement_allowed, weak_points
 from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts, shape_label
 from kscience.problems.coverage import interpreter_coverage
+from kscience.problems import precision as P
 from kscience.redact import redact
 
 JUDGE_THREADS = 4  # torch's CPU threads in a process that only judges (see judging_process)
@@ -51,8 +52,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
     `keep_spare` starts the next evaluation's worker now (see `spares.start_worker`); `on_phase` is told
     what the judge is doing ("checking correctness") whenever that changes."""
     problem = problem or load_problem(request.problem, request.overrides)
-    if request.precision not in P.POLICIES:  # the request's error, as a malformed tolerance is
-        raise ProblemError(f"unknown precision policy {request.precision!r}: use {', '.join(P.POLICIES)}")
+    P.check_policy(request.precision)  # before any work: the request's error, as a malformed tolerance is
     if request.tolerance is not None:
         problem = _with_tolerance(problem, request.tolerance)
     if request.profile_shape is not None:
