@@ -150,7 +150,7 @@ def test_on_a_gpu_it_is_a_baseline_never_a_member(tmp_path, capsys):
     executor = GpuExecutor()
     run = finished_run(tmp_path, executor)
     cands = [c for c in run.store.candidates(run.id) if c.kind != "library"]  # softmax's Liger and QuACK rows
-    assert [c.kind for c in cands[:3]] == ["seed", "reference", "compiled"]
+    assert [c.kind for c in cands[:3]] == ["seed", "eager", "compiled"]
     compiled = cands[2]
     assert compiled.status == "ok" and compiled.geomean_us == COMPILED_US
     assert sum("torch.compile" in s for s in executor.sources) == 1

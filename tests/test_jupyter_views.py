@@ -182,7 +182,7 @@ def test_points_and_lineage_cover_every_settled_candidate(tmp_path, capsys):
     plotted = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
     assert plotted == len(snap.settled)
     layout = lineage_layout(snap)
-    assert set(layout) == {c.id for c in snap.candidates if c.kind != "reference"}
+    assert set(layout) == {c.id for c in snap.candidates if c.kind != "eager"}
     assert layout[run.seed.id][0] == 0 and layout[run.best.id][0] == 2
     lines = panels.lineage_lines(snap)
     assert lines[0].startswith(f"{run.seed.id} 100.0 µs") and len(lines) == len(layout)
@@ -194,7 +194,7 @@ def test_a_baseline_far_from_every_candidate_is_an_arrow_and_a_resume_is_marked(
     run = finished_run(tmp_path, iterations=1)
     snap = run.snapshot()
     snap.candidates = [Candidate.from_row(dict(c.to_row(), geomean_us=c.geomean_us * 1e4))
-                       if c.kind == "reference" else c for c in snap.candidates]
+                       if c.kind == "eager" else c for c in snap.candidates]
     ax = timeline_figure(snap, session_starts=[2.5]).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     eager = f"PyTorch eager {REFERENCE_US * 1e4:,.1f} µs"

@@ -140,7 +140,7 @@ def test_a_requested_tolerance_replaces_the_problems_own_in_the_judge():
 
 
 def test_the_summary_says_plainly_when_the_best_kernel_loses_to_a_baseline():
-    m = {"seed_us": 100.0, "reference_us": 90.0, "compiled_us": 50.0, "compiled_status": "ok", "best_us": 60.0,
+    m = {"seed_us": 100.0, "eager_us": 90.0, "compiled_us": 50.0, "compiled_status": "ok", "best_us": 60.0,
          "best_id": "c-1", "vendor_us": 40.0, "vendor_status": "ok", "vendor_label": "cuBLAS", "vendor_message": None,
          "iterations_done": 1, "uplift": [], "evaluated_to_best": 2, "n_candidates": 3, "n_ok": 3,
          "repairs_succeeded": 0, "repairs_tried": 0, "edits_applied": 0, "edits_total": 0,

@@ -21,7 +21,7 @@ from kscience.run.config import EXECUTORS, add_db_option
 from kscience.run.events import CandidateEvaluated
 from kscience.campaigns.retime import comparison, comparison_lines, retime
 from kscience.cli.run_commands import open_store_or_explain
-from kscience.record.text import kind_text, plural
+from kscience.record.text import US, fmt_us, kind_text, plural
 from kscience.usage import UsageError
 
 
@@ -71,7 +71,7 @@ def _status_line(campaign, row, event) -> None:
         why = f": {row['reason']}" if row.get("reason") and row["status"] in ("skipped", "failed") else ""
         print(f"kscience: [{row['position'] + 1}] {row['name']}: {row['status']}{why}", file=sys.stderr)
     elif isinstance(event, CandidateEvaluated):
-        t = f" {event.geomean_us:.1f} us" if event.geomean_us else ""
+        t = f" {fmt_us(event.geomean_us, US)}" if event.geomean_us else ""
         print(f"kscience:     {row['name']}: {kind_text(event.kind)} {event.candidate_id} {event.status}{t}",
               file=sys.stderr)
 
@@ -127,8 +127,8 @@ def cmd_retime(args) -> int:
     with open_store_or_explain(args.db, create=False) as store:
         if not args.show:
             def said(run, cand, result):
-                t = f" {result['geomean_us']:.1f} us" if result.get("geomean_us") else ""
-                print(f"kscience: {run['problem']}: {cand.kind} {cand.id} {result['status']}{t}",
+                t = f" {fmt_us(result['geomean_us'], US)}" if result.get("geomean_us") else ""
+                print(f"kscience: {run['problem']}: {kind_text(cand.kind)} {cand.id} {result['status']}{t}",
                       file=sys.stderr)
 
             done = _setup(lambda: retime(store, args.target, top_k=args.top, executor_spec=args.executor,

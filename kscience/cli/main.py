@@ -19,9 +19,11 @@ from kscience.evaluate.executors.slot import interrupt_all
 from kscience.evaluate.sandbox.leftovers import reclaim_and_say
 from kscience.evaluate.sandbox.workers import hide_from_workers
 from kscience.record.store import default_db
-from kscience.run.config import PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments
+from kscience.run.config import (PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments,
+                                 add_setting_option)
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
+from kscience.cli.usage_errors import Parser, refuse_unrecognized
 from kscience.usage import USER_ERRORS
 from kscience.version import __version__
 from kscience.cli.worker_command import cmd_worker
@@ -66,8 +68,8 @@ def _run_id(s) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kscience", description="Evolve GPU kernels with an LLM scientist.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="kscience", description="Evolve GPU kernels with an LLM scientist.",
+               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -87,9 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("problem", help=PROBLEM_HELP)
     s.add_argument("candidate", help="Python file defining custom_kernel(data) (or ModelNew)")
     s.add_argument("--json", action="store_true", help="print the full verdict as JSON")
-    s.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="limit for the whole evaluation (default: the problem's own where it declares one, "
-                        "as a GPU MODE task.yml does; else per-phase limits only)")
+    add_setting_option(s, "eval_timeout_s", "the judge's own limits (120 s to 300 s); a problem that declares a "
+                                            "limit for the whole evaluation (a GPU MODE task.yml) keeps it as well")
     s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all",
                    help="check the test shapes only, check and time the benchmark shapes only, or both "
                         "(default all)")
@@ -158,7 +159,9 @@ def _interrupted(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        refuse_unrecognized(parser, args.command, extras)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, _interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
                 if in_main_thread and signal.getsignal(sig) is not signal.SIG_IGN}  # a background job's stays ignored

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
+import time
 from pathlib import Path
 
 from kscience.evaluate.executors.base import visible_gpus
@@ -14,7 +16,10 @@ from kscience.run.config import parse_sets
 from kscience.device import detect
 from kscience.problems import builtin_names, load_problem, shape_label
 from kscience.problems.fit import fit_reason
-from kscience.record.text import fmt_seconds, fmt_us
+from kscience.record.text import fmt_seconds, fmt_timing
+from kscience.cli.progress import Progress
+from kscience.run.events import EvaluationWaiting
+from kscience.run.judging import running_state, say_running_after
 from kscience.usage import UsageError
 
 
@@ -49,9 +54,13 @@ def cmd_eval(args) -> int:
     if too_big:  # before a worker exists: the judge would fail to allocate and blame the candidate
         raise UsageError(f"{problem.name} {too_big}")
     request = EvalRequest(problem=problem.locator, source=source, overrides=overrides, shapes=args.shapes,
-                          timeout_s=problem.time_limit_s if args.timeout is None else args.timeout,
+                          timeout_s=problem.time_limit_s, step_limit_s=args.eval_timeout_s,
                           allow_weak_confinement=args.unconfined)
-    result = evaluate(request, gpu=0 if visible_gpus() else None, problem=problem)
+    gpu = 0 if visible_gpus() else None
+    limit = f"at most {args.eval_timeout_s:g} s per step" if args.eval_timeout_s else "the judge's limits per step"
+    print(f"kscience: judging {path} against {problem.name} on {detect().name}, {limit}", file=sys.stderr)
+    with Watch(str(path), args.eval_timeout_s) as watch:
+        result = evaluate(request, gpu=gpu, problem=problem, on_phase=watch.phase)
     # The sandbox runs the source as candidate.py: name the user's own file instead.
     for name in ("message", "stdout_tail", "stderr_tail"):
         setattr(result, name, _own_file(getattr(result, name), str(path)))
@@ -66,15 +75,56 @@ def _own_file(text: str, path: str) -> str:
     return re.sub(r"(?:[^\s\"']*/)?candidate\.py\b", lambda _: path, text or "")
 
 
+class Watch:
+    """A lone evaluation's progress line: once it has run `say_running_after` its limit, and as often again, it
+    says what the judge is doing and under which limit, as a run's evaluations do (the same event and line)."""
+
+    def __init__(self, name: str, step_limit_s: float | None):
+        self.name, self.step_limit_s = name, step_limit_s
+        self.doing: str | None = None
+        self._done = threading.Event()
+        self._progress = Progress(0, bar=False)
+        self._thread = threading.Thread(target=self._say, name="kscience-eval-watch", daemon=True)
+
+    def phase(self, doing: str) -> None:
+        self.doing = doing
+
+    def _say(self) -> None:
+        every, started = say_running_after(self.step_limit_s), time.monotonic()
+        while not self._done.wait(every):
+            self._progress(EvaluationWaiting(candidate_id=self.name, iteration=0,
+                                             state=running_state(self.doing, self.step_limit_s),
+                                             waited_s=round(time.monotonic() - started, 1)))
+
+    def __enter__(self) -> "Watch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def short_confinement_line(confinement: dict) -> str:
+    """The isolation layers by name where all are in force (`--json` has each in full); every detail where one
+    is missing."""
+    if confinement.get("weak") or not confinement:
+        return confinement_line(confinement)
+    names = [name.replace("_", " ") for name in ("landlock", "namespaces", "cgroup", "reaper", "memory_cap",
+                                                 "env_filter", "compile_cache") if name in confinement]
+    return f"confinement: {', '.join(names)} (--json gives each layer in full)"
+
+
 def eval_lines(result) -> list[str]:
-    """What `kscience eval` prints: the verdict, where and how it was timed, then each shape."""
+    """What `kscience eval` prints: the verdict, where and how it was timed, then each shape, its time the
+    median of its timed calls with their standard deviation and count."""
     lines = [f"{result.status}: {result.message}",
              f"device: {result.device.get('name', 'unknown')}",
              f"timing: {result.timing_label or 'none'}",
              f"evaluated in {fmt_seconds(result.wall_s)}",
-             confinement_line(result.confinement)]
+             short_confinement_line(result.confinement)]
     for s in result.shapes:
-        t = f"{fmt_us(s.time_us, ' us'):>14} ± {s.std_us:.2f} (n={s.n})" if s.time_us else ""
+        t = fmt_timing(s.time_us, s.std_us, s.n) if s.time_us else ""
         lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}".rstrip())
     if result.failing_shape is not None:
         lines.append(f"  failing shape: {shape_label(result.failing_shape)}")

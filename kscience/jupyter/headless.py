@@ -16,7 +16,7 @@ from kscience.run.events import EvaluationWaiting, StageChanged
 from kscience.jupyter import panels
 from kscience.record.liveness import display_status
 from kscience.record.snapshot import Snapshot
-from kscience.record.text import fmt_us
+from kscience.record.text import US, fmt_us
 from kscience.record.summary import summary_lines
 
 LATEST_SHOWN = 6  # newest verdicts listed under the summary
@@ -37,7 +37,7 @@ def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | N
     if latest:
         lines.append("  latest verdicts:")
         for c in reversed(latest):
-            us = fmt_us(c.geomean_us, panels.US).rjust(15) if c.status == "ok" and c.geomean_us else " " * 15
+            us = fmt_us(c.geomean_us, US).rjust(15) if c.status == "ok" and c.geomean_us else " " * 15
             lines.append(f"    {c.id:<11} {c.kind:<7} {c.status:<13} {us}  {c.hypothesis[:50]}")
     return "\n".join(lines)
 

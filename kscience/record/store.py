@@ -32,7 +32,7 @@ WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did n
 # Kinds timed as baselines (PyTorch eager, it under torch.compile, the problem's vendor-library path and that
 # call alone on inputs in its own layout, the libraries a user would install instead):
 # never members of the evolving population, so never selected, ranked or reported as a run's best.
-BASELINE_KINDS = ("reference", "compiled", "vendor", "vendor_alone", "library")
+BASELINE_KINDS = ("eager", "compiled", "vendor", "vendor_alone", "library")
 OFFLINE_MODEL = "offline"  # the model name the offline scientist records its scripted answers under
 
 

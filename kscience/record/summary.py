@@ -2,7 +2,7 @@
 text view all print, so a terminal and a notebook report the same numbers the same way.
 
 One name per thing: "PyTorch eager" (`text.EAGER`) is the problem's eager PyTorch kernel the
-run times as a baseline (stored as the candidate of kind "reference")."""
+run times as a baseline (stored as the candidate of kind "eager", its metrics under `eager_us`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def budget_parts(config: dict, usage: dict, elapsed_s: float, session_s: float |
 
 def summary_lines(row: dict, m: dict) -> list[str]:
     """Best vs seed vs the baselines, and the numbers a paper reports (`m`: Snapshot.metrics())."""
-    seed, eager, compiled, best = m["seed_us"], m["reference_us"], m["compiled_us"], m["best_us"]
+    seed, eager, compiled, best = m["seed_us"], m["eager_us"], m["compiled_us"], m["best_us"]
     iterations = plural(m["iterations_done"], "iteration")
     vs_eager = f"vs {EAGER}"
     lines = [f"run {row['id']} ({row['problem']}, {row['llm']}, {row['strategy']}): {display_status(row)} "
@@ -68,7 +68,7 @@ def summary_lines(row: dict, m: dict) -> list[str]:
     rows += [("vendor call alone", m.get("vendor_alone_us"))] if m.get("vendor_alone_status") else []
     libraries = {f"installed lib {i + 1}": lib for i, lib in enumerate(m.get("libraries") or [])}
     rows += [(name, lib["us"]) for name, lib in libraries.items()]
-    keys = {EAGER: "reference", "torch.compile": "compiled", "vendor library": "vendor", "seed": "seed"}
+    keys = {EAGER: "eager", "torch.compile": "compiled", "vendor library": "vendor", "seed": "seed"}
     for name, us in (*rows, ("seed", seed), (f"best {m['best_id'] or ''}", best)):
         line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(eager, us)):>18}"
         if compiled:
@@ -119,7 +119,7 @@ def verdict_lines(m: dict) -> list[str]:
     """Plainly, whether a user would rather pick a baseline than the best kernel; and what composition did."""
     best, lines = m["best_us"], []
     if best is not None and times_rank(m.get("device") or {}):
-        rivals = [(name, us) for name, us in ((EAGER, m["reference_us"]), ("torch.compile", m["compiled_us"]),
+        rivals = [(name, us) for name, us in ((EAGER, m["eager_us"]), ("torch.compile", m["compiled_us"]),
                                               (m.get("vendor_label") or "the vendor library", m.get("vendor_us")),
                                               *((lib["label"], lib["us"]) for lib in m.get("libraries") or []))
                   if us is not None and us < best]

@@ -226,6 +226,14 @@ def add_resume_arguments(parser) -> None:
     add_db_option(parser)
 
 
+def add_setting_option(parser, name: str, default_help: str) -> None:
+    """One setting's flag on a command that is no run (`kscience eval` takes --eval-timeout), so both take
+    the same flag with the same meaning; `default_help` says what that command does without it."""
+    (flags, kw), = [spec for spec in option_specs() if spec[1]["dest"] == name]
+    meaning = kw["help"].split("; default")[0].split(" (default")[0]
+    parser.add_argument(*flags, **{**kw, "help": f"{meaning}; default: {default_help}"})
+
+
 def add_run_options(parser, *, resume: bool = False, helps: dict | None = None) -> None:
     """Every setting's flag on `parser`; `helps` rewords a setting's help where a command means it
     differently (a campaign's --name labels the campaign, its budgets apply per problem)."""

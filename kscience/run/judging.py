@@ -57,6 +57,19 @@ IDLE_SLOT_BASELINES = ("compiled",)
 IDLE_SLOT_LIMIT_S = 300.0
 
 
+def say_running_after(step_limit_s: float | None) -> float:
+    """How long an evaluation runs before it says so (and how often it says it again): RUNNING_SAY_S, or the
+    limit per step where that is shorter, since a user who set it counts that long as long."""
+    return min(RUNNING_SAY_S, step_limit_s) if step_limit_s else RUNNING_SAY_S
+
+
+def running_state(doing: str | None, step_limit_s: float | None) -> str:
+    """What a long evaluation says of itself: what its judge is doing, and the limit it runs under. The words
+    `kscience run` and `kscience eval` both print."""
+    limit = f"limit {step_limit_s:g} s per step" if step_limit_s else "the judge's limits, 120 s to 300 s per step"
+    return f"{doing or 'still being judged'} ({limit})"
+
+
 def step_limit(seed: Candidate | None) -> float | None:
     """The default per-step limit of a run's candidates: from its seed's own evaluation, None (the judge's own
     limits) until the seed was judged ok. The judge never raises its own limits for it."""
@@ -319,21 +332,26 @@ class Judging:
         self.journal.emit(CandidateEvaluated(
             candidate_id=cand.id, parent_id=cand.parent_id, kind=cand.kind, iteration=cand.iteration,
             hypothesis=cand.hypothesis, status=cand.status, geomean_us=cand.geomean_us, message=cand.message,
-            best_us=best.geomean_us if best else None, seed_us=seed.geomean_us if seed else None))
+            best_us=best.geomean_us if best else None, seed_us=seed.geomean_us if seed else None,
+            seed_earlier=self.seed_timed_earlier(seed)))
         self.changed.set()
         return cand
+
+    def seed_timed_earlier(self, seed: Candidate | None) -> bool:
+        """Whether the seed's verdict comes from an earlier session of the run (before this resume)."""
+        return seed is not None and seed.evaluated is not None and seed.evaluated < self.started
 
     async def _outcome(self, cand: Candidate, future, line: int, step_limit_s: float | None = None) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it
         waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result.
-        One that runs long is reported every RUNNING_SAY_S: what its judge is doing, where the executor
-        hears it, and the limit it runs under."""
+        One that runs long is reported every `say_running_after` its limit: what its judge is doing, where the
+        executor hears it, and the limit it runs under."""
         wrapped = asyncio.wrap_future(future)
         started, said, said_at = time.monotonic(), None, 0.0
-        next_say = RUNNING_SAY_S
+        next_say = say_every = say_running_after(step_limit_s)
         while True:
             try:
-                done, _ = await asyncio.wait({wrapped}, timeout=min(WAIT_LOOK_S, RUNNING_SAY_S))
+                done, _ = await asyncio.wait({wrapped}, timeout=min(WAIT_LOOK_S, say_every))
             except asyncio.CancelledError:  # the caller takes the outcome from `future`: this copy goes unread
                 wrapped.cancel()
                 raise
@@ -343,11 +361,9 @@ class Judging:
             if state is None:
                 waited = time.monotonic() - started
                 if waited >= next_say:
-                    next_say = waited + RUNNING_SAY_S
-                    limit = (f"limit {step_limit_s:g} s per step" if step_limit_s
-                             else "the judge's limits, 120 s to 300 s per step")
+                    next_say = waited + say_every
                     if has_started(future):
-                        said_now = f"{self.executor.doing(future) or 'still being judged'} ({limit})"
+                        said_now = running_state(self.executor.doing(future), step_limit_s)
                     else:  # behind the baselines judged beside the slots, in the executor
                         said_now = self.in_flight.queued(future)
                     self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration,

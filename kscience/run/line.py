@@ -274,7 +274,7 @@ class Line:
             self.stopping.check()
             self.budget.check()
             attempts += 1
-            self._stage("repair", iteration, f"{broken.id} attempt {attempts}")
+            self._stage("repair", iteration, f"{broken.id} ({broken.status}), attempt {attempts} of {self.repairs}")
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
                                                attempts, coverage=coverage(broken.stored_result, self.problem),
@@ -297,6 +297,6 @@ class Line:
             status=PENDING if written else WRITE_FAILED, message="" if written else (draft.error or "no source"),
             write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied)
         self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=parent_id, kind=kind, iteration=iteration,
-                                           plan_title=hypothesis, status=cand.status,
+                                           plan_title=hypothesis, status=cand.status, message=cand.message,
                                            diff=source_diff(parent_source, draft.source) if written else ""))
         return cand
