@@ -169,7 +169,7 @@ def test_on_a_gpu_it_is_a_baseline_never_a_member(tmp_path, capsys):
     assert row["best_us"] == 64.0 and row["n_candidates"] == m["n_candidates"]
 
     # shown as a baseline: legend line, leaderboard note, summary row, and `kscience best` ignores it
-    assert any(label.startswith(f"torch.compile {COMPILED_US:,.1f} µs") for label in legend(snap))
+    assert any(label.startswith(f"torch.compile {COMPILED_US:,.1f} us") for label in legend(snap))
     assert not any(label.startswith("torch.compile:") for label in legend(snap))
     assert "torch.compile: 1.00" in leaderboard_html(snap)
     table = summary_lines(snap.run, m)

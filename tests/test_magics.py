@@ -195,7 +195,7 @@ def test_open_run_reopens_a_stored_run_with_its_html(ip, tmp_path, capsys):
     run.watch(view="text")  # an ended run's live view is its final table at once
     assert f"best {made.best.id}" in capsys.readouterr().out
     ax = run.plot()
-    assert ax.get_ylabel() == "geomean time over shapes (µs)" and len(ax.collections) >= 2
+    assert ax.get_ylabel() == "geomean time over shapes (us)" and len(ax.collections) >= 2
     with pytest.raises(Exception, match="no run 'r-nothere'"):
         kscience.open_run("r-nothere", db=db)
     with pytest.raises(Exception, match="no database at"):

@@ -214,6 +214,13 @@ def _python_spans(code: str) -> str:
     return render(code, PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True, style="default")).rstrip("\n")
 
 
+def log_html(lines: list[str]) -> str:
+    """The run's log (kscience.run.log: the lines `kscience run` prints), newest last."""
+    if not lines:
+        return f'<div style="{BOX} color: #757575;">Nothing logged yet.</div>'
+    return f'<pre style="{CODE}">{esc(chr(10).join(lines))}</pre>'
+
+
 def highlight(code: str, language: str) -> str:
     """Syntax-highlighted HTML with inline styles (no stylesheet needed). A diff keeps Python
     colours on every line, added and removed lines on a green or red ground."""

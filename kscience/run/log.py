@@ -8,6 +8,8 @@ A failure's message is given whole, wrapped under its line, never cut mid-senten
 from __future__ import annotations
 
 import textwrap
+import threading
+from collections import deque
 
 from kscience.record.store import WRITE_FAILED
 from kscience.record.text import fmt_us, fmt_x, kind_text
@@ -76,6 +78,25 @@ def stored_log(events: list[dict], last: int | None = None) -> list[str]:
     """The log of a run as its stored events (Store.events rows) tell it; the `last` lines only, if given."""
     from_store = [line for row in events for line in event_lines(_event(row))]
     return from_store[-last:] if last else from_store
+
+
+class LogTail:
+    """The newest `keep` lines of a run's log, read from its stored events as they are committed (so a view
+    of a run that another process drives shows the lines its terminal shows); `lines()` reads only what is new."""
+
+    def __init__(self, store, run_id: str, keep: int):
+        self.store, self.run_id = store, run_id
+        self._lines: deque[str] = deque(maxlen=keep)
+        self._after = 0
+        self._lock = threading.Lock()
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            rows = self.store.events(self.run_id, self._after)
+            if rows:
+                self._after = rows[-1]["seq"]
+                self._lines.extend(stored_log(rows))
+            return list(self._lines)
 
 
 def _event(row: dict):
