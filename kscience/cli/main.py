@@ -73,8 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("problems", help="list built-in problems")
+    s = sub.add_parser("problems", help="list problems with their test and benchmark shapes",
+                       description="The built-in problems (or those named), each with its test and benchmark shapes "
+                                   "on a GPU and the smaller ones the CPU interpreter uses.")
+    s.add_argument("problem", nargs="*", help=f"{PROBLEM_HELP} (default: every built-in)")
     s.add_argument("--json", action="store_true", help="print the problems as JSON")
+    _set_arg(s)
     s.set_defaults(func=cmd_problems)
 
     s = sub.add_parser("seed", help="print a problem's starting kernel (the seed a run evolves from)",

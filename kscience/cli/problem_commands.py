@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
 
 from kscience.evaluate.executors.base import visible_gpus
 from kscience.evaluate.judge.evaluation import evaluate
-from kscience.evaluate.result import EvalRequest, confinement_line
+from kscience.evaluate.result import COMPILE_ERROR, EvalRequest, confinement_line
 from kscience.run.config import parse_sets
 from kscience.device import detect
 from kscience.problems import builtin_names, load_problem, shape_label
@@ -23,14 +24,22 @@ from kscience.run.judging import running_state, say_running_after
 from kscience.usage import UsageError
 
 
+SHAPES_WIDTH = 110  # a long list of shapes wraps at this many columns
+
+
 def cmd_problems(args) -> int:
-    rows = [load_problem(n).summary() for n in builtin_names()]
+    rows = [load_problem(n, parse_sets(args.set)).summary() for n in args.problem or builtin_names()]
     if args.json:
         print(json.dumps(rows, indent=2))
-    else:
-        width = max(len(r["name"]) for r in rows)
-        for r in rows:
-            print(f"{r['name']:<{width}}  {r['description']}")
+        return 0
+    for r in rows:
+        print(f"{r['name']}  {r['description']}")
+        for which, what in (("tests", "test shapes on a GPU"), ("benchmarks", "benchmark shapes on a GPU"),
+                            ("cpu_tests", "test shapes under the CPU interpreter"),
+                            ("cpu_benchmarks", "benchmark shapes under the CPU interpreter")):
+            labels = "; ".join(s["label"] for s in r[which]) or "none"
+            print(textwrap.fill(f"{what} ({len(r[which])}): {labels}", SHAPES_WIDTH, initial_indent="  ",
+                                subsequent_indent="      ", break_on_hyphens=False))
     return 0
 
 
@@ -105,10 +114,10 @@ class Watch:
         self._thread.join()
 
 
-def short_confinement_line(confinement: dict) -> str:
+def short_confinement_line(confinement: dict, failed_on_import: bool = False) -> str:
     """The isolation layers by name where all are in force (`--json` has each in full); every detail where one
-    is missing."""
-    if confinement.get("weak") or not confinement:
+    is missing, or where the candidate failed on import (the sandbox may be why)."""
+    if confinement.get("weak") or not confinement or failed_on_import:
         return confinement_line(confinement)
     names = [name.replace("_", " ") for name in ("landlock", "namespaces", "cgroup", "reaper", "memory_cap",
                                                  "env_filter", "compile_cache") if name in confinement]
@@ -122,7 +131,7 @@ def eval_lines(result) -> list[str]:
              f"device: {result.device.get('name', 'unknown')}",
              f"timing: {result.timing_label or 'none'}",
              f"evaluated in {fmt_seconds(result.wall_s)}",
-             short_confinement_line(result.confinement)]
+             short_confinement_line(result.confinement, result.status == COMPILE_ERROR)]
     for s in result.shapes:
         t = fmt_timing(s.time_us, s.std_us, s.n) if s.time_us else ""
         lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}".rstrip())

@@ -73,8 +73,8 @@ def _drive(run: Run, args) -> int:
     progress.close()
     row = _print_outcome(run, args)
     if row["error"]:
-        print(f"kscience: error: {row['error']} (run {run.id} is stored; continue with: "
-              f"kscience resume {run.id} --db {run.store.path})", file=sys.stderr)
+        then = "" if run.advised else f"; continue with: kscience resume {run.id} --db {run.store.path}"
+        print(f"kscience: error: {row['error']} (run {run.id} is stored{then})", file=sys.stderr)
         return 1
     if row["status"] != "finished":
         return 1

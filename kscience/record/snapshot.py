@@ -330,6 +330,14 @@ class Snapshot:
             total[1] += row["wall_s"]
         return [round(min(1.0, b / w), 4) if w > 0 else 0.0 for _, (b, w) in sorted(busy.items())]
 
+    def session_of(self, candidate: Candidate | None) -> float | None:
+        """When the session (of the run's sessions: its start and each resume) that judged `candidate` began;
+        None where that is not known (a run stored before slot times were, a candidate never judged)."""
+        starts = sorted({row["session"] for row in self.slot_times})
+        if candidate is None or candidate.evaluated is None or not starts:
+            return None
+        return max((t for t in starts if t <= candidate.evaluated), default=starts[0])
+
     def metrics(self) -> dict:
         """The run's numbers, as `kscience show --json` reports them: recomputed from the stored rows."""
         evaluated, best, seed = self.evaluated, self.best, self.seed
@@ -397,6 +405,9 @@ class Snapshot:
             "output_best": best.result.output or None if best and best.result else None,
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
             "busy_per_slot": self.busy_fractions,
+            # Seed and best timed by different sessions (a resume): their ratio mixes two moments' machine load.
+            "seed_best_sessions_differ": (self.session_of(seed) != self.session_of(best)
+                                          if best and seed and self.session_of(best) is not None else False),
         }
 
     def listing(self) -> dict:

@@ -109,6 +109,13 @@ class Store(Database):
                      time.time(), cand_id))
         return self.candidate(cand_id)
 
+    def judge_again(self, cand_id: str) -> Candidate:
+        """Make a judged candidate pending, to be judged again (a verdict given under a limit the user has since
+        raised); its earlier verdict stays in the run's events, where it was announced."""
+        self._write("UPDATE candidates SET status=?, message='', geomean_us=NULL, result=NULL, evaluated=NULL "
+                    "WHERE id=?", (PENDING, cand_id))
+        return self.candidate(cand_id)
+
     def candidate(self, cand_id: str) -> Candidate:
         rows = self._query("SELECT * FROM candidates WHERE id=?", (cand_id,))
         if not rows:

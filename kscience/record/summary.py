@@ -90,6 +90,9 @@ def summary_lines(row: dict, m: dict) -> list[str]:
             line += f"  on {host}"
         lines.append(line)
     lines += verdict_lines(m)
+    if m.get("seed_best_sessions_differ"):
+        lines.append(f"  note: the seed and the best were timed by different sessions of the run (a resume), under "
+                     f"different machine load; `kscience retime {row['id']}` judges them again side by side")
     uplift = m["uplift"]
     reached = (f"; the best was the {_ordinal(m['evaluated_to_best'])} evaluated"
                if m["evaluated_to_best"] else "")

@@ -7,7 +7,11 @@ finding), `judging.py` (a candidate from its source to its stored verdict and it
 the controller hands its lines and `Judging` instead of itself (`journal.py`: the run's rows, events
 and stop; `budget.py`: --evaluations; `population.py`: what the scientist sees; `composing.py`: the
 per-shape composite), `driver.py` (`Run`: builds the scientist and the executor, drives the
-controller, and stops and resumes it), `events.py` (what a run tells its watchers), then the
-helpers: `baselines.py` (eager, torch.compile and vendor-library timings), `environment.py` (what
-the run ran on), `profiling.py` (hardware counters outside the timing) and `threads.py`.
+controller, and stops and resumes it), `events.py` (what a run tells its watchers) and `log.py` (the
+lines they say in a live log, the same on a terminal and in a notebook), then the helpers:
+`baselines.py` (eager, torch.compile and vendor-library timings), `limits.py` (the limit per step a
+candidate is judged under), `seed_chain.py` (a seed that fails: judged again under a raised limit, or
+the error that says what would get the run further), `environment.py` (what the run ran on),
+`profiling.py` (hardware counters outside the timing), `sharing.py`, `confirm.py`, `in_flight.py` and
+`threads.py`.
 """

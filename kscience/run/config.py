@@ -68,8 +68,9 @@ class RunConfig:
     lines: int | None = setting(None, "--lines", "iterations kept going at once, each on its own clock "
                                 "(default: one per evaluation slot)", metavar="K", on_resume=True)
     name: str = setting("", "--name", "a label for the run")
-    llm: str = setting("offline", "--llm", "offline, gemini:MODEL or openai:MODEL (default: chosen from the "
-                       "API keys set)", metavar="ID", on_resume=True)
+    llm: str = setting("offline", "--llm", "offline (no model: knob search and known rewrites), gemini:MODEL, "
+                       "openai:MODEL, or scripted (a stand-in model: a dry run of the model path, no key needed) "
+                       "(default: chosen from the API keys set)", metavar="ID", on_resume=True)
     base_url: str | None = setting(None, "--base-url", "endpoint of an OpenAI-compatible or Gemini server "
                                    "(default: the provider's own, or $OPENAI_BASE_URL)", metavar="URL",
                                    on_resume=True)

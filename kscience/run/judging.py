@@ -27,6 +27,7 @@ from kscience.run.composing import Composer
 from kscience.run.events import CandidateEvaluated, CandidateProfiled, EvaluationWaiting
 from kscience.run.in_flight import InFlight, has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.run.limits import step_limit, stored_verdict
 from kscience.scientist.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind
 from kscience.record.store import BASELINE_KINDS
@@ -36,11 +37,6 @@ WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits fo
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
 IDLE_LOOK_S = 0.2  # how often a profile job or torch.compile's baseline looks for a slot no evaluation wants
 RUNNING_SAY_S = 60.0  # an evaluation still queued or running says so after this long, and again as often
-# The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
-# first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy
-# machine).
-STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 60.0
-CANDIDATE_STEPS = ("import", "check", "time", "recheck")  # the phases in which the candidate's code runs
 # Baselines judged on a slot that no evaluation waits for, rather than beside the slots as the cheap ones are.
 # torch.compile's max-autotune holds a GPU for minutes (325 s of a 400 s fp8 run on an H100): beside the slots
 # it would share a GPU with a child's timing, and ahead of queued children it would hold every line's work
@@ -68,15 +64,6 @@ def running_state(doing: str | None, step_limit_s: float | None) -> str:
     `kscience run` and `kscience eval` both print."""
     limit = f"limit {step_limit_s:g} s per step" if step_limit_s else "the judge's limits, 120 s to 300 s per step"
     return f"{doing or 'still being judged'} ({limit})"
-
-
-def step_limit(seed: Candidate | None) -> float | None:
-    """The default per-step limit of a run's candidates: from its seed's own evaluation, None (the judge's own
-    limits) until the seed was judged ok. The judge never raises its own limits for it."""
-    if seed is None or not seed.ok or not seed.result:
-        return None
-    slowest = max((seed.result.phases_s.get(p, 0.0) for p in CANDIDATE_STEPS), default=0.0)
-    return max(STEP_LIMIT_FACTOR * slowest, STEP_LIMIT_FLOOR_S)
 
 
 class Judging:
@@ -254,7 +241,7 @@ class Judging:
                     # Cut by the session's time limit, not judged: it stays pending and a resume judges it.
                     raise BudgetExceeded(f"time limit reached: {self.time_limit_s:g}s (the evaluation of "
                                          f"{cand.id} in flight was ended; a resume evaluates it again)")
-                return result.to_dict()
+                return stored_verdict(result, request)
             except asyncio.CancelledError:
                 # Interrupted: a started evaluation runs to its end in its own process anyway (the executor
                 # waits for it on shutdown), so keep its verdict rather than redo it; one that the command's
@@ -262,7 +249,7 @@ class Judging:
                 # Its verdict is stored and announced like any other, so every view shows what a user saw judged.
                 if not future.cancel():
                     with contextlib.suppress(Exception):
-                        self.record_verdict(cand, future.result().to_dict())
+                        self.record_verdict(cand, stored_verdict(future.result(), request))
                 raise
         finally:
             self.asked -= 1

@@ -41,7 +41,13 @@ MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen
 
 
 class RunError(Exception):
-    """The run cannot go on, for a reason that is not the LLM's: e.g. a seed kernel that never passes."""
+    """The run cannot go on, for a reason that is not the LLM's: e.g. a seed kernel that never passes.
+    `advised`: the message itself says what to do next (a resume with other settings, or a new run), in place
+    of the plain advice to resume, which would only fail again."""
+
+    def __init__(self, message: str, advised: bool = False):
+        super().__init__(message)
+        self.advised = advised
 
 
 class NothingLeft(Exception):

@@ -35,6 +35,7 @@ from kscience.run.judging import Judging
 from kscience.run.line import Line, NothingLeft, RunError
 from kscience.run.log import EARLIER_SEED_MARK
 from kscience.run.population import Population
+from kscience.run.seed_chain import judge_again, seed_failure
 from kscience.run.sharing import Sharing
 from kscience.problems import Problem
 from kscience.problems.libraries import missing_line, skipped_line
@@ -294,7 +295,8 @@ class Controller:
         passes: the baselines are judged beside them (`_beside`), so a prompt written before a baseline's
         verdict lacks it and later ones have it. A baseline that fails keeps its status and the run goes on."""
         candidates = self.journal.candidates()
-        chain = [c for c in candidates if c.iteration == 0 and c.kind in ("seed", "repair")]
+        chain = judge_again([c for c in candidates if c.iteration == 0 and c.kind in ("seed", "repair")],
+                            self.judging.step_limit_for, self.journal)
         if not chain:
             self.journal.stage("seed", 0)
             chain = [self._add(kind="seed", source=self.seed_source, hypothesis="seed kernel", iteration=0)]
@@ -325,12 +327,14 @@ class Controller:
         profiled_here = bool(self.judging.profile) and not getattr(self.executor, "judges_elsewhere", False)
         if not profiled_here:
             self._beside = [self._judged_beside(judged()) for judged in baselines]
-        final = await self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel", profile_beside=True)
+        # A chain judged again from a timed-out member may hold a correct kernel before the repairs made after it.
+        final = next((c for c in chain if c.ok), None) or await self._line(0).settle(
+            chain, iteration=0, plan_id=None, title="seed kernel", profile_beside=True)
         if profiled_here:
             self._beside = [self._judged_beside(judged()) for judged in baselines]
         if not final.ok:
-            raise RunError(f"the seed kernel does not pass ({chain[0].status}: {chain[0].message}) "
-                           f"and {self.repairs} repair attempt(s) did not fix it")
+            raise seed_failure(chain, self.journal, self.problem, self.repairs,
+                               getattr(self.scientist, "model_name", "offline"))
         if compiled_baseline_wanted(self.compiled_baseline, final):  # on the seed's device; Judging says when
             self._beside.append(self._judged_beside(self._baseline(
                 candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager", final.device)))
