@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from kscience.cli.browse_commands import add_browse_commands
 from kscience.cli.campaign_commands import add_campaign_commands
 from kscience.evaluate.executors.slot import interrupt_all
 from kscience.evaluate.sandbox.leftovers import reclaim_and_say
@@ -26,6 +27,7 @@ from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, c
 from kscience.cli.usage_errors import Parser, refuse_unrecognized
 from kscience.usage import USER_ERRORS
 from kscience.version import __version__
+from kscience.cli.store_commands import add_store_commands
 from kscience.cli.worker_command import cmd_worker
 
 
@@ -55,6 +57,10 @@ examples:
   kscience show CANDIDATE_ID                     # one candidate: verdicts, message, diff, source
   kscience best RUN_ID > best.py                 # its fastest correct kernel
   kscience resume RUN_ID --iterations 2          # two more design rounds
+  kscience show RUN_ID --html run.html           # the run as one page, as a notebook shows it
+  kscience serve                                 # every run of ./kscience.db in a browser (localhost:8080)
+  kscience figures RUN_ID -o figs/               # its report figures as PNG files
+  kscience prune                                 # which runs judged nothing (--yes removes them)
 """
 
 
@@ -135,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "(c-...): its verdict per shape, message, finding, diff and source")
     add_db_option(s)
     s.add_argument("--json", action="store_true", help="print the run, its candidates, plans and findings as JSON")
+    s.add_argument("--html", metavar="FILE", help="write the run as one HTML page to FILE (the view a notebook "
+                                                  "shows: timing plot, leaderboard, hypotheses, diffs, log)")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("best", help="print the source of a run's fastest correct kernel")
@@ -143,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_best)
 
     add_campaign_commands(sub)
+    add_store_commands(sub)
+    add_browse_commands(sub)
     return p
 
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from kscience.run.config import llm_choice, new_config, options_from_args
 from kscience.record.liveness import display_status
+from kscience.cli.browse_commands import write_run_html
 from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
+from kscience.run.log import wrapped
 from kscience.record.snapshot import Snapshot, iterations_done, run_listing
 from kscience.scientist.candidate import speedup
 from kscience.record.text import fmt_us, fmt_x, kind_text, plural
@@ -129,7 +131,12 @@ def _snapshot(store, run_id: str) -> Snapshot:
 
 def cmd_show(args) -> int:
     if args.run_id.startswith("c-"):
+        if args.html:
+            raise UsageError("--html writes a run's page: give a run id (r-...); a candidate's is in it")
         return _show_candidate(args)
+    if args.html:
+        write_run_html(args.db, args.run_id, args.html)
+        return 0
     with open_store_or_explain(args.db, create=False, readonly=True) as store:
         snap, db = _snapshot(store, args.run_id), store.path
     row, metrics = snap.run, snap.metrics()
@@ -149,8 +156,8 @@ def cmd_show(args) -> int:
         sol_text = f"{sol['worst']:.0%}" if sol else "-"
         print(f"  {c.seq:>3} {c.id:<11} {c.parent_id or '-':<11} {kind_text(c.kind):<14} {c.status:<13} "
               f"{fmt_us(c.geomean_us):>14} {sol_text:>5}  {c.hypothesis[:60]}")
-        if c.status not in ("ok", "pending") and c.message:  # why it failed, in short
-            print(f"  {'':>3} {'':<11} {c.message[:100]}")
+        if c.status not in ("ok", "pending") and c.message:  # why it failed, whole
+            print("\n".join(wrapped(c.message, " " * 18)))
     print(f"\n(one candidate in full: kscience show CANDIDATE_ID --db {db})")
     return 0
 

@@ -26,7 +26,7 @@ NUM = ("padding: 2px 8px; border-bottom: 1px solid #e0e0e0; text-align: right; w
        "font-variant-numeric: tabular-nums;")
 STATUS_STYLE = {"ok": "color: #2e7d32;", "pending": "color: #757575;"}
 FAILED_STYLE = "color: #c62828;"
-EAGER = "PyTorch eager"  # the one name of the reference kernel, on every panel
+EAGER = "PyTorch eager"  # the one name of the eager PyTorch baseline, on every panel
 
 def esc(value) -> str:
     return html.escape(str(value), quote=True)

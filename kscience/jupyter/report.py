@@ -56,7 +56,7 @@ def _database(db: str | Path) -> Path:
 
 def chosen_run(db: str | Path, run_id: str | None = None) -> str:
     """The run a report of `db` is about: `run_id`, else the newest with an evaluated candidate."""
-    with Store(_database(db)) as store:
+    with Store(_database(db), readonly=True) as store:
         return pick_run(store, run_id)
 
 
@@ -82,7 +82,7 @@ def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = 
     db = _database(db)
     out = Path(figures_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:  # drawing reads the runs, never changes them
         snap = Snapshot.load(store, pick_run(store, run_id))
     device = snap.device.get("name") or "unknown device"
     command = command or f"python -m kscience.jupyter.report --db {shlex.quote(str(db))} " \

@@ -34,6 +34,9 @@ WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did n
 # never members of the evolving population, so never selected, ranked or reported as a run's best.
 BASELINE_KINDS = ("eager", "compiled", "vendor", "vendor_alone", "library")
 OFFLINE_MODEL = "offline"  # the model name the offline scientist records its scripted answers under
+# The tables that hold a run's rows besides `runs`, those that refer to its candidates first.
+RUN_TABLES = ("events", "llm_calls", "findings", "retimes", "profiles", "compositions", "slot_times", "plans",
+              "candidates")
 
 
 def default_db() -> str:
@@ -83,6 +86,21 @@ class Store(Database):
         cols = ", ".join(f"{k}=?" for k in fields)
         self._write(f"UPDATE runs SET {cols}, updated=? WHERE id=?",
                     (*(self._clean(v) for v in fields.values()), time.time(), run_id))
+
+    def delete_runs(self, run_ids: list[str]) -> None:
+        """Every row of these runs, in one transaction: all of them go, or none."""
+        with self._tx():
+            for run_id in run_ids:
+                for table in RUN_TABLES:
+                    self._db.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+                self._db.execute("DELETE FROM runs WHERE id=?", (run_id,))
+
+    def delete_campaign(self, campaign_id: str) -> None:
+        """A campaign with its problems and every run it made, in one transaction."""
+        with self._tx():
+            self.delete_runs([r["id"] for r in self.campaign_runs(campaign_id)])
+            self._db.execute("DELETE FROM campaign_problems WHERE campaign_id=?", (campaign_id,))
+            self._db.execute("DELETE FROM campaigns WHERE id=?", (campaign_id,))
 
     def list_runs(self) -> list[dict]:
         """Every run, newest first (`kscience.record.snapshot.run_listing` adds their numbers)."""

@@ -28,9 +28,10 @@ def _tag(iteration: int) -> str:
     return f"it {iteration}" if iteration else ""
 
 
-def _wrapped(message: str) -> list[str]:
+def wrapped(message: str, indent: str = MESSAGE_INDENT) -> list[str]:
+    """A message whole, on as many indented lines of at most WIDTH columns as it needs."""
     text = " ".join((message or "").split())
-    return textwrap.wrap(text, WIDTH, initial_indent=MESSAGE_INDENT, subsequent_indent=MESSAGE_INDENT) if text else []
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent) if text else []
 
 
 def _verdict(iteration: int, cand_id: str, kind: str, status: str, timing: str, what: str) -> str:
@@ -60,13 +61,13 @@ def event_lines(event) -> list[str]:
         if event.status != WRITE_FAILED:
             return []
         return [_verdict(event.iteration, event.candidate_id, event.kind, "write_failed", "", event.plan_title),
-                *_wrapped(event.message or "the writer produced no source")]
+                *wrapped(event.message or "the writer produced no source")]
     if isinstance(event, CandidateEvaluated):
         if event.status == "ok":
             timing = vs_seed_text(event.geomean_us, event.seed_us, event.seed_earlier)
             return [_verdict(event.iteration, event.candidate_id, event.kind, event.status, timing, event.hypothesis)]
         return [_verdict(event.iteration, event.candidate_id, event.kind, event.status, "", event.hypothesis),
-                *_wrapped(event.message)]
+                *wrapped(event.message)]
     if isinstance(event, CandidateProfiled):  # what the profile cost, or why there is none (said once)
         return [f"  {event.message}"]
     if isinstance(event, EvaluationWaiting):
