@@ -430,3 +430,14 @@ def test_figures_draws_a_runs_and_a_campaigns_report_figures(tmp_path, capsys):
     assert code == 0 and f"campaign-{campaign}.png" in out and "softmax-timing.png" in out
     code, _, err = run_main(capsys, "figures", "r-nosuch", "-o", str(tmp_path / "x"), "--db", db)
     assert code == 2 and "no run 'r-nosuch'" in err
+
+
+def test_a_campaign_names_missing_library_packages_once_for_all_its_problems(capsys):
+    from kscience.cli.campaign_commands import _status_lines
+
+    say = _status_lines()
+    for missing in (["liger-kernel", "quack-kernels"], ["liger-kernel", "quack-kernels"], ["liger-kernel"]):
+        say(None, {"name": "p", "position": 0, "status": "running"}, Notice("each run's own line", missing=missing))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["kscience: baselines skipped where they need liger-kernel, quack-kernels, not installed here "
+                     "(pip install 'kscience[baselines]')"]

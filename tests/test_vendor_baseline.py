@@ -147,7 +147,7 @@ def test_the_summary_says_plainly_when_the_best_kernel_loses_to_a_baseline():
          "llm": {"calls": 0, "offline_calls": 0}, "n_composites": 1, "best_kind": "composite"}
     row = {"id": "r-1", "problem": "matmul", "llm": "offline", "strategy": "llm", "status": "finished"}
     text = "\n".join(summary_lines(row, m))
-    assert "LOSES: the best kernel (60.00 us) is slower than torch.compile (50.00 us)" in text
+    assert "LOSES: the best kernel (60.0 us) is slower than torch.compile (50.0 us)" in text
     assert "slower than cuBLAS (40.00 us): a user would pick cuBLAS" in text
     assert "PyTorch eager (90" not in text
     assert "the best kernel is a per-shape composite" in text
@@ -172,4 +172,4 @@ def test_the_dashboard_header_names_the_versions_and_what_the_best_loses_to(tmp_
     assert run.start(background=False).status == "finished"
     facts = dict(header_facts(Snapshot.load(run.store, run.id)))
     assert facts["software"] == "torch 2.11.0, Triton 3.6.0, CUDA 12.9"
-    assert facts["loses to"].startswith("vendor library (1.00")
+    assert facts["loses to"].startswith("vendor library (1.0 us)")

@@ -18,7 +18,8 @@ import sys
 from kscience.campaigns.campaign import add_campaign_arguments, campaign_from_args
 from kscience.campaigns.report import campaign_figure, campaign_report, report_json, report_lines
 from kscience.run.config import EXECUTORS, add_db_option
-from kscience.run.events import CandidateEvaluated
+from kscience.problems.libraries import INSTALL_HINT
+from kscience.run.events import CandidateEvaluated, Notice
 from kscience.campaigns.retime import comparison, comparison_lines, retime
 from kscience.cli.run_commands import open_store_or_explain
 from kscience.record.text import US, fmt_us, kind_text, plural
@@ -63,6 +64,24 @@ def add_campaign_commands(sub) -> None:
     s.set_defaults(func=cmd_retime)
 
 
+def _status_lines():
+    """What a campaign prints as it goes: a line per problem change and per evaluated candidate, and the packages
+    missing for library baselines once for the whole campaign (each problem's run would say its own)."""
+    said: set[str] = set()
+
+    def status_line(campaign, row, event) -> None:
+        if isinstance(event, Notice) and event.missing:
+            new = [name for name in event.missing if name not in said]
+            if new:
+                said.update(new)
+                print(f"kscience: baselines skipped where they need {', '.join(new)}, not installed here "
+                      f"({INSTALL_HINT})", file=sys.stderr)
+            return
+        _status_line(campaign, row, event)
+
+    return status_line
+
+
 def _status_line(campaign, row, event) -> None:
 
     if row is None:
@@ -82,7 +101,7 @@ def cmd_campaign(args) -> int:
         campaign = _setup(lambda: campaign_from_args(args, store))
         print(f"kscience: campaign {campaign.id}: {plural(len(campaign.problems()), 'problem')} with {campaign.config.llm}, "
               f"{plural(campaign.config.iterations, 'iteration')} each, stored in {store.path}", file=sys.stderr)
-        campaign.subscribe(_status_line)
+        campaign.subscribe(_status_lines())
         try:
             _setup(lambda: campaign.start())
         except KeyboardInterrupt:

@@ -13,7 +13,7 @@ import html
 
 from kscience.record.liveness import display_status
 from kscience.record.snapshot import Snapshot, error_text, inside_range
-from kscience.record.text import US, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
+from kscience.record.text import US, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, kind_text, why_chosen_text
 from kscience.scientist.briefing import versions_text
 from kscience.scientist.candidate import Candidate, predicted_range
 from kscience.scientist.profile_report import kernel_split_text
@@ -240,7 +240,7 @@ def highlight(code: str, language: str) -> str:
 
 def candidate_label(c: Candidate) -> str:
     us = f", {fmt_us(c.geomean_us, US)}" if c.geomean_us else ""
-    return f"{c.id} {c.kind} ({c.status}{us}): {c.hypothesis[:60]}"
+    return f"{c.id} {kind_text(c.kind)} ({c.status}{us}): {c.hypothesis[:60]}"
 
 
 def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
@@ -249,7 +249,7 @@ def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
     if cand is None:
         return f'<div style="{BOX} color: #757575;">No candidate written yet.</div>'
     parent = snap.by_id.get(cand.parent_id)
-    title = (f"<b>{esc(cand.id)}</b> {esc(cand.kind)}: {esc(cand.hypothesis)} &middot; "
+    title = (f"<b>{esc(cand.id)}</b> {esc(kind_text(cand.kind))}: {esc(cand.hypothesis)} &middot; "
              f"{_status(cand.status)}")
     parts = [f'<div style="margin-bottom: 4px;">{title}</div>']
     if cand.status not in ("ok", "pending"):

@@ -23,7 +23,7 @@ from kscience.jupyter.views import show_live
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.run.driver import Run
 from kscience.record.snapshot import Snapshot
-from kscience.record.text import US, fmt_us, fmt_x
+from kscience.record.text import US, fmt_us, fmt_x, kind_text
 from kscience.record.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events
@@ -35,11 +35,12 @@ class Candidate(StoredCandidate):
 
     def __repr__(self) -> str:
         us = f" {fmt_us(self.geomean_us, US)}" if self.geomean_us else ""
-        return f"<Candidate {self.id} {self.kind} {self.status}{us}: {self.hypothesis[:60]}>"
+        return f"<Candidate {self.id} {kind_text(self.kind)} {self.status}{us}: {self.hypothesis[:60]}>"
 
     def _repr_html_(self) -> str:
         us = f", {fmt_us(self.geomean_us, US)}" if self.geomean_us else ""
-        return (f"<div><b>{panels.esc(self.id)}</b> {panels.esc(self.kind)} ({panels.esc(self.status)}{us}): "
+        return (f"<div><b>{panels.esc(self.id)}</b> {panels.esc(kind_text(self.kind))} "
+                f"({panels.esc(self.status)}{us}): "
                 f"{panels.esc(self.hypothesis)}</div>" + panels.highlight(self.source, "python"))
 
 

@@ -115,6 +115,7 @@ class Notice(Event):
     type: ClassVar[str] = "notice"
     text: str
     iteration: int = 0
+    missing: list[str] = field(default_factory=list)  # the packages not installed here, for a skipped baseline
 
 
 @dataclass

@@ -319,9 +319,9 @@ class Controller:
         # cluster gets the baselines in one batch with the seed.
         libraries = [lib for lib in self.problem.libraries if not missing_line(lib)
                      or self._library_row(candidates, lib) is not None]
-        skipped = skipped_line([lib for lib in self.problem.libraries if lib not in libraries])
-        if skipped:  # in one line, not one per library
-            self.journal.emit(Notice(skipped))
+        missing = [lib for lib in self.problem.libraries if lib not in libraries]
+        if missing:  # in one line, not one per library
+            self.journal.emit(Notice(skipped_line(missing), missing=sorted({lib.distribution for lib in missing})))
         baselines = [*(partial(self._baseline, candidates, kind, source, title, {}) for kind, source, title in cheap),
                      *(partial(self._library_baseline, candidates, lib) for lib in libraries)]
         profiled_here = bool(self.judging.profile) and not getattr(self.executor, "judges_elsewhere", False)
