@@ -76,7 +76,7 @@ def test_the_cell_body_seeds_a_run_returned_as_an_object_and_stored_under_o(ip, 
     assert run.status == "finished" and run.problem == "softmax"
     assert run.seed.source == fake_kernel(100.0)  # the cell body, verbatim
     assert run.best.geomean_us == pytest.approx(64.0) and set(run.best.times) == {"m=8", "m=16"}
-    assert run.reference.geomean_us == 40.0
+    assert run.eager.geomean_us == 40.0
     kinds = [c.kind for c in run.candidates]
     assert kinds[:2] == ["seed", "eager"] and kinds.count("child") == 4
     frame = run.to_dataframe()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kscience.problems import shape_label
 from kscience.record.snapshot import error_text
-from kscience.record.text import fmt_us, kind_text
+from kscience.record.text import fmt_timing, fmt_us, kind_text
 from kscience.run.line import source_diff
 
 
@@ -33,7 +33,7 @@ def candidate_lines(detail: dict) -> list[str]:
              f"tried:   {cand.hypothesis}",
              f"verdict: {cand.status}" + (f", geomean {fmt_us(cand.geomean_us, ' us')}" if cand.geomean_us else "")]
     for s in cand.result.shapes if cand.result else []:
-        t = f"{fmt_us(s.time_us, ' us'):>14}" if s.time_us else ""
+        t = fmt_timing(s.time_us, s.std_us, s.n) if s.time_us else ""
         why = f"  {s.message}" if not s.ok and s.message else ""
         lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}{why}".rstrip())
     if cand.status not in ("ok", "pending"):
