@@ -136,6 +136,9 @@ def cmd_serve(args) -> int:
     httpd = server(db, args.host, args.port)
     host, port = httpd.server_address[:2]
     print(f"kscience: serving {db} at http://{host}:{port}/ (read-only; Ctrl-C to stop)", file=sys.stderr)
+    if args.host not in (LOCAL, "localhost", "::1"):
+        print(f"kscience: on {args.host}, whoever reaches this machine sees the runs, their kernels and prompts",
+              file=sys.stderr)
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:  # the way to stop serving, not a failure
