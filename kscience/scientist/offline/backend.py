@@ -39,6 +39,10 @@ from kscience.scientist.plans import AVENUES
 
 NOTICE = ("offline scientist (no LLM configured): plain autotuning of the seed's declared knobs plus a fixed "
           "catalogue of structural moves")
+# What to do instead, after `cannot_work_on`'s reason.
+REFUSAL_ADVICE = ("start from a Triton kernel that declares one (`kscience seed softmax` shows one; --seed-kernel "
+                  "FILE), or use a model: --llm openai:MODEL or gemini:MODEL (--llm scripted rehearses that path "
+                  "without one)")
 KNOBS = ("module-level integer constants named like BLOCK_SIZE, GROUP_M, NUM_WARPS, NUM_STAGES or SPLIT_K, or a "
          "launch's num_warps=4")
 RESOURCE_ERROR = re.compile(r"out of resource|shared memory|too many resources|OutOfResources|registers|\bLDS\b",
@@ -93,10 +97,6 @@ def cannot_work_on(problem: Any, kernels: list[str]) -> str | None:
             f"and applies rewrites it knows, and the seed of {problem.name} {has}")
 
 
-def refusal_advice(problem: Any) -> str:
-    """What to do instead, after `cannot_work_on`'s reason."""
-    return ("start from a Triton kernel that declares one (`kscience seed softmax` shows one; --seed-kernel FILE), "
-            "or use a model: --llm openai:MODEL or gemini:MODEL (--llm scripted rehearses that path without one)")
 
 
 class OfflineLLM(LLM):
@@ -117,7 +117,7 @@ class OfflineLLM(LLM):
         """It cannot write a kernel from scratch: without a catalogue move on any of `kernels` (the seed, and
         on a resumed run the correct kernels a model wrote) it has nothing to do."""
         reason = cannot_work_on(problem, kernels)
-        return reason and f"{reason}; {refusal_advice(problem)}"
+        return reason and f"{reason}; {REFUSAL_ADVICE}"
 
     async def preflight(self, problem: Any, kernels: list[str]) -> None:
         reason = self.refusal(problem, kernels)
