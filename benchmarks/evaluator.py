@@ -26,7 +26,6 @@ import torch
 import triton
 
 from kscience.device import detect
-from kscience.evaluate.judge.crosscheck import side_work_share
 from kscience.evaluate.judge.evaluation import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import builtin_names, load_problem, shape_label
@@ -58,7 +57,7 @@ def bench_problem(name: str, repeats: int, spare: bool = True) -> dict:
     # Every verdict is kept: a rejection of the honest seed is a false rejection, and where it
     # happened (shape, message, how near the other calls came) is what explains it.
     verdicts = [{"status": r.status, "message": r.message[:400], "failing_shape": r.failing_shape,
-                 "wall_s": r.wall_s, "outside_share": _outside_shares(r)} for r in [first] + runs]
+                 "wall_s": r.wall_s, "clocks": _clocks(r)} for r in [first] + runs]
     runs = [r for r in runs if r.ok]  # the figures below come from the ok ones; the count of the rest is kept
     if not runs:
         return {"problem": name, "status": verdicts[-1]["status"], "message": verdicts[-1]["message"],
@@ -83,11 +82,10 @@ def bench_problem(name: str, repeats: int, spare: bool = True) -> dict:
             "verdicts": verdicts}
 
 
-def _outside_shares(result) -> dict[str, float]:
-    """Per timed shape: the time seen outside the timed stream as a share of what the side-work
-    check allows (above 1 rejects)."""
-    return {shape_label(s.shape): round(side_work_share(s.outside_us, s.time_us), 3)
-            for s in result.shapes if s.time_us and s.outside_us is not None}
+def _clocks(result) -> dict[str, dict]:
+    """Per timed shape: whose figure it is, and the judge's own estimate and standard error beside it."""
+    return {shape_label(s.shape): {"clock": s.clock, "judge_us": s.judge_us, "judge_se_us": s.judge_se_us}
+            for s in result.shapes if s.time_us}
 
 
 def main() -> int:

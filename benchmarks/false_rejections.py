@@ -1,19 +1,29 @@
-"""How often does the judge reject an honest kernel when every GPU is busy? Target: never.
+"""How often does the judge reject an honest kernel, or time it out? Target: never.
 
-Evaluates honest candidates over and over: the five built-in seeds, the honest kernels of the
-test suite (plain PyTorch softmax, a side stream joined before returning, 40 softmaxes in a row, a
-20 ms kernel like GPU MODE's pmpp sort_py reference, the fp8 reference computation), and with
---gpumode the published GPU MODE solutions a sweep judged ok. Each
-evaluation times one benchmark shape of its problem (cycling through them all over the run), so a
-thousand evaluations fit in minutes; every one is a full evaluation of that shape: a fresh worker,
-a check, timed calls, rechecks. Judging processes keep every GPU busy with evaluations, two per GPU
-by default, busier than the local executor's one (which is not used itself because a built-in
-problem's shape list can be trimmed only by handing `evaluate` the problem); with a single GPU, or
-with --neighbour, a process beside them runs matrix products on every GPU without pause. Every
-verdict that is not `ok` is kept with its message. Results: benchmarks/results/false-rejections-<device>-<date>.json.
+Evaluates honest candidates over and over, each a full evaluation of one benchmark shape (a fresh
+worker, pristine null calls, a check, timed calls, rechecks), cycling through the shapes. The corpus:
+
+* the five built-in seeds and the honest kernels of the test suite (plain PyTorch softmax, a side
+  stream joined before returning, 40 softmaxes in a row, a 20 ms kernel like GPU MODE's pmpp sort_py
+  reference);
+* with --kernelbench DIR, every KernelBench file below DIR as published (level1/ and level2/ of a
+  KernelBench checkout): its reference as its own candidate and, on a GPU, under torch.compile as a
+  run times it, with sizes lowered by --set only where this machine cannot hold them (the overrides are
+  recorded);
+* with --trial DIR, a real model's kernels on their problems (DIR/kernels/NN-c-ID.py on
+  DIR/problems/NN_*.py, as in ../shared/real-model-kernelbench-2026-12-01/), less those whose verdict
+  there was a real error of the kernel's (DIR/verdicts.json);
+* with --gpumode, the published GPU MODE solutions a sweep judged ok.
+
+Judging processes keep every GPU busy, two per GPU by default; with a single GPU, or with --neighbour, a
+process beside them runs matrix products on every GPU without pause. Every verdict that is not `ok` is
+kept with its message, and so is every ok evaluation whose figure is the judge's own estimate because
+the worker's events fell below what its clock allows. Results:
+benchmarks/results/false-rejections-<device>-<date>.json.
 
     python benchmarks/false_rejections.py [--count 1000] [--time-limit 450] [--neighbour]
-    python benchmarks/false_rejections.py --quick    # the CPU interpreter, a handful of evaluations
+    python benchmarks/false_rejections.py --kernelbench KernelBench/KernelBench --trial ../shared/real-model-kernelbench-2026-12-01
+    python benchmarks/false_rejections.py --quick --kernelbench tests/data    # the CPU interpreter, small sizes
     python benchmarks/false_rejections.py --add-to results/false-rejections-....json  # a second part
     python benchmarks/false_rejections.py --gpumode .refk --sweep results/gpumode-sweep-NVIDIA_H100_80GB_HBM3-2026-11-24.md
 
@@ -24,6 +34,7 @@ continues a part's round-robin where it stopped and writes the two parts' totals
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import dataclasses
 import datetime
@@ -40,15 +51,20 @@ from pathlib import Path
 import torch
 
 from kscience.device import detect
-from kscience.evaluate.judge import contexts, crosscheck
+from kscience.evaluate.judge import contexts
 from kscience.evaluate.judge.evaluation import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
-from kscience.problems import builtin_names, load_problem, shape_label
+from kscience.problems import ProblemError, builtin_names, load_problem, shape_label
+from kscience.problems.fit import needed_bytes
+from kscience.problems.kernelbench import _module_constants, seed_from_reference
+from kscience.run.baselines import compiled_source
 
 from gpumode_sweep import sweep_rows  # this folder is on the path of a script run from it
 
 PARTIAL_EVERY = 50  # evaluations between writes of the results file while the run goes on
-HONEST = "import torch\n\ndef honest(x):\n    return torch.softmax(x.float(), -1).to(torch.bfloat16)\n"
+# softmax from its parts: the problem forbids calling torch.softmax
+HONEST = ("import torch\n\ndef honest(x):\n    x = x.float()\n    e = (x - x.amax(-1, keepdim=True)).exp()\n"
+          "    return (e / e.sum(-1, keepdim=True)).to(torch.bfloat16)\n")
 # The honest kernels of tests/gpu and tests/adversarial, as (label, problem, source, needs a GPU).
 TEST_KERNELS = [
     ("plain pytorch", "softmax", HONEST + "\ndef custom_kernel(data):\n    return honest(data[0])\n", False),
@@ -78,30 +94,86 @@ def custom_kernel(data):
         y = honest(x)
     return y
 """, True),
-    ("fp8 reference", "fp8_blockscale_gemm", """
-from kscience.problems import load_problem
-
-_reference = load_problem("fp8_blockscale_gemm").ref_kernel
-
-def custom_kernel(data):
-    c = data[4]
-    c.copy_(_reference(data))
-    return c
-""", True),
 ]
 
 
-def candidates(on_gpu: bool, quick: bool, gpumode: list | None = None) -> list[tuple[str, str, str]]:
-    """(label, problem, source) of every honest candidate this run evaluates: the built-in seeds, the
-    honest kernels of the test suite, and `gpumode` (published GPU MODE solutions, see
-    `gpumode_solutions`)."""
+def candidates(on_gpu: bool, quick: bool, extra: list | None = None) -> list[tuple[str, str, str, dict]]:
+    """(label, problem, source, overrides) of every honest candidate this run evaluates: the built-in seeds,
+    the honest kernels of the test suite, and `extra` (KernelBench files, a trial's kernels, GPU MODE's
+    published solutions)."""
     if quick:  # cheap under the interpreter
-        return [("softmax seed", "softmax", load_problem("softmax").seed_source), TEST_KERNELS[0][:3]]
-    seeds = [(f"{name} seed", name, load_problem(name).seed_source) for name in builtin_names()]
-    return seeds + [k[:3] for k in TEST_KERNELS if on_gpu or not k[3]] + list(gpumode or [])
+        base = [("softmax seed", "softmax", load_problem("softmax").seed_source), TEST_KERNELS[0][:3]]
+    else:
+        base = [(f"{name} seed", name, load_problem(name).seed_source) for name in builtin_names()]
+        base += [k[:3] for k in TEST_KERNELS if on_gpu or not k[3]]
+    return [(label, name, source, {}) for label, name, source in base] + list(extra or [])
 
 
-def gpumode_solutions(repo: Path, sweep: Path, max_s: float) -> list[tuple[str, str, str]]:
+# Real errors of a kernel's own in a trial's verdicts: the kernel is no honest work to judge.
+KERNEL_ERRORS = ("compile_error", "runtime_error", "wrong_answer", "crashed")
+
+
+def is_kernelbench(path: Path) -> bool:
+    text = path.read_text(errors="replace")
+    return all(re.search(rf"^(class|def) {name}\b", text, flags=re.MULTILINE)
+               for name in ("Model", "get_inputs", "get_init_inputs"))
+
+
+def fitting(path: Path, budget_bytes: float) -> dict:
+    """--set overrides that bring a KernelBench file's needs under `budget_bytes`: its largest integer
+    constant halved until it fits (none where it fits as published, or where its needs cannot be told)."""
+    sizes = {}
+    for name, node in _module_constants(ast.parse(path.read_text())).items():
+        value = getattr(node, "value", None)
+        if type(getattr(value, "value", None)) is int and value.value > 1:
+            sizes[name] = value.value
+    overrides: dict = {}
+    for _ in range(40):
+        need = needed_bytes(load_problem(str(path), overrides), interpreted=not torch.cuda.is_available())
+        if need is None or need <= budget_bytes or not sizes:
+            return overrides
+        name = max(sizes, key=lambda n: overrides.get(n, sizes[n]))
+        overrides[name] = max(1, overrides.get(name, sizes[name]) // 2)
+        if all(v == 1 for v in overrides.values()) and len(overrides) == len(sizes):
+            return overrides
+    return overrides
+
+
+def kernelbench_candidates(root: Path, on_gpu: bool, budget_bytes: float) -> list[tuple[str, str, str, dict]]:
+    """Every KernelBench file below `root`: its reference as a candidate and, on a GPU, under torch.compile."""
+    rows = []
+    for path in sorted(p for p in root.rglob("*.py") if is_kernelbench(p)):
+        try:
+            overrides = fitting(path, budget_bytes)
+            problem = load_problem(str(path), overrides)
+        except ProblemError as exc:
+            print(f"  skipped {path}: {exc}")
+            continue
+        label = f"kernelbench {path.parent.name}/{path.stem}"
+        rows.append((label, str(path), seed_from_reference(path.read_text()), overrides))
+        if on_gpu:
+            rows.append((label + " (torch.compile)", str(path), compiled_source(problem), overrides))
+    if not rows:
+        raise SystemExit(f"false_rejections: no KernelBench file below {root}")
+    return rows
+
+
+def trial_candidates(trial: Path, budget_bytes: float) -> list[tuple[str, str, str, dict]]:
+    """A trial's kernels (kernels/NN-c-ID.py) on their problems (problems/NN_*.py), less those its
+    verdicts.json gave a real error of their own."""
+    errors = {Path(v["kernel"]).name for v in json.loads((trial / "verdicts.json").read_text())
+              if v.get("status") in KERNEL_ERRORS}
+    rows = []
+    for kernel in sorted((trial / "kernels").glob("*.py")):
+        if kernel.name in errors:
+            continue
+        number = kernel.name.split("-", 1)[0]
+        (problem,) = sorted((trial / "problems").glob(f"{number}_*.py"))
+        rows.append((f"trial {kernel.stem}", str(problem), kernel.read_text(), fitting(problem, budget_bytes)))
+    return rows
+
+
+def gpumode_solutions(repo: Path, sweep: Path, max_s: float) -> list[tuple[str, str, str, dict]]:
     """(label, problem folder, source) of the published GPU MODE solutions that the sweep in `sweep`
     (a gpumode-sweep-*.md results file) judged ok within `max_s` seconds over every shape: honest
     kernels from outside kscience, without the minute-long builds (load_inline, large references)
@@ -111,54 +183,51 @@ def gpumode_solutions(repo: Path, sweep: Path, max_s: float) -> list[tuple[str, 
         if row["status"] == "ok" and solution != "(reference)" and row["seconds"] <= max_s:
             folder = repo / "problems" / name
             file = folder / "solutions" / solution if solution.startswith("correct/") else folder / solution
-            rows.append((f"gpumode {name} {solution}", str(folder), file.read_text()))
+            rows.append((f"gpumode {name} {solution}", str(folder), file.read_text(), {}))
     if not rows:
         raise SystemExit(f"false_rejections: {sweep} lists no solution judged ok within {max_s:.0f} s")
     return rows
 
 
 def _judge_loop(gpu, jobs, results, halt) -> None:
-    """One judging process: evaluates jobs (index, label, problem, shape index, source) until None or `halt`."""
+    """One judging process: evaluates jobs (index, label, problem, shape index, source, overrides) until
+    None or `halt`."""
     judging_process()
     if gpu is not None:
         torch.cuda.set_device(gpu)
     while not halt.is_set() and (job := jobs.get()) is not None:
-        i, label, name, k, source = job
-        problem = load_problem(name)
+        i, label, name, k, source, overrides = job
+        problem = load_problem(name, overrides)
         interpreted = gpu is None
         shapes = problem.shapes("benchmarks", interpreted)
         shape = shapes[k % len(shapes)]
         trimmed = dataclasses.replace(problem, benchmarks=[shape], cpu_benchmarks=[shape])
         t0 = time.monotonic()
-        r = evaluate(EvalRequest(problem=problem.locator, source=source, shapes="benchmarks"), gpu=gpu, problem=trimmed,
-                     keep_spare=True)
+        r = evaluate(EvalRequest(problem=problem.locator, source=source, shapes="benchmarks", overrides=overrides),
+                     gpu=gpu, problem=trimmed, keep_spare=True)
+        last = r.shapes[-1] if r.shapes else None
         results.put({"i": i, "label": label, "problem": name, "shape": shape_label(shape), "gpu": gpu,
-                     "status": r.status, "message": r.message, "wall_s": time.monotonic() - t0,
-                     "time_us": r.shapes[-1].time_us if r.shapes else None,
-                     "judge_us": r.shapes[-1].judge_us if r.shapes else None,
-                     "build_us": r.shapes[-1].build_us if r.shapes else None,
-                     "outside_us": r.shapes[-1].outside_us if r.shapes else None,
-                     "remeasured": r.shapes[-1].message if r.shapes else "",
+                     "overrides": overrides, "status": r.status, "message": r.message,
+                     "wall_s": time.monotonic() - t0, "build_s": r.build_s,
+                     "time_us": last.time_us if last else None, "judge_us": last.judge_us if last else None,
+                     "judge_se_us": last.judge_se_us if last else None, "clock": last.clock if last else "",
+                     "inputs": last.inputs if last else "", "remeasured": last.message if last else "",
                      "phases_s": r.phases_s, "setup_s": r.device.get("setup_s") or {}})
 
 
 def _margins(done: list[dict]) -> dict:
-    """Over the ok GPU evaluations: the median, 99th percentile and largest share of its allowance
-    that each check's figure used (crosscheck.side_work_problem, forged_time_problem without the
-    null spread): how far honest kernels stay from a doubt, not only whether they crossed it."""
-    ok = [r for r in done if r["status"] == "ok" and r.get("outside_us") is not None and r.get("time_us")]
-    if not ok:
-        return {}
-
-    def summary(values: list[float]) -> dict:
-        values = sorted(values)
-        return {"median": round(values[len(values) // 2], 3), "p99": round(values[math.ceil(0.99 * len(values)) - 1], 3),
-                "max": round(values[-1], 3)}
-
-    side = [crosscheck.side_work_share(r["outside_us"], r["time_us"]) for r in ok]
-    clock = [r["judge_us"] / crosscheck.forged_allowance_us(r["time_us"], interpreted=False, build_us=r.get("build_us") or 0.0)
-             for r in ok if r.get("judge_us") is not None]
-    return {"side_work": summary(side), "judges_clock": summary(clock) if clock else {}}
+    """Over the ok GPU evaluations timed by the worker's events: how far the events lay from the judge's
+    estimate, in the estimate's standard errors (median, 1st percentile, least; crosscheck.Estimate.low
+    takes its figure from the judge below -4), and how many were timed by the judge instead."""
+    ok = [r for r in done if r["status"] == "ok" and r.get("judge_se_us") and r.get("time_us") is not None]
+    events = sorted((r["time_us"] - r["judge_us"]) / r["judge_se_us"] for r in ok if r.get("clock") == "cuda events")
+    judged = sum(1 for r in ok if r.get("clock") != "cuda events")
+    if not events:
+        return {"timed_by_the_judge": judged}
+    return {"events_less_estimate_in_se": {"median": round(events[len(events) // 2], 2),
+                                           "p1": round(events[max(0, math.ceil(0.01 * len(events)) - 1)], 2),
+                                           "least": round(events[0], 2)},
+            "timed_by_the_judge": judged}
 
 
 def busy_neighbour(gpus: list[int], stop) -> None:
@@ -185,6 +254,13 @@ def main() -> None:
                                                             "two evaluations at once, busier than a search)")
     ap.add_argument("--quick", action="store_true", help="the CPU interpreter: 4 evaluations, 2 candidates")
     ap.add_argument("--add-to", help="an earlier part's results file: continue after it and report the sum")
+    ap.add_argument("--kernelbench", type=Path, metavar="DIR", help="also every KernelBench file below DIR, its "
+                    "reference and (on a GPU) its torch.compile")
+    ap.add_argument("--trial", type=Path, metavar="DIR", help="also a trial's kernels on its problems "
+                    "(DIR/kernels, DIR/problems, DIR/verdicts.json)")
+    ap.add_argument("--memory-share", type=float, default=0.25, help="a KernelBench file's largest shape is "
+                    "lowered with --set until it needs at most this share of the free memory per judge "
+                    "(default 0.25; --quick: 16 MiB)")
     ap.add_argument("--gpumode", type=Path, metavar="REPO", help="also the published GPU MODE solutions that "
                     "--sweep judged ok, from this reference-kernels extract")
     ap.add_argument("--sweep", type=Path, metavar="FILE", help="a gpumode-sweep-*.md results file (with --gpumode)")
@@ -203,14 +279,24 @@ def main() -> None:
     neighbour = on_gpu and (args.neighbour or len(gpus) == 1)
     if bool(args.gpumode) != bool(args.sweep):
         raise SystemExit("false_rejections: --gpumode and --sweep go together")
-    gpumode = gpumode_solutions(args.gpumode, args.sweep, args.gpumode_max_s) if args.gpumode else None
-    pool = candidates(on_gpu, args.quick, gpumode)
+    if on_gpu:
+        budget = args.memory_share * torch.cuda.mem_get_info()[0] / args.per_gpu
+    else:
+        budget = 16 * 2**20 if args.quick else args.memory_share * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    extra = gpumode_solutions(args.gpumode, args.sweep, args.gpumode_max_s) if args.gpumode else []
+    if args.kernelbench:
+        extra += kernelbench_candidates(args.kernelbench, on_gpu, budget)
+    if args.trial:
+        extra += trial_candidates(args.trial, budget)
+    pool = candidates(on_gpu, args.quick, extra)
+    if args.quick:
+        args.count = max(args.count, len(pool)) if extra else args.count
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
     jobs.cancel_join_thread()  # jobs left unread at the time limit must not hold this process at its exit
     for i in range(first, first + args.count):  # round-robin over candidates; each cycles through its shapes
-        label, name, source = pool[i % len(pool)]
-        jobs.put((i, label, name, i // len(pool), source))
+        label, name, source, overrides = pool[i % len(pool)]
+        jobs.put((i, label, name, i // len(pool), source, overrides))
     stop = ctx.Event()
     busy = ctx.Process(target=busy_neighbour, args=(gpus, stop), daemon=True) if neighbour else None
     if busy:
@@ -298,8 +384,8 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
     for r in done:
         for name, sec in (r.get("phases_s") or {}).items():
             phases[name].append(sec)
-    # Inside the import, by the worker's own clock: device detection, the problem, the CUDA context
-    # with flush buffer and idle gap, the integrity snapshot, the candidate's import.
+    # Inside the import, by the worker's own clock: device detection, the problem, the CUDA context,
+    # the integrity snapshot, the candidate's import.
     setups = collections.defaultdict(list)
     for r in done:
         for step, sec in (r.get("setup_s") or {}).items():
@@ -310,17 +396,18 @@ def report(args, device, gpus, n_judges, neighbour, done, wall, stopped_early, e
         print("median seconds per evaluation by phase: "
               + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in phases.items())
               + (f" (inside the import, by the worker's clock: {setup_medians})" if setup_medians else ""))
-    believed = [{k: r[k] for k in ("label", "shape", "remeasured")} for r in done
+    believed = [{k: r[k] for k in ("label", "shape", "clock", "remeasured")} for r in done
                 if r["status"] == "ok" and r["remeasured"].startswith("measured")]
-    not_ok = [{k: r[k] for k in ("label", "problem", "shape", "gpu", "status", "message")} for r in not_ok]
+    not_ok = [{k: r[k] for k in ("label", "problem", "shape", "overrides", "gpu", "status", "message")}
+              for r in not_ok]
     if earlier:
         believed, not_ok = earlier["remeasured_then_ok"] + believed, earlier["not_ok"] + not_ok
     margins = _margins(done)
     if not partial:
         print(f"not ok: {len(not_ok)}; measured more than once and then believed: {len(believed)}")
         if margins:
-            print(f"how near the ok evaluations came to a doubt (share of what a check allows; 1 doubts): "
-                  f"side work {margins['side_work']}, judge's clock {margins['judges_clock']}")
+            print(f"the worker's events against the judge's estimate, in its standard errors (the judge's own "
+                  f"figure below -4 and a few percent): {margins}")
     stamp = datetime.date.today().isoformat()
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", device.name).strip("_")
     out = Path(args.out) / f"false-rejections-{name}-{stamp}{'-quick' if args.quick else ''}.json"

@@ -5,7 +5,7 @@
 # benchmarks/README.md says what each step runs, its settings (environment variables) and its results.
 # Logs, JSON results and run databases land in OUTDIR.
 set -uo pipefail
-steps_known="tests sorttests sortbuilds evaluator falserej gpumode throughput baselines kernelsplit runs model-runs profile \
+steps_known="tests sorttests sortbuilds evaluator clock falserej gpumode throughput baselines kernelsplit runs model-runs profile \
 profile-run compose-gemm compose-rows profile-default"
 out=${1:?usage: gpu_session.sh OUTDIR [STEP...]; steps: $steps_known}
 shift
@@ -52,8 +52,11 @@ for step in $steps; do
     evaluator) timeout "${EVALUATOR_S:-420}" python3 benchmarks/evaluator.py --repeats "${REPEATS:-3}" \
                  ${PROBLEMS:+--problems "$PROBLEMS"} --out "$out" \
                  2>&1 | tee "$out/evaluator.log" ;;
+    clock) timeout "${CLOCK_S:-560}" python3 benchmarks/clock_precision.py --repeats "${REPEATS:-5}" --out "$out" \
+             2>&1 | tee "$out/clock-precision.log" ;;
     falserej) timeout "${FALSEREJ_S:-560}" python3 benchmarks/false_rejections.py --count "${COUNT:-1000}" \
                 --time-limit "${FALSEREJ_LIMIT:-420}" --per-gpu "${PER_GPU:-3}" ${ADD_TO:+--add-to "$ADD_TO"} ${NEIGHBOUR:+--neighbour} \
+                ${KB:+--kernelbench "$KB"} ${TRIAL:+--trial "$TRIAL"} \
                 ${REFK:+--gpumode "$REFK" --sweep "$sweep"} --out "$out" 2>&1 \
                 | tee "$out/false-rejections.log" ;;
     gpumode) timeout "${GPUMODE_S:-560}" python3 benchmarks/gpumode_sweep.py --repo "${REFK:?set REFK to a reference-kernels extract}" \

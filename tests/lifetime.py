@@ -46,6 +46,13 @@ def custom_kernel(data):
 """
 
 
+def signal_mask(pid: int, field: str) -> set[int]:
+    """The signals in one mask of /proc/PID/status: `SigIgn` (ignored) or `SigCgt` (handled)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith(f"{field}:"))
+    mask = int(line.split()[1], 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
 def processes_using(tmp: Path) -> dict[int, str]:
     """Every process whose environment has TMPDIR inside `tmp`: the command's whole tree."""
     marker = f"TMPDIR={tmp}".encode()
@@ -69,9 +76,15 @@ def _state(pid: int) -> str | None:
 
 
 class Command:
-    """A kscience command started with its own TMPDIR, to be killed and then searched for leftovers."""
+    """A kscience command started with its own TMPDIR, to be killed and then searched for leftovers.
 
-    def __init__(self, tmp_path: Path, *args: str, env: dict | None = None):
+    It starts with SIGINT at its default, as a command typed at a terminal has it, whatever the
+    suite inherited: under `nohup make test &` or a script, SIGINT comes ignored (the shell's
+    protection of a background job) and a command left to inherit that never sees the test's
+    Ctrl-C. `sigint=signal.SIG_IGN` starts it as such a background job instead."""
+
+    def __init__(self, tmp_path: Path, *args: str, env: dict | None = None,
+                 sigint: signal.Handlers = signal.SIG_DFL):
         self.tmp = tmp_path / "tmp"
         self.tmp.mkdir(exist_ok=True)
         self.owners: set[str] = set()
@@ -79,7 +92,8 @@ class Command:
         # A session of its own, as a command started in a terminal has: Ctrl-C goes to its group.
         self.proc = subprocess.Popen([sys.executable, "-m", "kscience", *args], cwd=tmp_path, env=full_env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
 
     def sandboxes(self) -> list[Path]:
         found = list(sandbox_root(self.tmp).glob(f"{FOLDER_PREFIX}*"))

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from kscience.campaigns.campaign import CampaignConfig, overrides_for, suite_locators
-from kscience.campaigns.report import FAST_P, campaign_report, fast_p, geomean_speedup, suite_summary
+from kscience.campaigns.report import (FAST_P, campaign_figure, campaign_report, fast_p, geomean_speedup, speedup,
+                                      suite_summary)
 from kscience.cli.main import main
 from kscience.problems import ProblemError
 from kscience.campaigns.retime import comparison, kendall_tau
@@ -311,6 +312,43 @@ def test_a_campaign_over_kernelbench_files_and_builtins(finished_campaign, capsy
     assert "5/5 problems" in capsys.readouterr().out
 
 
+def _figure_row(name, eager, compiled, best, device, interpreted):
+    row = {"name": name, "status": "finished", "eager_us": eager, "compiled_us": compiled, "best_us": best,
+           "fastest_us": min(x for x in (eager, compiled) if x), "device": device, "interpreted": interpreted}
+    row.update({f"speedup_{b}": speedup(row, b) for b in ("eager", "compiled")})
+    return row
+
+
+def test_the_campaign_figure_draws_what_was_timed_and_says_where():
+    """On the CPU torch.compile is never timed: no empty legend entry for it, the fast_p curve of the
+    fastest baseline (eager itself there) is drawn over eager's and says so, and the caption names
+    the device and says the times are not performance. On a GPU both bar sets are drawn."""
+    pytest.importorskip("matplotlib")
+    cpu = "cpu (Triton interpreter)"
+    report = {"campaign": {"id": "k-1"}, "problems": [_figure_row("softmax", 100.0, None, 50.0, cpu, True),
+                                                       _figure_row("rmsnorm", 100.0, None, 200.0, cpu, True)]}
+    fig = campaign_figure(report)
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["vs PyTorch eager"]
+    assert len(left.containers) == 1 and [b.get_height() for b in left.containers[0]] == [2.0, 0.5]
+    assert "no bars for torch.compile" in left.get_title()
+    assert [t.get_text() for t in right.get_legend().get_texts()] == [
+        "vs PyTorch eager", "vs the fastest baseline (same as vs PyTorch eager)"]
+    assert [line.get_linestyle() for line in right.get_lines()] == ["-", ":"]  # the second visible over the first
+    caption = fig.get_suptitle()
+    assert caption.startswith(f"judged on {cpu}") and "CPU interpreter: not performance" in caption
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    report["problems"] = [_figure_row("softmax", 100.0, 80.0, 50.0, h100, False),
+                          _figure_row("rmsnorm", 100.0, 120.0, 200.0, h100, False)]
+    fig = campaign_figure(report)
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["vs PyTorch eager", "vs torch.compile"]
+    assert [[b.get_height() for b in c] for c in left.containers] == [[2.0, 0.5], [1.6, 0.6]]
+    assert left.get_title() == "campaign k-1"
+    assert fig.get_suptitle() == f"judged on {h100}"  # no CPU caveat
+
+
 @pytest.mark.slow
 def test_the_report_figure(finished_campaign, tmp_path, capsys):
     pytest.importorskip("matplotlib")
@@ -421,13 +459,18 @@ def test_the_campaign_notebook_under_papermill(tmp_path):
         "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
     assert "relu_1d" in shown and "finished" in shown and "fast_1.5" in shown
     assert any("image/png" in o.get("data", {}) for o in outputs)
+    # the live table as text too (papermill's and a console's view), not an object's repr
+    plain = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    assert "IPython.core.display.HTML" not in plain
+    view = next(o["data"] for o in outputs if "text/html" in o.get("data", {}))
+    assert "campaign k-" in "".join(view["text/plain"]) and "relu_1d" in "".join(view["text/plain"])
 
 
 def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
     from kscience.campaigns.campaign import Campaign
-    from kscience.jupyter.campaign_view import campaign_html
+    from kscience.jupyter.campaign_view import campaign_html, campaign_text
 
     monkeypatch.setenv("KSCIENCE_DEVICE", "cpu")
     ip = InteractiveShell.instance()
@@ -440,6 +483,10 @@ def test_the_campaign_magic_returns_the_campaign_under_its_live_view(tmp_path, m
     assert isinstance(campaign, Campaign) and campaign.wait(timeout=60) == "finished"
     shown = campaign_html(campaign.store, campaign.id)
     assert "vectoradd_py" in shown and "skipped" in shown and "1/1 done" in shown and "several GPUs" in shown
+    title, head, row = campaign_text(campaign.store, campaign.id).splitlines()
+    assert title == f"campaign {campaign.id} (finished, 1/1 done)"
+    assert head.split() == ["problem", "status", "eager", "us", "best", "us", "vs", "eager", "attempts", "note"]
+    assert row.startswith("vectoradd_py") and row.index("skipped") == head.index("status") and "several GPUs" in row
 
 
 def test_problems_the_offline_scientist_cannot_start_on_are_skipped_with_the_reason(tmp_path, capsys, monkeypatch):

@@ -36,7 +36,8 @@ def custom_kernel(data):
     CALLS[0] += 1
     if CALLS[0] > 1:  # correct once, then far too slow to time
         time.sleep(60)
-    return torch.softmax(x.float(), dim=-1).to(x.dtype)
+    e = (x.float() - x.float().amax(-1, keepdim=True)).exp()  # from its parts: torch.softmax is forbidden
+    return (e / e.sum(-1, keepdim=True)).to(x.dtype)
 '''
 
 
@@ -98,11 +99,12 @@ def test_eval_lines_label_every_number_and_nest_no_parentheses():
 def test_the_judges_own_message_counts_in_words(tmp_path, capsys):
     cand = tmp_path / "plain.py"
     cand.write_text("import torch\n\ndef custom_kernel(data):\n    (x,) = data\n"
-                    "    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n")
+                    "    e = (x.float() - x.float().amax(-1, keepdim=True)).exp()\n"
+                    "    return (e / e.sum(-1, keepdim=True)).to(x.dtype)\n")
     code, out, _ = run_main(capsys, "eval", "softmax", str(cand), "--shapes", "benchmarks")
     first = out.splitlines()[0]
     assert code == 0, out
-    assert first.startswith("ok: 1 shape correct; geomean ") and "over 1 benchmark shape, timed by" in first
+    assert first.startswith("ok: 1 shape correct; geomean ") and "over 1 CPU shape, timed by" in first
 
 
 # --- help ---------------------------------------------------------------------------------------

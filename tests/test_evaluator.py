@@ -24,7 +24,9 @@ import torch
 
 def custom_kernel(data):
     (x,) = data
-    return torch.softmax(x.float(), -1).to(torch.bfloat16)
+    x = x.float()
+    e = (x - x.amax(-1, keepdim=True)).exp()  # from its parts: softmax forbids calling torch.softmax
+    return (e / e.sum(-1, keepdim=True)).to(torch.bfloat16)
 """
 TIMED_SEEDS = {"softmax"}  # seeds cheap enough under the interpreter to time as well
 
@@ -68,7 +70,7 @@ def test_a_plain_pytorch_candidate_is_ok_and_timed():
     (COMPILE_ERROR, "import torch\ndef custom_kernel(data:\n    pass\n", "SyntaxError"),
     (COMPILE_ERROR, "import no_such_module_anywhere\n", "import failed"),
     (RUNTIME_ERROR, "def custom_kernel(data):\n    return 1 / 0\n", "ZeroDivisionError"),
-    (WRONG_ANSWER, PLAIN_SOFTMAX.replace("-1)", "0)"), "elements outside"),
+    (WRONG_ANSWER, PLAIN_SOFTMAX.replace("-1,", "0,"), "elements outside"),
     (CRASHED, "import os\ndef custom_kernel(data):\n    os.kill(os.getpid(), 9)\n", "SIGKILL"),
     (REJECTED, "import time\ntime.perf_counter = time.process_time\n" + PLAIN_SOFTMAX, "time.perf_counter"),
 ])

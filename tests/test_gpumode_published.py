@@ -69,6 +69,27 @@ def test_a_compiled_triton_launch_runs_as_written_under_the_interpreter():
     assert result.status == "ok", result.message
 
 
+# Right only below a million elements, as GPU MODE's published vectorsum cheat is: the CPU sees none
+# of the task's benchmark shapes (1.6 to 52 million elements), so the verdict must say so.
+RIGHT_ON_SMALL_VECTORS_ONLY = """
+def custom_kernel(data):
+    return data.sum() * (1.01 if data.numel() >= 1_000_000 else 1.0)
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU interpreter's shape lists")
+def test_a_verdict_on_the_cpu_says_how_much_of_the_task_it_checked():
+    problem = load_problem(str(PUBLISHED / "pmpp" / "vectorsum_py"))
+    result = judge(problem, RIGHT_ON_SMALL_VECTORS_ONLY)
+    assert result.status == "ok", result.message
+    assert result.message.startswith("1 shape correct; geomean ")  # size=1023, checked and then timed
+    assert "us over 1 CPU shape, timed by cpu interpreter" in result.message  # not called a benchmark shape
+    assert result.message.endswith("; CPU interpreter: 1 of 5 test shapes checked; none of the 6 benchmark shapes "
+                                   "checked or timed (test shape size=1023 timed in their place)"), result.message
+    checked = judge(problem, RIGHT_ON_SMALL_VECTORS_ONLY.replace("return", "return 0 *"))
+    assert checked.status == "wrong_answer"  # what it does check, it checks
+
+
 def test_a_check_implementation_of_its_own_is_the_judge_where_allclose_is_wrong():
     """The reference answers +x/|x|; the submission answers -x/|x|, just as right: allclose rejects
     it, the task's own check accepts it, and a vector of the wrong length is still rejected."""

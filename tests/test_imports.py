@@ -31,7 +31,7 @@ LAZY_ALLOWED = {
     # The worker forks a reaper first and confines itself before loading what runs the candidate.
     **{("kscience.evaluate.worker.__main__", f"kscience.evaluate.{m}"): "worker import order"
        for m in ("clocks", "worker.confine", "worker.harness", "worker.integrity", "kernel_times", "library_rule",
-                 "lifeline", "output_buffer", "proctree", "worker.timing", "wire")},
+                 "lifeline", "shared_buffer", "staging", "proctree", "worker.timing", "wire")},
     ("kscience.evaluate.worker.harness", "kscience.device"): "worker import order",
     ("kscience.evaluate.worker.harness", "kscience.problems"): "worker import order",
 }
@@ -195,8 +195,8 @@ def test_the_store_and_the_evaluator_do_not_reach_into_each_other_or_the_screens
 # so it loads nothing of the trusted side; the shared modules are loaded by both processes, so they
 # import neither side; the trusted side runs no worker code, save the one import stated here.
 EVALUATE = "kscience.evaluate"
-SHARED = {f"{EVALUATE}.{m}" for m in ("clocks", "kernel_times", "library_rule", "lifeline", "output_buffer", "proctree",
-                                      "result", "wire")}
+SHARED = {f"{EVALUATE}.{m}" for m in ("clocks", "kernel_times", "library_rule", "lifeline", "proctree", "result",
+                                      "shared_buffer", "staging", "wire")}
 WORKER = f"{EVALUATE}.worker"
 TRUSTED = tuple(f"{EVALUATE}.{p}" for p in ("executors", "judge", "profile", "sandbox"))
 BELOW_THE_EVALUATOR = ("kscience.device", "kscience.problems")  # what a worker may load from outside it

@@ -2,18 +2,17 @@
 
 GPU MODE's pmpp sort builds its numbers row by row from Python (one generator seeding and one
 randn per row: most of a second for its largest shape on an H100), and every build lands in some
-phase of the evaluation: the judge's own builds before the import, its correctness calls and
-rechecks, and in the worker every command. A copy of that task whose `generate_input` writes
+phase of the evaluation: the judge's own builds before the import, for its correctness calls, its
+timed calls (it stages their inputs itself) and its rechecks, and in the worker the fixed buffers,
+the warm-up, the checks and the profiled pass. A copy of that task whose `generate_input` writes
 what it builds to stderr shows each build: in the judge's process on this test's stderr, in the
 worker on the worker's stderr, which the result's tail carries.
 """
 
-import contextlib
 import dataclasses
 import json
 import re
 import shutil
-import types
 from collections import Counter
 from pathlib import Path
 
@@ -23,12 +22,11 @@ import torch
 from kscience.cli.main import main as cli_main
 from kscience.evaluate.judge import drive, input_sets
 from kscience.evaluate.judge import session as session_module
-from kscience.evaluate.judge.phases import Phases
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, EvalRequest
 from kscience.problems import load_problem
 
-from fake_clock import FakeClock
+from fake_clock import FakeBuffers, FakeClock, FakeSession
 
 PMPP = Path(__file__).parent / "data" / "gpumode" / "reference-kernels" / "pmpp"
 SHAPES = """tests: [{size: 1023, seed: 4242}]
@@ -88,62 +86,38 @@ def test_no_set_of_inputs_is_built_twice_and_the_judges_first_builds_are_all_use
     sent = [e[:2] for e in events if e[0] not in ("judge", "import")]
     worker_builds = _builds(result.stderr_tail)
 
-    # Every seed a command carried is new to the evaluation except the warm-up's (never timed).
+    # Every seed a command carried is new to the evaluation except the warm-up's (never timed), and a
+    # staged shape's timed and null calls carry none: the judge writes their inputs.
     carried = [s for c, s in sent if c != "prepare"]
-    assert len(carried) == len(set(carried))
+    assert len(carried) == len(set(carried)) and not [s for c, s in sent if c == "call"]
     # The worker builds each set once: one build per seed it was sent and used.
     assert worker_builds and max(Counter(worker_builds).values()) == 1, Counter(worker_builds).most_common(3)
-    # The judge builds each set once, and what it built before the import (each benchmark shape's
-    # first builds, session.BUILDS of them) all goes to the shape's correctness call or to its
-    # first timed calls, which it reads and rechecks without building them again.
+    # The judge builds each set once (a read call's inputs are held for its recheck where builds are
+    # slow), and what it built before the import (each benchmark shape's first builds, session.BUILDS of
+    # them) all goes to the shape's correctness call or to its first timed calls.
     assert max(Counter(judge_builds).values()) == 1, Counter(judge_builds).most_common(3)
-    assert Counter(size for _, size in before_import) == {20000: session_module.BUILDS, 30000: session_module.BUILDS}
-    checked_or_timed = {s for c, s in sent if c in ("check", "call")}
-    assert all(seed in checked_or_timed for seed, _ in before_import)
-    # The first timed calls of every round (always read) have inputs the judge built before their
-    # command: before the import, or while the worker prepared the round.
-    built_at = {e[1]: i for i, e in enumerate(events) if e[0] == "judge"}
-    rounds = [i for i, e in enumerate(events) if e[0] == "prepare" and events[i - 1][0] != "prepare"]
-    assert len(rounds) >= 2
-    assert sum(c == "prepare" for c, _ in sent) == len(rounds)  # one warm-up set where a build is slow
-    for start in rounds:
-        timed = [(i, e[1]) for i, e in enumerate(events) if i > start and e[0] == "call" and e[2] == "timed"]
-        assert all(built_at.get(seed, i) < i for i, seed in timed[:session_module.CHECKS[1]])
+    sizes = Counter(size for _, size in before_import)
+    assert sizes[20000] >= session_module.BUILDS and sizes[30000] >= session_module.BUILDS
+    checks = {s for c, s in sent if c == "check"}
+    timed_seeds = {e[1] for e in events[imported:] if e[0] == "judge"}
+    early = [seed for seed, size in before_import if Counter(s for s, _ in before_import)[seed] == 1]
+    assert all(seed in checks or seed not in timed_seeds for seed in early)
     for size in (20000, 30000):
         shape = next(s for s in result.shapes if s.shape.get("size") == size)
-        assert shape.ok and shape.n >= 3
-
-
-class _Worker:
-    """Every command builds its inputs (`build_s`) inside the judge's bracket; a timed call then
-    runs `call_s`. Records the seed of every command."""
-
-    def __init__(self, clock, build_s, call_s):
-        self.clock, self.build_s, self.call_s, self.kind, self.seeds = clock, build_s, call_s, None, []
-
-    def ask(self, cmd, phase, shape):
-        self.kind = cmd.get("kind")
-        self.seeds.append((self.kind, cmd.get("seed")))
-
-    @contextlib.contextmanager
-    def phase(self, name):
-        yield
-
-    def reply(self, phase, shape):
-        self.clock.now += self.build_s + (self.call_s if self.kind == "timed" else 0.0)
-        took = self.call_s * 1e6 if self.kind == "timed" else 1.0
-        return {"event_us": took, "host_us": took + 10}
+        assert shape.ok and shape.n >= 3 and shape.inputs == "staged by the judge"
 
 
 def _drive(monkeypatch, build_s, call_s, ready=()):
+    """The judge builds each timed call's inputs (`build_s`, outside its clock); a timed call then runs
+    `call_s` inside it. Returns the kinds of the calls, the seeds the judge built and those it read."""
     clock = FakeClock()
     monkeypatch.setattr(drive, "time", clock)
-    monkeypatch.setattr(drive, "_read", lambda session, shape, where, seed, kind, cap: drive.Look(seed))
-    worker = _Worker(clock, build_s, call_s)
+    session = FakeSession(clock, lambda n: call_s, build_s)
     plan = drive.Plan(warmup=3, nulls=6, min_n=10, max_n=2000, max_seconds=0.5, target_rse=0.005, checks=3,
-                      few_n=3, enough_s=10.0, ready=list(ready), build_us=build_s * 1e6, built_n=3, built_nulls=3)
-    calls, looks = drive.run_calls(worker, {"size": 1}, plan, 1 << 20, set(ready))
-    return Counter(c.kind for c in calls), worker.seeds, [look.seed for look in looks]
+                      few_n=3, enough_s=10.0, ready=[(seed, [torch.zeros(4)]) for seed in ready],
+                      build_us=build_s * 1e6, built_n=3, built_nulls=3)
+    calls, looks = drive.run_calls(session, {"size": 1}, plan, FakeBuffers(), set(ready), 16)
+    return Counter(c.kind for c in calls), session.built, [look.seed for look in looks]
 
 
 def test_calls_that_are_mostly_their_input_build_are_fewer(monkeypatch):
@@ -160,12 +134,11 @@ def test_calls_that_are_mostly_their_input_build_are_fewer(monkeypatch):
     assert kinds["timed"] >= 10 and kinds["null"] == 6
 
 
-def test_seeds_built_before_the_import_go_to_the_first_timed_calls_only(monkeypatch):
-    _, seeds, read = _drive(monkeypatch, 0.00001, 0.001, ready=[11, 12])
-    firsts = [seed for kind, seed in seeds if kind == "timed"][:2]
-    assert sorted(firsts) == [11, 12] and {11, 12} <= set(read)  # read, so rechecked with the inputs kept
-    others = [seed for _, seed in seeds if seed not in (11, 12)]
-    assert len(others) == len(set(others)) == len(seeds) - 2
+def test_sets_built_before_the_import_go_to_the_first_timed_calls_only(monkeypatch):
+    kinds, built, read = _drive(monkeypatch, 0.00001, 0.001, ready=[11, 12])
+    assert {11, 12} <= set(read)  # the first timed calls, always read, so rechecked with the inputs kept
+    assert 11 not in built and 12 not in built  # not built again
+    assert len(built) == len(set(built)) == kinds["timed"] - 2
 
 
 @pytest.mark.usefixtures("gpumode_modules")
@@ -199,47 +172,3 @@ def test_sets_are_held_only_where_even_the_quickest_build_was_slow_and_only_with
     taken = [sets.take("slow"), sets.take("slow"), sets.take("slow")]
     assert sorted(t[0] for t in taken[:2]) == [4, 5] and taken[2] is None  # each held set goes out once
     assert sets.room("slow")
-
-
-def test_the_reference_is_timed_on_a_copy_of_a_held_set_without_a_new_build(monkeypatch):
-    held = [torch.arange(6.0)]
-    seen = []
-
-    def outside_us(problem, data, l2_bytes):
-        seen.append(data)
-        data[0].add_(1)  # whatever the reference does to its inputs stays in the copy
-        return 12.5
-
-    def no_build(seed, shape):
-        raise AssertionError("built a new set")
-
-    monkeypatch.setattr(session_module.reference_outside, "outside_us", outside_us)
-    session = session_module.Session.__new__(session_module.Session)  # the bookkeeping alone, no worker
-    session.phases = Phases()
-    session.reference_outside, session.sets, session.cpu = {}, input_sets.InputSets(), 1
-    session.problem, session.device = None, types.SimpleNamespace(l2_bytes=0)
-    session.sets.sent[7] = held
-    session.inputs = no_build
-    assert session.reference_outside_us({"size": 6}) == 12.5
-    assert seen[0] is not held and torch.equal(held[0], torch.arange(6.0))  # the recheck's inputs untouched
-
-
-def test_inputs_built_ahead_have_run_on_the_gpu_before_the_round_times_anything(monkeypatch):
-    """A build queues its kernels and returns: on a GPU the judge waits for them before the worker's timed
-    calls start, so its own work never lands in their brackets."""
-    events = []
-    monkeypatch.setattr(session_module.torch.cuda, "synchronize", lambda *a: events.append("synchronize"))
-    session = session_module.Session.__new__(session_module.Session)  # the bookkeeping alone, no worker
-    session.sets, session.used_seeds = input_sets.InputSets(), set()
-    session.sets.slow["size=6"] = 24
-
-    def build(seed, shape):
-        events.append("build")
-        return [torch.zeros(6)]
-
-    session.inputs = build
-    for cpu, expected in ((0, ["build"] * 3 + ["synchronize"]), (1, ["build"] * 3)):
-        events.clear()
-        session.cpu, ready = cpu, []
-        session.build_ahead({"size": 6}, ready)
-        assert len(ready) == 3 and events == expected

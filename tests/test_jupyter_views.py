@@ -6,6 +6,7 @@ each panel would show; tests/browser checks that JupyterLab really renders them.
 
 import copy
 import itertools
+import shutil
 import struct
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from kscience.jupyter.dashboard import Dashboard
 from kscience.jupyter.headless import TextSummary
 from kscience.jupyter.live import Throttle, choose_view
 from kscience.jupyter.plots import draw_timeline, lineage_layout, timeline_figure
-from kscience.jupyter.report import write_figures
+from kscience.jupyter.report import ReportError, write_figures
 from kscience.jupyter.results import RunResult
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
@@ -314,3 +315,47 @@ def test_the_report_script_writes_four_figures_with_their_command(tmp_path, caps
     missing = subprocess.run([sys.executable, "-m", "kscience.jupyter.report", "--db", str(tmp_path / "none.db"),
                               "--figures-dir", str(tmp_path / "figs")], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and missing.stderr.strip().startswith("kscience: error: no database at")
+
+
+def git(repo, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_report_replaces_no_file_git_tracks_unless_told_to(tmp_path):
+    """Committed figures (figures/ of the repository) stay as they are: the report refuses, in one
+    line, before drawing anything; `overwrite` (--overwrite) replaces them. A figure git does not
+    track is simply redrawn."""
+    run = finished_run(tmp_path)
+    repo = tmp_path / "repo"
+    (repo / "figures").mkdir(parents=True)
+    git(repo, "init", "-q")
+    committed = repo / "figures" / "softmax-timing.png"
+    committed.write_bytes(b"the committed H100 figure")
+    (repo / "figures" / "softmax-shapes.png").write_bytes(b"an untracked figure")
+    git(repo, "add", "figures/softmax-timing.png")
+    git(repo, "commit", "-q", "-m", "figures")
+
+    with pytest.raises(ReportError, match=r"1 of the figures would replace files git tracks \(.*softmax-timing.png\)"):
+        write_figures(tmp_path / "k.db", repo / "figures", run.id)
+    assert committed.read_bytes() == b"the committed H100 figure"
+    assert (repo / "figures" / "softmax-shapes.png").read_bytes() == b"an untracked figure"  # nothing drawn
+    assert git(repo, "status", "--porcelain") == "?? figures/softmax-shapes.png\n"
+    refused = subprocess.run([sys.executable, "-m", "kscience.jupyter.report", "--db", str(tmp_path / "k.db"),
+                              "--figures-dir", str(repo / "figures")], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--overwrite" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert committed.read_bytes() == b"the committed H100 figure"
+
+    untracked_only = repo / "elsewhere"
+    untracked_only.mkdir()
+    (untracked_only / "softmax-timing.png").write_bytes(b"an earlier draw")
+    assert write_figures(tmp_path / "k.db", untracked_only, run.id)[0].read_bytes().startswith(PNG_MAGIC)
+
+    replaced = subprocess.run([sys.executable, "-m", "kscience.jupyter.report", "--db", str(tmp_path / "k.db"),
+                               "--figures-dir", str(repo / "figures"), "--overwrite"], capture_output=True, text=True,
+                              timeout=120)
+    assert replaced.returncode == 0, replaced.stderr
+    assert committed.read_bytes().startswith(PNG_MAGIC)
+    assert " M figures/softmax-timing.png" in git(repo, "status", "--porcelain")

@@ -11,12 +11,13 @@ import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
 from kscience.campaigns.report import beats_line, report_lines
+from kscience.cli.main import main as cli_main
 from kscience.cli.progress import Progress
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.library_rule import static_violation
 from kscience.evaluate.result import EvalRequest
-from kscience.problems import Library, load_problem
-from kscience.problems.libraries import library_notes, missing_line, skipped_line
+from kscience.problems import Library, builtin_names, load_problem
+from kscience.problems.libraries import GEMM_CALLS, library_notes, missing_line, skipped_line
 from kscience.record.snapshot import Snapshot, run_metrics
 from kscience.record.store import Store
 from kscience.record.summary import summary_lines
@@ -126,9 +127,11 @@ def test_the_builtins_name_liger_and_quack_and_forbid_calling_them():
     assert [lib.distribution for lib in rmsnorm.libraries] == ["liger-kernel", "quack-kernels"]
     assert [lib.distribution for lib in softmax.libraries] == ["liger-kernel", "quack-kernels"]
     assert [lib.distribution for lib in swiglu.libraries] == ["liger-kernel"]
-    assert {"liger_kernel", "quack"} <= set(rmsnorm.forbidden_calls)
-    assert "torch.mm" in load_problem("matmul").forbidden_calls
-    assert load_problem("fp8_blockscale_gemm").forbidden_calls == ("torch._scaled_mm",)
+    assert {"liger_kernel", "quack", "torch.nn.functional.rms_norm"} <= set(rmsnorm.forbidden_calls)
+    assert {"liger_kernel", "quack", "torch.softmax", "torch.Tensor.softmax"} <= set(softmax.forbidden_calls)
+    for gemm in ("matmul", "swiglu", "fp8_blockscale_gemm"):  # each measured against cuBLAS under any of its names
+        assert set(GEMM_CALLS) <= set(load_problem(gemm).forbidden_calls)
+    assert load_problem("fp8_blockscale_gemm").forbidden_calls[0] == "torch._scaled_mm"
     # a library's baseline calls exactly the function its declaration names
     assert "from kscience.problems.rmsnorm.reference import liger_rmsnorm as _library_call" in \
         library_candidate(rmsnorm.libraries[0])
@@ -194,9 +197,55 @@ def test_the_static_look_sees_aliases_imports_and_strings():
     assert static_violation("from torch import mm\n", forbidden)
     assert static_violation("from liger_kernel.ops.rms_norm import LigerRMSNormFunction\n", forbidden)
     assert static_violation("import torch\nf = getattr(torch, '_scaled_mm')\n", forbidden)
-    assert static_violation("import torch\ndef custom_kernel(d):\n    return torch.softmax(d[0], -1)\n",
+    assert static_violation("import torch\ndef custom_kernel(d):\n    return torch.exp(d[0])\n",
                             forbidden) is None
     assert static_violation("not python (", forbidden) is None  # left to the worker's syntax error
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_builtin_refuses_its_own_eager_baseline_as_a_kernel(name):
+    """A candidate that is the PyTorch code it is measured against (eager_kernel, or the reference where that is
+    the eager baseline) is refused: the op it calls is the problem's own (torch.softmax, F.rms_norm, a cuBLAS
+    GEMM), trapped in the worker, so no such kernel is reported as the model's. As a baseline it is judged."""
+    problem = load_problem(name)
+    eager = "eager_kernel" if problem.eager_kernel else "ref_kernel"
+    source = f"from kscience.problems.{name}.reference import {eager} as custom_kernel\n"
+    refused = evaluate(EvalRequest(problem=name, source=source, shapes="tests"), problem=problem)
+    assert refused.status != "ok" and "this problem forbids candidates to call" in refused.message, refused.message
+    as_baseline = evaluate(EvalRequest(problem=name, source=source, shapes="tests", baseline=True), problem=problem)
+    assert as_baseline.status == "ok", as_baseline.message
+
+
+@pytest.mark.parametrize("name, call", [
+    ("softmax", "import torch\ndef custom_kernel(d):\n    return torch.softmax(d[0].float(), -1).bfloat16()\n"),
+    ("softmax", "import torch.nn.functional as F\ndef custom_kernel(d):\n    return F.softmax(d[0], -1)\n"),
+    ("softmax", "from torch.nn.functional import softmax\ndef custom_kernel(d):\n    return softmax(d[0], -1)\n"),
+    ("softmax", "import torch\nSM = torch.nn.Softmax(dim=-1)\ndef custom_kernel(d):\n    return SM(d[0])\n"),
+    ("softmax", "import torch\ndef custom_kernel(d):\n    return torch.log_softmax(d[0].float(), -1).exp()\n"),
+    ("rmsnorm", "import torch.nn.functional as F\ndef custom_kernel(d):\n"
+                "    return F.rms_norm(d[0], (d[0].shape[-1],), d[1], 1e-6)\n"),
+    ("rmsnorm", "import torch\ndef custom_kernel(d):\n    return torch.rms_norm(d[0], (d[0].shape[-1],), d[1])\n"),
+    ("matmul", "import torch\ndef custom_kernel(d):\n    return torch.nn.functional.linear(d[0], d[1].T)\n"),
+    ("matmul", "import torch\ndef custom_kernel(d):\n    return torch.einsum('mk,kn->mn', *d)\n"),
+    ("swiglu", "import torch\ndef custom_kernel(d):\n    x, g, u = d\n    return torch.addmm(x[:, :1], x, g)\n"),
+    ("fp8_blockscale_gemm", "import torch\ndef custom_kernel(d):\n    return torch.mm(d[0].float(), d[1].float().T)\n"),
+])
+def test_the_static_look_refuses_each_builtins_own_op_under_its_names(name, call):
+    said = static_violation(call, load_problem(name).forbidden_calls)
+    assert said and said.startswith("the source calls torch."), said
+
+
+def test_a_softmax_candidate_that_calls_torch_softmax_is_refused(tmp_path, capsys):
+    """Before any worker starts, in one line; a method call no static look can see is the worker's trap's."""
+    candidate = tmp_path / "calls_softmax.py"
+    candidate.write_text("import torch\n\ndef custom_kernel(data):\n"
+                         "    return torch.softmax(data[0].float(), dim=-1).to(torch.bfloat16)\n")
+    assert cli_main(["eval", "softmax", str(candidate)]) == 1
+    assert capsys.readouterr().out.startswith("rejected: the source calls torch.softmax, a baseline's library this "
+                                              "problem forbids candidates to call")
+    as_method = "def custom_kernel(data):\n    return data[0].softmax(-1)\n"
+    method = evaluate(EvalRequest(problem="softmax", source=as_method, shapes="tests"))
+    assert method.status != "ok" and "the candidate called torch.Tensor.softmax" in method.message, method.message
 
 
 def test_matmul_forbids_cublas_in_the_worker_too():

@@ -1,7 +1,9 @@
 """Killing kscience leaves nothing behind: every command stopped with SIGTERM or SIGKILL at several
 moments leaves no process, sandbox folder or cgroup; SIGTERM ends like Ctrl-C (one line that says
 how to continue, no traceback); a judge killed while it holds a worker frozen leaves nothing
-frozen; and a command removes what a killed one left. What a candidate can reach: test_reach.py."""
+frozen; a command started as a background job keeps SIGINT ignored, as its shell asked, and stops
+on SIGTERM the same way; and a command removes what a killed one left. What a candidate can reach:
+test_reach.py."""
 
 from __future__ import annotations
 
@@ -17,10 +19,14 @@ import pytest
 
 from kscience.evaluate import lifeline
 from kscience.evaluate.sandbox import leftovers, workers
-from lifetime import HANGING, ROOT, SLOW_AFTER_CHECK, Command
+from lifetime import HANGING, ROOT, SLOW_AFTER_CHECK, Command, signal_mask
 
 pytestmark = pytest.mark.skipif(not workers.namespaces_available() or not shutil.which("unshare"),
                                 reason="needs unprivileged user/PID namespaces (unshare) for the sandboxed worker")
+
+
+def _name(sig: int) -> str:
+    return signal.Signals(sig).name
 
 
 def _assert_clean_stop(rc: int, err: str, hint: str) -> None:
@@ -46,7 +52,7 @@ def while_timing(tmp_path) -> Command:
     return cmd
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=_name)
 @pytest.mark.parametrize("moment", [while_checking, while_timing], ids=lambda f: f.__name__)
 def test_eval_stopped_mid_evaluation_leaves_nothing(tmp_path, moment, sig):
     cmd = moment(tmp_path)
@@ -56,7 +62,7 @@ def test_eval_stopped_mid_evaluation_leaves_nothing(tmp_path, moment, sig):
     cmd.assert_nothing_left()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=_name)
 def test_eval_stopped_while_importing_leaves_nothing(tmp_path, sig):
     (tmp_path / "hang.py").write_text(HANGING)
     cmd = Command(tmp_path, "eval", "softmax", "hang.py")
@@ -70,7 +76,7 @@ SEARCHES = {"run": (["run", "softmax", "--iterations", "3"], "continue with: ksc
             "campaign": (["campaign", "softmax", "--iterations", "1"], "continue with: kscience campaign --resume")}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=_name)
 @pytest.mark.parametrize("command", sorted(SEARCHES))
 def test_search_killed_while_judging_leaves_nothing(tmp_path, command, sig):
     args, hint = SEARCHES[command]
@@ -85,7 +91,21 @@ def test_search_killed_while_judging_leaves_nothing(tmp_path, command, sig):
     cmd.assert_nothing_left()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_background_run_keeps_sigint_ignored_and_stops_on_sigterm(tmp_path):
+    """`kscience run ... &` in a script starts with SIGINT ignored, so that a Ctrl-C at the script's
+    terminal leaves the background job running; the command keeps it so (as Python itself and make
+    do), and `kill PID` (SIGTERM) stops it as Ctrl-C does in a terminal, kept for a resume."""
+    args, hint = SEARCHES["run"]
+    cmd = Command(tmp_path, *args, "--llm", "offline", "--db", "k.db", sigint=signal.SIG_IGN)
+    cmd.wait_for_worker()
+    assert signal.SIGINT in signal_mask(cmd.proc.pid, "SigIgn")
+    assert signal.SIGTERM in signal_mask(cmd.proc.pid, "SigCgt")
+    rc, err = cmd.kill(signal.SIGTERM)
+    _assert_clean_stop(rc, err, hint)
+    cmd.assert_nothing_left()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=_name)
 def test_worker_killed_between_evaluations_leaves_nothing(tmp_path, sig):
     cmd = Command(tmp_path, "worker", str(tmp_path / "queue"), "--poll", "0.1")
     cmd.wait_for(lambda: (tmp_path / "queue" / "requests").is_dir(), what="the queue folder")

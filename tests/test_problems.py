@@ -428,3 +428,35 @@ def test_gpumode_without_pyyaml(gpumode_modules, monkeypatch):
     monkeypatch.setitem(sys.modules, "yaml", None)  # makes `import yaml` fail
     with pytest.raises(ProblemError, match="need PyYAML: pip install pyyaml"):
         load_problem(str(GPUMODE_DIR))
+
+
+def test_the_interpreter_coverage_of_a_problem_in_words():
+    """What a verdict under the Triton interpreter adds: how many of the problem's own shapes its
+    CPU lists hold, and which shapes were timed in place of the benchmarks."""
+    import dataclasses
+
+    from kscience.problems.coverage import interpreter_coverage
+
+    problem = load_problem("softmax")
+    tests = [{"n": n} for n in (1, 2, 3, 4, 5)]
+    benches = [{"n": n} for n in (100, 200)]
+    own = dataclasses.replace(problem, tests=tests, benchmarks=benches, cpu_tests=tests, cpu_benchmarks=benches)
+    assert interpreter_coverage(own, "all").said == ""  # the GPU's lists whole: nothing to say
+    assert interpreter_coverage(own, "all").timed_noun == "benchmark shape"
+    gpumode_default = dataclasses.replace(own, cpu_tests=tests[:1], cpu_benchmarks=tests[:1])
+    said = interpreter_coverage(gpumode_default, "all")
+    assert said.said == ("CPU interpreter: 1 of 5 test shapes checked; none of the 2 benchmark shapes checked "
+                         "or timed (test shape n=1 timed in their place)")
+    assert said.timed_noun == "CPU shape"
+    assert interpreter_coverage(gpumode_default, "tests").said == "CPU interpreter: 1 of 5 test shapes checked"
+    assert interpreter_coverage(gpumode_default, "benchmarks").said.startswith("CPU interpreter: none of the 2 ")
+    small = [{"n": 7}, {"n": 8}, {"n": 9}, {"n": 10}]
+    own_small = dataclasses.replace(own, cpu_tests=tests[:2] + small[:1], cpu_benchmarks=benches[:1] + small)
+    assert interpreter_coverage(own_small, "all").said == (
+        "CPU interpreter: 2 of 5 test shapes checked (and 1 CPU-only shape); 1 of 2 benchmark shapes timed "
+        "(4 CPU-only shapes timed in their place)")
+    one_bench = dataclasses.replace(own, benchmarks=benches[:1], cpu_benchmarks=small[:2])
+    assert interpreter_coverage(one_bench, "benchmarks").said == (
+        "CPU interpreter: the benchmark shape not checked or timed (CPU-only shapes n=7, n=8 timed in their place)")
+    kernelbench = load_problem(str(KERNELBENCH_FILE))
+    assert interpreter_coverage(kernelbench, "all").said == ""  # the file's own sizes, on every device

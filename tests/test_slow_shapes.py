@@ -14,37 +14,20 @@ from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import load_problem, outputs
 
-from fake_clock import FakeClock
+from fake_clock import FakeBuffers, FakeClock, FakeSession
 from gpumode_tasks import task_folder
 
 PUBLISHED = Path(__file__).parent / "data" / "gpumode" / "reference-kernels"
 
 
-class _Session:
-    """A worker whose timed calls take `call_s` seconds each, with a little noise."""
-
-    def __init__(self, clock, call_s):
-        self.clock, self.call_s, self.kind, self.n = clock, call_s, None, 0
-
-    def ask(self, cmd, phase, shape):
-        self.kind = cmd.get("kind")
-
-    def reply(self, phase, shape):
-        if self.kind != "timed":
-            return {"event_us": 1.0, "host_us": 2.0}
-        self.n += 1
-        took = self.call_s * (1 + 0.05 * (self.n % 3))
-        self.clock.now += took
-        return {"event_us": took * 1e6, "host_us": took * 1e6 + 10}
-
-
 def _timed(monkeypatch, call_s):
+    """Timed calls of `call_s` seconds each, with a little noise."""
     clock = FakeClock()
     monkeypatch.setattr(drive, "time", clock)
-    session = _Session(clock, call_s)
+    session = FakeSession(clock, lambda n: call_s * (1 + 0.05 * (n % 3)))
     plan = drive.Plan(warmup=0, nulls=2, min_n=10, max_n=2000, max_seconds=0.5, target_rse=0.005, checks=0,
                       few_n=3, enough_s=10.0)
-    calls, _ = drive.run_calls(session, {"n": 1}, plan, 1 << 20, set())
+    calls, _ = drive.run_calls(session, {"n": 1}, plan, FakeBuffers(), set(), 16)
     return [c for c in calls if c.kind == "timed"]
 
 

@@ -124,7 +124,9 @@ WRONG_BY_FIVE_PERCENT = """
 import torch
 
 def custom_kernel(data):
-    return (torch.softmax(data[0].float(), -1) * 1.05).to(torch.bfloat16)
+    x = data[0].float()
+    e = (x - x.amax(-1, keepdim=True)).exp()  # from its parts: softmax forbids calling torch.softmax
+    return (e / e.sum(-1, keepdim=True) * 1.05).to(torch.bfloat16)
 """
 
 

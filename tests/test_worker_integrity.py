@@ -32,7 +32,9 @@ print("MODULES " + json.dumps({"checks": len(_checks), "watched": _watched, "loa
 
 def custom_kernel(data):
     (x,) = data
-    return torch.softmax(x.float(), -1).to(torch.bfloat16)
+    x = x.float()
+    e = (x - x.amax(-1, keepdim=True)).exp()  # from its parts: softmax forbids calling torch.softmax
+    return (e / e.sum(-1, keepdim=True)).to(torch.bfloat16)
 """
 
 

@@ -52,10 +52,10 @@ def main() -> None:
     for i in range(args.evaluations):
         result = evaluate(EvalRequest(problem=problem.locator, source=source, timeout_s=problem.time_limit_s),
                           gpu=0 if torch.cuda.is_available() else None, problem=problem, keep_spare=True)
-        shapes = {shape_label(s.shape): [s.time_us, s.outside_us] for s in result.shapes if s.phase == "benchmark"}
+        shapes = {shape_label(s.shape): [s.time_us, s.judge_us] for s in result.shapes if s.phase == "benchmark"}
         said = [line.strip()[:300] for line in result.stderr_tail.splitlines() if SAID.search(line)]
         rows.append({"status": result.status, "message": result.message[:600], "wall_s": result.wall_s,
-                     "shape_order_seed": result.shape_order_seed, "benchmark_event_outside_us": shapes,
+                     "shape_order_seed": result.shape_order_seed, "benchmark_time_and_judge_us": shapes,
                      "torch_said": said, "stderr_tail": result.stderr_tail[-4000:]})
         print(f"evaluation {i + 1}: {result.status} in {result.wall_s:.1f} s, order seed {result.shape_order_seed}: "
               f"{result.message[:300]}", flush=True)

@@ -46,7 +46,7 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
         row = {"position": entry["position"], "name": entry["name"], "locator": entry["locator"],
                "status": entry["status"], "reason": entry["reason"], "run_id": entry["run_id"],
                "eager_us": None, "compiled_us": None, "vendor_us": None, "seed_us": None, "best_us": None, "best_id": None,
-               "attempts": 0, "cost_usd": 0.0, "tokens": 0, "device": None, "interpreted": False}
+               "attempts": 0, "cost_usd": 0.0, "tokens": 0, "build_s": 0.0, "device": None, "interpreted": False}
         if entry["run_id"]:
             run = store.run(entry["run_id"])
             row["status"] = display_status(run)
@@ -76,6 +76,8 @@ def _run_numbers(store: Store, run_id: str) -> dict:
             "seed_us": time_of("seed"),
             "best_us": best.geomean_us if best else None, "best_id": best.id if best else None,
             "attempts": len(written), "cost_usd": usage["cost_usd"], "tokens": usage["tokens"],
+            # seconds compilers ran in the judges' workers, over every evaluation of the run (not counted as running)
+            "build_s": round(sum(c.result.build_s for c in cands if c.result), 1),
             "device": judged.get("name"), "interpreted": bool(judged.get("interpreted"))}
 
 
@@ -131,7 +133,8 @@ def suite_summary(rows: list[dict]) -> dict:
            "success_rate": (sum(1 for r in evaluated if r.get("best_us")) / len(evaluated)) if evaluated else None,
            "attempts": sum(r["attempts"] for r in evaluated),
            "attempts_per_problem": (sum(r["attempts"] for r in evaluated) / len(evaluated)) if evaluated else None,
-           "cost_usd": sum(r["cost_usd"] for r in rows), "tokens": sum(r.get("tokens", 0) for r in rows)}
+           "cost_usd": sum(r["cost_usd"] for r in rows), "tokens": sum(r.get("tokens", 0) for r in rows),
+           "build_s": round(sum(r.get("build_s", 0.0) for r in rows), 1)}
     for baseline in BASELINES:
         for p in FAST_P:
             value, n = fast_p(rows, p, baseline)
@@ -189,7 +192,7 @@ def report_lines(report: dict) -> list[str]:
         lines.append(f"(CPU interpreter: {CPU_NOTE}; no kernel is said to lose on them)")
     lines.append(f"{s['n_evaluated']} of {s['n_problems']} problems evaluated ({s['n_skipped']} skipped); "
                  f"success rate {_pct(s['success_rate'])}; {s['attempts']} attempts; "
-                 f"LLM cost ${s['cost_usd']:.2f}")
+                 f"LLM cost ${s['cost_usd']:.2f}; compilers ran {s['build_s']:,.0f} s in the judges' workers")
     for baseline, label in (("eager", "PyTorch eager"), ("compiled", "torch.compile"), ("vendor", "vendor lib"),
                             ("library", "installed lib"), ("fastest", "fastest base")):
         fast = "  ".join(f"fast_{p:g} {_pct(s[f'fast_{p:g}_{baseline}'])}" for p in FAST_P)
@@ -204,34 +207,60 @@ def report_json(report: dict) -> str:
 
 
 # --- figure ----------------------------------------------------------------------------------------
-def campaign_figure(report: dict, size=(10, 3.8), dpi: int = 100):
+# fast_p curves, each with its own dashes, so one that coincides with another stays visible over it
+CURVES = (("eager", "-"), ("compiled", "--"), ("fastest", ":"))
+CURVE_NAMES = {**BASELINE_NAMES, "fastest": "the fastest baseline"}
+
+
+def campaign_figure(report: dict, size=(10, 4.2), dpi: int = 100):
     """Left: each problem's speedup over eager and torch.compile (log scale; a missing bar is a
-    problem without a correct kernel or without that baseline). Right: fast_p against p, the
-    curve KernelBench plots."""
+    problem without a correct kernel or without that baseline; a baseline timed on no problem has
+    no bars and is named as such). Right: fast_p against p, the curve KernelBench plots; a curve
+    that coincides with another is dashed over it and says so. Captioned with the device that
+    judged the kernels, and on the CPU that its times are not performance."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, dpi=dpi, layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1.6, 1])
     rows = [r for r in report["problems"] if r["status"] != "skipped"]
     names = [r["name"] for r in rows]
-    width = 0.4
-    for k, (baseline, colour) in enumerate((("eager", "#1565c0"), ("compiled", "#6a1b9a"))):
+    colours = {"eager": "#1565c0", "compiled": "#6a1b9a", "fastest": "#ad1457"}
+    timed = [b for b in ("eager", "compiled") if any(r[f"speedup_{b}"] for r in rows)]
+    width = 0.8 / max(len(timed), 1)
+    for k, baseline in enumerate(timed):
         values = [r[f"speedup_{baseline}"] or 0.0 for r in rows]
-        left.bar([i + (k - 0.5) * width for i in range(len(rows))], values, width, color=colour,
-                 label=f"vs {'PyTorch eager' if baseline == 'eager' else 'torch.compile'}")
+        left.bar([i + (k - (len(timed) - 1) / 2) * width for i in range(len(rows))], values, width,
+                 color=colours[baseline], label=f"vs {BASELINE_NAMES[baseline]}")
     left.axhline(1.0, color="black", linewidth=0.8)
     left.set_yscale("log")
     left.set_xticks(range(len(rows)), names, rotation=30, ha="right", fontsize=8)
     left.set_ylabel("speedup of the best kernel")
-    left.legend(fontsize=8)
-    left.set_title(f"campaign {report['campaign']['id']}", fontsize=9)
+    if timed:
+        left.legend(fontsize=8)
+    untimed = [BASELINE_NAMES[b] for b in ("eager", "compiled") if b not in timed]
+    left.set_title(f"campaign {report['campaign']['id']}"
+                   + (f" (no bars for {' or '.join(untimed)}: not timed beside a correct kernel)" if untimed else ""),
+                   fontsize=9)
     ps = [i / 20 for i in range(0, 61)]
-    for baseline, colour in (("eager", "#1565c0"), ("compiled", "#6a1b9a"), ("fastest", "#ad1457")):
+    drawn: dict[tuple, str] = {}
+    for baseline, style in CURVES:
         curve = [fast_p(report["problems"], p, baseline)[0] for p in ps]
-        if any(v is not None for v in curve):
-            right.step(ps, [v or 0.0 for v in curve], where="post", color=colour, label=f"vs {baseline}")
+        if all(v is None for v in curve):
+            continue
+        values = tuple(v or 0.0 for v in curve)
+        label = f"vs {CURVE_NAMES[baseline]}"
+        same = drawn.get(values)
+        drawn.setdefault(values, label)
+        right.step(ps, values, where="post", color=colours[baseline], linestyle=style, linewidth=2.0,
+                   label=f"{label} (same as {same})" if same else label)
     right.set_xlabel("p (speedup threshold)")
     right.set_ylabel("fast_p")
     right.set_ylim(0, 1.05)
-    right.legend(fontsize=8)
+    if drawn:
+        right.legend(fontsize=8)
+    devices = sorted({r["device"] for r in rows if r.get("device")})
+    caption = f"judged on {', '.join(devices) or 'an unrecorded device'}"
+    if any(r.get("interpreted") for r in rows):
+        caption += f"\nCPU interpreter: not performance ({CPU_NOTE})"
+    fig.suptitle(caption, fontsize=9)
     return fig

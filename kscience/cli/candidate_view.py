@@ -32,10 +32,14 @@ def candidate_lines(detail: dict) -> list[str]:
              f"iteration {cand.iteration}{parent}",
              f"tried:   {cand.hypothesis}",
              f"verdict: {cand.status}" + (f", geomean {fmt_us(cand.geomean_us, ' us')}" if cand.geomean_us else "")]
+    if cand.result and cand.result.build_s:
+        lines.append(f"build:   {cand.result.build_s:.1f} s of compilers in the worker (not counted against any step "
+                     "limit)")
     for s in cand.result.shapes if cand.result else []:
         t = fmt_timing(s.time_us, s.std_us, s.n) if s.time_us else ""
-        why = f"  {s.message}" if not s.ok and s.message else ""
-        lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}{why}".rstrip())
+        clock = f"  by {s.clock}" if s.time_us and s.clock else ""
+        why = f"  {s.message}" if s.message and (not s.ok or s.clock != "cuda events") else ""
+        lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}{clock}{why}".rstrip())
     if cand.status not in ("ok", "pending"):
         lines += ["", *error_text(cand).splitlines()]
     elif cand.message:

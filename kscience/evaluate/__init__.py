@@ -17,10 +17,12 @@ One evaluation, in call order:
     -> judge/evaluation.evaluate -> judge/session.Session, which starts its worker through
        sandbox/spares.start_worker (a spare, or sandbox/workers.Worker)
     -> the worker process (`python -m kscience.evaluate.worker`, worker/__main__.py): confine.py,
-       then harness.py imports the candidate and timing.py runs the timed calls (clocks.py)
-    -> judge/measure.time_shape -> judge/drive.run_calls: one command per call, bracketed by the
-       judge's clock, outputs read by the judge (peek.py on the CPU, output_buffer.py on the GPU)
-    -> judge/compare.py and judge/crosscheck.py: right answers, believable times
+       then harness.py loads the problem; null calls on the pristine worker; then it imports the
+       candidate, and timing.py runs each call the judge asks for (clocks.py)
+    -> judge/measure.time_shape -> judge/drive.run_calls: one command per call inside the judge's
+       own clock, which writes the call's inputs (staging.py) and reads its output (shared_buffer.py)
+       in memory of its own (judge/buffers.py)
+    -> judge/compare.py and judge/crosscheck.py: right answers, the judge's estimate of each call
     -> the verdict as an EvalResult, back through the slot to the executor's future.
 
 Trusted side:
@@ -32,13 +34,13 @@ Trusted side:
     input_sets.py        input sets the judge built ahead of their calls, each used once
     phases.py            where an evaluation's seconds go, and what its judge is doing now
     driving.py           `TimedSession`: what measure and drive use of a session
-    measure.py           timing one shape in rounds: what is doubted is measured again
-    drive.py             the timed calls of one round, each on new inputs, and when to stop them
+    measure.py           timing one shape: the judge's clock decides, the worker's events refine
+    drive.py             the timed calls of one round, each on new inputs, inside the judge's clock
+    buffers.py           the judge's own memory around a shape's calls: staged inputs, outputs, the flush
+    crosscheck.py        the judge's estimate of a call, and how far the worker's numbers may be believed
     compare.py           whether an output is right (sampled byte ranges of big tensors)
-    crosscheck.py        whether reported times are believable
     contexts.py          whether other processes share the GPU (the driver's count of contexts)
-    peek.py              the judge reading a worker's memory itself
-    reference_outside.py what the problem's own reference shows outside its timed stream
+    builds.py            whether the worker is building: a compiler in its process tree, seen from /proc
     candidate_output.py  what the candidate printed, deduplicated and bounded, for the scientist
   sandbox/     the worker processes
     workers.py           starts, watches, freezes and kills one worker process
@@ -74,11 +76,12 @@ Both sides (this folder):
     result.py            the request and verdict types (plain data: they cross process, Ray and
                          database boundaries)
     wire.py              the framed channel between judge and worker (nothing is ever unpickled)
-    clocks.py            covered regions, the idle gap, spinning synchronisation: how a call is timed
+    clocks.py            the worker's events around a call, and spinning synchronisation
     kernel_times.py      time per launched kernel: the worker's profiled calls, the judge's checks
     library_rule.py      forbidden library calls: the judge's static look, the worker's traps
     lifeline.py          a pipe whose closing tells a child its parent died
-    output_buffer.py     GPU memory the judge owns and the worker copies timed outputs into
+    shared_buffer.py     memory the judge owns and the worker maps: staged inputs in, outputs out
+    staging.py           a call's inputs as the judge writes them and the fixed views the worker gives the candidate
     proctree.py          the processes a worker started, as the kernel records them, and killing them
 
 Nothing is imported here, nor in any subpackage's __init__: the worker starts from this package and

@@ -1,11 +1,10 @@
-"""The clocks a call is timed with, on both sides: the worker times every call of the candidate
-with them, and the judge times a problem's own reference the same way (judge/reference_outside.py).
+"""How the worker's side times a call on the GPU (`gpu_region`), and how a process waits for the GPU.
 
-A timed region is covered: a cache flush and a short GPU spin are queued before its start event, so
-launch latency stays out of the event time, and the host clock starts when the GPU reaches the
-region (`reached`), not when it was submitted. Synchronisation spins rather than sleeps while a
-region is timed. The worker binds these names before the candidate runs, and its integrity check
-watches this module as it watches the worker's own (worker/integrity.py).
+The figure that counts is the judge's own clock around each command (judge/drive.py); the worker's
+CUDA events and host clock are advice that refines it where they agree (judge/measure.py).
+Synchronisation spins rather than sleeps, so the moment a call's work ends reaches the host, and the
+judge's clock, without a wake-up's delay. The worker binds these names before the candidate runs,
+and its integrity check watches this module as it watches the worker's own (worker/integrity.py).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ _synchronize = torch.cuda.synchronize
 # The same device-wide wait without the Python wrapper, whose own time (longer while the host's CPU is
 # slow) would land in every region's host time after its end event.
 _device_synchronize = getattr(torch._C, "_cuda_synchronize", _synchronize)
-_query = torch.cuda.Event.query
 CPU_THREADS_VAR = "KSCIENCE_CPU_THREADS"  # an interpreter slot's share of the cores, for its judge and workers
 
 _CU_CTX_SCHED_SPIN = 0x01
@@ -31,7 +29,8 @@ _SCHED_NAMES = {0: "auto", 1: "spin", 2: "yield", 4: "blocking"}
 
 
 def flush_bytes(l2_bytes: int) -> int:
-    """Size of the buffer overwritten before every timed call: twice the L2, at least 256 MB."""
+    """Size of the buffer the judge overwrites before every timed call: twice the L2, at least 256 MB
+    (the size Triton's `do_bench` flushes)."""
     return max(l2_bytes * 2, 256 * 2**20)
 
 
@@ -64,8 +63,8 @@ def spin_while_waiting(context_exists: bool) -> None:
 
 @contextlib.contextmanager
 def spinning():
-    """Synchronisation that spins for the duration, then waits as it did before: for a trusted
-    process (the judge) that times a call as a worker does, without changing how it waits otherwise."""
+    """Synchronisation that spins for the duration, then waits as it did before: for the judge, which
+    waits for its own work inside its clock around every timed call, without changing how it waits otherwise."""
     import ctypes
 
     cuda, flags = cuda_driver(), ctypes.c_uint()
@@ -89,81 +88,19 @@ def waiting_mode() -> str:
     return _SCHED_NAMES.get(flags.value & _CU_CTX_SCHED_MASK, "unknown")
 
 
-IDLE_SAMPLES = 25
-# After the flush the GPU spins this many cycles more (about 0.15 ms at 2 GHz) before a timed call's
-# start event: the flush alone (tens of microseconds on HBM3) is shorter than a Python launch on a
-# busy host, and any launch time not covered lands inside the event time (timing.Timer.timed_call).
-COVER_CYCLES = 300_000
-# Before a region's first event the GPU spins this many cycles (about 0.1 ms at 2 GHz), so the event
-# runs while the host is already watching for it (`reached`) instead of during its own submission. The
-# host clock then starts when the GPU reaches the region, not before the host's Python submitted it:
-# that Python time follows the host CPU's speed, which varies by the second, and it is no work of the
-# call's (docs/evaluation.md has the figures).
-LEAD_CYCLES = 200_000
-gpu_spin = getattr(torch.cuda, "_sleep", None)  # a kernel that busy-waits for a number of GPU cycles
-
-
-def reached(event, submitted: float) -> float:
-    """The host clock's start for a region whose first GPU work is `event`, recorded at `submitted`:
-    the moment of the last look that found the GPU had not reached it yet.
-
-    A GPU shared with other processes runs their contexts in turn, and a region can wait milliseconds
-    for its turn before its first event runs. A host clock started at submission counts that wait as
-    the call's; started here it counts only what happened once the GPU took the region up. It starts
-    no later than the host learns the event ran; beside busy processes it now and then learns that a
-    time slice late, so `timing.Timer.timed_call` never reports less than the event time
-    (docs/evaluation.md, "Why the evaluator is as it is", has the figures)."""
-    last = submitted
-    while True:
-        looked = _perf_counter()
-        if _query(event):
-            return last
-        last = looked
-
-
-def covered_region(flush: torch.Tensor, call) -> tuple[float, float, object]:
-    """(event us, host us, what `call()` returned) of one region on the GPU, as every timed call
-    and the idle gap are measured.
-
-    The cache flush, then a short spin, are queued just before the start event (the flush as
-    `triton.testing.do_bench` does), so the GPU is busy while the host launches the call and
-    launch latency stays out of the event time. The host clock starts when the GPU reaches the
-    flush (`reached`: not while other processes' time slices hold the GPU), and the flush and
-    spin, measured by their own events, are taken out of the host time, which otherwise spans
-    them, the call and a device-wide synchronisation (work hidden on side streams lands inside).
-    """
-    before, start, end = (_Event(enable_timing=True) for _ in range(3))
-    if gpu_spin is not None:
-        gpu_spin(LEAD_CYCLES)
+def gpu_region(call) -> tuple[float, float, object]:
+    """(event us, host us, what `call()` returned) of one call on the GPU: CUDA events on the current
+    stream around it, and the host clock from just before the start event to the end of a device-wide
+    synchronisation (work left on other streams lands in the host time). The judge's own clock around
+    the whole command is the figure that counts (judge/measure.py); these refine it where they agree."""
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
     h0 = _perf_counter()
-    before.record()
-    flush.zero_()
-    if gpu_spin is not None:
-        gpu_spin(COVER_CYCLES)
-    h0 = reached(before, h0)
     start.record()
     out = call()
     end.record()
     _device_synchronize()
-    host = (_perf_counter() - h0) * 1e6 - before.elapsed_time(start) * 1e3
-    event = start.elapsed_time(end) * 1e3
-    # Beside other processes the host now and then learns that the GPU reached `before` a time
-    # slice after the event's own timestamp, so its clock starts late. It cannot have waited less
-    # than the GPU ran the call.
-    return event, max(host, event), out
-
-
-def idle_gap_us(flush: torch.Tensor) -> float:
-    """Host time minus event time of an empty covered region (median of IDLE_SAMPLES): what the
-    two clocks disagree by around a call that does nothing. Measured with the cover every timed
-    call has: the cover adds its own disagreement (tens of microseconds on an H100), and honest
-    seeds weighed against a gap measured without it came near the side-work allowance."""
-    gaps = []
-    for _ in range(IDLE_SAMPLES):
-        _synchronize()
-        event, host, _ = covered_region(flush, lambda: None)
-        gaps.append(host - event)
-    return sorted(gaps)[len(gaps) // 2]
+    host = (_perf_counter() - h0) * 1e6
+    return start.elapsed_time(end) * 1e3, host, out
 
 
 def settle_garbage_collector() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 # Every verdict is exactly one of these.
 OK = "ok"
@@ -15,22 +15,51 @@ REJECTED = "rejected"  # the harness refuses to believe it: impossible times, ca
                        # with the harness or its channel, a GPU left without memory for the reference
 STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, WRONG_ANSWER, TIMEOUT, CRASHED, REJECTED)
 
+# The longest a build may run while a compiler runs in the worker (nvcc, ptxas, ninja, c++: a cold
+# `load_inline` of torch's headers takes 60-90 s on an H200 host), however short the step limit: the step
+# limit bounds running, this bounds building (EvalRequest.build_limit_s; `--build-limit`).
+BUILD_LIMIT_S = 300.0
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` whole where it fits in `limit` characters; else cut at a word and saying so, so that no
+    reader (a user, the model) takes a cut message for a whole one. Bounds text a candidate controls."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 24].rsplit(" ", 1)[0]
+    return f"{head} [… {len(text) - len(head):,} more characters]"
+
+
+def clock_counts(interpreted: bool) -> str:
+    """One line on what a timed call's figure counts, for whoever reads a time (the model included);
+    the judge's method (judge/measure.py, docs/evaluation.md "Timing method") keeps it true."""
+    if interpreted:
+        return ("each timed call is clocked by the judge around the whole call, less what an empty call costs; "
+                "under the CPU interpreter that is the interpreter's time, which says nothing about a GPU")
+    return ("each timed call is clocked by the judge from the GPU reaching the call (inputs loaded, L2 flushed) to "
+            "its last GPU work finishing, less what an empty call costs; the call's host work (launches, "
+            "allocations, descriptor set-up) overlaps the cache flush and a short spin queued before it and counts "
+            "only where it outlasts them or leaves the GPU waiting between kernels; work on other streams counts "
+            "until it is done")
+
 
 @dataclass
 class ShapeResult:
     shape: dict
     ok: bool
     phase: str  # "test" or "benchmark"
-    time_us: float | None = None  # median of the timed calls
+    time_us: float | None = None  # median of the timed calls, by `clock`
     mean_us: float | None = None
     std_us: float | None = None
     n: int = 0
     floor_us: float | None = None  # bytes/peak bandwidth or FLOPs/peak rate, whichever is larger
     judge_us: float | None = None  # the judge's own estimate of the median call, from its clock alone
-    build_us: float | None = None  # the judge's own time to build the shape's inputs (inside every call's bracket)
-    # GPU: host minus event time per call beyond the idle gap, and beside other processes beyond
-    # what the null calls showed as well (the side-work check's figure)
-    outside_us: float | None = None
+    judge_se_us: float | None = None  # that estimate's standard error
+    # What the figure is: "cuda events" (the worker's, within what the judge's clock allows), "judge's
+    # clock" (its estimate), or "judge's clock (whole brackets)" (an upper bound, on the CPU)
+    clock: str = ""
+    inputs: str = ""  # how the timed calls got their inputs: staged by the judge, or built by the worker (why)
+    build_us: float | None = None  # the judge's own time to build the shape's inputs (outside its clock when staged)
     max_abs_err: float | None = None
     message: str = ""
     # Each kernel the candidate launched on this shape, costliest first: {"name", "launches" per call,
@@ -55,7 +84,11 @@ class EvalResult:
     profile: dict | None = None
     profile_said: str = ""
     wall_s: float = 0.0  # whole evaluation, as the trusted process saw it
-    # Where wall_s went, each phase without those inside it: start, builds, import, check, time,
+    # Seconds a compiler ran in the worker's process tree, as the judge saw it (session.Builds): nvcc,
+    # ptxas, ninja, c++ for load_inline, nvcc through subprocess and Triton's ptxas stage
+    build_s: float = 0.0
+    # Where wall_s went, each phase without those inside it: start, builds, import, pristine (the null
+    # calls before the import), check, time,
     # reads (the judge's reads of timed outputs), recheck, inputs and reference (the judge building
     # inputs and computing answers, wherever it does), finish, close
     phases_s: dict = field(default_factory=dict)
@@ -76,9 +109,19 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalResult":
-        d = dict(d)
-        d["shapes"] = [ShapeResult(**s) for s in d.get("shapes", [])]
+        """A result as to_dict wrote it, by this version or an earlier one (fields since dropped are ignored)."""
+        d = {k: v for k, v in d.items() if k in _RESULT_FIELDS}
+        d["shapes"] = [ShapeResult(**{k: v for k, v in s.items() if k in _SHAPE_FIELDS}) for s in d.get("shapes", [])]
         return cls(**d)
+
+
+_SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
+_RESULT_FIELDS = {f.name for f in fields(EvalResult)}
+
+
+def timing_label(interpreted: bool) -> str:
+    """How an evaluation's times were taken, in a few words (`EvalResult.timing_label`)."""
+    return "cpu interpreter (judge's clock)" if interpreted else "judge's clock, refined by cuda events"
 
 
 def confinement_line(confinement: dict) -> str:
@@ -102,6 +145,8 @@ class EvalRequest:
     timeout_s: float | None = None  # overall cap; phase limits scale from it
     step_limit_s: float | None = None  # the longest one step (import, a check, a timed shape) may wait for the
                                        # candidate; it lowers the judge's own phase limits, never raises them
+    # The longest one step may run on while a compiler runs in the worker (BUILD_LIMIT_S when None)
+    build_limit_s: float | None = None
     candidate_id: str | None = None  # for bookkeeping by callers only
     # [rtol, atol] to check with instead of the problem's: a run sets it only for the problem's
     # vendor-library baseline (Problem.vendor_tolerance), never for a kernel

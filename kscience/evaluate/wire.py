@@ -34,6 +34,7 @@ DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.int16, torch.int8, torch.uint8, torch.bool)}
 
 _LENGTH = struct.Struct("<Q")
+Deadline = float | Callable[[], float]  # a monotonic time, or a function giving the current one
 MAX_JSON_BYTES = 8 * 2**20  # a timing reply with thousands of floats is well under this
 MAX_JSON_DEPTH = 16  # kscience's messages nest at most three deep
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # brackets inside strings are not nesting
@@ -79,12 +80,12 @@ class Channel:
                 os.close(fd)
 
     # --- writing -----------------------------------------------------------------------------
-    def send(self, payload, deadline: float = math.inf) -> None:
+    def send(self, payload, deadline: Deadline = math.inf) -> None:
         view = memoryview(payload).cast("B")
         self._write_all(memoryview(_LENGTH.pack(view.nbytes)), deadline)
         self._write_all(view, deadline)
 
-    def _write_all(self, view: memoryview, deadline: float) -> None:
+    def _write_all(self, view: memoryview, deadline: Deadline) -> None:
         while view.nbytes:
             try:
                 n = os.write(self.write_fd, view[:_CHUNK])
@@ -94,14 +95,14 @@ class Channel:
             view = view[n:]
 
     # --- reading -----------------------------------------------------------------------------
-    def recv(self, max_bytes: int, deadline: float = math.inf, alive: Callable[[], bool] | None = None) -> bytearray:
+    def recv(self, max_bytes: int, deadline: Deadline = math.inf, alive: Callable[[], bool] | None = None) -> bytearray:
         """One frame's payload. EOFError when the peer is gone; ProtocolError when it is too big."""
         (length,) = _LENGTH.unpack(self._read_exact(_LENGTH.size, deadline, alive))
         if length > max_bytes:
             raise ProtocolError(f"a frame of {length} bytes exceeds the {max_bytes}-byte limit")
         return self._read_exact(length, deadline, alive)
 
-    def _read_exact(self, n: int, deadline: float, alive) -> bytearray:
+    def _read_exact(self, n: int, deadline: Deadline, alive) -> bytearray:
         buf = bytearray(n)
         view, got = memoryview(buf), 0
         while got < n:
@@ -116,11 +117,13 @@ class Channel:
         return buf
 
     @staticmethod
-    def _wait(fd: int, event: int, deadline: float, alive) -> None:
+    def _wait(fd: int, event: int, deadline: Deadline, alive) -> None:
+        """Until `fd` is ready. `deadline`: a monotonic time, or a function giving it, asked at every
+        look (the judge moves a step's deadline on while the worker builds: judge/builds.py)."""
         poller = select.poll()
         poller.register(fd, event | select.POLLHUP | select.POLLERR)
         while True:
-            left = deadline - time.monotonic()
+            left = (deadline() if callable(deadline) else deadline) - time.monotonic()
             if left <= 0:
                 raise ChannelTimeout("deadline passed")
             if poller.poll(min(left, _POLL_SLICE_S) * 1000):
@@ -131,7 +134,7 @@ class Channel:
                 raise EOFError("worker gone")
 
 
-def send_json(ch: Channel, obj: dict, deadline: float = math.inf) -> None:
+def send_json(ch: Channel, obj: dict, deadline: Deadline = math.inf) -> None:
     ch.send(json.dumps(obj).encode(), deadline)
 
 
@@ -147,7 +150,7 @@ def json_depth(raw: bytes) -> int:
     return int(numpy.cumsum(opens.astype(numpy.int64) - closes).max(initial=0))
 
 
-def recv_json(ch: Channel, deadline: float = math.inf, alive=None) -> dict:
+def recv_json(ch: Channel, deadline: Deadline = math.inf, alive=None) -> dict:
     raw = ch.recv(MAX_JSON_BYTES, deadline, alive)
     if (depth := json_depth(raw)) > MAX_JSON_DEPTH:
         raise ProtocolError(f"malformed message: nested {depth} deep (at most {MAX_JSON_DEPTH})")
@@ -198,7 +201,7 @@ def send_tensor(ch: Channel, header: dict, raw: memoryview) -> None:
     ch.send(raw)
 
 
-def recv_tensor(ch: Channel, max_bytes: int, deadline: float = math.inf, alive=None) -> tuple[dict, torch.Tensor]:
+def recv_tensor(ch: Channel, max_bytes: int, deadline: Deadline = math.inf, alive=None) -> tuple[dict, torch.Tensor]:
     """(header, tensor) from the worker; any inconsistency is a ProtocolError."""
     head = recv_json(ch, deadline, alive)
     dtype = DTYPES.get(str(head.get("dtype")))
@@ -217,7 +220,7 @@ def recv_tensor(ch: Channel, max_bytes: int, deadline: float = math.inf, alive=N
     return head, torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
-def recv_ranges(ch: Channel, n_bytes: int, deadline: float = math.inf, alive=None) -> tuple[dict, torch.Tensor]:
+def recv_ranges(ch: Channel, n_bytes: int, deadline: Deadline = math.inf, alive=None) -> tuple[dict, torch.Tensor]:
     """(header, flat uint8 bytes) of a tensor read at ranges totalling exactly `n_bytes`."""
     head = recv_json(ch, deadline, alive)
     if str(head.get("dtype")) not in DTYPES or not isinstance(head.get("shape"), list):

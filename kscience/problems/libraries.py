@@ -15,6 +15,12 @@ import importlib.util
 from dataclasses import dataclass, field
 
 INSTALL_HINT = "pip install 'kscience[baselines]'"
+# cuBLAS's GEMM as PyTorch offers it, under each of its names: what the GEMM built-ins (matmul, swiglu,
+# fp8_blockscale_gemm) forbid their kernels to call, each being measured against it.
+GEMM_CALLS = ("torch.mm", "torch.matmul", "torch.Tensor.__matmul__", "torch.Tensor.__rmatmul__", "torch.Tensor.mm",
+              "torch.Tensor.matmul", "torch.bmm", "torch.Tensor.bmm", "torch.addmm", "torch.Tensor.addmm",
+              "torch.baddbmm", "torch.addbmm", "torch.nn.functional.linear", "torch.einsum", "torch.tensordot",
+              "torch.chain_matmul", "torch.linalg.matmul", "torch.linalg.multi_dot")
 # The most of a library's source put in a prompt: a kernel file, not a package.
 SOURCE_CHARS = 12_000
 

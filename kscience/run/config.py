@@ -16,6 +16,7 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kscience.evaluate.executors.queue_dir import queue_directory
+from kscience.evaluate.result import BUILD_LIMIT_S
 from kscience.run.profiling import PROFILERS
 from kscience.scientist.plans import CHOOSERS
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
@@ -98,13 +99,19 @@ class RunConfig:
     # Per session: a resumed run gets the full limit again.
     time_limit_s: float | None = setting(None, "--time-limit", "stop this session after this long",
                                          metavar="SECONDS", on_resume=True)
-    # None: derived from the seed's own evaluation (kscience.run.judging.step_limit), so a hung candidate
+    # None: derived from the seed's own evaluation (kscience.run.limits.step_limit), so a hung candidate
     # costs a small multiple of what a working one takes rather than the judge's full limits.
     eval_timeout_s: float | None = setting(None, "--eval-timeout", "the longest the judge waits for a candidate "
                                            "in one step (importing it, checking a shape, timing a shape); "
                                            "default: 10x the seed's slowest step, at least 60 s, at most the "
                                            "judge's own limits (120 s to 300 s)", metavar="SECONDS",
                                            on_resume=True)
+    # Seconds a compiler (nvcc, ptxas, ninja, c++) runs in the worker count against neither the step limit
+    # nor the judge's own limits, up to this much per step (kscience/evaluate/judge/builds.py).
+    build_limit_s: float = setting(BUILD_LIMIT_S, "--build-limit", "the longest one step may go on while a "
+                                   "compiler runs in the judge's worker (load_inline, nvcc, Triton's ptxas), on "
+                                   f"top of --eval-timeout (default {BUILD_LIMIT_S:.0f} s)", metavar="SECONDS",
+                                   on_resume=True)
     llm_retries: int = setting(LLM_RETRIES, "--llm-retries", "retries of a failed LLM request", metavar="N",
                                on_resume=True)
     llm_timeout_s: float = setting(LLM_TIMEOUT_S, "--llm-timeout", "limit per LLM request", metavar="SECONDS",

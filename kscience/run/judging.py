@@ -68,14 +68,16 @@ def running_state(doing: str | None, step_limit_s: float | None) -> str:
 
 class Judging:
     """`changed` is set after each verdict is announced (the controller waits on it to start lines);
-    `profile` is the profiler the run asks for (None: none), `eval_timeout_s` and `time_limit_s` the run's
-    --eval-timeout and this session's --time-limit."""
+    `profile` is the profiler the run asks for (None: none), `eval_timeout_s`, `build_limit_s` and
+    `time_limit_s` the run's --eval-timeout and --build-limit and this session's --time-limit."""
 
     def __init__(self, executor, *, journal: Journal, stopping: Stopping, budget: EvaluationBudget,
                  problem: Problem, changed: asyncio.Event, profile: str | None = None,
-                 eval_timeout_s: float | None = None, time_limit_s: float | None = None):
+                 eval_timeout_s: float | None = None, time_limit_s: float | None = None,
+                 build_limit_s: float | None = None):
         self.executor, self.journal, self.stopping, self.budget = executor, journal, stopping, budget
         self.problem, self.changed, self.profile, self.eval_timeout_s = problem, changed, profile, eval_timeout_s
+        self.build_limit_s = build_limit_s
         self.capacity = max(1, executor.capacity)
         self._free: asyncio.Queue[int] = asyncio.Queue()
         for slot in range(self.capacity):
@@ -199,7 +201,7 @@ class Judging:
                              candidate_id=f"{cand.id} ({tag})" if tag else cand.id,
                              tolerance=problem.tolerance_for(cand.kind, cand.hypothesis),
                              baseline=cand.kind in BASELINE_KINDS, timeout_s=timeout_s,
-                             step_limit_s=self.step_limit_for(cand))
+                             step_limit_s=self.step_limit_for(cand), build_limit_s=self.build_limit_s)
 
     async def _judge(self, cand: Candidate, line: int, tag: str = "", slot: int | None = None,
                      future=None) -> dict:

@@ -68,6 +68,7 @@ class Controller:
         self.population = Population(self.journal, problem, scientist)
         self.lines = max(1, config.lines or executor.capacity)  # default: one line per evaluation slot
         self.eval_timeout_s, self.time_limit_s = config.eval_timeout_s, config.time_limit_s
+        self.build_limit_s = config.build_limit_s
         self.profile, self.stop_at_sol = config.profile, config.stop_at_sol
         self.judging: Judging | None = None  # made on the run's event loop (its slots are an asyncio.Queue)
         self._last_claimed = 0  # the newest iteration number a line was given
@@ -85,7 +86,7 @@ class Controller:
         """Bring the run to `target` iterations (designs), finishing any interrupted work first."""
         self.judging = Judging(self.executor, journal=self.journal, stopping=self.stopping, budget=self.budget,
                                problem=self.problem, changed=self.changed, eval_timeout_s=self.eval_timeout_s,
-                               time_limit_s=self.time_limit_s)
+                               time_limit_s=self.time_limit_s, build_limit_s=self.build_limit_s)
         try:
             if self.iterations_done() < target:
                 # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found

@@ -7,14 +7,22 @@ import gc
 from kscience.evaluate.judge import drive
 from kscience.evaluate.result import OK
 
+from fake_clock import FakeBuffers, FakeClock, FakeSession
+
 
 def test_the_worker_freezes_what_exists_before_its_timed_calls(judge):
     result = judge("""
         import gc
         import sys
 
+        def _timed():
+            f = sys._getframe(1)
+            while f is not None and f.f_code.co_name != "timed_call":
+                f = f.f_back
+            return f is not None
+
         def custom_kernel(data):
-            if sys._getframe(2).f_code.co_name == "timed_call":
+            if _timed():
                 print("frozen objects:", gc.get_freeze_count(), flush=True)
             return honest(data[0])
         """, shapes="benchmarks")
@@ -23,24 +31,20 @@ def test_the_worker_freezes_what_exists_before_its_timed_calls(judge):
     assert counts and min(counts) > 10_000  # torch alone is tens of thousands of objects
 
 
-class _Session:
+class _Session(FakeSession):
     """Answers every call at once and notes whether the collector could run meanwhile."""
 
-    def __init__(self):
-        self.collecting = []
-
     def ask(self, cmd, phase, shape):
+        super().ask(cmd, phase, shape)
         self.collecting.append(gc.isenabled())
-
-    def reply(self, phase, shape):
-        return {"status": "ok", "event_us": 10.0, "host_us": 10.0}
 
 
 def test_the_judge_collects_no_garbage_while_it_drives_timed_calls():
-    session = _Session()
+    session = _Session(FakeClock(), lambda n: 0.0)
+    session.collecting = []
     plan = drive.Plan(warmup=0, nulls=2, min_n=3, max_n=3, max_seconds=1.0, target_rse=1.0, checks=0,
                       few_n=3, enough_s=1.0)
     assert gc.isenabled()
-    calls, _ = drive.run_calls(session, {}, plan, cap=1 << 20, used=set())
+    calls, _ = drive.run_calls(session, {}, plan, FakeBuffers(staged=False), used=set(), out_bytes=1024)
     assert len(calls) == 5 and session.collecting and not any(session.collecting)
     assert gc.isenabled()

@@ -196,13 +196,25 @@ def test_compile_cache_writes_do_not_persist_past_their_size_cap(judge, cache_st
     assert kept == []
 
 
-def test_a_failed_candidate_leaves_nothing_in_the_cache(judge, cache_store):
-    result = judge(_PLANT.format(size=10), """
-        def custom_kernel(data):
-            return torch.zeros_like(data[0])
-        """)
+def test_a_candidate_whose_import_failed_leaves_nothing_in_the_cache(judge, cache_store):
+    result = judge(_PLANT.format(size=10), "raise RuntimeError('half built')\n")
     assert result.status != OK
     assert not cache_store.exists() or not any(p.is_file() for p in cache_store.rglob("*"))
+
+
+def test_a_wrong_candidates_finished_build_is_kept_for_its_own_source_only(judge, cache_store):
+    # Its import (its build) finished, then its answers were wrong: a repair or a re-judge of the same
+    # source starts from its build, and no other source ever sees it.
+    wrong = """
+        def custom_kernel(data):
+            return torch.zeros_like(data[0])
+        """
+    assert judge(_PLANT.format(size=10), wrong).status != OK
+    assert any(p.is_file() for p in cache_store.rglob("*"))
+    again = judge(_PLANT.format(size=10), wrong)
+    assert "found planted True" in again.stdout_tail
+    other = judge(_PLANT.format(size=10), _OK_CALL)
+    assert "found planted True" not in other.stdout_tail
 
 
 # --- the judge's parser ----------------------------------------------------------------------

@@ -5,14 +5,16 @@ in-process integrity check does not notice: attributes set on single objects, a 
 through its frame, the harness's own check switched off, the channel object answering with forged
 numbers, the C library's clock detoured, a thread fixing kept outputs after the fact, the worker's
 randomness replaced. Each must still fail, on what the judge decides in its own process: the
-bytes it compares, the seeds and keep decisions it draws, and its own clock around every call.
+bytes it compares, the seeds and keep decisions it draws, and its own clock around every call, which
+is the figure (on the CPU always; on a GPU wherever the worker's events fall below what it allows):
+a worker that lies about its times is timed by the judge, and gains nothing.
 """
 
 import platform
 
 import pytest
 
-from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
+from kscience.evaluate.result import OK, WRONG_ANSWER
 
 SLOW = """
 import select
@@ -22,6 +24,13 @@ def slow(x):
     select.select([], [], [], 0.15)  # stands in for real work: 150 ms per call, whatever the clocks say
     return honest(x)
 """
+
+
+def gains_nothing(result) -> None:
+    """Judged at the 150 ms the calls take, whatever the worker said (0.8x of it at the least)."""
+    assert result.status == OK, result.message
+    (shape,) = result.shapes
+    assert shape.time_us > 0.8 * 150_000, shape
 
 
 def test_methods_set_on_the_returned_tensor_are_never_called(judge):
@@ -53,7 +62,7 @@ def test_methods_set_on_an_input_do_not_hide_a_write_to_it(judge):
     assert "input 0 was modified" in result.message
 
 
-def test_switching_off_the_harness_check_and_slowing_its_clock_is_caught_by_the_judges_clock(judge):
+def test_switching_off_the_harness_check_and_slowing_its_clock_gains_nothing(judge):
     # The integrity check is an attribute of the harness object: replaced there, it sees nothing,
     # and the timing module's clock can then run a thousand times slow.
     result = judge(SLOW, """
@@ -73,11 +82,10 @@ def test_switching_off_the_harness_check_and_slowing_its_clock_is_caught_by_the_
                 _done.append(1)
             return slow(data[0])
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "judge's own clock" in result.message
+    gains_nothing(result)
 
 
-def test_rewriting_the_start_time_through_the_timing_frame_is_caught_by_the_judges_clock(judge):
+def test_rewriting_the_start_time_through_the_timing_frame_gains_nothing(judge):
     # No replacement anywhere: the call moves the timed region's start local to "now" before returning.
     result = judge(SLOW, """
         import ctypes
@@ -94,11 +102,10 @@ def test_rewriting_the_start_time_through_the_timing_frame_is_caught_by_the_judg
                     ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(f), ctypes.c_int(0))
             return out
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "judge's own clock" in result.message
+    gains_nothing(result)
 
 
-def test_forged_times_written_on_the_channel_are_caught_by_the_judges_clock(judge):
+def test_forged_times_written_on_the_channel_gain_nothing(judge):
     # The channel object, found through the garbage collector, is given its own `send`: every call
     # reply leaves with times a hundred times smaller. The genuine sequence numbers go with it.
     result = judge(SLOW, """
@@ -127,12 +134,11 @@ def test_forged_times_written_on_the_channel_are_caught_by_the_judges_clock(judg
             _forge()
             return slow(data[0])
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "judge's own clock" in result.message
+    gains_nothing(result)
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the detour is written in x86-64 machine code")
-def test_detouring_the_c_librarys_clock_is_caught_by_the_judges_clock(judge):
+def test_detouring_the_c_librarys_clock_gains_nothing(judge):
     # clock_gettime in libc is overwritten with a jump to a function that runs time a thousand
     # times slow. Nothing at the Python level changes; every clock of the worker now lies.
     result = judge(SLOW, """
@@ -173,8 +179,7 @@ def test_detouring_the_c_librarys_clock_is_caught_by_the_judges_clock(judge):
                 _done.append(1)
             return slow(data[0])
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "judge's own clock" in result.message
+    gains_nothing(result)
 
 
 def test_a_cache_that_also_forges_its_misses_gains_nothing(judge):
@@ -207,11 +212,8 @@ def test_a_cache_that_also_forges_its_misses_gains_nothing(judge):
             time.sleep(0.001)
             return _by_content[key].clone()
         """, shapes="benchmarks")
-    assert result.status in (OK, REJECTED), result.message
-    if result.status == OK:
-        assert result.shapes[0].time_us > 160_000, result.shapes[0]
-    else:
-        assert "judge's own clock" in result.message
+    assert result.status == OK, result.message
+    assert result.shapes[0].time_us > 160_000, result.shapes[0]
 
 
 def test_replacing_the_workers_randomness_does_not_predict_the_timed_inputs(judge):
@@ -282,21 +284,8 @@ def custom_kernel(data):
 
 def test_a_thread_that_fixes_outputs_after_the_call_returned_is_caught(judge):
     # Every timed call returns zeros at once, and a thread writes the right answer into that very
-    # tensor a few milliseconds later: were outputs copied or sent later, they would be right.
+    # tensor a few milliseconds later: the judge reads what was copied into its own buffer by `done`.
     result = judge(_FIXER, shapes="benchmarks")
-    assert result.device.get("judge_reads"), "the judge could not read the worker's memory on this machine"
-    assert result.status == WRONG_ANSWER, result.message
-    assert "timed call" in result.message
-
-
-def test_without_judge_reads_the_worker_is_asked_for_the_output_at_once(judge, monkeypatch):
-    # Where the judge cannot read the worker's memory (the GPU, or a kernel that refuses), it asks
-    # for the checked output's bytes before the worker hears anything else; the thread is too late.
-    import kscience.evaluate.judge.peek as peek
-
-    monkeypatch.setattr(peek, "can_read", lambda pid: False)
-    result = judge(_FIXER, shapes="benchmarks")
-    assert not result.device.get("judge_reads")
     assert result.status == WRONG_ANSWER, result.message
     assert "timed call" in result.message
 

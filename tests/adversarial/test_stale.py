@@ -6,6 +6,7 @@ rechecks outputs it chooses after the calls returned. Returned outputs are poiso
 so even memory the allocator hands back holds no old answer.
 """
 
+from kscience.evaluate.judge import drive
 from kscience.evaluate.judge.session import Session
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER
 
@@ -160,23 +161,31 @@ def test_returning_a_view_of_an_input_is_a_wrong_answer(judge):
     assert "view of input" in result.message
 
 
-def test_no_two_commands_of_an_evaluation_carry_the_same_seed(judge, monkeypatch):
-    # The invariant behind the two tests above, read off the judge's own commands: every check,
-    # warm-up and call has inputs from a seed of its own, so no timed call repeats any content.
-    sent, ask = [], Session.ask
+def test_no_two_sets_of_inputs_of_an_evaluation_share_a_seed(judge, monkeypatch):
+    # The invariant behind the two tests above, read off the judge's own commands and builds: every
+    # check and warm-up has inputs from a seed of its own, and so does every timed call, whose inputs
+    # the judge builds and stages itself (its commands carry no seed), so no timed call repeats any content.
+    sent, timed, ask, inputs = [], [], Session.ask, drive._inputs
 
     def record(self, cmd, *a, **k):
         sent.append(cmd)
         return ask(self, cmd, *a, **k)
 
+    def staged(session, shape, plan, buffers, used, kind):
+        seed, data = inputs(session, shape, plan, buffers, used, kind)
+        if kind == "timed":
+            timed.append(seed)
+        return seed, data
+
     monkeypatch.setattr(Session, "ask", record)
+    monkeypatch.setattr(drive, "_inputs", staged)
     result = judge("""
         def custom_kernel(data):
             return honest(data[0])
         """, shapes="all")
     assert result.status == OK, result.message
     calls = [c for c in sent if c.get("cmd") == "call"]
-    assert calls and all(isinstance(c.get("seed"), int) for c in calls)
-    seeds = [c["seed"] for c in sent if c.get("cmd") in ("check", "call")]
-    seeds += [s for c in sent if c.get("cmd") == "prepare" for s in c["seeds"]]
-    assert len(seeds) == len(set(seeds))
+    assert calls and not any("seed" in c for c in calls)  # staged: the judge writes the inputs
+    seeds = [c["seed"] for c in sent if c.get("cmd") == "check"]
+    seeds += [s for c in sent if c.get("cmd") == "prepare" for s in c["seeds"]] + timed
+    assert timed and len(seeds) == len(set(seeds))

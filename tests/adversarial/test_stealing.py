@@ -60,17 +60,15 @@ def test_nothing_answer_like_lives_in_harness_frames_or_globals(judge):
 
 
 def test_answers_precomputed_from_every_input_the_worker_holds_gain_nothing(judge):
-    # Walks up to the timed loop's frames and precomputes, with the problem's own reference, the
-    # answer for every input tensor it finds there (the warm-up's and the fixed buffers' contents),
-    # during warm-up, where nothing is timed. The sleep stands in for an expensive kernel on inputs
-    # it could not precompute: every timed call's inputs are new, so every call sleeps.
+    # Walks up to the timed loop's frames and precomputes, honestly (the problem forbids calling its
+    # reference's torch.softmax), the answer for every input tensor it finds there (the warm-up's and
+    # the fixed buffers' contents), during warm-up, where nothing is timed. The sleep stands in for an
+    # expensive kernel on inputs it could not precompute: every timed call's inputs are new, so every
+    # call sleeps.
     result = judge("""
         import sys
         import time
 
-        from kscience.problems import load_problem
-
-        reference = load_problem("softmax").ref_kernel
         answers = {}
 
         def fingerprint(x):
@@ -85,7 +83,7 @@ def test_answers_precomputed_from_every_input_the_worker_holds_gain_nothing(judg
                 for v in values:
                     if isinstance(v, list) and v and isinstance(v[0], torch.Tensor) and v[0].dim() == 2 \
                             and v[0].data_ptr() != x.data_ptr():  # not this call's own inputs
-                        answers.setdefault(fingerprint(v[0]), reference((v[0],)))
+                        answers.setdefault(fingerprint(v[0]), honest(v[0]))
                 frame = frame.f_back
             known = answers.get(fingerprint(x))
             if known is not None:

@@ -12,8 +12,10 @@ from kscience.evaluate.result import EvalRequest, EvalResult
 HONEST = """
 import torch
 
-def honest(x):
-    return torch.softmax(x.float(), -1).to(torch.bfloat16)
+def honest(x):  # from its parts: softmax forbids calling torch.softmax
+    x = x.float()
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return (e / e.sum(-1, keepdim=True)).to(torch.bfloat16)
 """
 
 

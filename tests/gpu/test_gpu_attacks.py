@@ -14,8 +14,19 @@ def custom_kernel(data):
 """
 
 
-def test_work_left_on_a_side_stream_is_rejected(judge):
-    # Events are recorded on the current stream; the real work runs on another and is never joined.
+_SLEEP_CALL = """
+def custom_kernel(data):
+    y = honest(data[0])
+    torch.cuda._sleep(700_000)  # about 0.4 ms of work that the output does not show
+    return y
+"""
+
+
+def test_work_left_on_a_side_stream_is_timed_by_the_judges_clock(judge):
+    # Events are recorded on the current stream; 0.4 ms of the work runs on another and is never joined.
+    # The worker's device-wide wait before `done` holds it, so the judge's clock sees it: nothing gained.
+    joined = judge(_SLEEP_CALL, shapes="benchmarks")
+    assert joined.status == OK, joined.message
     result = judge("""
         _side = torch.cuda.Stream()
 
@@ -25,10 +36,13 @@ def test_work_left_on_a_side_stream_is_rejected(judge):
             _side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(_side):
                 y.copy_(honest(x))
+                torch.cuda._sleep(700_000)
             return y
-        """)
-    assert result.status == REJECTED, result.message
-    assert "outside the timed stream" in result.message
+        """, shapes="benchmarks")
+    print(f"joined {joined.geomean_us} us; side stream {result.status} {result.geomean_us} us: {result.message}")
+    assert result.status == OK, result.message
+    assert result.geomean_us >= 0.8 * joined.geomean_us
+    assert all(s.clock == "judge's clock" for s in result.shapes if s.phase == "benchmark")
 
 
 @pytest.mark.parametrize("attack", [ANSWER_IN_SYNC, ANSWER_ELSEWHERE], ids=["in_sync", "elsewhere"])
@@ -175,10 +189,12 @@ def test_a_kernel_that_never_ends_times_out_and_the_gpu_recovers(judge, monkeypa
     assert after.status == OK, after.message
 
 
-def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_is_rejected(judge):
+def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_gains_nothing(judge):
     """The candidate keeps the GPU busy from a thread of its own, as if a neighbour were there, and
-    hopes to hide 0.4 ms of work per call on a side stream inside the wait. The worker's host clock
-    starts when the GPU reaches the call, so no wait is allowed for and the side work shows."""
+    hopes to hide 0.4 ms of work per call on a side stream inside the wait. No process of the worker's
+    counts as a neighbour (contexts.py), and the judge's clock holds every stream's work."""
+    joined = judge(_SLEEP_CALL, shapes="benchmarks")
+    assert joined.status == OK, joined.message
     result = judge("""
         import threading
 
@@ -201,15 +217,15 @@ def test_side_work_hidden_behind_a_busy_gpu_of_its_own_making_is_rejected(judge)
                 torch.cuda._sleep(700_000)  # about 0.4 ms
             return y
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
+    print(f"joined {joined.geomean_us} us; hidden {result.status} {result.geomean_us} us: {result.message}")
+    assert result.status != OK or result.geomean_us >= 0.8 * joined.geomean_us, result.message
 
 
-@pytest.mark.xfail(strict=False, reason="a stated residual risk (docs/evaluation.md: work done before the start event)")
-def test_an_answer_computed_beside_the_cover_gains_nothing(judge):
-    """A thread of the candidate's watches the fixed input buffer from a stream of its own and, once
-    a command has loaded new inputs, computes the answer there. If the GPU runs that work beside the
-    cache flush and spin queued before each timed call's start event, the call itself only hands back
-    the buffer, and neither the events nor the host clock (the cover is taken off it) see the work.
+def test_an_answer_computed_before_the_call_arrives_gains_nothing(judge):
+    """A thread of the candidate's watches the fixed input buffer from a stream of its own and, once the
+    judge has written new inputs there, computes the answer before the call command arrives; the call
+    itself only hands back the buffer. The judge's clock started before it wrote the inputs, so the work
+    is inside it (docs/evaluation.md: what it can still gain is the command's own latency).
     Gaining nothing: rejected or wrong, or timed at no less than half the honest call."""
     honest = judge(_OK_CALL, shapes="benchmarks")
     assert honest.status == OK, honest.message

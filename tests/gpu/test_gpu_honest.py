@@ -139,8 +139,9 @@ def _busy_neighbour(stop) -> None:
 
 def test_honest_kernels_beside_a_busy_neighbour_are_ok(judge):
     """Every synchronised region waits about 2.4 ms for the neighbour's time slices before its first
-    event runs (H100, 2026-11-25). The worker's host clock starts when the GPU reaches the call, so
-    the wait is not taken for side work, and 0.4 ms of work hidden on a side stream still shows."""
+    event runs (H100, 2026-11-25), in the judge's clock too: beside another process the judge takes
+    the round's own null calls for what an empty call costs, and 0.4 ms of work hidden on a side
+    stream still counts."""
     import multiprocessing as mp
     import time
 
@@ -165,7 +166,14 @@ def test_honest_kernels_beside_a_busy_neighbour_are_ok(judge):
                     torch.cuda._sleep(700_000)  # about 0.4 ms of hidden work on the side stream
                 return y
             """, shapes="benchmarks")
-        assert side.status != OK and "outside the timed stream" in side.message, side.message
+        joined = judge("""
+            def custom_kernel(data):
+                y = honest(data[0])
+                torch.cuda._sleep(700_000)
+                return y
+            """, shapes="benchmarks")
+        assert joined.status == OK and side.status == OK, (joined.message, side.message)
+        assert side.geomean_us >= 0.8 * joined.geomean_us, (side.geomean_us, joined.geomean_us)
     finally:
         stop.set()
         neighbour.join(timeout=30)

@@ -26,7 +26,17 @@ def heavy(x):
 def _show(result) -> None:
     for s in result.shapes:
         if s.time_us:
-            print(f"  {s.shape}: events {s.time_us:.1f} us, judge {s.judge_us:.1f} us, n={s.n}")
+            print(f"  {s.shape}: {s.clock} {s.time_us:.1f} us, judge {s.judge_us:.1f} us "
+                  f"(standard error {s.judge_se_us:.1f}), n={s.n}")
+
+
+def _gains_nothing(judge, result) -> None:
+    """Judged ok at 0.8x the honest HEAVY kernel's time at the least, by the judge's own clock."""
+    honest = judge(HEAVY, "def custom_kernel(data):\n    return heavy(data[0])\n", shapes="benchmarks")
+    _show(honest)
+    _show(result)
+    assert honest.status == OK and result.status == OK, (honest.message, result.message)
+    assert result.geomean_us >= 0.8 * honest.geomean_us, (result.geomean_us, honest.geomean_us)
 
 
 def test_methods_set_on_the_returned_tensor_are_never_called(judge):
@@ -55,7 +65,7 @@ def test_methods_set_on_an_input_do_not_hide_a_write_to_it(judge):
     assert "input 0 was modified" in result.message
 
 
-def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
+def test_forged_event_times_behind_a_disabled_check_gain_nothing(judge):
     # The harness object's check is replaced, then the CUDA event the worker's modules time with
     # reports a twentieth of every duration (wherever the timed region lives: it moved from
     # timing.py to harness.py on 2026-11-26, and an attack on the old place alone forged nothing).
@@ -84,16 +94,14 @@ def test_forged_event_times_behind_a_disabled_check_are_rejected(judge):
                 _done.append(1)
             return heavy(data[0])
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
+    _gains_nothing(judge, result)
 
 
 def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
-    # With the flag off the worker neither synchronises nor uses events, so its clock sees only
-    # launches and each call's work runs after its reply. Before the judge read timed outputs from
-    # a buffer of its own, that work landed in later brackets or in the worker's copy for the
-    # judge's read: an H100 judged this ok at 968.8 us for work of milliseconds. Now the judge's own
-    # read, right after the reply, finds the word its buffer was filled with before the call, beside
-    # other processes or not.
+    # With the flag off the worker neither synchronises nor uses events, so it says `done` once the
+    # work is launched, and each call's work runs after it (an H100 once judged this ok at 968.8 us
+    # for work of milliseconds). The judge's own read, right after `done`, finds the word its buffer
+    # was filled with before the call, beside other processes or not.
     result = judge(HEAVY, """
         import gc
         from kscience.evaluate.worker.harness import Harness
@@ -112,9 +120,8 @@ def test_turning_the_on_gpu_flag_off_gains_nothing(judge):
             return out
         """, shapes="benchmarks")
     _show(result)
-    assert result.device.get("judge_reads"), "the driver could not share the judge's output buffer here"
     assert result.status == REJECTED, result.message
-    assert "not yet written when its reply came" in result.message, result.message
+    assert "not yet written when the worker said it was done" in result.message, result.message
 
 
 def test_an_honest_kernel_is_read_from_the_judges_own_buffer(judge):
@@ -124,10 +131,11 @@ def test_an_honest_kernel_is_read_from_the_judges_own_buffer(judge):
             return honest(data[0])
         """, shapes="benchmarks")
     assert result.status == OK, result.message
-    assert result.device.get("judge_reads") and result.confinement.get("namespaces", "").startswith("user")
+    assert result.confinement.get("namespaces", "").startswith("user")
+    assert all(s.inputs == "staged by the judge" for s in result.shapes if s.phase == "benchmark")
 
 
-def test_re_recording_the_start_event_after_the_work_is_rejected(judge):
+def test_re_recording_the_start_event_after_the_work_gains_nothing(judge):
     result = judge(HEAVY, """
         import sys
 
@@ -140,10 +148,10 @@ def test_re_recording_the_start_event_after_the_work_is_rejected(judge):
                 f.f_locals["start"].record()
             return out
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
+    _gains_nothing(judge, result)
 
 
-def test_forged_times_written_on_the_channel_are_rejected(judge):
+def test_forged_times_written_on_the_channel_gain_nothing(judge):
     result = judge(HEAVY, """
         import gc
         import json
@@ -170,8 +178,7 @@ def test_forged_times_written_on_the_channel_are_rejected(judge):
             _forge()
             return heavy(data[0])
         """, shapes="benchmarks")
-    assert result.status == REJECTED, result.message
-    assert "judge's own clock" in result.message
+    _gains_nothing(judge, result)
 
 
 def test_replacing_the_workers_randomness_does_not_predict_the_timed_inputs(judge):
@@ -320,3 +327,79 @@ def test_a_twenty_millisecond_kernel_is_ok(judge):
     _show(result)
     assert result.status == OK, result.message
     assert all(s.time_us > 5_000 for s in result.shapes), [s.time_us for s in result.shapes]
+
+
+# A KernelBench file as published: a GEMM of about 2.7 ms on an H200 at these sizes (the trial's problem 22
+# lies near it), whose inputs KernelBench builds on the CPU, hundreds of milliseconds a call.
+KERNELBENCH = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "kernelbench_gemm_multiply_leakyrelu.py")
+KERNELBENCH_SIZES = {"batch_size": 4096, "in_features": 4096, "out_features": 4096}
+_MODEL_NEW = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, multiplier, negative_slope):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.multiplier, self.negative_slope = multiplier, negative_slope
+
+    def forward(self, x):
+        return torch.nn.functional.leaky_relu(self.gemm(x) * self.multiplier, self.negative_slope)
+"""
+_JSON_FORGERY = """
+import json
+
+_encode = json.JSONEncoder.encode
+
+
+def _forged(self, o):
+    if isinstance(o, dict) and "event_us" in o:
+        o = dict(o, event_us=o["event_us"] / 50, host_us=o["host_us"] / 50)
+    return _encode(self, o)
+
+
+json.JSONEncoder.encode = _forged
+json._default_encoder = json.JSONEncoder()
+"""
+
+
+def _kernelbench(source: str):
+    return evaluate(EvalRequest(problem=KERNELBENCH, source=source, shapes="benchmarks", overrides=KERNELBENCH_SIZES),
+                    gpu=0, keep_spare=True)
+
+
+def test_a_kernelbench_candidate_that_rewrites_its_replies_gains_nothing():
+    # The trial's attack: honest work, and every timed reply's times divided by 50 through the JSON encoder
+    # the worker's replies pass through. On an H200 at 5fedbbb it was judged ok at 0.02x.
+    honest, forged = _kernelbench(_MODEL_NEW), _kernelbench(_MODEL_NEW + _JSON_FORGERY)
+    _show(honest)
+    _show(forged)
+    assert honest.status == OK and forged.status == OK, (honest.message, forged.message)
+    assert forged.geomean_us >= 0.8 * honest.geomean_us, (forged.geomean_us, honest.geomean_us)
+    assert all(s.inputs == "staged by the judge" for s in forged.shapes if s.phase == "benchmark")
+
+
+def test_a_candidate_that_rewrites_the_harness_fields_of_its_replies_gains_nothing(judge):
+    # Not the encoder but the harness's own timer: its events replaced by ones a fiftieth as long, its
+    # check switched off, so the reply carries a forged figure made the harness's way.
+    result = judge(HEAVY, """
+        import gc
+        import kscience.evaluate.worker.timing as T
+        from kscience.evaluate.worker.harness import Harness
+
+        _real = T.Timer.timed_call
+
+        def _quick(self, run):
+            event, host, out = _real(self, run)
+            return event / 50, host / 50, out
+
+        def custom_kernel(data):
+            gc.unfreeze()
+            for o in gc.get_objects():
+                if type(o) is Harness:
+                    o.verify = lambda: None
+            T.Timer.timed_call = _quick
+            return heavy(data[0])
+        """, shapes="benchmarks")
+    _gains_nothing(judge, result)

@@ -8,13 +8,13 @@ the verdict.
     input_sets.py        input sets the judge built ahead of their calls, each used once
     phases.py            where an evaluation's seconds go, and what its judge is doing now
     driving.py           `TimedSession`: the members of a session that measure and drive use
-    measure.py           timing one shape in rounds; what is doubted is measured again
-    drive.py             the timed calls of one round, each on new inputs, and when to stop them
+    measure.py           timing one shape: the judge's clock decides, the worker's events refine
+    drive.py             the timed calls of one round, each on new inputs, inside the judge's clock
+    buffers.py           the judge's own memory around a shape's calls: staged inputs, outputs, the flush
+    crosscheck.py        the judge's estimate of a call, and how far the worker's numbers may be believed
     compare.py           whether an output is right (sampled byte ranges of big tensors)
-    crosscheck.py        whether reported times are believable
     contexts.py          whether other processes share the GPU
-    peek.py              reading a timed call's output while the worker cannot run
-    reference_outside.py what the problem's own reference shows outside its timed stream
+    builds.py            whether the worker is building (a compiler in its process tree)
     candidate_output.py  what the candidate printed, deduplicated and bounded
 
 Nothing is imported here.

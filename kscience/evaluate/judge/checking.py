@@ -134,24 +134,21 @@ def judge_output(problem: Problem, data: list, out: torch.Tensor,
 
 
 def recheck(session: Session, look: drive.Look, shape: dict) -> None:
-    """A timed call's output, as the judge read it right after the call, against the answer."""
+    """A timed call's output, as the judge read it from its own buffer right after the call, against the answer."""
     data = session.sets.recheck_inputs(look.seed)  # built ahead, its seed sent first to this call
     if data is None:
         data = session.inputs(look.seed, shape)
     if session.problem.check is not None:  # its own check, which may accept another dtype (pmpp-prefixsum's
-        # float32 against a float64 reference), on the output read whole (see drive._read). It
+        # float32 against a float64 reference), on the output read whole (see drive._ranges). It
         # computes what it needs itself: no reference call here (linalg's is a factorisation).
-        out = look.whole if look.whole is not None else look.raw.view(DTYPES[look.dtype]).reshape(look.shape)
+        out = look.raw.view(DTYPES[look.dtype]).reshape(look.shape)
         ok, why, _ = judge_output(session.problem, data, out, None)
         if not ok:
             raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
         return
     want, problem = session.expected(data), session.problem
-    if look.whole is None and (look.shape != list(want.shape) or
-                               look.dtype != str(want.dtype).removeprefix("torch.")):
+    if look.shape != list(want.shape) or look.dtype != str(want.dtype).removeprefix("torch."):
         ok, why = False, f"output {look.dtype} {look.shape}, expected {want.dtype} {list(want.shape)}"
-    elif look.whole is not None:
-        ok, why, _ = check_output(look.whole, want, problem.rtol, problem.atol)
     else:
         ok, why, _ = check_output(look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype),
                                   problem.rtol, problem.atol)

@@ -13,10 +13,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    import torch
-
     from kscience.device import Device
-    from kscience.evaluate import output_buffer
     from kscience.evaluate.judge.drive import Look
     from kscience.evaluate.sandbox.workers import Worker
     from kscience.problems import Problem
@@ -25,35 +22,20 @@ if TYPE_CHECKING:
 class TimedSession(Protocol):
     problem: Problem
     device: Device
-    worker: Worker  # frozen while the judge reads a timed call's output itself
-    peek_pid: int | None  # the worker process whose memory the judge reads
+    worker: Worker  # its descriptor socket takes the judge's buffers (buffers.py)
     used_seeds: set[int]  # every seed sent to the worker
-    ranges: list[list[list[int]]]  # byte ranges of the last `sample`
-    worker_info: dict  # the worker's ready reply (its idle gap)
-    echo_us: float  # a message's round trip before any candidate code existed
-    reference_outside: dict[str, float]  # by shape label, where a side-work doubt asked
-    keep: output_buffer.Mapping | None  # the judge's own buffer the timed outputs are copied into (GPU)
-    fill_word: int  # what the worker fills it with before each call
+    output_bytes: int  # the size of the checked output, which a timed call's output must have
 
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None: ...
 
     def reply(self, phase: str, shape: dict | None = None, expect: str = "ok") -> dict: ...
 
-    def sample(self, phase: str, shape: dict, like: list[torch.Tensor], whole: bool = False,
-               blocks: int | None = None, edges: bool = False) -> list[torch.Tensor | None]: ...
-
     def phase(self, name: str) -> AbstractContextManager[None]: ...
 
-    def hand_over_output_buffer(self, shape: dict) -> int: ...
+    def inputs(self, seed: int, shape: dict) -> list: ...
 
     def recheck(self, look: Look, shape: dict) -> None: ...
 
-    def build_us(self, shape: dict) -> float: ...
-
-    def build_ahead(self, shape: dict, ready: list[int]) -> None: ...
-
-    def reference_outside_us(self, shape: dict) -> float: ...
-
-    def least_call_us(self) -> float: ...
+    def hold_for_recheck(self, shape: dict, seed: int, data: list) -> None: ...
 
     def others_on_gpu(self) -> int | None: ...

@@ -21,13 +21,14 @@ import torch
 from kscience.device import Device, detect
 from kscience.evaluate import kernel_times, library_rule
 from kscience.evaluate import result as R
-from kscience.evaluate.judge import candidate_output, checking, drive, peek
+from kscience.evaluate.judge import candidate_output, checking, drive
 from kscience.evaluate.judge.session import Session, as_float, plural
 from kscience.evaluate.judge.verdict import Verdict
 from kscience.evaluate.profile import job as profile_job, probes
 from kscience.evaluate.sandbox import compile_cache
 from kscience.evaluate.sandbox.workers import weak_confinement_allowed, weak_points
-from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts
+from kscience.problems import Problem, ProblemError, geomean, load_problem, probed_facts, shape_label
+from kscience.problems.coverage import interpreter_coverage
 from kscience.redact import redact
 
 JUDGE_THREADS = 4  # torch's CPU threads in a process that only judges (see judging_process)
@@ -69,9 +70,10 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
                                 message=f"refusing to run unconfined: no {'; no '.join(weak)} on this machine "
                                         "(allow_weak_confinement=True, --unconfined or "
                                         "KSCIENCE_ALLOW_WEAK_CONFINEMENT=1 to run anyway)")
-        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s, on_phase)
+        session = Session(problem, device, gpu, request.timeout_s, keep_spare, request.step_limit_s, on_phase,
+                          request.build_limit_s)
         result = R.EvalResult(status=R.OK, message="", device=device.describe(),
-                              timing_label="cpu interpreter (judge's clock)" if device.interpreted else "cuda events",
+                              timing_label=R.timing_label(device.interpreted),
                               confinement=dict(session.worker.confinement(), weak=weak, allowed_weak=allowed))
         try:
             session.worker.use_cache(compile_cache.key(request.source, str(sorted(result.device.items()))))
@@ -88,10 +90,12 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             raise
         except Exception as exc:  # a judge bug met by this candidate: a verdict, never an executor's traceback
             result.status, result.geomean_us = R.REJECTED, None
-            result.message = redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}")[:400]
+            result.message = R.bounded(redact(f"the judge failed on this candidate's replies: {type(exc).__name__}: {exc}"),
+                                       1000)
         finally:
             with session.phase("close"):  # killing the worker, then reading its compile facts
-                session.close(keep_cache=result.status == R.OK)
+                # a finished build is kept whatever came after it: its entry serves only this very source
+                session.close(keep_cache=session.imported)
                 # the expected answers' allocator cache, which the next worker needs (docs/evaluation.md)
                 session.give_back_memory()
             result.stdout_tail, result.stderr_tail = session.worker.tails()
@@ -102,6 +106,7 @@ def evaluate(request: R.EvalRequest, gpu: int | None = None, problem: Problem | 
             result.device["probes"] = probes.results(device)
             result.compile_facts = session.worker.compile_facts  # read from its private caches as it closed
             result.wall_s = time.monotonic() - t_start
+            result.build_s = round(session.builds.seconds, 3)
             result.phases_s = {k: round(v, 3) for k, v in session.phases.seconds.items()}
     return result
 
@@ -155,8 +160,8 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
     tests = shape_order(tests, result.shape_order_seed, "tests")
     benches = shape_order(benches, result.shape_order_seed, "benchmarks")
     with session.phase("start"):  # what is left of the worker's own start (a spare has started already)
-        session.echo()  # before any candidate code exists in the worker
-    with session.phase("builds"):  # likewise
+        session.echo()
+    with session.phase("builds"):  # before any candidate code exists in the worker
         for shape in benches:
             session.build_us(shape)
         session.give_back_memory()
@@ -164,26 +169,21 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         session.ask({"problem": problem.locator, "overrides": problem.overrides, "source": request.source,
                      "weight_seed": weight_seed, "probed": probed_facts(problem),
                      "forbidden": [] if request.baseline else list(problem.forbidden_calls)}, "import")
-        ready = session.reply("import", expect="ready")
-    session.worker_info = {"sandbox": str(ready.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
-                           "idle_gap_us": as_float(ready.get("idle_gap_us")) if not session.device.interpreted else 0.0,
-                           # the worker's own figure, sent after the import: shown, never weighed
-                           "setup_s": _setup_steps(ready.get("setup_s")),
-                           "waiting": str(ready.get("waiting", "unknown"))[:20]}
+        loaded = session.reply("import", expect="loaded")
+    session.worker_info = {"sandbox": str(loaded.get("sandbox", "unknown")), "namespaces": session.worker.namespaced,
+                           "waiting": str(loaded.get("waiting", "unknown"))[:20]}
     result.confinement["landlock"] = session.worker_info["sandbox"]
-    if not math.isfinite(session.worker_info["idle_gap_us"]):
-        raise Verdict(R.REJECTED, "malformed ready message")
     if not session.worker_info["sandbox"].startswith("landlock v") and not result.confinement["allowed_weak"]:
         raise Verdict(R.REJECTED, f"the worker could not confine itself ({session.worker_info['sandbox'][:200]})")
-    if session.device.interpreted:  # outputs live in host memory, where the judge can read them itself
-        pid = session.worker.serving_pid()
-        try:
-            session.peek_pid = pid if pid is not None and peek.can_read(pid) else None
-        except peek.Stuck as exc:
-            session.worker.kill()  # which also lets the abandoned read return
-            raise Verdict(R.REJECTED, str(exc)) from None
-    # whether the judge reads timed outputs itself: host memory on the CPU, its own buffer on the GPU
-    session.worker_info["judge_reads"] = session.peek_pid is not None or session.shares_outputs
+    with session.phase("pristine"):  # what an empty call costs, on a worker that holds no candidate code yet
+        for shape in benches:
+            session.pristine_nulls(shape)
+    with session.phase("import"):
+        session.ask({"cmd": "import"}, "import")
+        ready = session.reply("import", expect="ready")
+        session.imported = True
+    # the worker's own account of its import, sent after it: shown, never weighed
+    session.worker_info["setup_s"] = _setup_steps(ready.get("setup_s"))
     for shape in tests:
         with session.phase("check"):
             result.shapes.append(checking.check(session, shape, "test")[0])
@@ -206,10 +206,15 @@ def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.E
         raise Verdict(R.CRASHED, cap)
     times = [s.time_us for s in result.shapes if s.time_us]
     result.geomean_us = geomean(times) if times else None
-    n_ok = len(result.shapes)
-    result.message = (plural(n_ok, "shape") + " correct" + (
-        f"; geomean {result.geomean_us:,.2f} us over {plural(len(times), 'benchmark shape')}, "
-        f"timed by {result.timing_label}" if times else ""))
+    n_ok = len({shape_label(s.shape) for s in result.shapes})  # a shape checked as a test and again timed is one
+    coverage = interpreter_coverage(problem, request.shapes) if interpreted else None
+    said = [plural(n_ok, "shape") + " correct"]
+    if times:
+        over = plural(len(times), coverage.timed_noun if coverage else "benchmark shape")
+        said.append(f"geomean {result.geomean_us:,.2f} us over {over}, timed by {result.timing_label}")
+    if coverage and coverage.said:  # how much of the problem's own lists the interpreter's covered
+        said.append(coverage.said)
+    result.message = "; ".join(said)
 
 
 def _kernel_times(session: Session, request: R.EvalRequest, result: R.EvalResult, timed: list) -> bool:
@@ -224,7 +229,7 @@ def _kernel_times(session: Session, request: R.EvalRequest, result: R.EvalResult
     except Verdict as v:
         for res, _ in timed:
             res.kernels = []
-        result.kernel_profiler = f"per-kernel times not taken: the profiled calls ended in {v.status}: {v}"[:300]
+        result.kernel_profiler = R.bounded(f"per-kernel times not taken: the profiled calls ended in {v.status}: {v}", 1000)
         return False
     return True
 

@@ -15,8 +15,6 @@ import contextlib
 import copy
 import math
 import os
-import secrets
-import statistics
 import time
 from collections.abc import Callable
 
@@ -24,9 +22,10 @@ import torch
 
 from kscience.device import Device
 from kscience.evaluate import result as R
-from kscience.evaluate import output_buffer
-from kscience.evaluate.clocks import COVER_CYCLES, flush_bytes
-from kscience.evaluate.judge import checking, contexts, crosscheck, drive, measure, peek, reference_outside
+from kscience.evaluate import shared_buffer, staging
+from kscience.evaluate.judge import checking, contexts, crosscheck, drive, measure
+from kscience.evaluate.judge.buffers import ShapeBuffers, flush_buffer
+from kscience.evaluate.judge.builds import LOOK_S, Builds
 from kscience.evaluate.judge.compare import BLOCK_BYTES, sample_ranges
 from kscience.evaluate.judge.input_sets import InputSets
 from kscience.evaluate.judge.phases import Phases, doing
@@ -40,10 +39,11 @@ from kscience.redact import redact
 # Phase limits in seconds: (GPU, CPU interpreter). The interpreter is orders of magnitude slower.
 LIMITS = {"import": (120.0, 120.0), "check": (60.0, 300.0), "time": (120.0, 300.0)}
 TARGET_RSE = 0.005  # stop timing a shape once the median's relative standard error is below 0.5%
-TIME_CAP_S = (0.5, 2.0)  # most seconds of timed calls per shape (a GPU call's round trip is about 1 ms)
+TIME_CAP_S = (0.5, 2.0)  # most seconds of timed calls per shape, by the judge's brackets
 MIN_N, MAX_N = (10, 3), (2000, 20)
 WARMUP = (3, 1)
 NULLS = (6, 5)  # calls per shape that do nothing: what the judge's clock sees around no work
+PRISTINE_NULLS = (30, 5)  # and before the import, on a worker that holds no candidate code (measure.py)
 CHECKS = (3, 3)  # timed calls read and rechecked per shape: about CHECKS * (1 + ln(n / CHECKS)) of n
 WARM_SETS = 2  # input sets the warm-up cycles through (never timed); one where a build is slow (input_sets.py)
 # A shape whose calls take seconds (GPU MODE's linalg: 9.6 s per call of an eigendecomposition of
@@ -51,12 +51,11 @@ WARM_SETS = 2  # input sets the warm-up cycles through (never timed); one where 
 # made on that shape is its warm-up, and timing stops after FEW_N calls once they add up to ENOUGH_S.
 SLOW_CALL_S = 1.0
 FEW_N, ENOUGH_S = 3, 10.0
-# A shape whose calls are mostly the building of their inputs (the judge's own build time at least
+# A shape whose calls cost mostly the building of their inputs (the judge's own build time at least
 # drive.BUILT_SHARE of the median timed bracket: GPU MODE's sort builds 10,000 rows from Python for
-# a sort of 5 ms) is timed with this many calls and null calls at the least (GPU, CPU): each one
-# costs a build, and the figure, CUDA events of the call alone, needs no more to settle.
+# a sort of 5 ms) is timed with this many calls and null calls at the least (GPU, CPU): each timed call
+# costs a build.
 BUILT_N, BUILT_NULLS = (3, MIN_N[1]), (3, NULLS[1])
-ECHOES = 5  # round trips timed before the candidate is imported (measure.py caps null calls with them)
 # The judge builds each timed shape's inputs up to this many times before the import, the least
 # counting (the first pays for loading kernels, milliseconds), and no more once BUILDS_S have passed:
 # one build of a second or more is mostly its own work.
@@ -69,7 +68,8 @@ class Session:
     """One evaluation: a worker, its channel, its limits and the clock that runs out."""
 
     def __init__(self, problem: Problem, device: Device, gpu: int | None, timeout_s: float | None,
-                 keep_spare: bool, step_limit_s: float | None = None, on_phase: Callable[[str], None] | None = None):
+                 keep_spare: bool, step_limit_s: float | None = None, on_phase: Callable[[str], None] | None = None,
+                 build_limit_s: float | None = None):
         self.problem, self.device, self.gpu = problem, device, gpu
         self.phases = Phases(on_phase)  # where its seconds go, and what it is doing now
         self.cpu = int(device.interpreted)
@@ -78,53 +78,70 @@ class Session:
         self.ranges: list[list[list[int]]] = []  # byte ranges of the last `sample` command
         self.worker_info: dict = {}
         self.last_reply: dict = {}  # the worker's last in-order reply (a failed import's names its sandbox)
-        self.peek_pid: int | None = None  # the worker process whose memory the judge reads itself
         self.seq = 0
         self.used_seeds: set[int] = set()  # every seed sent to the worker: no content is ever sent twice
-        self.echo_us = 0.0  # the median round trip of a message before any candidate code existed
         self.timeout_s, self.step_limit_s = timeout_s, step_limit_s
         self.phase_limit, self.phase_end, self.by_deadline, self.by_step = 0.0, math.inf, False, False
-        self.reference_outside: dict[str, float] = {}  # by shape label, where a side-work doubt asked
+        # Compilers running in the worker let a step run on past its limit, up to the build limit (builds.py)
+        self.builds = Builds(self.worker.pids, build_limit_s or R.BUILD_LIMIT_S)
+        self.imported = False  # the worker said it imported the candidate: its builds are done
         self.builds_us: dict[str, float] = {}  # by shape label: the judge's own time to build its inputs
         self.sets = InputSets()  # sets built ahead, each for one command (input_sets.py)
         self.check_call_s = 0.0  # the judge's clock around the last correctness call, the worker's input build included
-        self.output_bytes = 0  # the size of the last checked output: the timed calls' outputs must fit it
-        # On the GPU, the buffer of the judge's own that each timed call's output is copied into
-        # (output_buffer.py), for the shape being timed; and the word the worker fills it with before each call.
-        self.shares_outputs = not self.cpu and output_buffer.supported(torch.cuda.current_device())
-        self.keep: output_buffer.Mapping | None = None
-        self.fill_word = secrets.randbits(31) | 1 << 30  # never a plain zero or -1
+        self.output_bytes = 0  # the size of the last checked output: the timed calls' outputs must have it
+        self.pristine: dict[str, crosscheck.Empty] = {}  # by shape label: null calls before the import
+        self.inputs_said: dict[str, str] = {}  # by shape label: how its timed calls get their inputs
+        # Whether the judge's memory that the worker maps (shared_buffer.py) can be device memory: decided
+        # here, from the judge's own driver, before any candidate code exists. Where not (the CPU; a GPU
+        # without the driver's virtual-memory API), outputs go through host memory and nothing is staged.
+        self.ordinal = None if self.cpu else torch.cuda.current_device()
+        self.shared_device = self.ordinal is not None and shared_buffer.supported(self.ordinal)
+        self.flush = None if self.cpu else flush_buffer(device.l2_bytes)  # the judge's own flush (buffers.py)
 
     # --- the channel -------------------------------------------------------------------------
     def ask(self, cmd: dict, phase: str, shape: dict | None = None, limit_s: float | None = None) -> None:
-        """Send a command; its replies must arrive before the phase's limit runs out."""
+        """Send a command; its replies must arrive before the phase's limit (or `limit_s`) runs out, or
+        the step limit where that is shorter. Seconds a compiler runs in the worker do not count
+        against either, up to the build limit (`_deadline`)."""
         self.seq += 1
-        if limit_s is None:
-            limit_s = LIMITS[phase][self.cpu]
-            self.by_step = bool(self.step_limit_s) and self.step_limit_s < limit_s
-            limit_s = self.step_limit_s if self.by_step else limit_s
-        else:
-            self.by_step = False
-        left = self.deadline - time.monotonic()
+        limit_s = LIMITS[phase][self.cpu] if limit_s is None else limit_s
+        self.by_step = bool(self.step_limit_s) and self.step_limit_s < limit_s
+        limit_s = self.step_limit_s if self.by_step else limit_s
+        now = time.monotonic()
+        left = self.deadline - now
         self.by_deadline = left < limit_s  # the evaluation's own limit, not the phase's, runs out first
         self.phase_limit = max(min(limit_s, left), 0.0)
-        self.phase_end = time.monotonic() + self.phase_limit
+        self.phase_end = now + self.phase_limit
+        self.builds.step(now)
         with self._channel_errors(phase, shape):
-            send_json(self.worker.channel, dict(cmd, seq=self.seq), self.phase_end)
+            send_json(self.worker.channel, dict(cmd, seq=self.seq), self._deadline)
+
+    def _deadline(self) -> float:
+        """When the current step runs out: its limit, moved on by the seconds a compiler ran in the
+        worker during it, and kept ahead of the clock while one runs, until the build limit is spent.
+        The evaluation's own limit ends it regardless. The channel asks at every look (wire.py)."""
+        now, b = time.monotonic(), self.builds
+        end = self.phase_end + min(b.step_seconds, b.limit_s)
+        building = b.building(now, due=now >= end)
+        end = self.phase_end + min(b.step_seconds, b.limit_s)
+        if building and b.step_seconds < b.limit_s:
+            end = max(end, now + 2 * LOOK_S)
+        return min(end, self.deadline)
 
     def reply(self, phase: str, shape: dict | None = None, expect: str = "ok") -> dict:
         with self._channel_errors(phase, shape):
-            msg = recv_json(self.worker.channel, self.phase_end, self.worker.alive)
+            msg = recv_json(self.worker.channel, self._deadline, self.worker.alive)
         self._in_order(msg, phase, shape)
         self.last_reply = msg
         if msg.get("status") != expect:
             status = msg.get("status") if msg.get("status") in R.STATUSES[1:] else R.REJECTED
-            raise Verdict(status, redact(str(msg.get("message", f"unexpected reply {str(msg)[:80]}")))[:400], shape)
+            raise Verdict(status, R.bounded(redact(str(msg.get("message", f"unexpected reply {str(msg)[:80]}"))), 1000),
+                          shape)
         return msg
 
     def tensor(self, phase: str, shape: dict, max_bytes: int) -> torch.Tensor:
         with self._channel_errors(phase, shape):
-            head, t = recv_tensor(self.worker.channel, max_bytes, self.phase_end, self.worker.alive)
+            head, t = recv_tensor(self.worker.channel, max_bytes, self._deadline, self.worker.alive)
         self._in_order(head, phase, shape)
         return t
 
@@ -148,7 +165,7 @@ class Session:
         looks = []
         for t, ranges in zip(like, self.ranges):
             with self._channel_errors(phase, shape):
-                head, raw = recv_ranges(self.worker.channel, sum(n for _, n in ranges), self.phase_end,
+                head, raw = recv_ranges(self.worker.channel, sum(n for _, n in ranges), self._deadline,
                                         self.worker.alive)
             self._in_order(head, phase, shape)
             right = head.get("dtype") == str(t.dtype).removeprefix("torch.") and head.get("shape") == list(t.shape)
@@ -176,26 +193,26 @@ class Session:
     def _timeout_text(self, phase: str) -> str:
         """Which limit ran out, as it was set, and in which phase: "the evaluation's 3 s limit ran out
         while timing", never the seconds that happened to be left of it."""
-        what = doing(phase)
+        what, b = doing(phase), self.builds
+        if b.step_seconds >= b.limit_s:
+            return (f"timed out: the {_seconds(b.limit_s)} build limit ran out while {what}, with "
+                    f"{', '.join(sorted(b.seen))} still running in the worker (--build-limit raises it)")
+        built = f" (after {b.step_seconds:.0f} s of building, which the limit does not count)" if b.step_seconds >= 1 else ""
         if self.by_deadline:
-            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {what}"
+            return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {what}{built}"
         if self.by_step:
-            return f"timed out: the {_seconds(self.phase_limit)} limit per step set for this evaluation ran out while {what}"
-        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {what} ran out"
+            return (f"timed out: the {_seconds(self.phase_limit)} limit per step set for this evaluation ran out "
+                    f"while {what}{built}")
+        return f"timed out: the judge's {_seconds(self.phase_limit)} limit for {what} ran out{built}"
 
     def _death(self) -> str:
         self.worker.kill()
         return self.worker.memory_cap_hit() or self.worker.exit_description()
 
     def echo(self) -> None:
-        """Time round trips of an empty message before the candidate is imported (`echo_us`)."""
-        windows = []
-        for _ in range(ECHOES):
-            t0 = time.perf_counter()
-            self.ask({"cmd": "echo"}, "import")
-            self.reply("import", expect="echo")
-            windows.append((time.perf_counter() - t0) * 1e6)
-        self.echo_us = statistics.median(windows)
+        """One round trip before the job: the worker is up and answering (a spare has been for a while)."""
+        self.ask({"cmd": "echo"}, "import")
+        self.reply("import", expect="echo")
 
     def finish(self) -> None:
         """The closing handshake: the next message must be the acknowledgement of `bye`."""
@@ -208,10 +225,10 @@ class Session:
             return list(self.problem.generate_input(seed, self.device.torch_device, **shape))
 
     def build_us(self, shape: dict) -> float:
-        """The judge's own least time to build `shape`'s inputs and copy them once, as the worker
-        does inside every call command (null ones included). The judge asks before the candidate is
-        imported (judge/evaluation.py), so no candidate code can have slowed it: the CPU's null calls are capped
-        with it (measure.py) and the forged-time check allows a share of it (crosscheck.BUILD_SHARE)."""
+        """The judge's own least time to build `shape`'s inputs and copy them once, as it does for every
+        timed call it stages, measured before the candidate is imported (judge/evaluation.py), so no
+        candidate code can have slowed it: it decides which shapes' calls are mostly their builds
+        (drive.BUILT_SHARE) and which shapes' sets are worth holding (input_sets.py)."""
         key = shape_label(shape)
         if key not in self.builds_us:
             best, stop = math.inf, time.monotonic() + BUILDS_S
@@ -221,7 +238,7 @@ class Session:
                 data = self.inputs(seed, shape)
                 for t in data:
                     if isinstance(t, torch.Tensor):
-                        t.clone()  # the worker copies each set into its fixed buffers
+                        t.clone()  # staging copies each set once
                 if not self.cpu:
                     torch.cuda.synchronize()
                 took = time.perf_counter() - t0
@@ -232,21 +249,6 @@ class Session:
             self.builds_us[key] = best * 1e6
             self.sets.settle(key, best)
         return self.builds_us[key]
-
-    def build_ahead(self, shape: dict, ready: list[int]) -> None:
-        """Inputs for the first timed calls of a round, built while the worker prepares it (untimed),
-        where the shape's builds are slow: `ready` gets their seeds, up to CHECKS of them."""
-        key = shape_label(shape)
-        built = False
-        while len(ready) < CHECKS[self.cpu] and self.sets.room(key):
-            seed = drive.new_seed(self.used_seeds)
-            self.sets.sent[seed] = self.inputs(seed, shape)
-            ready.append(seed)
-            built = True
-        if built and not self.cpu:
-            # A build only queues its kernels (10,000 rows of them for the largest sort): they must have run
-            # before the round's first timed call, or they share the GPU with it in the judge's own bracket.
-            torch.cuda.synchronize()
 
     def expected(self, data: list) -> torch.Tensor:
         """The answer, computed here and nowhere else."""
@@ -259,20 +261,57 @@ class Session:
         if not self.cpu:
             torch.cuda.empty_cache()
 
-    def reference_outside_us(self, shape: dict) -> float:
-        """What the reference shows outside its own events on `shape`, timed here (reference_outside.py)."""
-        key = shape_label(shape)
-        if key not in self.reference_outside:
-            # A copy of a set the judge holds for this shape's rechecks will do: the reference runs here
-            held = next(iter(self.sets.sent.values()), None)
-            data = copy.deepcopy(held) if held is not None else self.inputs(drive.new_seed(self.used_seeds), shape)
-            with self.phase("reference"):
-                self.reference_outside[key] = reference_outside.outside_us(self.problem, data, self.device.l2_bytes)
-            del data
-            self.give_back_memory()  # the worker times its next round on this GPU
-        return self.reference_outside[key]
-
     # --- timing ------------------------------------------------------------------------------
+    def buffers_for(self, shape: dict, output_bytes: int, staged: bool = True) -> ShapeBuffers:
+        """The judge's buffers for timing `shape` (buffers.py), its inputs staged where they can be."""
+        stage, why = None, "built by the worker from a seed: the judge cannot share device memory here"
+        if staged and (self.cpu or self.shared_device):
+            seed = drive.new_seed(self.used_seeds)
+            template = self.inputs(seed, shape)
+            form, why = staging.stageable(template, self.device.torch_device)
+            if form is not None:
+                leaves = staging.leaves(template, self.problem.output_args)
+                stage, why = (form, staging.places(leaves), leaves), "staged by the judge"
+            else:
+                why = f"built by the worker from a seed: {why}"
+        elif not staged:
+            why = "built by the worker from a seed: a set of its inputs had another form than the first"
+        self.inputs_said[shape_label(shape)] = why
+        try:
+            return ShapeBuffers(output_bytes, self.ordinal, self.shared_device, stage, self.flush)
+        except (shared_buffer.DriverError, OSError) as exc:  # most likely a GPU the worker filled
+            raise Verdict(R.REJECTED, f"the judge could not allocate its buffers for the timed calls: {exc}",
+                          shape) from None
+
+    def pristine_nulls(self, shape: dict) -> None:
+        """Null calls of `shape` on the worker before the candidate is imported (`pristine`): what an empty
+        call costs where no candidate code can bend it. Their output is a dummy of the answer's size."""
+        with self.phase("reference"):
+            size = checking.answer_or_size(self, self.inputs(drive.new_seed(self.used_seeds), shape), shape)
+        out_bytes = size.numel() * size.element_size()
+        del size
+        self.give_back_memory()
+        plan = drive.Plan(0, PRISTINE_NULLS[self.cpu], 0, 0, math.inf, TARGET_RSE, 0, 0, ENOUGH_S)
+        buffers = self.buffers_for(shape, out_bytes)
+        try:
+            with spares_held(self.worker):  # as while the shape is timed
+                rnd = self._pristine_round(shape, plan, buffers, out_bytes)
+        finally:
+            buffers.close()
+        self.pristine[shape_label(shape)] = crosscheck.Empty.of([c.window_us for c in rnd])
+
+    def _pristine_round(self, shape: dict, plan: drive.Plan, buffers: ShapeBuffers, out_bytes: int) -> list:
+        buffers.send(self.worker.fd_socket)
+        self.ask(dict(buffers.prepare_fields(), cmd="prepare", shape=shape, seeds=[drive.new_seed(self.used_seeds)],
+                      warmup=0, max_output_bytes=max(out_bytes, 1)), "import", shape)
+        self.reply("import", shape)
+        saved, self.output_bytes = self.output_bytes, out_bytes
+        try:
+            calls, _ = drive.run_calls(self, shape, plan, buffers, self.used_seeds, out_bytes)
+        finally:
+            self.output_bytes = saved
+        return calls
+
     def time(self, res: R.ShapeResult, cap: int) -> None:
         """Time a checked benchmark shape into `res` (measure.py), or end with a Verdict."""
         c = self.cpu
@@ -281,61 +320,52 @@ class Session:
         slow = not c and self.check_call_s - build_us / 1e6 > SLOW_CALL_S
         ready = []  # the sets left of those built before the import go to the first timed calls
         while (kept := self.sets.take(key)) is not None:
-            ready.append(kept[0])
+            ready.append(kept)
             self.sets.sent[kept[0]] = kept[1]
         warm_sets = 1 if key in self.sets.slow else WARM_SETS  # a second warm-up set would cost a slow build
         plan = drive.Plan(0 if slow else WARMUP[c], NULLS[c], MIN_N[c], MAX_N[c], TIME_CAP_S[c], TARGET_RSE,
                           CHECKS[c], FEW_N if not c else MIN_N[c], ENOUGH_S, ready, build_us,
                           BUILT_N[c], BUILT_NULLS[c])
         self.give_back_memory()  # what checking the shape left in this process's allocator
-        self.keep = self._new_output_buffer(res.shape) if self.shares_outputs else None
-        try:
-            with spares_held(self.worker):
-                problem = measure.time_shape(self, res, cap, plan, warm_sets)
-        except drive.Unreadable as exc:
-            raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
-        except (peek.Stuck, drive.Unstoppable, drive.Unfinished) as exc:
-            self.worker.kill()  # which also lets the abandoned read return
-            raise Verdict(R.REJECTED, str(exc), res.shape) from None
-        finally:
-            self.sets.sent.clear()  # held sets no read asked for
-            if self.keep is not None:
-                self.keep.close()
-                self.keep = None
+        pristine = self.pristine.get(key, crosscheck.Empty.of([]))
+        staged = True
+        while True:
+            buffers = self.buffers_for(res.shape, self.output_bytes, staged)
+            try:
+                with spares_held(self.worker):
+                    problem = measure.time_shape(self, res, cap, plan, warm_sets, buffers, pristine)
+                break
+            except drive.Restage:
+                if not staged:
+                    raise
+                staged = False  # this shape's calls are built by the worker, from seeds
+            except drive.Unreadable as exc:
+                raise Verdict(R.WRONG_ANSWER, str(exc), res.shape) from None
+            except drive.Unfinished as exc:
+                self.worker.kill()
+                raise Verdict(R.REJECTED, str(exc), res.shape) from None
+            finally:
+                buffers.close()
+                self.sets.sent.clear()  # held sets no read asked for
+        res.inputs = self.inputs_said.get(key, "")
         if problem:
             raise Verdict(R.REJECTED, problem, res.shape)
         floor = self.device.floor_seconds(self.problem.flops(**res.shape), self.problem.bytes_moved(**res.shape),
                                           self.problem.precision) * 1e6
         res.floor_us = floor or None
         problem = crosscheck.floor_problem(res.time_us, floor)
-        if problem:
+        if problem and res.clock == "cuda events":  # the worker's own figure, below what any kernel can do
             raise Verdict(R.REJECTED, problem, res.shape)
+        if problem:  # the judge's own estimate, within its precision of the floor: the floor is what it allows
+            res.message = "; ".join(m for m in (res.message, f"the judge's estimate of {res.time_us:,.2f} us lay below "
+                                                f"the physical floor: the floor is recorded") if m)
+            res.time_us = floor
 
-    def _new_output_buffer(self, shape: dict) -> output_buffer.Mapping:
-        try:
-            return output_buffer.create(max(self.output_bytes, 1), torch.cuda.current_device())
-        except output_buffer.DriverError as exc:  # most likely a GPU the worker filled
-            raise Verdict(R.REJECTED, f"the judge could not allocate its buffer for the timed outputs: {exc}",
-                          shape) from None
-
-    def hand_over_output_buffer(self, shape: dict) -> int:
-        """Send the worker a descriptor of `keep` for the round about to be prepared; its size in bytes.
-        The buffer starts the round filled with `fill_word`, which the worker writes again as it loads
-        each call's inputs: a call whose output was not copied in by its reply leaves it there."""
-        self.keep.tensor.view(torch.int32).fill_(self.fill_word)
-        torch.cuda.synchronize()
-        try:
-            fd = output_buffer.export(self.keep)
-        except output_buffer.DriverError as exc:
-            raise Verdict(R.REJECTED, f"the judge could not share its buffer for the timed outputs: {exc}",
-                          shape) from None
-        try:
-            output_buffer.send_fd(self.worker.fd_socket, fd)
-        except OSError as exc:
-            raise Verdict(R.CRASHED, f"{self._death()} before the timed calls ({exc.strerror})", shape) from None
-        finally:
-            os.close(fd)
-        return self.keep.nbytes
+    def hold_for_recheck(self, shape: dict, seed: int, data: list) -> None:
+        """A read timed call's inputs, kept for its recheck where the shape's builds are slow and they fit
+        (input_sets.py); elsewhere the recheck builds them again from the seed."""
+        if self.sets.room(shape_label(shape)):
+            self.sets.sent[seed] = data
 
     def others_on_gpu(self) -> int | None:
         """Contexts on this evaluation's GPU that neither the judge nor the worker holds (see
@@ -343,14 +373,6 @@ class Session:
         if self.gpu is None or self.device.interpreted:
             return None
         return contexts.others(self.gpu, self.worker.pids())
-
-    def least_call_us(self) -> float:
-        """Half the least time a GPU call's flush and spin can take (no GPU clocks above 3 GHz, no
-        memory faster than the datasheet): what the judge's bracket around any call must exceed."""
-        spin = COVER_CYCLES / 3e9 if hasattr(torch.cuda, "_sleep") else 0.0
-        peaks = self.device.peaks
-        flush = flush_bytes(self.device.l2_bytes) / peaks.bandwidth if peaks is not None else 0.0
-        return 0.5 * (spin + flush) * 1e6
 
     def recheck(self, look: drive.Look, shape: dict) -> None:
         """A timed call's output, as the judge read it right after the call, against the answer."""

@@ -7,8 +7,9 @@ another candidate uses: `load_inline(name="ext")` reuses whatever library sits i
 would run the planted code. Triton's cache is keyed by a hash of the kernel, which a candidate
 can compute and fill with anything too.
 
-Warm starts stay where they are sound: after an evaluation ends `ok`, the judge copies (never
-links) the private caches into a store keyed by a hash of the candidate's source and the device,
+Warm starts stay where they are sound: once an evaluation's worker has imported the candidate (its
+builds are done, whatever its verdict), the judge copies (never links) the private caches into a
+store keyed by a hash of the candidate's source and the device,
 and the next evaluation of the very same source starts from a copy of them. Only that source's
 own evaluations ever write its entry, so the only code a planted file can reach is code that
 wrote it. Entries are capped in size; the store as a whole is trimmed, oldest use first.
@@ -33,10 +34,15 @@ def store_root() -> Path:
     return Path(os.environ.get("KSCIENCE_CACHE", Path.home() / ".cache" / "kscience")) / "by-source"
 
 
+BUILD_DIR_VAR = "KSCIENCE_BUILD_DIR"  # where a candidate's own builds (nvcc through subprocess, ctypes) go to be kept
+
+
 def private_dirs(workdir: Path) -> dict[str, str]:
-    """The environment that points a worker's compilers at its own folder."""
+    """The environment that points a worker's compilers at its own folder: Triton's cache, torch's
+    extensions, and a folder for builds the candidate runs itself (told to it as BUILD_DIR_VAR)."""
     base = workdir / ".compile-cache"
-    return {"TRITON_CACHE_DIR": str(base / "triton"), "TORCH_EXTENSIONS_DIR": str(base / "torch_extensions")}
+    return {"TRITON_CACHE_DIR": str(base / "triton"), "TORCH_EXTENSIONS_DIR": str(base / "torch_extensions"),
+            BUILD_DIR_VAR: str(base / "build")}
 
 
 def key(source: str, device_label: str) -> str:
@@ -103,7 +109,8 @@ def _rebase_groups(triton_dir: Path) -> None:
 
 
 def keep(workdir: Path, entry: str) -> None:
-    """After an `ok` evaluation whose worker is dead: its private caches become the store's entry."""
+    """After an evaluation whose worker imported the candidate and is dead: its private caches become
+    the store's entry (the first to finish writes it; a racing copy is dropped)."""
     src, root = workdir / ".compile-cache", store_root()
     final = root / entry
     if not src.is_dir() or final.exists():

@@ -162,7 +162,7 @@ class Worker:
         for fd in (ours[1], theirs[0]):
             widen_pipe(fd)
         watched = lifeline.read_end()  # the reaper ends the worker's tree when this process ends
-        # Descriptors the judge hands over (output_buffer.py) travel on a socket of their own.
+        # Descriptors the judge hands over (shared_buffer.py) travel on a socket of their own.
         self.fd_socket, their_socket = socket.socketpair()
         self.fd_socket.setblocking(False)
         cmd = [sys.executable, "-m", "kscience.evaluate.worker", str(ours[0]), str(theirs[1]), str(watched),

@@ -10,14 +10,18 @@ worker's tree ends the moment the judge does, however the judge died. The worker
 channel to unpredictable descriptor numbers, confines itself (Landlock, then a seccomp filter),
 and answers the judge's commands:
 
-  echo                  -> (before the job only) an acknowledgement: the judge times the round
-                           trip of a worker that holds no candidate code yet
+  echo                  -> (before the job only) an acknowledgement
+  the job               -> the problem loaded, the device set up, no candidate yet: `loaded`
+  prepare, call, finish -> as below; before `import` only null calls, on a worker that holds no candidate
+                           code, so the judge learns what an empty call costs where nothing can bend it
+  import                -> the candidate imported: `ready`
   check {shape, seed}   -> the whole output of one call on fresh inputs; that output and the
                            inputs the candidate may not write are then held for `sample`
-  prepare {shape, seeds} -> fixed buffers made, warm-up run on inputs from the seeds; with `keep_bytes`,
-                           the judge's output buffer mapped from the descriptor it sent on FD_SOCKET
-  call {kind, seed}     -> one call on inputs new to it (see timing.py); the judge times the command;
-                           its output is held for `sample` until the next command
+  prepare {shape, seeds} -> fixed buffers made (views into the judge's staging buffer where it stages
+                           the inputs), warm-up run; the judge's buffers mapped from the descriptors it
+                           sent on FD_SOCKET (timing.py)
+  call {kind[, seed]}   -> one call (see timing.py): `done` once its output is in the judge's buffer,
+                           then what it returned and its events
   finish                -> the last output poisoned, the device synchronised
   sample {ranges}       -> the held tensors' bytes at the judge's ranges, one frame each
   bye                   -> an acknowledgement, then exit
@@ -75,12 +79,12 @@ def _hide(fd: int) -> int:
 
 
 def _writable_paths() -> list[str]:
-    """The sandbox folder, the compile caches, the device nodes GPU runtimes open for writing, and
+    """The sandbox folder, the compile caches (sandbox/compile_cache.private_dirs), the device nodes GPU runtimes open for writing, and
     this process's own thread entries in /proc (the CUDA driver will not initialise without
     writing there)."""
     import glob
 
-    caches = [os.environ.get("TRITON_CACHE_DIR", ""), os.environ.get("TORCH_EXTENSIONS_DIR", "")]
+    caches = [os.environ.get(var, "") for var in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "KSCIENCE_BUILD_DIR")]
     for d in caches:
         if d:
             os.makedirs(d, exist_ok=True)
@@ -91,14 +95,14 @@ def _writable_paths() -> list[str]:
 def serve(in_fd: int, out_fd: int, fd_socket: int) -> None:
     import socket
 
-    from kscience.evaluate import clocks, kernel_times, library_rule, output_buffer, wire
+    from kscience.evaluate import clocks, kernel_times, library_rule, shared_buffer, staging, wire
     from kscience.evaluate.wire import Channel, recv_json, send_json
     from kscience.evaluate.worker import confine, harness, integrity, timing
     from kscience.evaluate.worker.harness import Harness, call_fault
 
     confine.set_limits()
     ch = Channel(_hide(in_fd), _hide(out_fd), nonblocking=False)
-    handed = socket.socket(fileno=_hide(fd_socket))  # descriptors from the judge (output_buffer.py)
+    handed = socket.socket(fileno=_hide(fd_socket))  # descriptors from the judge (shared_buffer.py)
     unreadable = [p for p in os.environ.get(confine.UNREADABLE_VAR, "").split(os.pathsep) if p]
     sandbox = f"{confine.restrict(_writable_paths(), unreadable)}, {confine.no_userfaultfd()}"
     harness.warm_compiler()  # a spare does this before its job exists
@@ -109,15 +113,14 @@ def serve(in_fd: int, out_fd: int, fd_socket: int) -> None:
     seq = job.get("seq")
     try:
         # Every kscience.evaluate module this process runs is watched (tests/test_worker_integrity.py).
-        watched = [clocks, confine, harness, integrity, kernel_times, library_rule, output_buffer, timing, wire,
-                   sys.modules[__name__]]
+        watched = [clocks, confine, harness, integrity, kernel_times, library_rule, shared_buffer, staging, timing,
+                   wire, sys.modules[__name__]]
         h = Harness(job, watched)
     except BaseException as exc:
         f = call_fault(exc)  # the sandbox is reported here too: the verdict's confinement line names it
         send_json(ch, {"status": f.status, "message": str(f), "seq": seq, "sandbox": sandbox})
         return
-    send_json(ch, {"status": "ready", "seq": seq, "sandbox": sandbox, "idle_gap_us": h.idle_gap_us,
-                   "setup_s": h.setup_s, "waiting": h.waiting})
+    send_json(ch, {"status": "loaded", "seq": seq, "sandbox": sandbox, "waiting": h.waiting})
     timer = None
     while True:
         cmd = recv_json(ch)
@@ -126,20 +129,24 @@ def serve(in_fd: int, out_fd: int, fd_socket: int) -> None:
             send_json(ch, {"status": "bye", "seq": seq})
             return
         try:
-            if cmd.get("cmd") == "check":
+            if cmd.get("cmd") == "import" and h.fn is None and timer is None:
+                h.import_candidate()
+                send_json(ch, {"status": "ready", "seq": seq, "setup_s": h.setup_s})
+            elif cmd.get("cmd") == "check" and h.fn is not None:
                 h.check(ch, cmd)
             elif cmd.get("cmd") == "prepare":
                 timer = None  # the previous shape's buffers go before this shape's are made
                 timer = timing.Timer(h, cmd, handed)
                 send_json(ch, {"status": "ok", "seq": seq, "setup_s": timer.setup_s})
             elif cmd.get("cmd") == "call" and timer is not None:
-                send_json(ch, dict(timer.call(cmd), status="ok", seq=seq))
+                said = timer.call(cmd, lambda: send_json(ch, {"status": "done", "seq": seq}))
+                send_json(ch, dict(said, status="ok", seq=seq))
             elif cmd.get("cmd") == "finish" and timer is not None:
                 timer.finish()
                 timer = None
                 h.give_back_memory()
                 send_json(ch, {"status": "ok", "seq": seq})
-            elif cmd.get("cmd") == "kernels" and timer is None:  # a correct, timed candidate, after its timing
+            elif cmd.get("cmd") == "kernels" and timer is None and h.fn is not None:  # a correct, timed candidate
                 send_json(ch, dict(kernel_times.record(h, cmd), status="ok", seq=seq))
             elif cmd.get("cmd") == "sample":
                 h.sample(ch, cmd)

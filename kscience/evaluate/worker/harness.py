@@ -21,8 +21,8 @@ import traceback
 
 import torch
 
-from kscience.evaluate.clocks import (CPU_THREADS_VAR, cuda_driver, flush_bytes, idle_gap_us, settle_garbage_collector,
-                                      spin_while_waiting, waiting_mode)
+from kscience.evaluate.clocks import (CPU_THREADS_VAR, cuda_driver, settle_garbage_collector, spin_while_waiting,
+                                      waiting_mode)
 from kscience.evaluate.library_rule import install_traps
 from kscience.evaluate.wire import Channel, ranges_bytes, send_json, send_tensor, tensor_bytes, wire_dtype
 from kscience.evaluate.worker.integrity import Integrity
@@ -68,7 +68,9 @@ class Fault(Exception):
 
 def one_line(exc: BaseException) -> str:
     text = f"{_type(exc).__name__}: {exc}".strip().splitlines()
-    return text[0][:300] if text else _type(exc).__name__
+    if not text:
+        return _type(exc).__name__
+    return text[0] if len(text[0]) <= 800 else text[0][:780] + f" [… {len(text[0]) - 780:,} more characters]"
 
 
 def call_fault(exc: BaseException) -> Fault:
@@ -131,11 +133,13 @@ class Harness:
     reach the instance through the garbage collector or its caller's frame), and the slots fixed
     once the harness is built are checked on the instance as the module's functions are (`FIXED`)."""
 
-    __slots__ = ("setup_s", "device", "problem", "on_gpu", "outputs", "l2", "flush", "idle_gap_us", "waiting",
+    __slots__ = ("setup_s", "device", "problem", "on_gpu", "outputs", "l2", "waiting", "job",
                  "held", "settle_s", "first_read_at", "_violation", "watch", "verify", "fn")
-    FIXED = ("device", "problem", "on_gpu", "outputs", "l2", "flush", "_violation", "watch", "verify")
+    FIXED = ("device", "problem", "on_gpu", "outputs", "l2", "_violation", "watch", "verify")
 
     def __init__(self, job: dict, harness_modules: list):
+        """Everything but the candidate: the device, the problem, the traps and the integrity snapshot.
+        The judge times empty calls on this pristine worker before `import_candidate` runs any of it."""
         from kscience.device import detect
         from kscience.problems import load_problem
 
@@ -152,21 +156,18 @@ class Harness:
         # Outputs poisoned before every call; a zeroed one (its zeros are part of the task) is
         # restored from its inputs instead, as every input is (timing.Timer copies all the others).
         self.outputs = set(self.problem.output_args) - set(self.problem.zeroed_outputs)
-        self.l2, self.flush, self.idle_gap_us, self.waiting = None, None, 0.0, "none"
+        self.l2, self.waiting, self.job, self.fn = None, "none", job, None
         self.held: list[torch.Tensor] = []  # tensors the judge has yet to sample (see `sample`)
         self.settle_s, self.first_read_at = 0.0, 0.0  # the second look waits this long after the first
         if self.on_gpu:
             spin_while_waiting(context_exists=False)
             torch.cuda.set_per_process_memory_fraction(GPU_MEMORY_FRACTION)
-            # Rewritten before every timed call so no call finds its data cached: twice the L2, and
-            # at least 256 MB (do_bench's size) so the GPU stays busy while the host launches the call.
-            self.flush = torch.empty(flush_bytes(self.device.l2_bytes) // 4, dtype=torch.int32, device="cuda")
+            torch.zeros(1, device="cuda")
             torch.cuda.synchronize()  # the context now exists, so the driver calls below apply to it
             spin_while_waiting(context_exists=True)
             self.waiting = waiting_mode()
             self.l2 = _PersistingL2()
-            self.idle_gap_us = idle_gap_us(self.flush)  # measured before the candidate can slow it down
-        t0 = self._lap("gpu", t0)  # context, flush buffer, idle gap
+        t0 = self._lap("gpu", t0)  # the context
         # The problem's forbidden library calls, trapped before the integrity snapshot so the traps are
         # what it holds (evaluate/library_rule.py)
         install_traps(tuple(job.get("forbidden") or ()))
@@ -175,8 +176,12 @@ class Harness:
         integrity = Integrity(harness_modules + [packed])
         self._violation, self.watch, self.verify = integrity.violation, integrity.watch, self._verify
         self.watch("harness", self, self.FIXED)
-        t0 = self._lap("integrity", t0)
-        self.fn = self._import_candidate(job["source"], job.get("weight_seed", 0))
+        self._lap("integrity", t0)
+
+    def import_candidate(self) -> None:
+        """The candidate's first line runs here, and everything after it is in its reach."""
+        t0 = _perf_counter()
+        self.fn = self._import_candidate(self.job["source"], self.job.get("weight_seed", 0))
         settle_garbage_collector()
         self.verify()
         self._lap("candidate", t0)

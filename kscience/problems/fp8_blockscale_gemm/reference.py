@@ -9,7 +9,7 @@ task hands them out, and C is a preallocated row-major bf16 buffer the candidate
 
 import torch
 
-from kscience.problems.libraries import Library
+from kscience.problems.libraries import GEMM_CALLS, Library
 from kscience.problems.spec import ProblemError
 
 DESCRIPTION = ("fp8 GEMM with 128-block fp32 scales (GPU MODE amd-fp8-mm): "
@@ -112,10 +112,10 @@ VENDOR_ALONE = Library(name="cuBLAS block-scaled fp8 GEMM alone (torch._scaled_m
                        call="kscience.problems.fp8_blockscale_gemm.reference:vendor_alone_kernel",
                        why="the vendor row's GEMM without its copies", overrides={"OPERANDS": "k-major"})
 
-# The vendor path is cuBLAS's blockwise fp8 GEMM: no candidate may call it, so a kernel reported as the
-# model's is never cuBLAS's.
+# The vendor path is cuBLAS's blockwise fp8 GEMM, and the eager one dequantises and multiplies through cuBLAS:
+# no candidate may call either, so a kernel reported as the model's is never cuBLAS's.
 LIBRARY_CALLS = "forbidden"
-FORBIDDEN_CALLS = ("torch._scaled_mm",)
+FORBIDDEN_CALLS = ("torch._scaled_mm", *GEMM_CALLS)
 
 
 def vendor_kernel(data):

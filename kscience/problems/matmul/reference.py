@@ -6,6 +6,8 @@ large sizes, where the score is how close a kernel gets to the tensor-core peak.
 
 import torch
 
+from kscience.problems.libraries import GEMM_CALLS
+
 DESCRIPTION = "bf16 GEMM C = A @ B (A M x K, B K x N, row-major), fp32 accumulation, bf16 output"
 PRECISION = "bf16"
 
@@ -44,10 +46,11 @@ def eager_kernel(data):
 
 
 VENDOR = "cuBLAS bf16 GEMM (torch.mm)"
-# The vendor path is cuBLAS: no candidate may call it (torch.mm, torch.matmul, `@` on tensors), so a kernel
+# The vendor path is cuBLAS: no candidate may call it under any of its names (torch.mm, `@` on tensors,
+# F.linear, einsum...: GEMM_CALLS), so a kernel
 # reported as the model's is never cuBLAS's.
 LIBRARY_CALLS = "forbidden"
-FORBIDDEN_CALLS = ("torch.mm", "torch.matmul", "torch.Tensor.__matmul__", "torch.Tensor.mm", "torch.Tensor.matmul")
+FORBIDDEN_CALLS = GEMM_CALLS
 
 
 def vendor_kernel(data):

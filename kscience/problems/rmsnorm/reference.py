@@ -56,9 +56,10 @@ def bytes_moved(m: int, n: int) -> float:
     return 2.0 * (2 * m * n + n)  # read x and weight, write y, all bf16
 
 
-# What a user would install instead; no candidate may call them (nor their packages), so a kernel reported
-# as the model's is never the library's.
+# What a user would install instead; no candidate may call them (nor their packages), nor PyTorch's own
+# RMSNorm under any of its names (eager_kernel's op), so a kernel reported as the model's is never the library's.
 LIBRARY_CALLS = "forbidden"
+FORBIDDEN_CALLS = ("torch.rms_norm", "torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch._fused_rms_norm")
 LIBRARIES = [liger("RMSNorm", "kscience.problems.rmsnorm.reference:liger_rmsnorm", "liger_kernel.ops.rms_norm"),
              quack("RMSNorm", "kscience.problems.rmsnorm.reference:quack_rmsnorm")]
 

@@ -53,9 +53,14 @@ def bytes_moved(m: int, n: int) -> float:
     return 2.0 * m * n * 2  # read x, write y, both bf16
 
 
-# What a user would install instead; no candidate may call them (nor their packages), so a kernel reported
-# as the model's is never the library's.
+# What a user would install instead; no candidate may call them (nor their packages), nor PyTorch's own
+# softmax under any of its names (eager_kernel's op, and log_softmax, one exp away), so a kernel reported as
+# the model's is never the library's.
 LIBRARY_CALLS = "forbidden"
+FORBIDDEN_CALLS = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
+                   "torch.nn.Softmax", "torch._softmax", "torch._safe_softmax", "torch._masked_softmax",
+                   "torch.log_softmax", "torch.nn.functional.log_softmax", "torch.Tensor.log_softmax",
+                   "torch.special.log_softmax", "torch.nn.LogSoftmax", "torch._log_softmax")
 LIBRARIES = [liger("softmax", "kscience.problems.softmax.reference:liger_softmax", "liger_kernel.ops.softmax"),
              quack("softmax", "kscience.problems.softmax.reference:quack_softmax")]
 

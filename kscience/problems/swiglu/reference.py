@@ -7,7 +7,7 @@ both products accumulate side by side and only the bf16 result is written.
 
 import torch
 
-from kscience.problems.libraries import liger, require
+from kscience.problems.libraries import GEMM_CALLS, liger, require
 
 DESCRIPTION = "fused SwiGLU: silu(x @ w_gate) * (x @ w_up), x M x K, weights K x N, bf16"
 PRECISION = "bf16"
@@ -58,10 +58,10 @@ def bytes_moved(m: int, k: int, n: int) -> float:
 
 
 # What a user would install instead: Liger's SwiGLU MLP runs both projections through cuBLAS and fuses
-# only silu(gate) * up. No candidate may call Liger, nor cuBLAS's GEMMs (torch.mm, torch.matmul, `@`):
+# only silu(gate) * up. No candidate may call Liger, nor cuBLAS's GEMMs (torch.mm, `@`, F.linear...: GEMM_CALLS):
 # a kernel of the model's is the fused one the problem asks for, never the baseline's.
 LIBRARY_CALLS = "forbidden"
-FORBIDDEN_CALLS = ("torch.mm", "torch.matmul", "torch.Tensor.__matmul__", "torch.Tensor.mm", "torch.Tensor.matmul")
+FORBIDDEN_CALLS = GEMM_CALLS
 LIBRARIES = [liger("SwiGLU", "kscience.problems.swiglu.reference:liger_swiglu", "liger_kernel.ops.swiglu",
                    why="LinkedIn's Triton kernels for LLM training: LigerSwiGLUMLP's two cuBLAS GEMMs, then its "
                        "fused silu(gate) * up")]

@@ -1,26 +1,28 @@
-"""GPU memory the judge owns, which the worker copies each timed call's output into (both sides).
+"""Memory the judge owns and the worker maps (both sides): where timed calls' inputs come from, and
+where their outputs go, so that the judge writes the one and reads the other itself.
 
-On the GPU the judge cannot read another process's device memory as it reads host memory on the
-CPU (peek.py), and the worker's own copy of an output to the host waits for whatever the worker
-left queued on its GPU: a worker whose synchronisation was switched off had the rest of its work
-run there, outside every timed bracket. So the judge allocates this buffer itself with the
-driver's virtual-memory API (`cuMemCreate`), exports it as a file descriptor and hands that over a
-UNIX socket; the worker maps it and, once a timed call has returned, copies the output into it and
-waits for the copy before replying. The judge reads the buffer through its own mapping, in its own
-CUDA context, as soon as the reply arrives, and that read waits for nothing of the worker's: where
-the worker's work (or its copy) was still queued, the judge finds the word the buffer was filled
-with before the call (drive.py). A legacy IPC handle (`cudaIpcGetMemHandle`) would not do: the driver refuses one from a
-process in another PID namespace, which every worker is.
+The judge allocates, exports a file descriptor and hands it over a UNIX socket of the worker's
+(`send_fd`); the worker maps it (`open_fd`). Only the judge allocates: it never maps anything the
+worker made. Two kinds, one interface (`tensor`, a uint8 view of `nbytes`; `close`):
 
-Only the judge allocates: it never maps anything the worker made. Where the driver lacks the
-virtual-memory API or file-descriptor export (ROCm, old drivers), `supported` says so and the judge
-falls back to reading the worker's copy (docs/evaluation.md).
+* on a GPU, device memory from the driver's virtual-memory API (`cuMemCreate`, exported as a POSIX
+  file descriptor). The judge reads and writes it in its own CUDA context, which waits for none of
+  the worker's work. A legacy IPC handle (`cudaIpcGetMemHandle`) would not do: the driver refuses one
+  from a process in another PID namespace, which every worker is;
+* in host memory (the CPU interpreter, and a GPU whose driver lacks that API, such as ROCm's), a
+  sealed memfd: the worker can write its bytes but can neither shrink nor grow it, so no read of the
+  judge's own mapping can fault.
+
+`supported(ordinal)` says whether device memory can be shared; the judge decides it before any
+candidate code exists, from its own driver.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import functools
+import mmap
 import os
 import socket
 
@@ -137,6 +139,11 @@ class Mapping:
             self.close()
             raise
 
+    def at(self, offset: int, nbytes: int) -> torch.Tensor:
+        """`nbytes` from `offset` as a uint8 tensor of its own (its storage starts there: a candidate
+        handed a view of it finds storage offset 0, as with any tensor it is handed)."""
+        return torch.as_tensor(_Interface(self.ptr + offset, nbytes), device=self.tensor.device)
+
     def close(self) -> None:
         """Unmapped and released here; the memory goes once every process has released it."""
         self.tensor = None
@@ -149,12 +156,58 @@ class Mapping:
             self.handle = 0
 
 
+class HostMapping:
+    """`nbytes` of a sealed memfd mapped into this process; `tensor` views them as uint8."""
+
+    def __init__(self, fd: int, nbytes: int):
+        self.nbytes = nbytes
+        self._map = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.fd = fd  # the judge's: exported as copies; the worker closes its own once mapped
+        self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
+
+    def at(self, offset: int, nbytes: int) -> torch.Tensor:
+        """`nbytes` from `offset` as a uint8 tensor of its own (see Mapping.at)."""
+        if not nbytes:
+            return torch.empty(0, dtype=torch.uint8)
+        return torch.frombuffer(self._map, dtype=torch.uint8, count=nbytes, offset=offset)
+
+    def close(self) -> None:
+        self.tensor = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        try:
+            self._map.close()
+        except BufferError:  # a view of it is still alive somewhere: the mapping goes with the last one
+            pass
+
+
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def _host(nbytes: int) -> HostMapping:
+    fd = os.memfd_create("kscience-judge", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, max(nbytes, 1))
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        return HostMapping(fd, max(nbytes, 1))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _prop(dev: int) -> _Prop:
     return _Prop(_PINNED, _POSIX_FD, _Location(_ON_DEVICE, dev))
 
 
-def create(nbytes: int, ordinal: int) -> Mapping:
-    """The judge's mapping of a new allocation of at least `nbytes` on GPU `ordinal` (`export` hands it on)."""
+Shared = Mapping | HostMapping
+
+
+def create(nbytes: int, ordinal: int | None) -> Shared:
+    """The judge's mapping of a new allocation of at least `nbytes`: on GPU `ordinal`, or in host memory
+    where `ordinal` is None (`export` hands it on)."""
+    if ordinal is None:
+        return _host(nbytes)
     prop, grain = _prop(_device(ordinal)), _size()
     _call("cuMemGetAllocationGranularity", ctypes.byref(grain), ctypes.byref(prop), 0)
     size = max(-(-nbytes // grain.value), 1) * grain.value
@@ -163,15 +216,29 @@ def create(nbytes: int, ordinal: int) -> Mapping:
     return Mapping(handle.value, size, ordinal)
 
 
-def export(mapping: Mapping) -> int:
+def export(mapping: Shared) -> int:
     """A new file descriptor for the allocation behind `mapping`; the caller closes it once sent."""
+    if isinstance(mapping, HostMapping):
+        return os.dup(mapping.fd)
     fd = _int(-1)
     _call("cuMemExportToShareableHandle", ctypes.byref(fd), mapping.handle, _POSIX_FD, 0)
     return fd.value
 
 
-def open_fd(fd: int, nbytes: int, ordinal: int) -> Mapping:
-    """The worker's mapping of the allocation a judge exported as `fd` (closed here)."""
+def open_fd(fd: int, nbytes: int, ordinal: int | None) -> Shared:
+    """The worker's mapping of the allocation a judge exported as `fd` (closed here): device memory on
+    GPU `ordinal`, host memory where it is None."""
+    if ordinal is None:
+        try:
+            if nbytes < 1 or os.fstat(fd).st_size < nbytes:
+                raise DriverError(f"the judge's buffer holds {os.fstat(fd).st_size} bytes, not {nbytes}")
+            mapping = HostMapping(fd, nbytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        mapping.fd = None
+        os.close(fd)
+        return mapping
     handle = _u64()
     try:
         _call("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fd), _POSIX_FD)
