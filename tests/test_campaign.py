@@ -170,7 +170,8 @@ CAMPAIGN_SAMPLES = {
     "base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"), "strategy": ("tree", "tree"),
     "repairs": ("1", 1), "executor": ("ray", "ray"), "gpus": ("2", 2), "knowledge": ("notes", ["notes"]),
     "seed": ("5", 5), "overrides": ("batch_size=2", {}), "max_cost_usd": ("1.5", 1.5), "max_tokens": ("900", 900),
-    "time_limit_s": ("60", 60.0), "eval_timeout_s": ("45", 45.0), "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
+    "time_limit_s": ("60", 60.0), "eval_timeout_s": ("45", 45.0), "build_limit_s": ("120", 120.0),
+    "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
     "compiled_baseline": (None, False), "target": ("h100", "h100"), "profile": ("ncu", "ncu"),
     "stop_at_sol": ("0.8", 0.8), "chooser": ("loop", "loop"),
 }

@@ -441,3 +441,13 @@ def test_a_campaign_names_missing_library_packages_once_for_all_its_problems(cap
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["kscience: baselines skipped where they need liger-kernel, quack-kernels, not installed here "
                      "(pip install 'kscience[baselines]')"]
+
+
+def test_figures_refuse_to_replace_committed_figures_unless_told(tmp_path, capsys):
+    run = finished_run(tmp_path)
+    committed = Path(__file__).resolve().parents[1] / "figures"
+    assert (committed / "softmax-timing.png").is_file()  # a figure git tracks, which this run would replace
+    before = digest(committed / "softmax-timing.png")
+    code, out, err = run_main(capsys, "figures", run.id, "-o", str(committed), "--db", str(run.store.path))
+    assert code == 2 and out == "" and "git tracks" in err and "--overwrite" in err
+    assert digest(committed / "softmax-timing.png") == before

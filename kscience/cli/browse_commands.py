@@ -71,6 +71,8 @@ def add_browse_commands(sub) -> None:
                                    "campaign's figure with each of its runs' figures, into DIR.")
     s.add_argument("target", metavar="RUN_OR_CAMPAIGN_ID", help="a run (r-...) or a campaign (k-...)")
     s.add_argument("-o", "--out", required=True, metavar="DIR", help="folder the PNG files are written to")
+    s.add_argument("--overwrite", action="store_true",
+                   help="replace figures git tracks there (the committed ones in figures/, say); refused without it")
     s.add_argument("--db", default=None, metavar="PATH", help="SQLite file (default: $KSCIENCE_DB or ./kscience.db)")
     s.set_defaults(func=cmd_figures)
 
@@ -151,14 +153,15 @@ def cmd_serve(args) -> int:
 def cmd_figures(args) -> int:
     export = _export()
     with _store(args.db) as store:
-        command = f"kscience figures {args.target} -o {shlex.quote(args.out)} --db {shlex.quote(str(store.path))}"
+        command = (f"kscience figures {args.target} -o {shlex.quote(args.out)} --db {shlex.quote(str(store.path))}"
+                   + (" --overwrite" if args.overwrite else ""))
         try:
             if args.target.startswith("k-"):
                 store.campaign(args.target)
-                written = export.write_campaign_figures(store, args.target, args.out, command)
+                written = export.write_campaign_figures(store, args.target, args.out, command, args.overwrite)
             else:
                 store.run(args.target)
-                written = export.write_run_figures(store, args.target, args.out, command)
+                written = export.write_run_figures(store, args.target, args.out, command, args.overwrite)
         except (StoreError, export.ReportError) as exc:
             raise UsageError(str(exc)) from None
     for path in written:

@@ -21,7 +21,7 @@ from kscience.campaigns.report import campaign_figure, campaign_report, report_l
 from kscience.jupyter import panels
 from kscience.jupyter.campaign_view import campaign_html
 from kscience.jupyter.plots import png_bytes
-from kscience.jupyter.report import ReportError, write_figures
+from kscience.jupyter.report import ReportError, tracked_by_git, write_figures
 from kscience.jupyter.static import run_html
 from kscience.record.liveness import display_status
 from kscience.record.snapshot import Snapshot, run_listing
@@ -114,22 +114,27 @@ def campaign_page(store: Store, campaign_id: str) -> str:
     return _page(f"kscience campaign {campaign_id}", body)
 
 
-def write_run_figures(store: Store, run_id: str, out: str | Path, command: str) -> list[Path]:
-    """The report figures of one run (timing, shapes, lineage, uplift, speed of light) into `out`."""
+def write_run_figures(store: Store, run_id: str, out: str | Path, command: str,
+                      overwrite: bool = False) -> list[Path]:
+    """The report figures of one run (timing, shapes, lineage, uplift, speed of light) into `out`; a file git
+    tracks is replaced only with `overwrite` (write_figures refuses otherwise)."""
     if not Snapshot.load(store, run_id).evaluated:
         raise ReportError(f"run {run_id} has no evaluated candidate to draw")
-    return write_figures(store.path, out, run_id, command)
+    return write_figures(store.path, out, run_id, command, overwrite)
 
 
-def write_campaign_figures(store: Store, campaign_id: str, out: str | Path, command: str) -> list[Path]:
+def write_campaign_figures(store: Store, campaign_id: str, out: str | Path, command: str,
+                           overwrite: bool = False) -> list[Path]:
     """The campaign's figure (speedups per problem, fast_p) and every one of its runs' report figures."""
     out = Path(out).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
     path = out / f"campaign-{campaign_id}.png"
+    if not overwrite and tracked_by_git([path] if path.exists() else []):
+        raise ReportError(f"{path} is a file git tracks: write elsewhere, or replace it on purpose with --overwrite")
+    out.mkdir(parents=True, exist_ok=True)
     path.write_bytes(png_bytes(campaign_figure(campaign_report(store, campaign_id)), Source=command,
                                Title=f"campaign {campaign_id}"))
     written = [path]
     for run in store.campaign_runs(campaign_id):
         if Snapshot.load(store, run["id"]).evaluated:
-            written += write_figures(store.path, out, run["id"], command)
+            written += write_figures(store.path, out, run["id"], command, overwrite)
     return written
