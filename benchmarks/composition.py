@@ -61,14 +61,14 @@ def row_for(store: Store, run_id: str, problem: str) -> dict:
     m, cands = snap.metrics(), snap.candidates
     oracle, n_parts = oracle_us(cands)
     best = m["best_us"]
-    losses = [name for name, us in (("eager", m["reference_us"]), ("torch.compile", m["compiled_us"]),
+    losses = [name for name, us in (("eager", m["eager_us"]), ("torch.compile", m["compiled_us"]),
                                     ("vendor", m["vendor_us"])) if us is not None and best is not None and us < best]
     if (m.get("device") or {}).get("interpreted"):
         losses = ["n/a (interpreter times)"]
     return {"problem": problem, "run_id": run_id, "seed_us": m["seed_us"], "best_us": best,
             "best_kind": m["best_kind"], "oracle_us": oracle, "kernels": n_parts,
             "gap_pct": 100 * (best / oracle - 1) if best and oracle else None,
-            "composites": m["n_composites"], "eager_us": m["reference_us"], "compiled_us": m["compiled_us"],
+            "composites": m["n_composites"], "eager_us": m["eager_us"], "compiled_us": m["compiled_us"],
             "compiled_status": m["compiled_status"], "vendor_us": m["vendor_us"], "vendor_status": m["vendor_status"],
             "vendor_label": m["vendor_label"], "vendor_message": (m["vendor_message"] or "")[:200] or None,
             "loses_to": losses, "n_candidates": m["n_candidates"], "prompt": prompt_facts(store, run_id),

@@ -116,7 +116,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repo", required=True, type=Path, help="a checkout of gpu-mode/reference-kernels")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="the limit of each evaluation (kscience eval --timeout); default: the task's own "
+                   help="the limit of each whole evaluation (EvalRequest.timeout_s); default: the task's own "
                         f"(task.yml's test and benchmark timeouts together), else {DEFAULT_LIMIT_S:g}")
     p.add_argument("--only", action="append", default=[], metavar="TEXT",
                    help="only directories whose path contains this text (repeatable: any of them)")

@@ -110,7 +110,7 @@ def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = N
     with Store(db) as store:
         run = next(r for r in store.list_runs() if r["name"] == run_name)
         m = Snapshot.load(store, run["id"]).metrics()
-    rivals = {"eager": m["reference_us"], "torch.compile": m["compiled_us"], "vendor": m["vendor_us"],
+    rivals = {"eager": m["eager_us"], "torch.compile": m["compiled_us"], "vendor": m["vendor_us"],
               **{lib["label"]: lib["us"] for lib in m["libraries"]}}
     timed = [us for us in rivals.values() if us]
     return {"problem": name, "run_id": run["id"], "exit_code": code, "status": run["status"], "best_us": m["best_us"],

@@ -38,7 +38,7 @@ def row_for(store: Store, run_id: str, problem: str) -> dict:
     snap = Snapshot.load(store, run_id)
     m, best = snap.metrics(), snap.best
     return {"problem": problem, "run_id": run_id, "seed_us": m["seed_us"], "best_us": m["best_us"],
-            "eager_us": m["reference_us"], "compiled_us": m["compiled_us"],
+            "eager_us": m["eager_us"], "compiled_us": m["compiled_us"],
             "floor_us": floor_geomean(best.stored_result) if best else None, "n_candidates": m["n_candidates"],
             "best_reached_after": m["evaluated_to_best"], "speedup_vs_seed": m["speedup_vs_seed"]}
 

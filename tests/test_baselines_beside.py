@@ -81,7 +81,7 @@ def test_the_lines_design_while_the_eager_baseline_is_judged_and_later_prompts_h
     # The first design was asked before the eager baseline had a verdict: its prompt lacks it, a later one has it.
     assert sci.eager_at_design[0] == ("not timed", None)
     assert sci.eager_at_design[-1] == ("ok", REFERENCE_US)
-    reference = first_of_kind(run.store.candidates(run.id), "reference")
+    reference = first_of_kind(run.store.candidates(run.id), "eager")
     assert reference.status == "ok"
     assert judged_before_the_end(run, reference.id)
 
@@ -91,7 +91,7 @@ def test_a_run_with_nothing_left_to_design_still_waits_for_its_baselines(tmp_pat
     run = make_run(tmp_path, ScriptedScientist(), executor, iterations=0)
     threading.Timer(0.5, executor.release.set).start()
     assert run.start(background=False).status == "finished", run.error
-    reference = first_of_kind(run.store.candidates(run.id), "reference")
+    reference = first_of_kind(run.store.candidates(run.id), "eager")
     assert (reference.status, reference.geomean_us) == ("ok", REFERENCE_US)
 
 

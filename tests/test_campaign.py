@@ -375,7 +375,7 @@ def test_retime_of_a_finished_run_lists_new_verdicts_beside_the_old(finished_cam
         assert store.candidates(run["id"]) == before  # the originals are never changed
         (comp,) = comparison(store, run["id"])
         kinds = sorted(k["kind"] for k in comp["kernels"])
-        assert kinds == ["child", "reference", "seed"]  # one distinct correct child: the ModelNew
+        assert kinds == ["child", "eager", "seed"]  # one distinct correct child: the ModelNew
         assert all(k["original_status"] == "ok" and k["status"] == "ok" and k["us"] > 0 for k in comp["kernels"])
         assert comp["carried_over"] == 3 and comp["failed_on_new_device"] == []
         assert comp["device"] == "cpu (Triton interpreter)"

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kscience.record.store import Store
-from kscience.run import judging
+from kscience.run import judging, limits
 from kscience.run.config import ConfigError, RunConfig
 from kscience.run.driver import Run
 from kscience.run.events import EvaluationWaiting
@@ -77,9 +77,9 @@ def test_the_default_step_limit_follows_the_seed():
         return Candidate.from_row({"status": status, "result": {"status": status, "message": "",
                                                                 "phases_s": {"start": 50.0, **phases}}})
 
-    assert judging.step_limit(None) is None and judging.step_limit(seed("timeout", check=1.0)) is None
-    assert judging.step_limit(seed("ok", import_=0.1, check=0.5)) == judging.STEP_LIMIT_FLOOR_S  # worker start-up is not the candidate's
-    assert judging.step_limit(seed("ok", check=2.0, time=9.0)) == 90.0
+    assert limits.step_limit(None) is None and limits.step_limit(seed("timeout", check=1.0)) is None
+    assert limits.step_limit(seed("ok", import_=0.1, check=0.5)) == limits.STEP_LIMIT_FLOOR_S  # worker start-up is not the candidate's
+    assert limits.step_limit(seed("ok", check=2.0, time=9.0)) == 90.0
 
 
 def test_eval_timeout_must_be_positive():

@@ -34,7 +34,7 @@ def snapshot(tmp_path, factors, problem_path: str | None = None, reference_scale
     if problem_path:  # as a run of a KernelBench file stores it: the file's full path
         snap.run = dict(snap.run, problem=problem_path)
     snap.candidates = [Candidate.from_row(dict(c.to_row(), geomean_us=c.geomean_us * reference_scale))
-                       if c.kind == "reference" else c
+                       if c.kind == "eager" else c
                        for c in snap.candidates]
     return snap
 

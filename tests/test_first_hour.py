@@ -86,7 +86,7 @@ def test_the_report_names_its_best_column_and_says_loses_only_where_show_would()
         loses = [line for line in lines if "LOSES" in line]
         # show's rule (record.summary.verdict_lines): interpreter times rank nothing
         assert loses == ([] if interpreted else ["    LOSES: the best kernel is slower than PyTorch eager"])
-        metrics = {"best_us": 420.0, "reference_us": 100.0, "compiled_us": None, "device": {"interpreted": interpreted}}
+        metrics = {"best_us": 420.0, "eager_us": 100.0, "compiled_us": None, "device": {"interpreted": interpreted}}
         assert bool(verdict_lines(metrics)) == bool(loses)
 
 
@@ -132,7 +132,7 @@ def test_verdicts_carry_their_iteration(capsys):
     from kscience.run.events import CandidateEvaluated
 
     progress = Progress(2)
-    for cid, kind, iteration in (("c-1", "seed", 0), ("c-2", "reference", 0), ("c-3", "child", 2), ("c-4", "child", 1)):
+    for cid, kind, iteration in (("c-1", "seed", 0), ("c-2", "eager", 0), ("c-3", "child", 2), ("c-4", "child", 1)):
         progress(CandidateEvaluated(candidate_id=cid, parent_id=None, kind=kind, iteration=iteration, hypothesis="h",
                                     status="ok", geomean_us=10.0, message="", best_us=10.0, seed_us=10.0))
     lines = capsys.readouterr().err.splitlines()

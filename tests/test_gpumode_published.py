@@ -162,17 +162,18 @@ def test_the_tasks_own_time_limits_bound_kscience_eval(tmp_path, monkeypatch):
 
     asked = []
 
-    def fake_evaluate(request, gpu=None, problem=None):
-        asked.append(request.timeout_s)
+    def fake_evaluate(request, gpu=None, problem=None, on_phase=None):
+        asked.append((request.timeout_s, request.step_limit_s))
         return evaluate(EvalRequest(problem=problem.locator, source="x = ", shapes="tests"), problem=problem)
 
     monkeypatch.setattr(problem_commands, "evaluate", fake_evaluate)
     solution = tmp_path / "solution.py"
     solution.write_text((PUBLISHED / "linalg" / "eigh_py" / "submission.py").read_text())
     main(["eval", str(PUBLISHED / "linalg" / "eigh_py"), str(solution)])
-    main(["eval", str(PUBLISHED / "linalg" / "eigh_py"), str(solution), "--timeout", "30"])
+    # --eval-timeout bounds each step, as in `kscience run`; the task's own limit on the whole evaluation stays
+    main(["eval", str(PUBLISHED / "linalg" / "eigh_py"), str(solution), "--eval-timeout", "30"])
     main(["eval", str(own), str(solution)])
-    assert asked == [1380.0, 30.0, None]
+    assert asked == [(1380.0, None), (1380.0, 30.0), (None, None)]
 
 
 def test_a_time_limit_that_is_not_a_number_of_seconds_is_refused_in_one_line(tmp_path):

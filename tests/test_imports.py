@@ -20,6 +20,7 @@ LAZY_ALLOWED = {
     ("kscience", "kscience.jupyter.magics"): "IPython (the jupyter extra), loaded by %load_ext only",
     ("kscience", "kscience.jupyter.results"): "kscience.open_run: the notebook side, loaded when asked",
     ("kscience.cli", "kscience.cli.main"): "the command's signal handlers are in place before it loads",
+    ("kscience.cli.browse_commands", "kscience.jupyter.export"): "matplotlib (the jupyter extra), only to draw a page",
     ("kscience.jupyter.views", "kscience.jupyter.dashboard"): "ipywidgets, only where widgets render",
     ("kscience.jupyter.results", "kscience.jupyter.plots"): "matplotlib, only when a run is drawn",
     ("kscience.jupyter.results", "kscience.jupyter.static"): "matplotlib, only when a run is drawn",
@@ -169,12 +170,14 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
 
 
 def test_the_two_faces_do_not_borrow_from_each_other():
-    """The magics call the command line only through its entry point, `kscience.cli.main.main`."""
+    """The magics call the command line only through its entry point, `kscience.cli.main.main`; the command
+    line takes the notebook's pages and figures only through `kscience.jupyter.export`."""
     borrowed = [f"{importer} imports {target}" for importer, target, _, _ in imports(module_files())
                 if importer.startswith("kscience.jupyter") and target.startswith("kscience.cli")
                 and target != "kscience.cli.main"]
     borrowed += [f"{importer} imports {target}" for importer, target, _, _ in imports(module_files())
-                 if importer.startswith("kscience.cli") and target.startswith("kscience.jupyter")]
+                 if importer.startswith("kscience.cli") and target.startswith("kscience.jupyter")
+                 and target != "kscience.jupyter.export"]
     assert not borrowed, "\n".join(borrowed)
 
 

@@ -63,7 +63,11 @@ def test_the_dashboard_shows_every_panel_of_a_finished_run(tmp_path, capsys):
     leaderboard = board.leaderboard.value
     assert leaderboard.index(run.best.id) < leaderboard.index(run.seed.id)  # ranked fastest first
     assert "1.56x" in leaderboard and "0.625x" in leaderboard  # 100/64 vs seed, 40/64 vs reference
-    assert run.best.id + " 64.0 µs ★" in board.lineage.value
+    assert run.best.id + " 64.0 us ★" in board.lineage.value
+    # The log shows what the terminal prints, repairs and writes that produced no kernel included.
+    log = board.log.value
+    assert "repairing c-" in log and "(wrong_answer), attempt 1 of 2" in log
+    assert "write_failed" in log and "repair 1: broken" in log and "no fix found" in log
     # The diff viewer follows the newest candidate; picking another shows its diff or error.
     ids = [value for _, value in board.picker.options]
     assert board.picker.value == ids[0] and len(ids) == len(snap.candidates) - 1  # all but the reference
@@ -138,6 +142,8 @@ def test_the_text_summary_follows_the_run_and_ends_with_the_command_line_table(t
     assert f"kscience run {run.id} (softmax)" in out and "now:    " in out
     assert out.rstrip().endswith("LLM                    no model calls")
     assert f"best {run.best.id}" in summary.text() and "repair success" in summary.text()
+    # while it ran, its newest log lines were the terminal's: the failed repair among them
+    assert "  log:" in out and "write_failed" in out and "no fix found" in out
 
 
 def test_a_run_driven_by_another_store_is_followed_through_its_events(tmp_path):
@@ -161,7 +167,7 @@ def test_missing_baselines_are_named_in_the_legend_and_floors_drawn_on_a_gpu(tmp
     snap = run.snapshot()
     fig = timeline_figure(snap)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert f"PyTorch eager {REFERENCE_US:,.1f} µs" in labels
+    assert f"PyTorch eager {REFERENCE_US:,.1f} us" in labels
     assert "torch.compile: not timed (CPU run)" in labels and "physical floor: GPU only" in labels
     assert "correct kernel" in labels and "best so far" in labels and "wrong answer (no time)" in labels
 
@@ -172,7 +178,7 @@ def test_missing_baselines_are_named_in_the_legend_and_floors_drawn_on_a_gpu(tmp
                                       ("run", "candidates", "plans", "findings", "usage", "taken_at")}))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     # A linear time axis starts at zero, so it reaches the floor: a line, not an arrow "off scale".
-    assert "physical floor 1.0 µs" in labels and not any(label.startswith("physical floor:") for label in labels)
+    assert "physical floor 1.0 us" in labels and not any(label.startswith("physical floor:") for label in labels)
     assert "torch.compile: not timed by this run" in labels
 
 
@@ -183,10 +189,10 @@ def test_points_and_lineage_cover_every_settled_candidate(tmp_path, capsys):
     plotted = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
     assert plotted == len(snap.settled)
     layout = lineage_layout(snap)
-    assert set(layout) == {c.id for c in snap.candidates if c.kind != "reference"}
+    assert set(layout) == {c.id for c in snap.candidates if c.kind != "eager"}
     assert layout[run.seed.id][0] == 0 and layout[run.best.id][0] == 2
     lines = panels.lineage_lines(snap)
-    assert lines[0].startswith(f"{run.seed.id} 100.0 µs") and len(lines) == len(layout)
+    assert lines[0].startswith(f"{run.seed.id} 100.0 us") and len(lines) == len(layout)
 
 
 def test_a_baseline_far_from_every_candidate_is_an_arrow_and_a_resume_is_marked(tmp_path):
@@ -195,16 +201,16 @@ def test_a_baseline_far_from_every_candidate_is_an_arrow_and_a_resume_is_marked(
     run = finished_run(tmp_path, iterations=1)
     snap = run.snapshot()
     snap.candidates = [Candidate.from_row(dict(c.to_row(), geomean_us=c.geomean_us * 1e4))
-                       if c.kind == "reference" else c for c in snap.candidates]
+                       if c.kind == "eager" else c for c in snap.candidates]
     ax = timeline_figure(snap, session_starts=[2.5]).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    eager = f"PyTorch eager {REFERENCE_US * 1e4:,.1f} µs"
+    eager = f"PyTorch eager {REFERENCE_US * 1e4:,.1f} us"
     assert f"{eager} (off scale)" in labels and "resumed session starts" in labels
     assert any(t.get_text().startswith(f"{eager} ↑") for t in ax.texts)
     assert "resumed" in [t.get_text() for t in ax.texts]
     times = [c.geomean_us for c in snap.correct]
     assert ax.get_yscale() == "linear" and ax.get_ylim()[1] < 2 * max(times)
-    assert ax.get_ylabel() == "geomean time over shapes (µs)"
+    assert ax.get_ylabel() == "geomean time over shapes (us)"
     # The best-so-far line ends at the last candidate, not at the axes' edge.
     step = next(line for line in ax.get_lines() if line.get_label() == "best so far")
     assert max(step.get_xdata()) == len(snap.settled)
@@ -217,7 +223,7 @@ def test_the_leaderboard_fits_its_panel_and_keeps_full_text_in_tooltips(tmp_path
     assert f'title="{panels.esc(run.best.hypothesis)}"' in board
     headers = [h.split(">")[1] for h in board.split("<th ")[1:]]
     assert headers == ["#</th", "id</th", "time</th", "vs seed</th", "vs eager</th", "hypothesis</th"]
-    assert "wrong answer" in board and " µs" in board  # a failed kernel's verdict sits where its time would
+    assert "wrong answer" in board and " us" in board  # a failed kernel's verdict sits where its time would
 
 
 def test_a_measured_experiment_is_shown_measured_even_without_its_finding(tmp_path):

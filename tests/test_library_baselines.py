@@ -17,7 +17,7 @@ from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.library_rule import static_violation
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import Library, builtin_names, load_problem
-from kscience.problems.libraries import GEMM_CALLS, library_notes, missing_line
+from kscience.problems.libraries import GEMM_CALLS, library_notes, missing_line, skipped_line
 from kscience.record.snapshot import Snapshot, run_metrics
 from kscience.record.store import Store
 from kscience.record.summary import summary_lines
@@ -25,6 +25,7 @@ from kscience.run import driver
 from kscience.run.baselines import library_candidate, vendor_alone_source
 from kscience.run.config import RunConfig
 from kscience.run.driver import Run
+from kscience.run.events import Notice
 from kscience.scientist.roles import Scientist
 
 FAKE_NORM = '''"""A stand-in for an installed RMSNorm library, written for this test."""
@@ -111,11 +112,14 @@ def test_a_missing_package_gives_its_one_line_and_the_run_goes_on(tmp_path, monk
     run.subscribe(said.append)
     assert run.start(background=False).status == "finished"
     assert not [c for c in run.store.candidates(run.id) if c.kind == "library"]
-    lines = [e.detail for e in said if getattr(e, "stage", None) == "library missing"]
-    assert lines == [missing_line(MISSING)]
+    # One notice for every library not installed here (one line per run, not one per library).
+    notices = [e for e in said if isinstance(e, Notice)]
+    assert [e.text for e in notices] == [skipped_line([MISSING])]
+    assert notices[0].text == ("baselines skipped, not installed here (pip install 'kscience[baselines]'): "
+                               "Absent RMSNorm (absent-norm-kernels)")
     capsys.readouterr()
-    Progress(total=1)(next(e for e in said if getattr(e, "stage", None) == "library missing"))  # the terminal's line
-    assert capsys.readouterr().err == missing_line(MISSING) + "\n"
+    Progress(total=1)(notices[0])  # the terminal's line
+    assert capsys.readouterr().err == notices[0].text + "\n"
 
 
 def test_the_builtins_name_liger_and_quack_and_forbid_calling_them():
@@ -275,7 +279,7 @@ def test_the_report_says_which_problems_beat_every_baseline():
     report = {"campaign": {"id": "c-1", "status": "finished", "suite": "builtins"}, "problems": rows,
               "summary": suite_summary(rows)}
     text = "\n".join(report_lines(report))
-    assert "beats every baseline: no (fastest baseline 40.0 us, 0.89x)" in text
+    assert "beats every baseline: no (fastest baseline 40.0 us, 0.889x)" in text
     assert "best installed library: Liger-Kernel RMSNorm (liger-kernel 0.8.5), 40.0 us" in text
     assert "vs fastest base" in text and "vs installed lib" in text
 

@@ -145,7 +145,7 @@ def test_the_evaluation_budget_ends_the_run_at_the_count_and_resume_continues(tm
     assert run.start(background=False).status == "finished", run.error
     cands = run.store.candidates(run.id)
     assert judged_count(cands) == 5  # the seed and four children: not one more
-    members = {c.id for c in cands if c.kind not in ("reference", "compiled")}
+    members = {c.id for c in cands if c.kind not in ("eager", "compiled")}
     assert len([r for r in executor.requests if r.candidate_id in members]) == 5
     done = stages(run, "done")
     assert done and "evaluation budget reached: 5" in done[-1]["detail"]

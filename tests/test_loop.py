@@ -170,7 +170,7 @@ def test_a_run_evaluates_seed_reference_and_three_children_per_iteration(tmp_pat
     run = make_run(tmp_path, ScriptedScientist(), iterations=2)
     assert run.start(background=False).status == "finished"
     cands = run.store.candidates(run.id)
-    assert [c.kind for c in cands[:2]] == ["seed", "reference"]
+    assert [c.kind for c in cands[:2]] == ["seed", "eager"]
     assert [c.kind for c in cands[2:]] == ["child"] * 6
     assert all(c.status == "ok" for c in cands)
     assert "_EAGER(data)" in cands[1].source
@@ -244,7 +244,7 @@ def test_a_broken_seed_is_repaired_and_one_that_stays_broken_fails_the_run(tmp_p
     good = Run.create(RunConfig(problem="softmax", iterations=1), store=store, executor=FakeExecutor(),
                       seed_source=fake_kernel(100.0, "wrong_answer"), scientist=ScriptedScientist())
     assert good.start(background=False).status == "finished"
-    root = [c for c in store.candidates(good.id) if c.iteration == 0 and c.kind != "reference"]
+    root = [c for c in store.candidates(good.id) if c.iteration == 0 and c.kind != "eager"]
     assert [(c.kind, c.status) for c in root] == [("seed", "wrong_answer"), ("repair", "ok")]
 
     bad = Run.create(RunConfig(problem="softmax", iterations=1, repairs=1), store=store, executor=FakeExecutor(),

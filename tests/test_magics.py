@@ -76,12 +76,12 @@ def test_the_cell_body_seeds_a_run_returned_as_an_object_and_stored_under_o(ip, 
     assert run.status == "finished" and run.problem == "softmax"
     assert run.seed.source == fake_kernel(100.0)  # the cell body, verbatim
     assert run.best.geomean_us == pytest.approx(64.0) and set(run.best.times) == {"m=8", "m=16"}
-    assert run.reference.geomean_us == 40.0
+    assert run.eager.geomean_us == 40.0
     kinds = [c.kind for c in run.candidates]
-    assert kinds[:2] == ["seed", "reference"] and kinds.count("child") == 4
+    assert kinds[:2] == ["seed", "eager"] and kinds.count("child") == 4
     frame = run.to_dataframe()
     assert frame.loc[run.best.id, "speedup_vs_seed"] == pytest.approx(100 / 64)
-    assert frame.loc[run.best.id, "speedup_vs_reference"] == pytest.approx(40 / 64)
+    assert frame.loc[run.best.id, "speedup_vs_eager"] == pytest.approx(40 / 64)
     out = capsys.readouterr().out
     assert f"kscience run {run.id} (softmax)" in out  # the text view (no widget frontend here)
     assert f"best {run.best.id}" in out and "predicted vs measured" in out  # its final table
@@ -195,7 +195,7 @@ def test_open_run_reopens_a_stored_run_with_its_html(ip, tmp_path, capsys):
     run.watch(view="text")  # an ended run's live view is its final table at once
     assert f"best {made.best.id}" in capsys.readouterr().out
     ax = run.plot()
-    assert ax.get_ylabel() == "geomean time over shapes (µs)" and len(ax.collections) >= 2
+    assert ax.get_ylabel() == "geomean time over shapes (us)" and len(ax.collections) >= 2
     with pytest.raises(Exception, match="no run 'r-nothere'"):
         kscience.open_run("r-nothere", db=db)
     with pytest.raises(Exception, match="no database at"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from llm_servers import FakeGemini, FakeOpenAI, Reply, Status
 
-from kscience.run.config import RunConfig
+from kscience.run.config import ConfigError, RunConfig
 from kscience.run.driver import Run
 from kscience.scientist.llm.factory import make_llm
 from kscience.record.store import Store
@@ -36,7 +36,7 @@ def test_a_kernelbench_run_through_a_scripted_model_reaches_ok(tmp_path):
     designer, writer, finding = received[1:]
     assert "class Model(nn.Module):" in designer and "multiplier = 3.5  # set with --set" in designer
     assert "# First task: write the kernels" in writer and "def get_init_inputs():" in writer
-    assert "Shapes covered: 2 of 2 shape checks passed under the CPU interpreter (1 correctness, 1 benchmark: default)" in finding
+    assert "Shapes covered: 2 of 2 shape checks passed under the CPU interpreter (1 correctness, 1 benchmark: batch_size=8,in_features=32,out_features=16)" in finding
     child = next(c for c in store.candidates(run.id) if c.kind == "child")
     assert child.status == "ok", child.message
     assert "@triton.jit" in child.source
@@ -54,12 +54,14 @@ def test_a_dead_endpoint_fails_the_run_before_anything_is_timed(tmp_path):
     assert store.candidates(run.id) == []
 
 
-def test_the_offline_scientist_says_it_cannot_start_a_kernelbench_file_before_any_timing(tmp_path):
+def test_the_offline_scientist_refuses_a_kernelbench_file_before_anything_is_stored(tmp_path):
     store = Store(tmp_path / "k.db")
-    run = Run.create(RunConfig(problem=str(LEVEL2), llm="offline", iterations=1), store=store)
-    assert run.start(background=False).status == "failed"
-    assert "cannot write kernels from scratch" in run.error and "\n" not in run.error
-    assert store.candidates(run.id) == []
+    with pytest.raises(ConfigError) as refused:
+        Run.create(RunConfig(problem=str(LEVEL2), llm="offline", iterations=1), store=store)
+    said = str(refused.value)
+    assert "cannot write kernels from scratch" in said and "\n" not in said and "resume" not in said
+    assert "BLOCK_SIZE" in said and "--llm scripted" in said  # what is missing, and what runs without a key
+    assert store.list_runs() == []
 
 
 @pytest.mark.parametrize("server_class, spec", [(FakeGemini, "gemini:gemini-2.5-pro"), (FakeOpenAI, "openai:m")])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kscience.problems import ProblemError, builtin_names, import_file, load_problem
+from kscience.problems import ProblemError, builtin_names, import_file, load_problem, shape_label
 
 DATA = Path(__file__).parent / "data"
 KERNELBENCH_FILE = DATA / "kernelbench_linear_relu.py"
@@ -277,7 +277,10 @@ def test_kernelbench_file_loads():
     assert problem.locator == str(KERNELBENCH_FILE.resolve())
     assert problem.description == "Linear layer followed by ReLU, written as a KernelBench level-2 problem file."
     assert problem.rtol == problem.atol == 1e-2
-    assert problem.tests == problem.benchmarks == problem.cpu_tests == problem.cpu_benchmarks == [{}]
+    # One shape, named by the module's sizes (not "default"), which the inputs are built from.
+    sizes = {"batch_size": 16, "in_features": 64, "out_features": 32}
+    assert problem.tests == problem.benchmarks == problem.cpu_tests == problem.cpu_benchmarks == [sizes]
+    assert shape_label(problem.tests[0]) == "batch_size=16,in_features=64,out_features=32"
     assert problem.overrides == {} and problem.source_text == KERNELBENCH_FILE.read_text()
     # The run starts from the reference itself, as a self-contained file a model can rewrite.
     assert problem.seed_source.startswith(problem.source_text.rstrip("\n"))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from kscience.device import Device
 from kscience.evaluate.profile import ncu
 from kscience.evaluate.profile.compile_facts import KernelFacts
 from kscience.run import profiling
@@ -31,7 +32,13 @@ def test_auto_leaves_the_question_of_ncu_to_the_judging_machine(monkeypatch):
         used, said = profiling.resolve_profiler(setting, judged_here=False)
         assert used == setting and "where the judging machine has it" in said and "--profile none" in said
         assert f"within {profiling.PROFILE_SHARE:.0%} of slot time" in said
-    # Judged here, without ncu here: off, said before anything runs.
+    # Judged here under the CPU interpreter, which has no counters to read: auto is off without a word, while
+    # --profile ncu, asked for, says why it is off.
+    assert profiling.resolve_profiler("auto") == (None, None)
+    used, said = profiling.resolve_profiler("ncu")
+    assert used is None and "ncu) is not on PATH" in said
+    # On a machine with a GPU and no ncu, auto says once that it is off, and how to turn it on.
+    monkeypatch.setattr(profiling, "detect", lambda: Device("cuda", "NVIDIA H100", 50 * 2**20, None))
     used, said = profiling.resolve_profiler("auto")
     assert used is None and "not on PATH of this machine, which judges the candidates" in said
     monkeypatch.setattr(ncu, "ncu_path", lambda: "/usr/local/cuda/bin/ncu")

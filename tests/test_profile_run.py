@@ -241,7 +241,7 @@ def test_which_stored_candidates_profile_ncu_looks_at():
                                                                       "geomean_us": us if status == "ok" else None}})
 
     seed = cand("seed", 0, 100.0, 1)
-    rows = [seed, cand("reference", 0, 10.0, 2), cand("child", 1, 90.0, 3)]
+    rows = [seed, cand("eager", 0, 10.0, 2), cand("child", 1, 90.0, 3)]
     look = lambda c: profiling.candidate_to_profile(c, rows + [c])  # noqa: E731
     assert look(seed) and look(cand("repair", 0, 100.0, 1))  # a repaired seed is the seed
     assert not look(rows[1]) and not look(cand("compiled", 0, 10.0, 2))  # baselines: timed only

@@ -50,10 +50,10 @@ def test_a_queued_evaluation_says_what_it_waits_behind_and_one_in_flight_its_pha
     assert PHASE in states["seed"] and PHASE in states["compiled"]
     # The eager baseline, asked for beside the seed's slot, waits in the executor behind the seed. Once its own
     # evaluation runs it may say its own phase, if a report falls in the milliseconds it takes (a loaded machine).
-    assert states["reference"] and states["reference"][0].startswith("queued ")
-    assert all(s.startswith("queued ") or s == PHASE for s in states["reference"])
+    assert states["eager"] and states["eager"][0].startswith("queued ")
+    assert all(s.startswith("queued ") or s == PHASE for s in states["eager"])
     assert any(s.startswith(f"queued behind seed {first['seed']} (checking correctness, in flight ")
-               for s in states["reference"])
+               for s in states["eager"])
     # The children wait for the slot torch.compile's baseline holds, queued until they start.
     assert states["child"] and states["child"][0].startswith("queued ")
     assert all(s.startswith("queued ") or s == PHASE for s in states["child"])

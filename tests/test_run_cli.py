@@ -47,12 +47,12 @@ def test_offline_run_end_to_end_then_runs_show_and_best(tmp_path, capsys):
     code, out, _ = run_main(capsys, "runs", "--db", db, "--json")
     (row,) = json.loads(out)
     assert code == 0 and row["status"] == "finished" and row["problem"] == "softmax" and row["name"] == "smoke"
-    assert row["n_candidates"] >= 4 and row["best_us"] <= row["seed_us"] and row["reference_us"] > 0
+    assert row["n_candidates"] >= 4 and row["best_us"] <= row["seed_us"] and row["eager_us"] > 0
 
     code, out, _ = run_main(capsys, "show", row["id"], "--db", db, "--json")
     shown = json.loads(out)
     kinds = [c["kind"] for c in shown["candidates"]]
-    assert kinds[:2] == ["seed", "reference"] and kinds.count("child") == 3
+    assert kinds[:2] == ["seed", "eager"] and kinds.count("child") == 3
     for c in shown["candidates"]:
         assert {"id", "parent_id", "hypothesis", "status", "geomean_us", "source"} <= set(c)
     assert shown["metrics"]["best_us"] == row["best_us"] and len(shown["plans"]) == 3  # the offline designer plans three, all carried out

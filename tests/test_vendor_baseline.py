@@ -142,15 +142,15 @@ def test_a_requested_tolerance_replaces_the_problems_own_in_the_judge():
 
 
 def test_the_summary_says_plainly_when_the_best_kernel_loses_to_a_baseline():
-    m = {"seed_us": 100.0, "reference_us": 90.0, "compiled_us": 50.0, "compiled_status": "ok", "best_us": 60.0,
+    m = {"seed_us": 100.0, "eager_us": 90.0, "compiled_us": 50.0, "compiled_status": "ok", "best_us": 60.0,
          "best_id": "c-1", "vendor_us": 40.0, "vendor_status": "ok", "vendor_label": "cuBLAS", "vendor_message": None,
          "iterations_done": 1, "uplift": [], "evaluated_to_best": 2, "n_candidates": 3, "n_ok": 3,
          "repairs_succeeded": 0, "repairs_tried": 0, "edits_applied": 0, "edits_total": 0,
          "llm": {"calls": 0, "offline_calls": 0}, "n_composites": 1, "best_kind": "composite"}
     row = {"id": "r-1", "problem": "matmul", "llm": "offline", "strategy": "llm", "status": "finished"}
     text = "\n".join(summary_lines(row, m))
-    assert "LOSES: the best kernel (60.00 us) is slower than torch.compile (50.00 us)" in text
-    assert "slower than cuBLAS (40.00 us): a user would pick cuBLAS" in text
+    assert "LOSES: the best kernel (60.0 us) is slower than torch.compile (50.0 us)" in text
+    assert "slower than cuBLAS (40.0 us): a user would pick cuBLAS" in text
     assert "PyTorch eager (90" not in text
     assert "the best kernel is a per-shape composite" in text
 
@@ -174,4 +174,4 @@ def test_the_dashboard_header_names_the_versions_and_what_the_best_loses_to(tmp_
     assert run.start(background=False).status == "finished"
     facts = dict(header_facts(Snapshot.load(run.store, run.id)))
     assert facts["software"] == "torch 2.11.0, Triton 3.6.0, CUDA 12.9"
-    assert facts["loses to"].startswith("vendor library (1.00")
+    assert facts["loses to"].startswith("vendor library (1.0 us)")

@@ -34,7 +34,7 @@ from kscience.problems.precision import RULE, label as precision_label
 from kscience.record.liveness import display_status
 from kscience.record.store import PENDING, Store
 from kscience.record.summary import CPU_NOTE, times_rank
-from kscience.record.text import FASTER, FASTER_NOTE
+from kscience.record.text import FASTER, FASTER_NOTE, fmt_us, fmt_x
 from kscience.scientist.candidate import Candidate, faster_of_eager_and_compile, speedup as times_faster
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -69,7 +69,7 @@ def problem_rows(store: Store, campaign_id: str) -> list[dict]:
 
 def _run_numbers(store: Store, run_id: str) -> dict:
     cands = store.candidates(run_id)
-    by_kind = {c.kind: c for c in cands if c.kind in ("seed", "reference", "compiled", "vendor")}
+    by_kind = {c.kind: c for c in cands if c.kind in ("seed", "eager", "compiled", "vendor")}
     written = [c for c in cands if c.kind in _WRITTEN and c.evaluated is not None]
     composites = [c for c in cands if c.kind == "composite" and c.evaluated is not None]
     ok = [c for c in written + composites if c.ok and c.geomean_us]
@@ -83,9 +83,9 @@ def _run_numbers(store: Store, run_id: str) -> dict:
     judged_by = best or by_kind.get("seed")
     judged = judged_by.device if judged_by else {}
     compiled = by_kind.get("compiled")
-    faster = faster_of_eager_and_compile(time_of("reference"), time_of("compiled"),
+    faster = faster_of_eager_and_compile(time_of("eager"), time_of("compiled"),
                                          compiled is not None and compiled.status != PENDING)
-    return {"eager_us": time_of("reference"), "compiled_us": time_of("compiled"), "faster_us": faster,
+    return {"eager_us": time_of("eager"), "compiled_us": time_of("compiled"), "faster_us": faster,
             "vendor_us": time_of("vendor"), "seed_us": time_of("seed"),
             "best_us": best.geomean_us if best else None, "best_id": best.id if best else None,
             "precision": best.precision if best else {}, "reduced_precision": bool(best and best.reduced_precision),
@@ -176,14 +176,6 @@ def campaign_report(store: Store, campaign_id: str) -> dict:
 
 
 # --- text ------------------------------------------------------------------------------------------
-def _us(v) -> str:
-    return f"{v:.1f}" if v else "-"
-
-
-def _x(v) -> str:
-    return f"{v:.2f}x" if v else "-"
-
-
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 
@@ -197,22 +189,22 @@ def report_lines(report: dict) -> list[str]:
            f"{'cost $':>7}"
     lines += [head, "-" * len(head)]
     for r in report["problems"]:
-        lines.append(f"{r['name'][:28]:<28} {r['status']:<11} {_us(r['eager_us']):>10} {_us(r['compiled_us']):>10} "
-                     f"{_us(r['seed_us']):>10} {_us(r['vendor_us']):>10} {_us(r['best_us']):>10} "
-                     f"{_x(r['speedup_eager']):>9} {_x(r['speedup_compiled']):>10} {_x(r.get('speedup_faster')):>9} "
-                     f"{_x(r['speedup_vendor']):>9} "
+        lines.append(f"{r['name'][:28]:<28} {r['status']:<11} {fmt_us(r['eager_us']):>10} {fmt_us(r['compiled_us']):>10} "
+                     f"{fmt_us(r['seed_us']):>10} {fmt_us(r['vendor_us']):>10} {fmt_us(r['best_us']):>10} "
+                     f"{fmt_x(r['speedup_eager']):>9} {fmt_x(r['speedup_compiled']):>10} {fmt_x(r.get('speedup_faster')):>9} "
+                     f"{fmt_x(r['speedup_vendor']):>9} "
                      f"{r['attempts']:>5} {r['cost_usd']:>7.2f}")
         losers = [name for name, key in (("PyTorch eager", "speedup_eager"), ("torch.compile", "speedup_compiled"),
                                          ("the vendor library", "speedup_vendor")) if r[key] and r[key] < 1]
         if losers and times_rank({"interpreted": r.get("interpreted")}):
             lines.append(f"    LOSES: the best kernel is slower than {', '.join(losers)}")
         if r.get("library_us"):
-            lines.append(f"    best installed library: {r['library_label']}, {_us(r['library_us'])} us; the best kernel "
-                         f"is {_x(r['speedup_library'])} as fast" + ("" if r["speedup_library"] is None
+            lines.append(f"    best installed library: {r['library_label']}, {fmt_us(r['library_us'])} us; the best kernel "
+                         f"is {fmt_x(r['speedup_library'])} as fast" + ("" if r["speedup_library"] is None
                                                                     or r["speedup_library"] >= 1 else " (LOSES)"))
         if r.get("beats_all") is not None:
             lines.append(f"    beats every baseline: {'yes' if r['beats_all'] else 'no'} "
-                         f"(fastest baseline {_us(r['fastest_us'])} us, {_x(r['speedup_fastest'])})")
+                         f"(fastest baseline {fmt_us(r['fastest_us'])} us, {fmt_x(r['speedup_fastest'])})")
         if r.get("reduced_precision"):
             lines.append(f"    best child: {precision_label(r['precision'])}")
         if r["status"] in ("skipped", "failed") and r["reason"]:
@@ -228,7 +220,7 @@ def report_lines(report: dict) -> list[str]:
                             ("vendor", "vendor lib"), ("library", "installed lib"), ("fastest", "fastest base")):
         fast = "  ".join(f"fast_{p:g} {_pct(s[f'fast_{p:g}_{baseline}'])}" for p in FAST_P)
         lines.append(f"vs {label:<14} (n={s[f'n_{baseline}']}): {fast}  "
-                     f"geomean speedup {_x(s[f'geomean_speedup_{baseline}'])}")
+                     f"geomean speedup {fmt_x(s[f'geomean_speedup_{baseline}'])}")
     lines.append(beats_line(report["problems"]))
     if s["n_reduced_precision"]:
         lines.append(f"reduced precision: the best child of {s['n_reduced_precision']} of {s['n_evaluated']} problems "

@@ -25,6 +25,7 @@ from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, bundle, load_problem
 from kscience.problems.precision import DEFAULT_POLICY
 from kscience.record.store import BASELINE_KINDS, Store, StoreError
+from kscience.record.text import US, fmt_us, fmt_x, kind_text
 from kscience.scientist.candidate import Candidate
 
 TOP_K = 3
@@ -188,14 +189,14 @@ def comparison_lines(store: Store, comparisons: list[dict]) -> list[str]:
         lines.append(f"run {comp['run_id']} ({run['problem']}): {origin} -> {comp['device']}; "
                      f"{comp['carried_over']} of {comp['originally_correct']} correct kernels carry over; "
                      f"Kendall tau {tau}")
-        lines.append(f"  {'kernel':<12} {'kind':<9} {'original':>22} {'re-timed':>22} {'ratio':>7}")
+        lines.append(f"  {'kernel':<12} {'kind':<14} {'original':>22} {'re-timed':>22} {'time ratio':>10}")
         for r in comp["kernels"]:
-            old = f"{r['original_us']:.1f} us" if r["original_status"] == "ok" else r["original_status"]
-            new = f"{r['us']:.1f} us" if r["status"] == "ok" else r["status"]
-            ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
-            lines.append(f"  {r['candidate_id']:<12} {r['kind']:<9} {old:>22} {new:>22} {ratio:>7}")
+            old = fmt_us(r["original_us"], US) if r["original_status"] == "ok" else r["original_status"]
+            new = fmt_us(r["us"], US) if r["status"] == "ok" else r["status"]
+            lines.append(f"  {r['candidate_id']:<12} {kind_text(r['kind']):<14} {old:>22} {new:>22} "
+                         f"{fmt_x(r['ratio']):>10}")
             if r["message"]:
-                lines.append(f"      {r['message'][:140]}")
+                lines.append(f"      {r['message']}")
         if comp["rank_original"]:
             lines.append(f"  rank before: {' < '.join(comp['rank_original'])}")
             lines.append(f"  rank after:  {' < '.join(comp['rank_new'])}")

@@ -23,6 +23,7 @@ import time
 from kscience.record.store import Store
 from kscience.run.driver import Run
 from kscience.run.slots import Slots
+from kscience.scientist.candidate import EAGER_KIND
 
 # Problems at once per evaluation slot by default: with a model several times slower than an evaluation, a run
 # has an evaluation waiting a fraction of its time only; eight lines of one run kept one H200 busy 0.95 of the
@@ -49,7 +50,7 @@ def earlier_evaluation_s(store: Store, locator: str) -> float | None:
     for run in reversed(store.list_runs()):
         if run["problem"] != locator:
             continue
-        for kind in ("seed", "reference"):
+        for kind in ("seed", EAGER_KIND):
             judged = next((c for c in store.candidates(run["id"]) if c.kind == kind and c.result is not None
                            and c.result.wall_s), None)
             if judged is not None:

@@ -18,10 +18,11 @@ import sys
 from kscience.campaigns.campaign import add_campaign_arguments, campaign_from_args
 from kscience.campaigns.report import campaign_figure, campaign_report, report_json, report_lines
 from kscience.run.config import EXECUTORS, add_db_option
-from kscience.run.events import CandidateEvaluated
+from kscience.problems.libraries import INSTALL_HINT
+from kscience.run.events import CandidateEvaluated, Notice
 from kscience.campaigns.retime import comparison, comparison_lines, retime
 from kscience.cli.run_commands import open_store_or_explain
-from kscience.record.text import kind_text, plural
+from kscience.record.text import US, fmt_us, kind_text, plural
 from kscience.usage import UsageError
 
 
@@ -63,6 +64,24 @@ def add_campaign_commands(sub) -> None:
     s.set_defaults(func=cmd_retime)
 
 
+def _status_lines():
+    """What a campaign prints as it goes: a line per problem change and per evaluated candidate, and the packages
+    missing for library baselines once for the whole campaign (each problem's run would say its own)."""
+    said: set[str] = set()
+
+    def status_line(campaign, row, event) -> None:
+        if isinstance(event, Notice) and event.missing:
+            new = [name for name in event.missing if name not in said]
+            if new:
+                said.update(new)
+                print(f"kscience: baselines skipped where they need {', '.join(new)}, not installed here "
+                      f"({INSTALL_HINT})", file=sys.stderr)
+            return
+        _status_line(campaign, row, event)
+
+    return status_line
+
+
 def _status_line(campaign, row, event) -> None:
 
     if row is None:
@@ -71,7 +90,7 @@ def _status_line(campaign, row, event) -> None:
         why = f": {row['reason']}" if row.get("reason") and row["status"] in ("skipped", "failed") else ""
         print(f"kscience: [{row['position'] + 1}] {row['name']}: {row['status']}{why}", file=sys.stderr)
     elif isinstance(event, CandidateEvaluated):
-        t = f" {event.geomean_us:.1f} us" if event.geomean_us else ""
+        t = f" {fmt_us(event.geomean_us, US)}" if event.geomean_us else ""
         print(f"kscience:     {row['name']}: {kind_text(event.kind)} {event.candidate_id} {event.status}{t}",
               file=sys.stderr)
 
@@ -82,7 +101,7 @@ def cmd_campaign(args) -> int:
         campaign = _setup(lambda: campaign_from_args(args, store))
         print(f"kscience: campaign {campaign.id}: {plural(len(campaign.problems()), 'problem')} with {campaign.config.llm}, "
               f"{plural(campaign.config.iterations, 'iteration')} each, stored in {store.path}", file=sys.stderr)
-        campaign.subscribe(_status_line)
+        campaign.subscribe(_status_lines())
         try:
             _setup(lambda: campaign.start())
         except KeyboardInterrupt:
@@ -127,8 +146,8 @@ def cmd_retime(args) -> int:
     with open_store_or_explain(args.db, create=False) as store:
         if not args.show:
             def said(run, cand, result):
-                t = f" {result['geomean_us']:.1f} us" if result.get("geomean_us") else ""
-                print(f"kscience: {run['problem']}: {cand.kind} {cand.id} {result['status']}{t}",
+                t = f" {fmt_us(result['geomean_us'], US)}" if result.get("geomean_us") else ""
+                print(f"kscience: {run['problem']}: {kind_text(cand.kind)} {cand.id} {result['status']}{t}",
                       file=sys.stderr)
 
             done = _setup(lambda: retime(store, args.target, top_k=args.top, executor_spec=args.executor,

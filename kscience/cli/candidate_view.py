@@ -9,7 +9,7 @@ from pathlib import Path
 from kscience.problems import shape_label
 from kscience.problems.precision import RULE, label as precision_label
 from kscience.record.snapshot import error_text
-from kscience.record.text import fmt_us, kind_text
+from kscience.record.text import fmt_timing, fmt_us, kind_text
 from kscience.run.line import source_diff
 
 
@@ -37,7 +37,7 @@ def candidate_lines(detail: dict) -> list[str]:
         lines.append(f"build:   {cand.result.build_s:.1f} s of compilers in the worker (not counted against any step "
                      "limit)")
     for s in cand.result.shapes if cand.result else []:
-        t = f"{fmt_us(s.time_us, ' us'):>14}" if s.time_us else ""
+        t = fmt_timing(s.time_us, s.std_us, s.n) if s.time_us else ""
         clock = f"  by {s.clock}" if s.time_us and s.clock else ""
         why = f"  {s.message}" if s.message and (not s.ok or s.clock != "cuda events") else ""
         # the shape's own errors against float64: the candidate's, then the reference's

@@ -20,7 +20,7 @@ from kscience.record.text import EAGER, FASTER, fmt_us, fmt_x
 from kscience.run import baseline_cache
 from kscience.run.baselines import compiled_source, reference_source
 from kscience.run.judging import IDLE_SLOT_LIMIT_S
-from kscience.scientist.candidate import faster_of_eager_and_compile, speedup
+from kscience.scientist.candidate import EAGER_KIND, faster_of_eager_and_compile, speedup
 
 
 def _judged(problem: Problem, kind: str, source: str, gpu: int | None, unconfined: bool,
@@ -41,7 +41,7 @@ def judge_baselines(problem: Problem, candidate: EvalResult, gpu: int | None, un
     "speedup_compiled", "speedup_faster", "interpreted"} for a timed candidate; `say` tells what is judged."""
     interpreted = bool(candidate.device.get("interpreted"))
     say(f"judging {EAGER} beside it" + (" (under the CPU interpreter, as the candidate was)" if interpreted else ""))
-    eager = _judged(problem, "reference", reference_source(problem), gpu, unconfined).to_dict()
+    eager = _judged(problem, EAGER_KIND, reference_source(problem), gpu, unconfined).to_dict()
     if interpreted:
         compiled = {"status": None, "geomean_us": None, "message": "",
                     "note": "not timed under the CPU interpreter; a run times it on a GPU only"}

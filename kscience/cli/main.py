@@ -14,17 +14,20 @@ import sys
 import threading
 from pathlib import Path
 
+from kscience.cli.browse_commands import add_browse_commands
 from kscience.cli.campaign_commands import add_campaign_commands
 from kscience.evaluate.executors.slot import interrupt_all
 from kscience.evaluate.sandbox.leftovers import reclaim_and_say
 from kscience.evaluate.sandbox.workers import hide_from_workers
 from kscience.record.store import default_db
-from kscience.run.config import (PROBLEM_HELP, add_db_option, add_precision_option, add_resume_arguments,
-                                 add_run_arguments)
+from kscience.run.config import (PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments,
+                                 add_setting_option)
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
 from kscience.cli.run_commands import cmd_best, cmd_resume, cmd_run, cmd_runs, cmd_show
+from kscience.cli.usage_errors import Parser, refuse_unrecognized
 from kscience.usage import USER_ERRORS
 from kscience.version import __version__
+from kscience.cli.store_commands import add_store_commands
 from kscience.cli.worker_command import cmd_worker
 
 
@@ -54,6 +57,10 @@ examples:
   kscience show CANDIDATE_ID                     # one candidate: verdicts, message, diff, source
   kscience best RUN_ID > best.py                 # its fastest correct kernel
   kscience resume RUN_ID --iterations 2          # two more design rounds
+  kscience show RUN_ID --html run.html           # the run as one page, as a notebook shows it
+  kscience serve                                 # every run of ./kscience.db in a browser (localhost:8080)
+  kscience figures RUN_ID -o figs/               # its report figures as PNG files
+  kscience prune                                 # which runs judged nothing (--yes removes them)
 """
 
 
@@ -67,13 +74,17 @@ def _run_id(s) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kscience", description="Evolve GPU kernels with an LLM scientist.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="kscience", description="Evolve GPU kernels with an LLM scientist.",
+               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("problems", help="list built-in problems")
+    s = sub.add_parser("problems", help="list problems with their test and benchmark shapes",
+                       description="The built-in problems (or those named), each with its test and benchmark shapes "
+                                   "on a GPU and the smaller ones the CPU interpreter uses.")
+    s.add_argument("problem", nargs="*", help=f"{PROBLEM_HELP} (default: every built-in)")
     s.add_argument("--json", action="store_true", help="print the problems as JSON")
+    _set_arg(s)
     s.set_defaults(func=cmd_problems)
 
     s = sub.add_parser("seed", help="print a problem's starting kernel (the seed a run evolves from)",
@@ -88,16 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("problem", help=PROBLEM_HELP)
     s.add_argument("candidate", help="Python file defining custom_kernel(data) (or ModelNew)")
     s.add_argument("--json", action="store_true", help="print the full verdict as JSON")
-    s.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="limit for the whole evaluation (default: the problem's own where it declares one, "
-                        "as a GPU MODE task.yml does; else per-phase limits only)")
+    add_setting_option(s, "eval_timeout_s", "the judge's own limits (120 s to 300 s); a problem that declares a "
+                                            "limit for the whole evaluation (a GPU MODE task.yml) keeps it as well")
     s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all",
                    help="check the test shapes only, check and time the benchmark shapes only, or both "
                         "(default all)")
     _set_arg(s)
     s.add_argument("--unconfined", action="store_true",
                    help="run even where Landlock or namespaces are missing (the verdict says which)")
-    add_precision_option(s)
+    add_setting_option(s, "build_limit_s", "300 s")
+    add_setting_option(s, "precision", "tolerance, the problem's own (as KernelBench)")
     s.add_argument("--no-baselines", dest="baselines", action="store_false",
                    help="do not judge PyTorch eager and torch.compile beside the candidate for its speed-up "
                         "(torch.compile is timed on a GPU only, and taken from an earlier timing where one exists)")
@@ -135,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "(c-...): its verdict per shape, message, finding, diff and source")
     add_db_option(s)
     s.add_argument("--json", action="store_true", help="print the run, its candidates, plans and findings as JSON")
+    s.add_argument("--html", metavar="FILE", help="write the run as one HTML page to FILE (the view a notebook "
+                                                  "shows: timing plot, leaderboard, hypotheses, diffs, log)")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("best", help="print the source of a run's fastest correct kernel")
@@ -143,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_best)
 
     add_campaign_commands(sub)
+    add_store_commands(sub)
+    add_browse_commands(sub)
     return p
 
 
@@ -163,7 +178,9 @@ def _interrupted(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        refuse_unrecognized(parser, args.command, extras)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, _interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
                 if in_main_thread and signal.getsignal(sig) is not signal.SIG_IGN}  # a background job's stays ignored

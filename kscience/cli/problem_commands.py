@@ -5,29 +5,43 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
+import threading
+import time
 from pathlib import Path
 
 from kscience.evaluate.executors.base import visible_gpus
 from kscience.evaluate.judge.evaluation import evaluate
-from kscience.evaluate.result import EvalRequest, confinement_line
+from kscience.evaluate.result import COMPILE_ERROR, EvalRequest, confinement_line
 from kscience.cli.eval_baselines import baseline_lines, judge_baselines
 from kscience.problems.precision import label as precision_label
 from kscience.run.config import parse_sets
 from kscience.device import detect
 from kscience.problems import builtin_names, load_problem, shape_label
 from kscience.problems.fit import fit_reason
-from kscience.record.text import fmt_seconds, fmt_us
+from kscience.record.text import fmt_seconds, fmt_timing
+from kscience.cli.progress import Progress
+from kscience.run.events import EvaluationWaiting
+from kscience.run.judging import running_state, say_running_after
 from kscience.usage import UsageError
 
 
+SHAPES_WIDTH = 110  # a long list of shapes wraps at this many columns
+
+
 def cmd_problems(args) -> int:
-    rows = [load_problem(n).summary() for n in builtin_names()]
+    rows = [load_problem(n, parse_sets(args.set)).summary() for n in args.problem or builtin_names()]
     if args.json:
         print(json.dumps(rows, indent=2))
-    else:
-        width = max(len(r["name"]) for r in rows)
-        for r in rows:
-            print(f"{r['name']:<{width}}  {r['description']}")
+        return 0
+    for r in rows:
+        print(f"{r['name']}  {r['description']}")
+        for which, what in (("tests", "test shapes on a GPU"), ("benchmarks", "benchmark shapes on a GPU"),
+                            ("cpu_tests", "test shapes under the CPU interpreter"),
+                            ("cpu_benchmarks", "benchmark shapes under the CPU interpreter")):
+            labels = "; ".join(s["label"] for s in r[which]) or "none"
+            print(textwrap.fill(f"{what} ({len(r[which])}): {labels}", SHAPES_WIDTH, initial_indent="  ",
+                                subsequent_indent="      ", break_on_hyphens=False))
     return 0
 
 
@@ -51,10 +65,14 @@ def cmd_eval(args) -> int:
     if too_big:  # before a worker exists: the judge would fail to allocate and blame the candidate
         raise UsageError(f"{problem.name} {too_big}")
     request = EvalRequest(problem=problem.locator, source=source, overrides=overrides, shapes=args.shapes,
-                          timeout_s=problem.time_limit_s if args.timeout is None else args.timeout,
-                          allow_weak_confinement=args.unconfined, precision=args.precision)
+                          timeout_s=problem.time_limit_s, step_limit_s=args.eval_timeout_s,
+                          build_limit_s=args.build_limit_s, allow_weak_confinement=args.unconfined,
+                          precision=args.precision)
     gpu = 0 if visible_gpus() else None
-    result = evaluate(request, gpu=gpu, problem=problem)
+    limit = f"at most {args.eval_timeout_s:g} s per step" if args.eval_timeout_s else "the judge's limits per step"
+    print(f"kscience: judging {path} against {problem.name} on {detect().name}, {limit}", file=sys.stderr)
+    with Watch(str(path), args.eval_timeout_s) as watch:
+        result = evaluate(request, gpu=gpu, problem=problem, on_phase=watch.phase)
     # The sandbox runs the source as candidate.py: name the user's own file instead.
     for name in ("message", "stdout_tail", "stderr_tail"):
         setattr(result, name, _own_file(getattr(result, name), str(path)))
@@ -77,15 +95,56 @@ def _own_file(text: str, path: str) -> str:
     return re.sub(r"(?:[^\s\"']*/)?candidate\.py\b", lambda _: path, text or "")
 
 
+class Watch:
+    """A lone evaluation's progress line: once it has run `say_running_after` its limit, and as often again, it
+    says what the judge is doing and under which limit, as a run's evaluations do (the same event and line)."""
+
+    def __init__(self, name: str, step_limit_s: float | None):
+        self.name, self.step_limit_s = name, step_limit_s
+        self.doing: str | None = None
+        self._done = threading.Event()
+        self._progress = Progress(0, bar=False)
+        self._thread = threading.Thread(target=self._say, name="kscience-eval-watch", daemon=True)
+
+    def phase(self, doing: str) -> None:
+        self.doing = doing
+
+    def _say(self) -> None:
+        every, started = say_running_after(self.step_limit_s), time.monotonic()
+        while not self._done.wait(every):
+            self._progress(EvaluationWaiting(candidate_id=self.name, iteration=0,
+                                             state=running_state(self.doing, self.step_limit_s),
+                                             waited_s=round(time.monotonic() - started, 1)))
+
+    def __enter__(self) -> "Watch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def short_confinement_line(confinement: dict, failed_on_import: bool = False) -> str:
+    """The isolation layers by name where all are in force (`--json` has each in full); every detail where one
+    is missing, or where the candidate failed on import (the sandbox may be why)."""
+    if confinement.get("weak") or not confinement or failed_on_import:
+        return confinement_line(confinement)
+    names = [name.replace("_", " ") for name in ("landlock", "namespaces", "cgroup", "reaper", "memory_cap",
+                                                 "env_filter", "compile_cache") if name in confinement]
+    return f"confinement: {', '.join(names)} (--json gives each layer in full)"
+
+
 def eval_lines(result) -> list[str]:
-    """What `kscience eval` prints: the verdict, where and how it was timed, then each shape."""
+    """What `kscience eval` prints: the verdict, where and how it was timed, then each shape, its time the
+    median of its timed calls with their standard deviation and count."""
     lines = [f"{result.status}: {result.message}",
              f"device: {result.device.get('name', 'unknown')}",
              f"timing: {result.timing_label or 'none'}",
              f"evaluated in {fmt_seconds(result.wall_s)}",
-             confinement_line(result.confinement)]
+             short_confinement_line(result.confinement, result.status == COMPILE_ERROR)]
     for s in result.shapes:
-        t = f"{fmt_us(s.time_us, ' us'):>14} ± {s.std_us:.2f} (n={s.n})" if s.time_us else ""
+        t = fmt_timing(s.time_us, s.std_us, s.n) if s.time_us else ""
         lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}".rstrip())
     if result.precision:
         lines.append(f"precision: {precision_label(result.precision)}")

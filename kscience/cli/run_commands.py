@@ -15,9 +15,11 @@ from pathlib import Path
 from kscience.run.config import llm_choice, new_config, options_from_args
 from kscience.problems.precision import label as precision_label
 from kscience.record.liveness import display_status
+from kscience.cli.browse_commands import write_run_html
 from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
+from kscience.run.log import wrapped
 from kscience.record.snapshot import Snapshot, iterations_done, run_listing
 from kscience.scientist.candidate import speedup
 from kscience.record.text import fmt_us, fmt_x, kind_text, plural
@@ -74,8 +76,8 @@ def _drive(run: Run, args) -> int:
     progress.close()
     row = _print_outcome(run, args)
     if row["error"]:
-        print(f"kscience: error: {row['error']} (run {run.id} is stored; continue with: "
-              f"kscience resume {run.id} --db {run.store.path})", file=sys.stderr)
+        then = "" if run.advised else f"; continue with: kscience resume {run.id} --db {run.store.path}"
+        print(f"kscience: error: {row['error']} (run {run.id} is stored{then})", file=sys.stderr)
         return 1
     if row["status"] != "finished":
         return 1
@@ -130,7 +132,12 @@ def _snapshot(store, run_id: str) -> Snapshot:
 
 def cmd_show(args) -> int:
     if args.run_id.startswith("c-"):
+        if args.html:
+            raise UsageError("--html writes a run's page: give a run id (r-...); a candidate's is in it")
         return _show_candidate(args)
+    if args.html:
+        write_run_html(args.db, args.run_id, args.html)
+        return 0
     with open_store_or_explain(args.db, create=False, readonly=True) as store:
         snap, db = _snapshot(store, args.run_id), store.path
     row, metrics = snap.run, snap.metrics()
@@ -150,8 +157,8 @@ def cmd_show(args) -> int:
         sol_text = f"{sol['worst']:.0%}" if sol else "-"
         print(f"  {c.seq:>3} {c.id:<11} {c.parent_id or '-':<11} {kind_text(c.kind):<14} {c.status:<13} "
               f"{fmt_us(c.geomean_us):>14} {sol_text:>5}  {c.hypothesis[:60]}")
-        if c.status not in ("ok", "pending") and c.message:  # why it failed, in short
-            print(f"  {'':>3} {'':<11} {c.message[:100]}")
+        if c.status not in ("ok", "pending") and c.message:  # why it failed, whole
+            print("\n".join(wrapped(c.message, " " * 18)))
         elif c.reduced_precision:  # correct, and far less precise than the reference
             print(f"  {'':>3} {'':<11} {precision_label(c.precision)}")
     print(f"\n(one candidate in full: kscience show CANDIDATE_ID --db {db})")

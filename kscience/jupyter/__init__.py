@@ -1,4 +1,5 @@
-"""kscience in Jupyter: magics, a live dashboard, run objects and report figures.
+"""kscience in Jupyter: magics, a live dashboard, run objects and report figures, and (`export.py`) those
+pages and figures for the command line outside a notebook (`kscience show --html`, `serve`, `figures`).
 
 Importing this package needs neither IPython nor ipywidgets; the modules that draw widgets or
 register magics import them when they are used. `%load_ext kscience` registers the magics.

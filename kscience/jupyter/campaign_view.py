@@ -16,7 +16,7 @@ import time
 
 from kscience.campaigns.report import problem_rows, speedup
 from kscience.campaigns.usage import campaign_usage
-from kscience.record.text import fmt_duration
+from kscience.record.text import fmt_duration, fmt_us, fmt_x
 
 MIN_INTERVAL_S = 1.0
 COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "wall", "busy", "GPU-h", "tokens",
@@ -34,8 +34,8 @@ def _usage_cells(usage: dict) -> list[str]:
 def _cells(row: dict) -> list[str]:
     gain = speedup(row, "eager")
     note = row["reason"] if row["status"] in ("skipped", "failed") and row["reason"] else ""
-    return [row["name"], row["status"], f"{row['eager_us']:.1f}" if row["eager_us"] else "",
-            f"{row['best_us']:.1f}" if row["best_us"] else "", f"{gain:.2f}x" if gain else "",
+    return [row["name"], row["status"], fmt_us(row["eager_us"]) if row["eager_us"] else "",
+            fmt_us(row["best_us"]) if row["best_us"] else "", fmt_x(gain) if gain else "",
             str(row["attempts"]), *_usage_cells(row), note[:120]]
 
 

@@ -1,4 +1,4 @@
-"""The live dashboard (ipywidgets 8): header, timing plot, hypotheses, diffs, leaderboard, Stop.
+"""The live dashboard (ipywidgets 8): header, timing plot, hypotheses, diffs, leaderboard, the run's log, Stop.
 
 Events arrive on the run's thread. The handler only notes the stage and pokes a throttle; the
 throttle redraws from a fresh store snapshot at most a few times a second, on a timer thread, so
@@ -18,6 +18,7 @@ import ipywidgets as W
 from IPython.display import update_display
 
 from kscience.run.events import EvaluationWaiting, StageChanged
+from kscience.run.log import LogTail
 from kscience.jupyter import panels
 from kscience.jupyter.live import Throttle
 from kscience.jupyter.plots import png_bytes, timeline_figure
@@ -26,6 +27,7 @@ from kscience.record.liveness import display_status
 from kscience.record.store import BASELINE_KINDS
 
 BAR_STYLES = {"finished": "success", "stopped": "warning", "failed": "danger", "interrupted": "danger"}
+LOG_SHOWN = 40  # newest lines of the run's log in its panel
 
 
 def _panel(title: str, *children, width: str = "50%") -> W.VBox:
@@ -71,6 +73,9 @@ class Dashboard:
         self.picker = W.Dropdown(options=[], layout=W.Layout(width="98%"))
         self.picker.observe(self._picked, names="value")
         self.diff = W.HTML(layout=W.Layout(max_height="460px", overflow="auto"))
+        self.log = W.HTML(layout=W.Layout(max_height="240px", overflow="auto"))
+        self.log.add_class("kscience-log")
+        self._log = LogTail(result.store, result.id, LOG_SHOWN)
         self.display_id = f"kscience-dashboard-{result.id}-{uuid.uuid4().hex[:8]}"
         self._displayed = False  # `shown` was called: the display exists and can be replaced
         self._finish_lock = threading.Lock()
@@ -84,6 +89,7 @@ class Dashboard:
                     _panel("Leaderboard", self.leaderboard, W.HTML("<b>Lineage</b>"), self.lineage, width="40%")]),
             W.HBox([_panel("Hypotheses", self.hypotheses),
                     _panel("Diff (parent &rarr; child)", self.picker, self.diff)]),
+            _panel("Log", self.log, width="100%"),
         ], layout=W.Layout(border="1px solid #e0e0e0", padding="8px"))
         self.widget.add_class("kscience-dashboard")
 
@@ -181,9 +187,9 @@ class Dashboard:
             plot = png_bytes(timeline_figure(snap, session_starts=self._session_starts(snap)))
             header = panels.header_html(snap, self._session_s(snap))
             board, lineage = panels.leaderboard_html(snap), panels.lineage_html(snap)
-            hypotheses = panels.hypotheses_html(snap)
+            hypotheses, log = panels.hypotheses_html(snap), panels.log_html(self._log.lines())
             self.header.value, self.plot.value, self.leaderboard.value = header, plot, board
-            self.lineage.value, self.hypotheses.value = lineage, hypotheses
+            self.lineage.value, self.hypotheses.value, self.log.value = lineage, hypotheses, log
             self._show_stage(snap)
             self.progress.max = max(1, snap.target)
             self.progress.value = min(snap.iterations_complete, self.progress.max)

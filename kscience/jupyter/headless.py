@@ -13,19 +13,20 @@ import threading
 
 from kscience.record.summary import budget_parts
 from kscience.run.events import EvaluationWaiting, StageChanged
+from kscience.run.log import LogTail
 from kscience.jupyter import panels
 from kscience.record.liveness import display_status
 from kscience.record.snapshot import Snapshot
-from kscience.record.text import fmt_us
 from kscience.record.summary import summary_lines
 
-LATEST_SHOWN = 6  # newest verdicts listed under the summary
+LATEST_SHOWN = 8  # newest lines of the run's log shown under the summary
 IDLE_REFRESH_S = 5.0  # redraw this often without events, so the clock moves
 
 
 def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | None = None,
-                 stopping: bool = False) -> str:
-    """A few lines: what runs where, what it is doing, the best so far and the newest verdicts."""
+                 stopping: bool = False, log: list[str] | None = None) -> str:
+    """A few lines: what runs where, what it is doing, the best so far and the newest lines of its log (the
+    lines `kscience run` prints: verdicts, writes that produced no kernel, repairs, notices)."""
     facts = dict(panels.header_facts(snap))
     lines = [f"kscience run {snap.run['id']} ({facts['problem']}) on {facts['device']} with {facts['LLM']}"
              + (f", evaluator busy {facts['evaluator busy']}" if "evaluator busy" in facts else ""),
@@ -33,12 +34,8 @@ def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | N
              f"  tried:  {len(snap.settled)} candidate(s), {len(snap.correct)} correct",
              f"  best:   {facts['best']}",
              f"  budget: {', '.join(budget_parts(snap.run['config'], snap.usage, snap.elapsed_s(), session_s))}"]
-    latest = snap.settled[-LATEST_SHOWN:]
-    if latest:
-        lines.append("  latest verdicts:")
-        for c in reversed(latest):
-            us = fmt_us(c.geomean_us, panels.US).rjust(15) if c.status == "ok" and c.geomean_us else " " * 15
-            lines.append(f"    {c.id:<11} {c.kind:<7} {c.status:<13} {us}  {c.hypothesis[:50]}")
+    if log:
+        lines += ["  log:", *(f"  {line}" for line in log[-LATEST_SHOWN:])]
     return "\n".join(lines)
 
 
@@ -62,6 +59,7 @@ class TextSummary:
         self._stages_lock = threading.Lock()
         self._stopping = False
         self._changed, self._ended = threading.Event(), threading.Event()
+        self._log = LogTail(result.store, result.id, LATEST_SHOWN)
         self._unfollow = result.follow(self._on_change)
 
     def _on_change(self, event) -> None:
@@ -80,7 +78,7 @@ class TextSummary:
         with self._stages_lock:
             stages = dict(self._stages)
         return summary_text(snap, stages, None if started is None else snap.taken_at - started,
-                            self._stopping)
+                            self._stopping, self._log.lines())
 
     def _publish(self, update: bool) -> None:
         from IPython import get_ipython

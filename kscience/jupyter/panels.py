@@ -14,7 +14,7 @@ import html
 from kscience.record.liveness import display_status
 from kscience.record.snapshot import Snapshot, error_text, inside_range
 from kscience.problems.precision import label as precision_label
-from kscience.record.text import FASTER, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, why_chosen_text
+from kscience.record.text import FASTER, US, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, kind_text, why_chosen_text
 from kscience.scientist.briefing import versions_text
 from kscience.scientist.candidate import Candidate, predicted_range, speedup
 from kscience.scientist.profile_report import kernel_split_text
@@ -27,8 +27,7 @@ NUM = ("padding: 2px 8px; border-bottom: 1px solid #e0e0e0; text-align: right; w
        "font-variant-numeric: tabular-nums;")
 STATUS_STYLE = {"ok": "color: #2e7d32;", "pending": "color: #757575;"}
 FAILED_STYLE = "color: #c62828;"
-US = " µs"  # the unit every time on the dashboard carries
-EAGER = "PyTorch eager"  # the one name of the reference kernel, on every panel
+EAGER = "PyTorch eager"  # the one name of the eager PyTorch baseline, on every panel
 
 def esc(value) -> str:
     return html.escape(str(value), quote=True)
@@ -61,7 +60,7 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     if versions:
         facts.insert(2, ("software", versions))
     beaten = [(name, base) for name, base in (("torch.compile", snap.compiled), ("vendor library", snap.vendor),
-                                              (EAGER, snap.reference),
+                                              (EAGER, snap.eager),
                                               *((c.hypothesis.split(";")[0], c) for c in snap.libraries))
               if best and base and base.status == "ok" and base.geomean_us < best.geomean_us]
     if beaten and not snap.device.get("interpreted"):  # said plainly: a user would pick the baseline
@@ -223,6 +222,13 @@ def _python_spans(code: str) -> str:
     return render(code, PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True, style="default")).rstrip("\n")
 
 
+def log_html(lines: list[str]) -> str:
+    """The run's log (kscience.run.log: the lines `kscience run` prints), newest last."""
+    if not lines:
+        return f'<div style="{BOX} color: #757575;">Nothing logged yet.</div>'
+    return f'<pre style="{CODE}">{esc(chr(10).join(lines))}</pre>'
+
+
 def highlight(code: str, language: str) -> str:
     """Syntax-highlighted HTML with inline styles (no stylesheet needed). A diff keeps Python
     colours on every line, added and removed lines on a green or red ground."""
@@ -241,8 +247,8 @@ def highlight(code: str, language: str) -> str:
 
 
 def candidate_label(c: Candidate) -> str:
-    us = f", {fmt_us(c.geomean_us, US, 1)}" if c.geomean_us else ""
-    return f"{c.id} {c.kind} ({c.status}{us}): {c.hypothesis[:60]}"
+    us = f", {fmt_us(c.geomean_us, US)}" if c.geomean_us else ""
+    return f"{c.id} {kind_text(c.kind)} ({c.status}{us}): {c.hypothesis[:60]}"
 
 
 def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
@@ -251,7 +257,7 @@ def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
     if cand is None:
         return f'<div style="{BOX} color: #757575;">No candidate written yet.</div>'
     parent = snap.by_id.get(cand.parent_id)
-    title = (f"<b>{esc(cand.id)}</b> {esc(cand.kind)}: {esc(cand.hypothesis)} &middot; "
+    title = (f"<b>{esc(cand.id)}</b> {esc(kind_text(cand.kind))}: {esc(cand.hypothesis)} &middot; "
              f"{_status(cand.status)}")
     parts = [f'<div style="margin-bottom: 4px;">{title}</div>']
     if cand.status not in ("ok", "pending"):
@@ -278,7 +284,7 @@ def leaderboard_rows(snap: Snapshot) -> list[dict]:
         vs_seed, vs_ref = snap.speedups(c)
         rows.append({"rank": rank if c.status == "ok" else None, "id": c.id, "kind": c.kind,
                      "iteration": c.iteration, "geomean_us": c.geomean_us if c.status == "ok" else None,
-                     "vs_seed": vs_seed, "vs_reference": vs_ref, "status": c.status,
+                     "vs_seed": vs_seed, "vs_eager": vs_ref, "status": c.status,
                      "hypothesis": c.hypothesis, "reduced_precision": c.reduced_precision,
                      "precision": precision_label(c.precision)})
     return rows
@@ -287,7 +293,7 @@ def leaderboard_rows(snap: Snapshot) -> list[dict]:
 # Fixed column widths, so the table fits its panel at any width: the hypothesis takes what is left
 # and ends in an ellipsis, its full text in the tooltip.
 TIGHT = "padding: 2px 4px;"  # narrower cells than elsewhere: the leaderboard shares its row with the plot
-LEADERBOARD_COLUMNS = (("#", "2em", NUM), ("id", "7.6em", CELL), ("time", "9.4em", NUM),  # CPU: 1,804,694.4 µs
+LEADERBOARD_COLUMNS = (("#", "2em", NUM), ("id", "7.6em", CELL), ("time", "9.4em", NUM),  # CPU: 1,804,694.4 us
                        ("vs seed", "5em", NUM), ("vs eager", "6em", NUM), ("hypothesis", "auto", CELL))
 CLIP = "overflow: hidden; text-overflow: ellipsis; white-space: nowrap;"
 
@@ -299,12 +305,12 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
     shown = rows if limit is None else rows[:limit]
     cols = "".join(f'<col style="width: {w};">' for _, w, _ in LEADERBOARD_COLUMNS)
     head = "".join(f'<th style="{style} {TIGHT} {CLIP}" title="{esc(tip)}">{esc(h)}</th>' for (h, _, style), tip in zip(
-        LEADERBOARD_COLUMNS, ("rank among correct kernels", "candidate", "geomean over the benchmark shapes (µs), "
+        LEADERBOARD_COLUMNS, ("rank among correct kernels", "candidate", "geomean over the benchmark shapes (us), "
                               "or why the kernel failed", "speedup over the seed", f"speedup over {EAGER}",
                               "the hypothesis the kernel tested"), strict=True))
     body = []
     for r in shown:
-        time = (fmt_us(r["geomean_us"], US, 1) if r["status"] == "ok"
+        time = (fmt_us(r["geomean_us"], US) if r["status"] == "ok"
                 else _status(r["status"].replace("_", " ")))
         num, cell = f"{NUM} {TIGHT} {CLIP}", f"{CELL} {TIGHT} {CLIP}"
         # a reduced-precision kernel says so before its hypothesis, the errors in the tooltip
@@ -314,11 +320,11 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
                     f'<td style="{cell}" title="{esc(r["id"])} ({esc(r["kind"])}, iteration {r["iteration"]})">'
                     f'<span style="font-family: var(--jp-code-font-family, monospace);">{esc(r["id"])}</span></td>'
                     f'<td style="{num}" title="{esc(r["status"])}">{time}</td>'
-                    f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_reference"])}</td>'
+                    f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_eager"])}</td>'
                     f'<td style="{cell}" title="{esc(r["hypothesis"])}">{marked}{esc(r["hypothesis"])}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base.geomean_us, US)}</div>'
-                       for name, base in ((EAGER, snap.reference), ("torch.compile", snap.compiled),
+                       for name, base in ((EAGER, snap.eager), ("torch.compile", snap.compiled),
                                           ("vendor library", snap.vendor),
                                           *((c.hypothesis.split(";")[0], c) for c in snap.libraries))
                        if base and base.status == "ok")
@@ -337,7 +343,7 @@ def lineage_lines(snap: Snapshot) -> list[str]:
 
     def walk(c: Candidate, prefix: str, last: bool, root: bool) -> None:
         mark = "" if root else ("└─ " if last else "├─ ")
-        time_text = fmt_us(c.geomean_us, US, 1) if c.status == "ok" and c.geomean_us else c.status
+        time_text = fmt_us(c.geomean_us, US) if c.status == "ok" and c.geomean_us else c.status
         star = " ★" if best is not None and c.id == best.id else ""
         lines.append(f"{prefix}{mark}{c.id} {time_text}{star}  {c.hypothesis[:50]}")
         kids = tree.get(c.id, [])

@@ -18,7 +18,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from kscience.problems import shape_label
 from kscience.record.snapshot import Snapshot
 from kscience.scientist.candidate import Candidate, speedup
-from kscience.record.text import fmt_sol, fmt_us, fmt_x
+from kscience.record.text import US, fmt_sol, fmt_us, fmt_x
 
 STATUS_COLOURS = {
     "ok": "#2e7d32", "wrong_answer": "#ef6c00", "compile_error": "#c62828", "runtime_error": "#8e24aa",
@@ -91,7 +91,7 @@ def _baseline(ax, label: str, us: float, on_scale: bool) -> None:
     """A baseline as a horizontal line where the axis shows it, else as an arrow at the edge,
     labelled with its time, so it does not squeeze the candidates."""
     colour, style = BASELINE_STYLES.get(label, LIBRARY_STYLE)
-    text = f"{label} {fmt_us(us, ' µs', 1)}"
+    text = f"{label} {fmt_us(us, US)}"
     if on_scale:
         ax.axhline(us, color=colour, linestyle=style, linewidth=1.4, label=text)
         return
@@ -127,7 +127,7 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
     low, high = (min(values), max(values)) if values else (None, None)
     vendor = snap.vendor
     vendor_us = vendor.geomean_us if vendor and vendor.status == "ok" else None
-    baselines = [(label, us) for label, us in (("PyTorch eager", base.reference_us), ("torch.compile", base.compile_us),
+    baselines = [(label, us) for label, us in (("PyTorch eager", base.eager_us), ("torch.compile", base.compile_us),
                                                 ("vendor library", vendor_us), ("physical floor", base.floor_us),
                                                 *((c.hypothesis.split(";")[0], c.geomean_us)
                                                   for c in snap.libraries if c.status == "ok")) if us]
@@ -154,7 +154,7 @@ def draw_timeline(ax, snap: Snapshot, by: str = "evaluation", session_starts: li
         handles.append(Line2D([], [], linestyle="none"))
         labels.append(note)
     ax.set_xlabel("evaluation (order of verdicts)" if by == "evaluation" else "iteration (design round)")
-    ax.set_ylabel("geomean time over shapes (µs)")
+    ax.set_ylabel("geomean time over shapes (us)")
     ax.grid(alpha=0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     if xs:
@@ -174,7 +174,7 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
         return
     times = best.times
     labels = list(times)
-    bases = (("vs seed", snap.seed), ("vs PyTorch eager", snap.reference), ("vs torch.compile", snap.compiled))
+    bases = (("vs seed", snap.seed), ("vs PyTorch eager", snap.eager), ("vs torch.compile", snap.compiled))
     series = [(name, base.times) for name, base in bases if base and base.ok]
     width = 0.8 / max(1, len(series))
     crowded = len(labels) > 8  # fp8's 18 shapes: a wider figure, labels standing up
@@ -201,7 +201,7 @@ def draw_shape_speedups(ax, snap: Snapshot) -> None:
     ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 20, ha="right", fontsize=8 if crowded else 9)
     ax.set_xlabel("benchmark shape")
     ax.set_ylabel("speedup of the best kernel (×, log)")
-    title = f"best kernel {best.id}: {fmt_us(best.geomean_us, ' µs')} geomean"
+    title = f"best kernel {best.id}: {fmt_us(best.geomean_us, US)} geomean"
     if snap.seed is not None and best.id == snap.seed.id:
         title += "\nno candidate beat the seed, so the best kernel is the seed (1x vs seed)"
     ax.set_title(title, fontsize=9)
@@ -282,7 +282,7 @@ def draw_lineage(ax, snap: Snapshot) -> None:
         ax.scatter([x], [y], s=150 if is_best else 60, color=_colour(c.status), zorder=3,
                    edgecolors=BEST_RING if is_best else "white", linewidths=2.5 if is_best else 0.5)
         if label_all or is_best:
-            time_text = fmt_us(c.geomean_us, " µs", 1) if c.status == "ok" and c.geomean_us \
+            time_text = fmt_us(c.geomean_us, US) if c.status == "ok" and c.geomean_us \
                 else c.status.replace("_", " ")
             hypothesis = _short(c.hypothesis or c.kind, 34)
             ax.annotate(f"{cid}  {time_text}\n{hypothesis}", (x, y), xytext=(8, 0), textcoords="offset points",

@@ -73,7 +73,7 @@ def _database(db: str | Path) -> Path:
 
 def chosen_run(db: str | Path, run_id: str | None = None) -> str:
     """The run a report of `db` is about: `run_id`, else the newest with an evaluated candidate."""
-    with Store(_database(db)) as store:
+    with Store(_database(db), readonly=True) as store:
         return pick_run(store, run_id)
 
 
@@ -99,7 +99,7 @@ def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = 
     written where one of them would replace a file git tracks, unless `overwrite`."""
     db = _database(db)
     out = Path(figures_dir).expanduser()
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:  # drawing reads the runs, never changes them
         snap = Snapshot.load(store, pick_run(store, run_id))
     suffixes = [s for s in FIGURES if s != "sol" or snap.sol_summary(snap.best) is not None]  # no bound (CPU): no sol
     paths = [out / f"{figure_stem(snap)}-{suffix}.png" for suffix in suffixes]

@@ -23,7 +23,7 @@ from kscience.jupyter.views import show_live
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.run.driver import Run
 from kscience.record.snapshot import Snapshot
-from kscience.record.text import fmt_us, fmt_x
+from kscience.record.text import US, fmt_us, fmt_x, kind_text
 from kscience.record.store import Store, open_store
 
 POLL_S = 1.0  # how often a run driven by another process is checked for new events
@@ -34,12 +34,13 @@ class Candidate(StoredCandidate):
     microseconds), shown as a line of text or, in a notebook, with its source."""
 
     def __repr__(self) -> str:
-        us = f" {fmt_us(self.geomean_us, panels.US)}" if self.geomean_us else ""
-        return f"<Candidate {self.id} {self.kind} {self.status}{us}: {self.hypothesis[:60]}>"
+        us = f" {fmt_us(self.geomean_us, US)}" if self.geomean_us else ""
+        return f"<Candidate {self.id} {kind_text(self.kind)} {self.status}{us}: {self.hypothesis[:60]}>"
 
     def _repr_html_(self) -> str:
-        us = f", {fmt_us(self.geomean_us, panels.US)}" if self.geomean_us else ""
-        return (f"<div><b>{panels.esc(self.id)}</b> {panels.esc(self.kind)} ({panels.esc(self.status)}{us}): "
+        us = f", {fmt_us(self.geomean_us, US)}" if self.geomean_us else ""
+        return (f"<div><b>{panels.esc(self.id)}</b> {panels.esc(kind_text(self.kind))} "
+                f"({panels.esc(self.status)}{us}): "
                 f"{panels.esc(self.hypothesis)}</div>" + panels.highlight(self.source, "python"))
 
 
@@ -195,12 +196,13 @@ class RunResult:
         return Candidate.from_row(seed.row) if seed else None
 
     @property
-    def reference(self) -> Candidate | None:
-        ref = self.snapshot().reference
-        return Candidate.from_row(ref.row) if ref else None
+    def eager(self) -> Candidate | None:
+        """The PyTorch eager baseline the run timed."""
+        eager = self.snapshot().eager
+        return Candidate.from_row(eager.row) if eager else None
 
     def to_dataframe(self):
-        """One row per candidate (index: id) with its verdict and speedups over seed and reference."""
+        """One row per candidate (index: id) with its verdict and speedups over the seed and PyTorch eager."""
         import pandas as pd
 
         snap = self.snapshot()
@@ -209,9 +211,9 @@ class RunResult:
             vs_seed, vs_ref = snap.speedups(c)
             rows.append({"id": c.id, "parent_id": c.parent_id, "kind": c.kind, "iteration": c.iteration,
                          "status": c.status, "geomean_us": c.geomean_us, "speedup_vs_seed": vs_seed,
-                         "speedup_vs_reference": vs_ref, "hypothesis": c.hypothesis, "message": c.message})
+                         "speedup_vs_eager": vs_ref, "hypothesis": c.hypothesis, "message": c.message})
         columns = ["id", "parent_id", "kind", "iteration", "status", "geomean_us", "speedup_vs_seed",
-                   "speedup_vs_reference", "hypothesis", "message"]
+                   "speedup_vs_eager", "hypothesis", "message"]
         return pd.DataFrame(rows, columns=columns).set_index("id")
 
     def plot(self, ax=None, by: str = "evaluation"):
@@ -232,7 +234,7 @@ class RunResult:
         text = f"<kscience run {self.id} ({snap.run['problem']}): {display_status(snap.run)}"
         if best:
             vs_seed, _ = snap.speedups(best)
-            text += f", best {best.id} {fmt_us(best.geomean_us, panels.US)}"
+            text += f", best {best.id} {fmt_us(best.geomean_us, US)}"
             text += f" ({fmt_x(vs_seed)} vs seed)" if vs_seed else ""
         return text + ">"
 

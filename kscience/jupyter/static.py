@@ -20,8 +20,9 @@ def timeline_png(snap: Snapshot) -> str:
     return base64.b64encode(png_bytes(timeline_figure(snap))).decode("ascii")
 
 
-def run_html(snap: Snapshot, limit: int = 10) -> str:
-    """Header, status line, timing plot, leaderboard, hypotheses and the best kernel's change."""
+def run_html(snap: Snapshot, limit: int | None = 10, log: list[str] | None = None) -> str:
+    """Header, status line, timing plot, leaderboard (its `limit` best rows; None: every row), hypotheses, the
+    best kernel's change and, given, the run's log."""
     status = panels.esc(panels.stage_text(snap, None))
     parts = [f'<div class="kscience-summary" style="{panels.BOX}">', panels.header_html(snap),
              f'<div class="kscience-status" style="margin: 4px 0;"><b>status</b> {status}</div>']
@@ -35,4 +36,6 @@ def run_html(snap: Snapshot, limit: int = 10) -> str:
     if snap.best:
         parts.append(f'<details><summary>best kernel {panels.esc(snap.best.id)}: change from its parent'
                      f'</summary>{panels.diff_html(snap, snap.best.id)}</details>')
+    if log:
+        parts.append(f"<details><summary>log ({len(log)} lines)</summary>{panels.log_html(log)}</details>")
     return "".join(parts) + "</div>"

@@ -11,7 +11,9 @@ Seeding convention, after KernelBench's own evaluator, which seeds the RNG right
 each model is built so that `Model` and `ModelNew` start from identical weights:
 
 * `generate_input(seed, device)` calls `get_inputs()` with the CPU RNG seeded by `seed`
-  and moves the tensors to `device`; the data is the tuple of `forward` arguments.
+  and moves the tensors to `device`; the data is the tuple of `forward` arguments. The
+  problem's one shape is the module's integer constants as run (`sizes_of`), so a verdict
+  names its shape by them; given as keywords, they must be those values.
 * `problem.make_model(cls, seed, device)` seeds the RNG, calls `get_init_inputs()`, seeds
   again and builds `cls(*init_inputs)` on the CPU, then moves the model to `device`.
   The trusted side builds `problem.reference_model_class` (the file's `Model`) and the
@@ -36,7 +38,7 @@ from types import ModuleType
 
 import torch
 
-from kscience.problems.spec import Problem, ProblemError
+from kscience.problems.spec import Problem, ProblemError, shape_label
 
 TOLERANCE = 1e-2
 WEIGHTS_SEED = 0
@@ -121,6 +123,12 @@ def _constants(module: ModuleType, names: list[str]) -> dict:
     return {n: module.__dict__[n] for n in names if isinstance(module.__dict__.get(n), plain)}
 
 
+def sizes_of(constants: dict) -> dict:
+    """The module's integer constants (batch_size, in_features...): a KernelBench file's one shape, by which
+    its verdicts name it. Its inputs are built from the module as run, so a shape carries no other values."""
+    return {name: value for name, value in constants.items() if type(value) is int}
+
+
 def seed_from_reference(text: str) -> str:
     """A starting kernel that is the reference itself, self-contained so a model can rewrite it: the
     file as run, then a ModelNew that inherits everything from Model. The first experiment on it is to
@@ -147,10 +155,13 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
     path = Path(path)
     overrides = dict(overrides or {})
     module, text, names = _exec_source(path, overrides)
+    constants = _constants(module, names)
+    sizes = sizes_of(constants)
 
     def generate_input(seed: int, device="cuda", **shape):
-        if shape:
-            raise ProblemError(f"{path.name}: sizes come from module constants (use --set NAME=VALUE), not {shape}")
+        if any(sizes.get(name) != value for name, value in shape.items()):
+            raise ProblemError(f"{path.name}: sizes come from module constants (use --set NAME=VALUE): "
+                               f"{shape_label(sizes)}, not {shape_label(shape)}")
         with torch.random.fork_rng(devices=[]):  # leave the caller's RNG as it was
             torch.manual_seed(seed)
             inputs = module.get_inputs()
@@ -182,17 +193,17 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
         ref_kernel=ref_kernel,
         rtol=TOLERANCE,
         atol=TOLERANCE,
-        # One shape everywhere: the sizes are the module's constants.
-        tests=[{}],
-        benchmarks=[{}],
-        cpu_tests=[{}],
-        cpu_benchmarks=[{}],
+        # One shape everywhere, named by its sizes: the module's integer constants as run.
+        tests=[sizes],
+        benchmarks=[sizes],
+        cpu_tests=[sizes],
+        cpu_benchmarks=[sizes],
         precision="fp32",
         entry="ModelNew",
         overrides=overrides,
         seed_source=seed_from_reference(text),
         source_text=text,
-        constants=_constants(module, names),
+        constants=constants,
         make_model=make_model,
         reference_model_class=module.Model,
         weights_seed=WEIGHTS_SEED,

@@ -85,6 +85,15 @@ def missing_line(lib: Library) -> str | None:
     return f"{lib.name}: {lib.distribution} is not installed ({INSTALL_HINT}); its baseline is skipped"
 
 
+def skipped_line(libraries) -> str | None:
+    """One line for every library among `libraries` not installed here (their baselines are skipped), or None."""
+    missing = [lib for lib in libraries if missing_line(lib)]
+    if not missing:
+        return None
+    return (f"baselines skipped, not installed here ({INSTALL_HINT}): "
+            + ", ".join(f"{lib.name} ({lib.distribution})" for lib in missing))
+
+
 def require(module: str, distribution: str):
     """The module, imported, or LibraryMissing with the line that says how to install it."""
     try:

@@ -125,9 +125,16 @@ class Problem:
         raise ProblemError(f"unknown shape set {which!r} (tests, benchmarks or all)")
 
     def summary(self) -> dict:
+        """What `kscience problems` lists: the problem, its tolerance and its shapes (on a GPU, and the smaller
+        ones the CPU interpreter checks and times), each shape as its sizes and its label."""
+        def shapes(which: list[Shape]) -> list[dict]:
+            return [{"label": shape_label(s), "sizes": dict(s)} for s in which]
+
         return {"name": self.name, "description": self.description, "locator": self.locator,
                 "entry": self.entry, "rtol": self.rtol, "atol": self.atol,
                 "n_tests": len(self.tests), "n_benchmarks": len(self.benchmarks),
+                "tests": shapes(self.tests), "benchmarks": shapes(self.benchmarks),
+                "cpu_tests": shapes(self.cpu_tests), "cpu_benchmarks": shapes(self.cpu_benchmarks),
                 "has_seed": self.seed_source is not None}
 
 

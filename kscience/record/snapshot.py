@@ -83,8 +83,8 @@ def first_of_kind(candidates: list[Candidate], kind: str) -> Candidate | None:
 class Baselines:
     """Horizontal lines a kernel's time is judged against, in microseconds (None: not available)."""
 
-    reference_us: float | None  # PyTorch eager (the problem's eager kernel, else its reference), timed by the run
-    compile_us: float | None  # torch.compile of the reference, timed by runs on a GPU
+    eager_us: float | None  # PyTorch eager (the problem's eager kernel, else its reference), timed by the run
+    compile_us: float | None  # torch.compile of PyTorch eager, timed by runs on a GPU
     compile_status: str | None  # the torch.compile candidate's status; None: the run stored none
     floor_us: float | None  # geomean over benchmark shapes of bytes/bandwidth or FLOPs/rate
     interpreted: bool  # CPU interpreter timings: no physical floor exists
@@ -92,7 +92,7 @@ class Baselines:
     def missing(self) -> list[str]:
         """Why each absent line is absent, for a legend or a caption."""
         notes = []
-        if self.reference_us is None:
+        if self.eager_us is None:
             notes.append("PyTorch eager: not timed yet")
         if self.compile_us is None:
             if self.compile_status is None:
@@ -144,8 +144,8 @@ class Snapshot:
         return first_of_kind(self.candidates, "seed")
 
     @property
-    def reference(self) -> Candidate | None:
-        return first_of_kind(self.candidates, "reference")
+    def eager(self) -> Candidate | None:
+        return first_of_kind(self.candidates, "eager")
 
     @property
     def compiled(self) -> Candidate | None:
@@ -196,11 +196,11 @@ class Snapshot:
 
     def faster_us(self) -> float | None:
         """The faster of PyTorch eager and torch.compile: the baseline that counts (None: not known yet)."""
-        return _faster(self.reference, self.compiled)
+        return _faster(self.eager, self.compiled)
 
     def speedups(self, candidate: Candidate) -> tuple[float | None, float | None]:
-        """(vs seed, vs reference) of a correct candidate; None where either time is missing."""
-        return candidate.speedup_over(self.seed), candidate.speedup_over(self.reference)
+        """(vs seed, vs PyTorch eager) of a correct candidate; None where either time is missing."""
+        return candidate.speedup_over(self.seed), candidate.speedup_over(self.eager)
 
     def children(self) -> dict[str | None, list[Candidate]]:
         """Lineage: parent id -> its children, in creation order (roots under None)."""
@@ -286,7 +286,7 @@ class Snapshot:
         return judged.timing_label if judged else ""
 
     def baselines(self) -> Baselines:
-        ref, compiled = self.reference, self.compiled
+        ref, compiled = self.eager, self.compiled
         floors = []
         judged = self.seed if self.seed and self.seed.result else self.best
         for s in judged.result.shapes if judged and judged.result else []:
@@ -295,7 +295,7 @@ class Snapshot:
         interpreted = bool(self.device.get("interpreted"))
         # Under the interpreter there is no hardware to bound: a floor would be meaningless.
         floor = geomean(floors) if floors and all(floors) and not interpreted else None
-        return Baselines(reference_us=ref.geomean_us if ref and ref.status == OK else None,
+        return Baselines(eager_us=ref.geomean_us if ref and ref.status == OK else None,
                          compile_us=compiled.geomean_us if compiled and compiled.status == OK else None,
                          compile_status=compiled.status if compiled else None,
                          floor_us=floor, interpreted=interpreted)
@@ -335,10 +335,18 @@ class Snapshot:
             total[1] += row["wall_s"]
         return [round(min(1.0, b / w), 4) if w > 0 else 0.0 for _, (b, w) in sorted(busy.items())]
 
+    def session_of(self, candidate: Candidate | None) -> float | None:
+        """When the session (of the run's sessions: its start and each resume) that judged `candidate` began;
+        None where that is not known (a run stored before slot times were, a candidate never judged)."""
+        starts = sorted({row["session"] for row in self.slot_times})
+        if candidate is None or candidate.evaluated is None or not starts:
+            return None
+        return max((t for t in starts if t <= candidate.evaluated), default=starts[0])
+
     def metrics(self) -> dict:
         """The run's numbers, as `kscience show --json` reports them: recomputed from the stored rows."""
         evaluated, best, seed = self.evaluated, self.best, self.seed
-        ref, compiled = self.reference, self.compiled
+        ref, compiled = self.eager, self.compiled
         seed_us, best_us = _us(seed), _us(best)
         # A chain is one plan's candidates (or the seed's): repair succeeds when a repair in it passes.
         chains: dict[str, list[Candidate]] = {}
@@ -356,10 +364,10 @@ class Snapshot:
             "n_candidates": len(evaluated), "n_ok": sum(c.status == OK for c in evaluated),
             "n_failed": sum(c.status in REPAIRABLE for c in evaluated),
             "best_id": best.id if best else None, "best_us": best_us, "seed_us": seed_us,
-            "reference_us": _us(ref), "compiled_us": _us(compiled),
+            "eager_us": _us(ref), "compiled_us": _us(compiled),
             "compiled_status": compiled.status if compiled else None,
             "compiled_message": compiled.message if compiled and compiled.status != OK else None,
-            "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_reference": speedup(_us(ref), best_us),
+            "speedup_vs_seed": speedup(seed_us, best_us), "speedup_vs_eager": speedup(_us(ref), best_us),
             "speedup_vs_compiled": speedup(_us(compiled), best_us),
             # the baseline that counts, and whether the best computes far less precisely than the reference
             "faster_us": self.faster_us(), "speedup_vs_faster": speedup(self.faster_us(), best_us),
@@ -376,7 +384,7 @@ class Snapshot:
             "n_composites": sum(c.kind == "composite" and c.status != PENDING for c in self.candidates),
             # Which machine judged each figure (kscience.run.confirm): a run's figures compare only on one.
             "hosts": sorted({h for h in map(_host, self.candidates) if h}),
-            "figure_hosts": {"reference": _host(ref), "compiled": _host(compiled), "vendor": _host(self.vendor),
+            "figure_hosts": {"eager": _host(ref), "compiled": _host(compiled), "vendor": _host(self.vendor),
                              "seed": _host(seed), "best": _host(best)},
             "best_kind": best.kind if best else None,
             "evaluated_to_best": evaluated.index(best) + 1 if best in evaluated else None,
@@ -406,12 +414,15 @@ class Snapshot:
             "output_best": best.result.output or None if best and best.result else None,
             "timing_label": self.timing_label or None, "device": self.device if self.settled else None,
             "busy_per_slot": self.busy_fractions,
+            # Seed and best timed by different sessions (a resume): their ratio mixes two moments' machine load.
+            "seed_best_sessions_differ": (self.session_of(seed) != self.session_of(best)
+                                          if best and seed and self.session_of(best) is not None else False),
         }
 
     def listing(self) -> dict:
         """The run's row with the few numbers `kscience runs` lists."""
         return {**self.run, "iterations_done": self.iterations_done, "n_candidates": len(self.evaluated),
-                "seed_us": _us(self.seed), "best_us": _us(self.best), "reference_us": _us(self.reference),
+                "seed_us": _us(self.seed), "best_us": _us(self.best), "eager_us": _us(self.eager),
                 "interpreted": bool(self.device.get("interpreted")), "device_name": self.device.get("name")}
 
 
@@ -430,5 +441,5 @@ def run_metrics(store: Store, run_id: str) -> dict:
 
 
 def run_listing(store: Store) -> list[dict]:
-    """Every stored run, newest first, with its iterations, candidates and seed, best and reference times."""
+    """Every stored run, newest first, with its iterations, candidates and seed, best and PyTorch eager times."""
     return [Snapshot.load(store, row["id"]).listing() for row in store.list_runs()]

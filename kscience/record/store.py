@@ -33,8 +33,11 @@ WRITE_FAILED = "write_failed"  # the writer produced no source (edits that did n
 # Kinds timed as baselines (PyTorch eager, it under torch.compile, the problem's vendor-library path and that
 # call alone on inputs in its own layout, the libraries a user would install instead):
 # never members of the evolving population, so never selected, ranked or reported as a run's best.
-BASELINE_KINDS = ("reference", "compiled", "vendor", "vendor_alone", "library")
+BASELINE_KINDS = ("eager", "compiled", "vendor", "vendor_alone", "library")
 OFFLINE_MODEL = "offline"  # the model name the offline scientist records its scripted answers under
+# The tables that hold a run's rows besides `runs`, those that refer to its candidates first.
+RUN_TABLES = ("events", "llm_calls", "findings", "retimes", "profiles", "compositions", "slot_times", "plans",
+              "candidates")
 
 
 def default_db() -> str:
@@ -85,6 +88,21 @@ class Store(Database):
         self._write(f"UPDATE runs SET {cols}, updated=? WHERE id=?",
                     (*(self._clean(v) for v in fields.values()), time.time(), run_id))
 
+    def delete_runs(self, run_ids: list[str]) -> None:
+        """Every row of these runs, in one transaction: all of them go, or none."""
+        with self._tx():
+            for run_id in run_ids:
+                for table in RUN_TABLES:
+                    self._db.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+                self._db.execute("DELETE FROM runs WHERE id=?", (run_id,))
+
+    def delete_campaign(self, campaign_id: str) -> None:
+        """A campaign with its problems and every run it made, in one transaction."""
+        with self._tx():
+            self.delete_runs([r["id"] for r in self.campaign_runs(campaign_id)])
+            self._db.execute("DELETE FROM campaign_problems WHERE campaign_id=?", (campaign_id,))
+            self._db.execute("DELETE FROM campaigns WHERE id=?", (campaign_id,))
+
     def list_runs(self) -> list[dict]:
         """Every run, newest first (`kscience.record.snapshot.run_listing` adds their numbers)."""
         return self._query("SELECT * FROM runs ORDER BY created DESC, rowid DESC")
@@ -108,6 +126,13 @@ class Store(Database):
         self._write("UPDATE candidates SET status=?, message=?, geomean_us=?, result=?, evaluated=? WHERE id=?",
                     (result["status"], result["message"], result.get("geomean_us"), json.dumps(result),
                      time.time(), cand_id))
+        return self.candidate(cand_id)
+
+    def judge_again(self, cand_id: str) -> Candidate:
+        """Make a judged candidate pending, to be judged again (a verdict given under a limit the user has since
+        raised); its earlier verdict stays in the run's events, where it was announced."""
+        self._write("UPDATE candidates SET status=?, message='', geomean_us=NULL, result=NULL, evaluated=NULL "
+                    "WHERE id=?", (PENDING, cand_id))
         return self.candidate(cand_id)
 
     def candidate(self, cand_id: str) -> Candidate:

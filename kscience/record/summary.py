@@ -2,7 +2,7 @@
 text view all print, so a terminal and a notebook report the same numbers the same way.
 
 One name per thing: "PyTorch eager" (`text.EAGER`) is the problem's eager PyTorch kernel the
-run times as a baseline (stored as the candidate of kind "reference")."""
+run times as a baseline (stored as the candidate of kind "eager", its metrics under `eager_us`)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def budget_parts(config: dict, usage: dict, elapsed_s: float, session_s: float |
 
 def summary_lines(row: dict, m: dict) -> list[str]:
     """Best vs seed vs the baselines, and the numbers a paper reports (`m`: Snapshot.metrics())."""
-    seed, eager, compiled, best = m["seed_us"], m["reference_us"], m["compiled_us"], m["best_us"]
+    seed, eager, compiled, best = m["seed_us"], m["eager_us"], m["compiled_us"], m["best_us"]
     iterations = plural(m["iterations_done"], "iteration")
     vs_eager = f"vs {EAGER}"
     lines = [f"run {row['id']} ({row['problem']}, {row['llm']}, {row['strategy']}): {display_status(row)} "
@@ -69,7 +69,7 @@ def summary_lines(row: dict, m: dict) -> list[str]:
     rows += [("vendor call alone", m.get("vendor_alone_us"))] if m.get("vendor_alone_status") else []
     libraries = {f"installed lib {i + 1}": lib for i, lib in enumerate(m.get("libraries") or [])}
     rows += [(name, lib["us"]) for name, lib in libraries.items()]
-    keys = {EAGER: "reference", "torch.compile": "compiled", "vendor library": "vendor", "seed": "seed"}
+    keys = {EAGER: "eager", "torch.compile": "compiled", "vendor library": "vendor", "seed": "seed"}
     for name, us in (*rows, ("seed", seed), (f"best {m['best_id'] or ''}", best)):
         line = f"  {name:<20}{fmt_us(us):>16}{fmt_x(speedup(seed, us)):>10}{fmt_x(speedup(eager, us)):>18}"
         if compiled:
@@ -92,6 +92,9 @@ def summary_lines(row: dict, m: dict) -> list[str]:
         lines.append(line)
     lines += faster_lines(m)
     lines += verdict_lines(m)
+    if m.get("seed_best_sessions_differ"):
+        lines.append(f"  note: the seed and the best were timed by different sessions of the run (a resume), under "
+                     f"different machine load; `kscience retime {row['id']}` judges them again side by side")
     uplift = m["uplift"]
     reached = (f"; the best was the {_ordinal(m['evaluated_to_best'])} evaluated"
                if m["evaluated_to_best"] else "")
@@ -117,7 +120,7 @@ def faster_lines(m: dict) -> list[str]:
     if m.get("faster_us") is None:
         if (m.get("device") or {}).get("interpreted") is not False:
             return []
-        why = "PyTorch eager has no time" if not m.get("reference_us") else "torch.compile was not timed"
+        why = "PyTorch eager has no time" if not m.get("eager_us") else "torch.compile was not timed"
         return [f"  {FASTER}: unknown, {why}"]
     which = "torch.compile" if m["faster_us"] == m.get("compiled_us") else EAGER
     return [f"  {FASTER}: {which}, {fmt_us(m['faster_us'])} us; the best kernel is "
@@ -146,7 +149,7 @@ def verdict_lines(m: dict) -> list[str]:
     """Plainly, whether a user would rather pick a baseline than the best kernel; and what composition did."""
     best, lines = m["best_us"], []
     if best is not None and times_rank(m.get("device") or {}):
-        rivals = [(name, us) for name, us in ((EAGER, m["reference_us"]), ("torch.compile", m["compiled_us"]),
+        rivals = [(name, us) for name, us in ((EAGER, m["eager_us"]), ("torch.compile", m["compiled_us"]),
                                               (m.get("vendor_label") or "the vendor library", m.get("vendor_us")),
                                               *((lib["label"], lib["us"]) for lib in m.get("libraries") or []))
                   if us is not None and us < best]

@@ -1,5 +1,6 @@
-"""Numbers and names as a reader sees them, the same in the CLI, the dashboard, the summary and the
-report: times, speedups, busy fractions, durations, plurals, a candidate's kind."""
+"""Numbers and names as a reader sees them, the same in the CLI, the dashboard, the summary, the
+report and retime: times (one decimal, thousands separated: 1,144.6 us), speedups (three significant
+figures: 2.91x, 0.0123x), busy fractions, durations, plurals, a candidate's kind."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ import math
 from kscience.problems import shape_label
 
 
-def fmt_us(us: float | None, unit: str = "", digits: int = 2) -> str:
-    """1,234.50 (with `unit` appended), or "-" for no time."""
-    return f"{us:,.{digits}f}{unit}" if us else "-"
+US = " us"  # the unit every time carries, on a terminal and in a notebook alike
+
+
+def fmt_us(us: float | None, unit: str = "") -> str:
+    """Microseconds as every view shows them: 1,144.6 (with `unit` appended), or "-" for no time."""
+    return f"{us:,.1f}{unit}" if us else "-"
+
+
+def fmt_timing(median_us: float | None, spread_us: float | None, n: int) -> str:
+    """One shape's timing, each number named: "median 1,144.6 us, sd 3.0 us, n=20 calls"."""
+    spread = f", sd {fmt_us(spread_us, ' us')}" if spread_us else ""
+    return f"median {fmt_us(median_us, ' us')}{spread}, n={n} {'call' if n == 1 else 'calls'}"
 
 
 def fmt_x(ratio: float | None) -> str:
@@ -71,7 +81,7 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
 
 
 # One name for one thing in whatever a user reads: the problem's eager PyTorch kernel, timed as a
-# baseline, is stored as kind "reference" and shown as "PyTorch eager".
+# baseline, is stored as kind "eager" (older runs: "reference", read back as "eager") and shown as "PyTorch eager".
 EAGER = "PyTorch eager"
 # The baseline that counts (scientist.candidate.faster_of_eager_and_compile), in full and as a column heads it.
 FASTER = "the faster of PyTorch eager and torch.compile"
@@ -82,7 +92,7 @@ FASTER_NOTE = (f"{FASTER_SHORT}: {FASTER}, the baseline papers now report agains
 
 def kind_text(kind: str) -> str:
     """A candidate's kind as a reader sees it: seed, child, repair, PyTorch eager, compiled."""
-    return EAGER if kind == "reference" else kind
+    return EAGER if kind == "eager" else kind
 
 
 # Why the selector chose a plan, as stored (kscience.scientist.plans), in words a reader follows.

@@ -8,9 +8,12 @@ finding), `judging.py` (a candidate from its source to its stored verdict and it
 the controller hands its lines and `Judging` instead of itself (`journal.py`: the run's rows, events
 and stop; `budget.py`: --evaluations; `population.py`: what the scientist sees; `composing.py`: the
 per-shape composite), `driver.py` (`Run`: builds the scientist and the executor, drives the
-controller, and stops and resumes it), `events.py` (what a run tells its watchers), then the
-helpers: `baselines.py` (eager, torch.compile and vendor-library timings), `baseline_cache.py`
-(torch.compile's verdicts kept beside every database), `environment.py` (what the run ran on),
-`profiling.py` (hardware counters outside the timing), `held.py` (optional work that goes out with the
-next evaluation through a batching queue) and `threads.py`.
+controller, and stops and resumes it), `events.py` (what a run tells its watchers) and `log.py` (the
+lines they say in a live log, the same on a terminal and in a notebook), then the helpers:
+`baselines.py` (eager, torch.compile and vendor-library timings), `baseline_cache.py` (torch.compile's
+verdicts kept beside every database), `limits.py` (the limit per step a candidate is judged under),
+`seed_chain.py` (a seed that fails: judged again under a raised limit, or the error that says what would
+get the run further), `environment.py` (what the run ran on), `profiling.py` (hardware counters outside
+the timing), `held.py` (optional work that goes out with the next evaluation through a batching queue),
+`sharing.py`, `confirm.py`, `in_flight.py` and `threads.py`.
 """

@@ -70,8 +70,9 @@ class RunConfig:
     lines: int | None = setting(None, "--lines", "iterations kept going at once, each on its own clock "
                                 "(default: one per evaluation slot)", metavar="K", on_resume=True)
     name: str = setting("", "--name", "a label for the run")
-    llm: str = setting("offline", "--llm", "offline, gemini:MODEL or openai:MODEL (default: chosen from the "
-                       "API keys set)", metavar="ID", on_resume=True)
+    llm: str = setting("offline", "--llm", "offline (no model: knob search and known rewrites), gemini:MODEL, "
+                       "openai:MODEL, or scripted (a stand-in model: a dry run of the model path, no key needed) "
+                       "(default: chosen from the API keys set)", metavar="ID", on_resume=True)
     base_url: str | None = setting(None, "--base-url", "endpoint of an OpenAI-compatible or Gemini server "
                                    "(default: the provider's own, or $OPENAI_BASE_URL)", metavar="URL",
                                    on_resume=True)
@@ -99,7 +100,7 @@ class RunConfig:
     # Per session: a resumed run gets the full limit again.
     time_limit_s: float | None = setting(None, "--time-limit", "stop this session after this long",
                                          metavar="SECONDS", on_resume=True)
-    # None: derived from the seed's own evaluation (kscience.run.judging.step_limit), so a hung candidate
+    # None: derived from the seed's own evaluation (kscience.run.limits.step_limit), so a hung candidate
     # costs a small multiple of what a working one takes rather than the judge's full limits.
     eval_timeout_s: float | None = setting(None, "--eval-timeout", "the longest the judge waits for a candidate "
                                            "in one step (importing it, checking a shape, timing a shape); "
@@ -230,13 +231,6 @@ def add_db_option(parser) -> None:
                         help=f"SQLite file (default: $KSCIENCE_DB or ./{DEFAULT_DB})")
 
 
-def add_precision_option(parser) -> None:
-    """--precision as `kscience run` declares it, for a command that judges without a run (`kscience eval`)."""
-    meta = RunConfig.__dataclass_fields__["precision"].metadata
-    parser.add_argument(meta["flag"], dest="precision", default=DEFAULT_POLICY, choices=meta["choices"],
-                        help=meta["help"])
-
-
 def add_run_arguments(parser) -> None:
     """What `kscience run` and `%kscience run` take: the problem, a starting kernel, every setting."""
     parser.add_argument("problem", help=PROBLEM_HELP)
@@ -253,6 +247,14 @@ def add_resume_arguments(parser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="resume a run marked running by a process this host cannot see (another machine)")
     add_db_option(parser)
+
+
+def add_setting_option(parser, name: str, default_help: str) -> None:
+    """One setting's flag on a command that is no run (`kscience eval` takes --eval-timeout), so both take
+    the same flag with the same meaning; `default_help` says what that command does without it."""
+    (flags, kw), = [spec for spec in option_specs() if spec[1]["dest"] == name]
+    meaning = kw["help"].split("; default")[0].split(" (default")[0]
+    parser.add_argument(*flags, **{**kw, "help": f"{meaning}; default: {default_help}"})
 
 
 def add_run_options(parser, *, resume: bool = False, helps: dict | None = None) -> None:

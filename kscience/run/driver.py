@@ -62,6 +62,7 @@ class Run:
         self.bus = EventBus(record=self._record_event)
         self._scientist, self._executor = scientist, executor
         self._seed_source: str | None = None
+        self.advised = False  # the run's error says what to do next itself (RunError.advised), not "resume"
         self._stop = threading.Event()
         self._task = Background(self.run_async, name="kscience-run")
 
@@ -75,6 +76,9 @@ class Run:
         run = cls(store, config, problem, scientist=scientist, executor=executor, slots=slots)
         run._scientist = scientist or run._build_scientist(spent_usd=0.0, spent_tokens=0, done=0)
         run._seed_source = seed_source or problem.seed_source or reference_source(problem)
+        refusal = run._refusal([run._seed_source], done=0)
+        if refusal:  # known before any work: nothing is stored, and there is nothing to resume
+            raise ConfigError(refusal)
         run.id = store.create_run(name=config.name, problem=problem.locator, overrides=config.overrides,
                                   llm=config.llm, strategy=config.strategy, config=config.to_dict(),
                                   environment=environment(config, run._model_name()), **this_process())
@@ -111,8 +115,13 @@ class Run:
         usage = store.llm_usage(run_id)
         run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
                                                            spent_tokens=usage["tokens"], done=done)
-        seed = first_of_kind(store.candidates(run_id), "seed")
+        candidates = store.candidates(run_id)
+        seed = first_of_kind(candidates, "seed")
         run._seed_source = seed.source if seed else (problem.seed_source or reference_source(problem))
+        kernels = [run._seed_source] + [c.source for c in candidates if c.kind in ("child", "repair") and c.ok]
+        refusal = run._refusal(kernels, done)
+        if refusal:  # the run stays as it was: resuming it so would only fail again
+            raise ConfigError(f"run {run_id} cannot go on with {config.llm}: {refusal}")
         env = environment(config, run._model_name())
         env["previous_sessions"] = [*row["environment"].pop("previous_sessions", []), row["environment"]]
         store.update_run(run_id, status="running", error=None, llm=config.llm, config=config.to_dict(),
@@ -132,6 +141,12 @@ class Run:
         # A resumed session gets a shifted seed so it does not replay the choices of the first one.
         return Scientist(llm, self.problem, knowledge, strategy=c.strategy, seed=c.seed + done,
                          code_knowledge=code_knowledge, target=target, chooser=c.chooser)
+
+    def _refusal(self, kernels: list[str], done: int) -> str | None:
+        """Why the scientist cannot design on this problem from `kernels`, where it has iterations to design
+        (a run of none only judges its seed and baselines); None: it may."""
+        refusal = getattr(self._scientist, "refusal", None)
+        return refusal(kernels) if refusal is not None and self.target > done else None
 
     def _model_name(self) -> str:
         return getattr(self._scientist, "model_name", self.config.llm)
@@ -200,6 +215,7 @@ class Run:
             status, error = "stopped", str(exc)
         except (LLMError, RunError, ProblemError, StoreError) as exc:
             status, error = "failed", str(exc)
+            self.advised = getattr(exc, "advised", False)
         except asyncio.CancelledError:  # Ctrl-C in a shell: record the stop, then let it through
             self.store.update_run(self.id, status="stopped", error="interrupted")
             raise

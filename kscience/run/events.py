@@ -59,6 +59,7 @@ class CandidateWritten(Event):
     plan_title: str
     status: str  # "pending", or "write_failed" when the writer produced no source
     diff: str = ""  # unified diff against the parent's source
+    message: str = ""  # why the writer produced no source (write_failed), whole
 
 
 @dataclass
@@ -74,6 +75,9 @@ class CandidateEvaluated(Event):
     message: str
     best_us: float | None  # the run's best after this evaluation
     seed_us: float | None
+    # The seed was timed by an earlier session of the run (before a resume), so `seed_us` is a time taken under
+    # another moment's machine load: a ratio against it says less than one taken in the same session.
+    seed_earlier: bool = False
 
 
 @dataclass
@@ -101,6 +105,17 @@ class CandidateProfiled(Event):
     profiler: str
     profile_s: float | None
     message: str
+
+
+@dataclass
+class Notice(Event):
+    """Something a watcher is told once rather than per evaluation: baselines skipped because their libraries
+    are not installed, how a resumed session's ratios against the seed should be read."""
+
+    type: ClassVar[str] = "notice"
+    text: str
+    iteration: int = 0
+    missing: list[str] = field(default_factory=list)  # the packages not installed here, for a skipped baseline
 
 
 @dataclass
@@ -135,8 +150,8 @@ class RunFailed(Event):
 
 
 EVENT_TYPES = {cls.type: cls for cls in (StageChanged, HypothesesProposed, CandidateWritten,
-                                         CandidateEvaluated, EvaluationWaiting, CandidateProfiled, FindingRecorded,
-                                         RunFinished, RunFailed)}
+                                         CandidateEvaluated, EvaluationWaiting, CandidateProfiled, Notice,
+                                         FindingRecorded, RunFinished, RunFailed)}
 
 
 def event_from_dict(d: dict) -> Event:

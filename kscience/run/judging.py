@@ -33,8 +33,9 @@ from kscience.run.events import CandidateEvaluated, CandidateProfiled, Evaluatio
 from kscience.run.held import Held, Job
 from kscience.run.in_flight import has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.run.limits import step_limit, stored_verdict
 from kscience.run.slots import Slots
-from kscience.scientist.candidate import Candidate
+from kscience.scientist.candidate import EAGER_KIND, Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind
 from kscience.record.store import BASELINE_KINDS
 from kscience.scientist.llm import BudgetExceeded
@@ -43,11 +44,6 @@ WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits fo
 WAIT_REPEAT_S = 300.0  # an unchanged wait is reported again after this long
 IDLE_LOOK_S = 0.2  # how often a profile job or torch.compile's baseline waiting for an idle slot looks for a stop
 RUNNING_SAY_S = 60.0  # an evaluation still queued or running says so after this long, and again as often
-# The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
-# first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy
-# machine).
-STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 60.0
-CANDIDATE_STEPS = ("import", "check", "time", "recheck")  # the phases in which the candidate's code runs
 # Baselines judged on a slot that no evaluation waits for, rather than beside the slots as the cheap ones are.
 # torch.compile's max-autotune holds a GPU for minutes (325 s of a 400 s fp8 run on an H100): beside the slots
 # it would share a GPU with a child's timing, and ahead of queued children it would hold every line's work
@@ -64,13 +60,17 @@ IDLE_SLOT_BASELINES = ("compiled",)
 IDLE_SLOT_LIMIT_S = 300.0
 
 
-def step_limit(seed: Candidate | None) -> float | None:
-    """The default per-step limit of a run's candidates: from its seed's own evaluation, None (the judge's own
-    limits) until the seed was judged ok. The judge never raises its own limits for it."""
-    if seed is None or not seed.ok or not seed.result:
-        return None
-    slowest = max((seed.result.phases_s.get(p, 0.0) for p in CANDIDATE_STEPS), default=0.0)
-    return max(STEP_LIMIT_FACTOR * slowest, STEP_LIMIT_FLOOR_S)
+def say_running_after(step_limit_s: float | None) -> float:
+    """How long an evaluation runs before it says so (and how often it says it again): RUNNING_SAY_S, or the
+    limit per step where that is shorter, since a user who set it counts that long as long."""
+    return min(RUNNING_SAY_S, step_limit_s) if step_limit_s else RUNNING_SAY_S
+
+
+def running_state(doing: str | None, step_limit_s: float | None) -> str:
+    """What a long evaluation says of itself: what its judge is doing, and the limit it runs under. The words
+    `kscience run` and `kscience eval` both print."""
+    limit = f"limit {step_limit_s:g} s per step" if step_limit_s else "the judge's limits, 120 s to 300 s per step"
+    return f"{doing or 'still being judged'} ({limit})"
 
 
 class Judging:
@@ -137,7 +137,7 @@ class Judging:
     def expected_s(self) -> float | None:
         """How long one evaluation of this problem takes: its seed's, else its reference's, as judged (None until
         one is). The shared slots serve the longest first."""
-        for kind in ("seed", "reference"):
+        for kind in ("seed", EAGER_KIND):
             judged = first_of_kind(self.journal.candidates(), kind)
             if judged is not None and judged.result is not None and judged.result.wall_s:
                 return judged.result.wall_s
@@ -365,7 +365,7 @@ class Judging:
                     # Cut by the session's time limit, not judged: it stays pending and a resume judges it.
                     raise BudgetExceeded(f"time limit reached: {self.time_limit_s:g}s (the evaluation of "
                                          f"{cand.id} in flight was ended; a resume evaluates it again)")
-                return result.to_dict()
+                return stored_verdict(result, request)
             except asyncio.CancelledError:
                 # Interrupted: a started evaluation runs to its end in its own process anyway (the executor
                 # waits for it on shutdown), so keep its verdict rather than redo it; one that the command's
@@ -373,7 +373,7 @@ class Judging:
                 # Its verdict is stored and announced like any other, so every view shows what a user saw judged.
                 if not future.cancel():
                     with contextlib.suppress(Exception):
-                        self.record_verdict(cand, future.result().to_dict())
+                        self.record_verdict(cand, stored_verdict(future.result(), request))
                 raise
         finally:
             self.asked -= 1
@@ -443,21 +443,26 @@ class Judging:
         self.journal.emit(CandidateEvaluated(
             candidate_id=cand.id, parent_id=cand.parent_id, kind=cand.kind, iteration=cand.iteration,
             hypothesis=cand.hypothesis, status=cand.status, geomean_us=cand.geomean_us, message=cand.message,
-            best_us=best.geomean_us if best else None, seed_us=seed.geomean_us if seed else None))
+            best_us=best.geomean_us if best else None, seed_us=seed.geomean_us if seed else None,
+            seed_earlier=self.seed_timed_earlier(seed)))
         self.changed.set()
         return cand
+
+    def seed_timed_earlier(self, seed: Candidate | None) -> bool:
+        """Whether the seed's verdict comes from an earlier session of the run (before this resume)."""
+        return seed is not None and seed.evaluated is not None and seed.evaluated < self.started
 
     async def _outcome(self, cand: Candidate, future, line: int, step_limit_s: float | None = None) -> R.EvalResult:
         """The evaluation's result. One that waits outside this process (a queue) is reported while it
         waits, and a stop ends the wait: its request stays outstanding and a resumed run takes its result.
-        One that runs long is reported every RUNNING_SAY_S: what its judge is doing, where the executor
-        hears it, and the limit it runs under."""
+        One that runs long is reported every `say_running_after` its limit: what its judge is doing, where the
+        executor hears it, and the limit it runs under."""
         wrapped = asyncio.wrap_future(future)
         started, said, said_at = time.monotonic(), None, 0.0
-        next_say = RUNNING_SAY_S
+        next_say = say_every = say_running_after(step_limit_s)
         while True:
             try:
-                done, _ = await asyncio.wait({wrapped}, timeout=min(WAIT_LOOK_S, RUNNING_SAY_S))
+                done, _ = await asyncio.wait({wrapped}, timeout=min(WAIT_LOOK_S, say_every))
             except asyncio.CancelledError:  # the caller takes the outcome from `future`: this copy goes unread
                 wrapped.cancel()
                 raise
@@ -467,11 +472,9 @@ class Judging:
             if state is None:
                 waited = time.monotonic() - started
                 if waited >= next_say:
-                    next_say = waited + RUNNING_SAY_S
-                    limit = (f"limit {step_limit_s:g} s per step" if step_limit_s
-                             else "the judge's limits, 120 s to 300 s per step")
+                    next_say = waited + say_every
                     if has_started(future):
-                        said_now = f"{self.executor.doing(future) or 'still being judged'} ({limit})"
+                        said_now = running_state(self.executor.doing(future), step_limit_s)
                     else:  # behind the baselines judged beside the slots, in the executor
                         said_now = self.in_flight.queued(future)
                     self.journal.emit(EvaluationWaiting(candidate_id=cand.id, iteration=cand.iteration,

@@ -41,7 +41,13 @@ MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen
 
 
 class RunError(Exception):
-    """The run cannot go on, for a reason that is not the LLM's: e.g. a seed kernel that never passes."""
+    """The run cannot go on, for a reason that is not the LLM's: e.g. a seed kernel that never passes.
+    `advised`: the message itself says what to do next (a resume with other settings, or a new run), in place
+    of the plain advice to resume, which would only fail again."""
+
+    def __init__(self, message: str, advised: bool = False):
+        super().__init__(message)
+        self.advised = advised
 
 
 class NothingLeft(Exception):
@@ -275,7 +281,7 @@ class Line:
             self.stopping.check()
             self.budget.check()
             attempts += 1
-            self._stage("repair", iteration, f"{broken.id} attempt {attempts}")
+            self._stage("repair", iteration, f"{broken.id} ({broken.status}), attempt {attempts} of {self.repairs}")
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
                                                attempts, coverage=coverage(broken.stored_result, self.problem),
@@ -305,6 +311,6 @@ class Line:
             status=PENDING if written else WRITE_FAILED, message="" if written else (draft.error or "no source"),
             write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied)
         self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=parent_id, kind=kind, iteration=iteration,
-                                           plan_title=hypothesis, status=cand.status,
+                                           plan_title=hypothesis, status=cand.status, message=cand.message,
                                            diff=source_diff(parent_source, draft.source) if written else ""))
         return cand

@@ -29,15 +29,17 @@ from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, 
 from kscience.evaluate.executors.base import Executor
 from kscience.run.budget import EvaluationBudget, EvaluationsSpent
 from kscience.run.config import RunConfig
-from kscience.run.events import CandidateProfiled, CandidateWritten, EventBus
+from kscience.run.events import CandidateProfiled, CandidateWritten, EventBus, Notice
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.judging import Judging
 from kscience.run.line import Line, NothingLeft, RunError
+from kscience.run.log import EARLIER_SEED_MARK
 from kscience.run.population import Population
+from kscience.run.seed_chain import judge_again, seed_failure
 from kscience.run.sharing import Sharing
 from kscience.run.slots import Slots
 from kscience.problems import Problem
-from kscience.problems.libraries import missing_line
+from kscience.problems.libraries import missing_line, skipped_line
 from kscience.scientist.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind, iterations_done
 from kscience.record.store import PENDING, Store
@@ -106,6 +108,7 @@ class Controller:
             except EvaluationsSpent as exc:
                 ended = str(exc)
             else:
+                self._say_where_the_seed_was_timed()
                 # Composition also follows every verdict (kscience.run.judging); here it judges a composite a
                 # stopped run left pending, and composes what the roots of a resumed run make possible.
                 await self.judging.composer.maybe_compose(self.iterations_done())
@@ -127,6 +130,17 @@ class Controller:
             raise
         finally:
             self.judging.save()  # this session's wall time and every slot's busy time
+
+    def _say_where_the_seed_was_timed(self) -> None:
+        """A resumed session compares its kernels with a seed an earlier session timed, under another moment's
+        load: said once, with the command that times them side by side."""
+        seed = first_of_kind(self.journal.candidates(), "seed")
+        if self.judging.seed_timed_earlier(seed):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seed.evaluated))
+            self.journal.emit(Notice(
+                f"{EARLIER_SEED_MARK} vs seed: the seed was timed by an earlier session of this run ({when}), under "
+                f"that moment's machine load; `kscience retime {self.run_id} --db {self.store.path}` judges the seed "
+                f"and the best kernels again side by side", self.iterations_done()))
 
     def _worked_beside(self) -> list[asyncio.Task]:
         """The baselines, the seed's profile and optional work sent with an evaluation, which the lines do not
@@ -296,13 +310,14 @@ class Controller:
         passes: the baselines are judged beside them (`_beside`), so a prompt written before a baseline's
         verdict lacks it and later ones have it. A baseline that fails keeps its status and the run goes on."""
         candidates = self.journal.candidates()
-        chain = [c for c in candidates if c.iteration == 0 and c.kind in ("seed", "repair")]
+        chain = judge_again([c for c in candidates if c.iteration == 0 and c.kind in ("seed", "repair")],
+                            self.judging.step_limit_for, self.journal)
         if not chain:
             self.journal.stage("seed", 0)
             chain = [self._add(kind="seed", source=self.seed_source, hypothesis="seed kernel", iteration=0)]
         # The seed and the baselines that need nothing from it are asked for together (one batch of a queue
         # executor's requests, one round of a cluster's), not one after another.
-        cheap = [("reference", self.reference_source, "PyTorch eager")]
+        cheap = [("eager", self.reference_source, "PyTorch eager")]
         if self.vendor_source:  # where the library cannot run, it is stored with the reason
             cheap.append(("vendor", self.vendor_source, vendor_title(self.problem)))
         alone = vendor_alone_source(self.problem)
@@ -317,17 +332,24 @@ class Controller:
         # profile before the first design. The first designer works from the seed's evaluation (compile facts,
         # time per launched kernel); every design asked once the profile is stored shows it. A queue or a
         # cluster gets the baselines in one batch with the seed.
+        libraries = [lib for lib in self.problem.libraries if not missing_line(lib)
+                     or self._library_row(candidates, lib) is not None]
+        missing = [lib for lib in self.problem.libraries if lib not in libraries]
+        if missing:  # in one line, not one per library
+            self.journal.emit(Notice(skipped_line(missing), missing=sorted({lib.distribution for lib in missing})))
         baselines = [*(partial(self._baseline, candidates, kind, source, title, {}) for kind, source, title in cheap),
-                     *(partial(self._library_baseline, candidates, lib) for lib in self.problem.libraries)]
+                     *(partial(self._library_baseline, candidates, lib) for lib in libraries)]
         profiled_here = bool(self.judging.profile) and not getattr(self.executor, "judges_elsewhere", False)
         if not profiled_here:
             self._beside = [self._judged_beside(judged()) for judged in baselines]
-        final = await self._line(0).settle(chain, iteration=0, plan_id=None, title="seed kernel", profile_beside=True)
+        # A chain judged again from a timed-out member may hold a correct kernel before the repairs made after it.
+        final = next((c for c in chain if c.ok), None) or await self._line(0).settle(
+            chain, iteration=0, plan_id=None, title="seed kernel", profile_beside=True)
         if profiled_here:
             self._beside = [self._judged_beside(judged()) for judged in baselines]
         if not final.ok:
-            raise RunError(f"the seed kernel does not pass ({chain[0].status}: {chain[0].message}) "
-                           f"and {self.repairs} repair attempt(s) did not fix it")
+            raise seed_failure(chain, self.journal, self.problem, self.repairs,
+                               getattr(self.scientist, "model_name", "offline"))
         if compiled_baseline_wanted(self.compiled_baseline, final):  # on the seed's device; Judging says when
             self._beside.append(self._judged_beside(self._baseline(
                 candidates, "compiled", self.compiled_source, "torch.compile of PyTorch eager", final.device)))
@@ -359,17 +381,16 @@ class Controller:
             baseline_cache.keep(self.problem, kind, source, judged.stored_result,
                                 f"run {self.run_id} ({judged.id}) of {self.store.path}")
 
+    def _library_row(self, candidates: list[Candidate], lib) -> Candidate | None:
+        return next((c for c in candidates if c.kind == "library" and self.problem.library_named(c.hypothesis)
+                     is lib), None)
+
     async def _library_baseline(self, candidates: list[Candidate], lib) -> None:
-        """A library a user would install instead, timed as a baseline. Where its package is not installed here
-        the run says so in one line and goes on without it; where it cannot run on the device, its row keeps the
-        reason, as the vendor path's does."""
-        row = next((c for c in candidates if c.kind == "library" and self.problem.library_named(c.hypothesis)
-                    is lib), None)
+        """A library a user would install instead, timed as a baseline (`_roots` has said, in one line for all,
+        which are skipped because their packages are not installed here); where it cannot run on the device, its
+        row keeps the reason, as the vendor path's does."""
+        row = self._library_row(candidates, lib)
         if row is None:
-            missing = missing_line(lib)
-            if missing:
-                self.journal.stage("library missing", 0, missing)
-                return
             self.journal.stage("library", 0, lib.name)
             row = self._add(kind="library", source=library_candidate(lib), hypothesis=library_title(self.problem, lib),
                             iteration=0)

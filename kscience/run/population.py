@@ -65,7 +65,7 @@ class Population:
         target = getattr(self.scientist, "target", None) or run_target(None, device)
         kinds = {c.kind: c for c in cands}
         baselines = [(label, kinds[kind].stored_result or None if kind in kinds else None) for kind, label in
-                     (("reference", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
+                     (("eager", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
                       ("vendor", f"vendor library: {vendor_title(self.problem)}"),
                       ("vendor_alone", "the vendor call alone, its inputs made in its layout beforehand (not a rival: "
                                        "kernels get the problem's layout)"))

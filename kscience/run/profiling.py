@@ -14,6 +14,7 @@ Both return keyword arguments for `Store.record_profile`, so the caller stores t
 
 from __future__ import annotations
 
+from kscience.device import detect
 from kscience.evaluate.profile import job as profile_job, ncu
 from kscience.problems import Problem
 from kscience.problems.roofline import result_sol, stop_at_sol, summary
@@ -49,13 +50,17 @@ def resolve_profiler(setting: str | None, judged_here: bool = True) -> tuple[str
     """(the profiler a run asks for, None for none; the one line it says about that, or None). Nsight
     Compute runs where the candidates are judged (a profile job through the executor), so with a queue or
     a cluster (`judged_here` False) whether ncu exists is the judging machine's answer, said once when it
-    has none; where this machine judges, a missing ncu is said here, before anything runs."""
+    has none; where this machine judges, a missing ncu is said here, before anything runs. Said only where it
+    tells the user something: `--profile ncu` asked for it, or `auto` on a machine with a GPU; `auto` under the
+    CPU interpreter, where there are no hardware counters to read, is off without a word."""
     if setting in (None, "none"):
         return None, None
     if judged_here and ncu.ncu_path() is None:
-        return None, ("profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
-                      if setting == "ncu" else
-                      "profile: off (Nsight Compute, ncu, is not on PATH of this machine, which judges the "
+        if setting == "ncu":
+            return None, "profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
+        if detect().interpreted:
+            return None, None
+        return None, ("profile: off (Nsight Compute, ncu, is not on PATH of this machine, which judges the "
                       "candidates); install it for stall reasons and pipe use")
     return setting, (f"profile: Nsight Compute on the seed and each new best where the judging machine has it, "
                      f"outside the timing, after queued evaluations or within {PROFILE_SHARE:.0%} of slot time "

@@ -16,6 +16,10 @@ from kscience.problems import precision as P, shape_label
 from kscience.evaluate.result import OK, EvalResult, ShapeResult
 
 BENCHMARK = "benchmark"
+# The kind of the eager PyTorch baseline, shown as "PyTorch eager". Runs stored before it had this name call it
+# "reference" (which in KernelBench means the problem's Model): read back, they say "eager" too.
+EAGER_KIND = "eager"
+_RENAMED_KINDS = {"reference": EAGER_KIND}
 _RESULT_FIELDS = {f.name for f in fields(EvalResult)}
 _SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
 
@@ -83,7 +87,7 @@ class Candidate:
     run_id: str
     seq: int
     parent_id: str | None
-    kind: str  # seed, reference, compiled, vendor, library, child, repair, composite...
+    kind: str  # seed, eager, compiled, vendor, library, child, repair, composite...
     iteration: int
     plan_id: str | None
     hypothesis: str
@@ -103,6 +107,8 @@ class Candidate:
 
     @classmethod
     def from_row(cls, row: dict) -> "Candidate":
+        if row.get("kind") in _RENAMED_KINDS:
+            row = {**row, "kind": _RENAMED_KINDS[row["kind"]]}
         result, notes = result_from_stored(row["result"]) if row.get("result") else (None, {})
         names = {f.name for f in fields(cls)} - {"result", "notes", "row"}
         return cls(**{k: row.get(k) for k in names}, result=result, notes=notes, row=dict(row))

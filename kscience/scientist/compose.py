@@ -23,7 +23,7 @@ from kscience.problems.spec import Problem, geomean, shape_label
 from kscience.scientist.candidate import BENCHMARK, Candidate
 
 KIND = "composite"  # the stored kind of a composite candidate
-NOT_PARTS = ("reference", "compiled", "vendor", "vendor_alone", "library", KIND)  # baselines are not kernels to dispatch to; no nesting
+NOT_PARTS = ("eager", "compiled", "vendor", "vendor_alone", "library", KIND)  # baselines are not kernels to dispatch to; no nesting
 MIN_GAIN_PCT = 1.0  # a composite predicted to gain less than this over the best kernel is not worth judging
 KEEP_FALLBACK_PCT = 0.5  # a region keeps the overall best unless another kernel is faster by more than this
 MAX_DEPTH = 4  # at most 2**4 regions

@@ -125,6 +125,10 @@ class Scientist:
         self.knowledge, self.code_knowledge = (fill_probes(text, bench.probes, bench.interpreted)
                                                for text in self._notes)
 
+    def refusal(self, kernels: list[str]) -> str | None:
+        """Why this model cannot start on this problem from `kernels`, known without asking it; None: it may."""
+        return self.llm.refusal(self.problem, kernels)
+
     async def preflight(self, kernels: list[str]) -> None:
         """Before anything is timed: can this model work on this problem, starting from `kernels` (the seed,
         then the correct kernels a resumed run already has), and does it answer? LLMError (one line) if not."""

@@ -32,6 +32,11 @@ class LLM(ABC):
         `briefing.Brief`); a model reads the prompt, the offline scientist the context.
         Raises LLMError (with `.call` set when a request was made)."""
 
+    def refusal(self, problem: Any, kernels: list[str]) -> str | None:
+        """Why this backend cannot work on the problem from `kernels` (the seed first), where that is known
+        without asking anything (a run refuses to start then, and stores nothing); None: it may."""
+        return None
+
     async def preflight(self, problem: Any, kernels: list[str]) -> LLMCall | None:
         """Fail fast, before anything is timed, when this backend cannot work on the problem from `kernels`
         (the seed first) or does not answer: raise LLMError with one line. By default nothing to check."""

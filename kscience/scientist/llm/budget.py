@@ -79,6 +79,9 @@ class Metered(LLM):
         self.budget = budget
         self.recorder = recorder
 
+    def refusal(self, problem: Any, kernels: list[str]) -> str | None:
+        return self.inner.refusal(problem, kernels)
+
     async def preflight(self, problem: Any, kernels: list[str]) -> LLMCall | None:
         if self.budget is not None:
             self.budget.check()

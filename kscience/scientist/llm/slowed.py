@@ -29,6 +29,9 @@ class Slowed(LLM):
         self.inner, self.latency_s = inner, latency_s
         self.name = f"{inner.name}@{latency_s:g}"
 
+    def refusal(self, problem: Any, kernels: list[str]) -> str | None:
+        return self.inner.refusal(problem, kernels)
+
     async def preflight(self, problem: Any, kernels: list[str]) -> LLMCall | None:
         return await self.inner.preflight(problem, kernels)
 

@@ -39,6 +39,12 @@ from kscience.scientist.plans import AVENUES
 
 NOTICE = ("offline scientist (no LLM configured): plain autotuning of the seed's declared knobs plus a fixed "
           "catalogue of structural moves")
+# What to do instead, after `cannot_work_on`'s reason.
+REFUSAL_ADVICE = ("start from a Triton kernel that declares one (`kscience seed softmax` shows one; --seed-kernel "
+                  "FILE), or use a model: --llm openai:MODEL or gemini:MODEL (--llm scripted rehearses that path "
+                  "without one)")
+KNOBS = ("module-level integer constants named like BLOCK_SIZE, GROUP_M, NUM_WARPS, NUM_STAGES or SPLIT_K, or a "
+         "launch's num_warps=4")
 RESOURCE_ERROR = re.compile(r"out of resource|shared memory|too many resources|OutOfResources|registers|\bLDS\b",
                             re.IGNORECASE)
 EXPERIMENTS = 3  # plans per round, all of them chosen (plans.mark_chosen keeps three)
@@ -84,8 +90,13 @@ def cannot_work_on(problem: Any, kernels: list[str]) -> str | None:
 
     if any(workable(k) for k in kernels):
         return None
-    return (f"the offline scientist cannot write kernels from scratch, and no move of its catalogue applies to "
-            f"the seed of {problem.name} (no Triton kernel with knobs it knows)")
+    seed = kernels[0] if kernels else ""
+    has = ("has Triton kernels but declares no such knob and no pattern it rewrites" if "triton.jit" in seed
+           else "is plain PyTorch (the problem's own code, or a submission without a Triton kernel)")
+    return (f"the offline scientist cannot write kernels from scratch: it tunes the knobs a seed declares ({KNOBS}) "
+            f"and applies rewrites it knows, and the seed of {problem.name} {has}")
+
+
 
 
 class OfflineLLM(LLM):
@@ -102,13 +113,16 @@ class OfflineLLM(LLM):
         self.search_ran: set[str] = set()  # which searches proposed configurations ("optuna-tpe", ...)
         self.notice = f"{NOTICE}; knob search: {search_name()}"
 
-    async def preflight(self, problem: Any, kernels: list[str]) -> None:
+    def refusal(self, problem: Any, kernels: list[str]) -> str | None:
         """It cannot write a kernel from scratch: without a catalogue move on any of `kernels` (the seed, and
         on a resumed run the correct kernels a model wrote) it has nothing to do."""
         reason = cannot_work_on(problem, kernels)
+        return reason and f"{reason}; {REFUSAL_ADVICE}"
+
+    async def preflight(self, problem: Any, kernels: list[str]) -> None:
+        reason = self.refusal(problem, kernels)
         if reason:
-            raise LLMError(f"{reason}; run it with a model (--llm openai:MODEL or gemini:MODEL) or start from a "
-                           "Triton kernel (--seed-kernel FILE)")
+            raise LLMError(reason)
 
     async def complete(self, prompt: str, *, role: str, system: str | None = None,
                        schema: dict | None = None, context: Any = None) -> tuple[str, LLMCall]:
