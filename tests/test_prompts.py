@@ -200,7 +200,9 @@ def test_kernelbench_level2_prompt_carries_model_constants_generators_and_the_fi
         assert "[{}]" not in p, role
     for role in ("designer", "writer"):
         assert "# First task: write the kernels" in prompts[role] and "load_inline" in prompts[role]
-    assert "Sizes come from the module constants (after --set)" in prompts["selector"]
+    assert ("Shapes: one shape everywhere, checked for correctness and then timed: default (the module constants "
+            "as run: batch_size=8, in_features=32, out_features=16, multiplier=3.5, negative_slope=0.1): "
+            "data[0] 8x32 float32.") in prompts["selector"]
     assert list(notes_in(prompts["writer"])) == ["triton.md"]
 
 
@@ -244,7 +246,7 @@ def test_the_header_carries_versions_every_baseline_or_why_it_is_missing_and_per
     header = render_header(bench)
     assert "Software there: torch 2.11.0, Triton 3.6.0, CUDA 12.9" in header
     assert "Baseline torch.compile (max-autotune): geomean 300.00 us" in header
-    assert "Baseline vendor library: cuBLAS block-scaled fp8: runtime_error: RuntimeError: blockwise" in header
+    assert "Baseline vendor library: cuBLAS block-scaled fp8: runtime_error: `RuntimeError: blockwise" in header
     assert "fastest on 9 shape(s): c-60bb46a2" in header
     # and the prompts carry it
     llm = Capture()

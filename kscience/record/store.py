@@ -92,14 +92,16 @@ class Store(Database):
     def add_candidate(self, run_id: str, *, kind: str, source: str, hypothesis: str, iteration: int,
                       parent_id: str | None = None, plan_id: str | None = None, repair_attempt: int = 0,
                       status: str = PENDING, message: str = "", write_mode: str | None = None,
-                      edits_total: int = 0, edits_applied: int = 0) -> Candidate:
+                      edits_total: int = 0, edits_applied: int = 0, deviations: str = "") -> Candidate:
+        """A new candidate; `deviations` is its writer's note on what it did otherwise than the plan."""
         cand_id = new_id("c")
         with self._tx():
             seq = self._db.execute("SELECT count(*) FROM candidates WHERE run_id=?", (run_id,)).fetchone()[0] + 1
             self._db.execute(
-                "INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (cand_id, run_id, seq, parent_id, kind, iteration, plan_id, hypothesis, source, status,
-                 message, None, None, repair_attempt, write_mode, edits_total, edits_applied, time.time(), None))
+                 message, None, None, repair_attempt, write_mode, edits_total, edits_applied, time.time(), None,
+                 self._clean(deviations)))
         return self.candidate(cand_id)
 
     def record_result(self, cand_id: str, result: dict) -> Candidate:
