@@ -49,6 +49,8 @@ def kernel_line(f: KernelFacts) -> str:
         parts.append(f"{f.registers} registers/thread")
     if f.spills is not None:
         parts.append("no spills" if f.spills == 0 else f"SPILLS {f.spills} words to local memory")
+    if f.local_bytes:
+        parts.append(f"{_size(f.local_bytes)} local memory per thread")
     shared = f.shared_bytes if f.shared_bytes is not None else f.static_shared_bytes
     if shared is not None:
         parts.append(f"{_size(shared)} shared")
