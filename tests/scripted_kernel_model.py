@@ -56,7 +56,7 @@ class ScriptedKernelModel(FakeOpenAI):
         if schema == "designer":
             return json.dumps(plans(self.n_plans, first_free_variant(prompt)))
         if schema == "selector":
-            members = json.loads(prompt[prompt.index("["):prompt.rindex("]") + 1])
+            members = json.loads(prompt.split("```json\n", 1)[1].split("\n```", 1)[0])  # the population block
             ok = [m for m in members if m.get("status") == "ok" and m.get("geomean_us")]
             best = min(ok, key=lambda m: m["geomean_us"]) if ok else members[0]
             return json.dumps({"base_id": best["id"], "reference_id": "", "justification": "fastest"})

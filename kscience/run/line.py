@@ -159,7 +159,8 @@ class Line:
                     plans = await self.scientist.design(base, reference, findings, done, in_flight,
                                                        wanted=plans_wanted(groups_wanted), avenue=avenue,
                                                        others=sharing.others(design),
-                                                       neighbourhood=self.population.neighbourhood(base.id))
+                                                       neighbourhood=self.population.neighbourhood(
+                                                           base.id, of_the_base=True))
                 except NothingToPropose as exc:  # no experiment for this base at all: the next one
                     self._stage("no plan", iteration, str(exc))
                     tried.append(base.id)

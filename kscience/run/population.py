@@ -57,21 +57,33 @@ class Population:
             coverage=coverage(c.stored_result, self.problem), profile=profile,
             failing_shape=c.result.failing_shape if c.result else None, deviations=c.deviations)
 
-    def neighbourhood(self, base_id: str, *, plan_id: str | None = None, iteration: int | None = None) -> Neighbourhood:
+    def neighbourhood(self, base_id: str, *, plan_id: str | None = None, iteration: int | None = None,
+                      of_the_base: bool = False) -> Neighbourhood:
         """Around an experiment on `base_id`: the other plans chosen on it (of `iteration` only, the same design,
-        when given; never `plan_id` itself), each with its latest candidate, the best member, and every finding."""
+        when given; never `plan_id` itself), each with its latest candidate, the best member, and every finding;
+        `of_the_base`: also the base's own siblings, the other plans of the design that produced it."""
         store, run_id = self.journal.store, self.journal.run_id
         cands = store.candidates(run_id)
         views = self.views()
         latest = {c.plan_id: c for c in cands if c.plan_id}  # in seq order: a repair comes after what it repairs
-        siblings = []
-        for p in store.plans(run_id):
-            if p["chosen"] and p["base_id"] == base_id and p["id"] != plan_id and iteration in (None, p["iteration"]):
-                c = latest.get(p["id"])
-                siblings.append(Neighbour(p["title"], None if c is None else views.get(c.id) or self.view(c)))
+        plans = [p for p in store.plans(run_id) if p["chosen"]]
+
+        def around(on: str, skip: str | None, of_iteration: int | None) -> list[Neighbour]:
+            out = []
+            for p in plans:
+                if p["base_id"] == on and p["id"] != skip and of_iteration in (None, p["iteration"]):
+                    c = latest.get(p["id"])
+                    out.append(Neighbour(p["title"], None if c is None else views.get(c.id) or self.view(c)))
+            return out
+
+        base = next((c for c in cands if c.id == base_id), None)
+        made_by = next((p for p in plans if base is not None and p["id"] == base.plan_id), None)
         best = best_candidate(cands)
-        return Neighbourhood(siblings=siblings, best=views.get(best.id) if best else None,
-                             findings=[f["text"] for f in store.findings(run_id)])
+        return Neighbourhood(
+            siblings=around(base_id, plan_id, iteration), best=views.get(best.id) if best else None,
+            findings=[f["text"] for f in store.findings(run_id)],
+            base_siblings=around(made_by["base_id"], made_by["id"], made_by["iteration"])
+            if of_the_base and made_by else [])
 
     def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
         """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""

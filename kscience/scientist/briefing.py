@@ -147,7 +147,8 @@ def coverage(result: dict | None, problem: Problem) -> str:
     shapes = (result or {}).get("shapes", [])
     device = (result or {}).get("device") or {}
     if not shapes:
-        return "no shape ran"
+        failed = (result or {}).get("failing_shape")
+        return "no shape ran" if failed is None else f"no shape passed: the first one judged, {shape_label(failed)}, failed"
     checked = [s for s in shapes if s.get("ok")]
     failed = [s for s in shapes if not s.get("ok")]
     where = "under the CPU interpreter" if device.get("interpreted") else f"on {device.get('name', 'the GPU')}"

@@ -1,6 +1,7 @@
 """What a finding and a design see around their experiment: the other experiments of the same design on
 the same base (each with its verdict, whole, or that it is not judged yet), the current best kernel with
-its per-shape times, and for a finding the findings recorded so far, all within stated budgets.
+its per-shape times, for a finding the findings recorded so far, and for a design the experiments made on
+its base and those of the design that produced the base, all within stated budgets.
 
 A finding that sees one result against its base can only say whether that result was better; with its
 siblings and the best beside it, it can say why one of them won, which is the comparative lesson a
@@ -31,6 +32,8 @@ class Neighbourhood:
     siblings: list[Neighbour] = field(default_factory=list)
     best: CandidateView | None = None  # the run's fastest correct kernel
     findings: list[str] = field(default_factory=list)  # recorded so far, oldest first
+    # For a design: the base's own siblings, the other experiments of the design that produced the base
+    base_siblings: list[Neighbour] = field(default_factory=list)
 
 
 def _time(view: CandidateView, base: CandidateView | None) -> str:

@@ -275,9 +275,14 @@ class Scientist:
         carried = (f"{PLANS_PER_LINE} plans will be carried out" if wanted <= PLANS_WANTED else
                    f"The plans will be carried out by {(wanted - PLANS_WANTED) // PLANS_PER_LINE + 1} lines of "
                    f"work, {PLANS_PER_LINE} each")
-        around = ("(not given)" if neighbourhood is None else
-                  f"{best_line(neighbourhood.best, base)}\nExperiments made on this base so far, each with its "
-                  f"latest verdict:\n{siblings_text(neighbourhood.siblings, base)}")
+        around = "(not given)"
+        if neighbourhood is not None:
+            around = (f"{best_line(neighbourhood.best, base)}\nExperiments made on this base so far, each with its "
+                      f"latest verdict:\n{siblings_text(neighbourhood.siblings, base)}")
+            if neighbourhood.base_siblings:
+                around += (f"\nThe other experiments of the design that produced this base (on its parent "
+                           f"`{base.parent_id}`), each with its latest verdict:\n"
+                           f"{siblings_text(neighbourhood.base_siblings, None)}")
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
                         rules=self.rules().text(), neighbourhood=around,
                         knowledge=self.knowledge.strip() or "(none)", kernels=kernels_text(base, reference),
