@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 
 from scripted_kernel_model import ScriptedKernelModel
 
@@ -108,3 +109,24 @@ def test_a_run_shows_the_model_whole_verdicts_call_breakdowns_and_the_rules(tmp_
     assert f"deviations (the writer's note on what it did otherwise than the plan): {DEVIATION}" in shown
     assert main(["show", wrong.id, "--db", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["candidate"]["deviations"] == DEVIATION
+
+
+def test_a_schema_5_database_gains_the_deviations_column_and_keeps_its_rows(tmp_path):
+    from kscience.record.database import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    with Store(path) as store:
+        run_id = store.create_run(name="old", problem="softmax", overrides={}, llm="offline", strategy="llm",
+                                  config={}, environment={})
+        old = store.add_candidate(run_id, kind="seed", source="x", hypothesis="seed", iteration=0)
+    db = sqlite3.connect(path)  # as kscience wrote it before writers could note a deviation
+    db.execute("ALTER TABLE candidates DROP COLUMN deviations")
+    db.execute("PRAGMA user_version=5")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.candidate(old.id).deviations == ""
+        new = store.add_candidate(run_id, kind="child", source="y", hypothesis="h", iteration=1, parent_id=old.id,
+                                  deviations=DEVIATION)
+        assert store.candidate(new.id).deviations == DEVIATION
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6

@@ -42,6 +42,7 @@ def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
     db.execute("DROP TABLE profiles")
     db.execute("DROP TABLE slot_times")  # schema 4
     db.execute("DROP TABLE compositions")  # schema 5
+    db.execute("ALTER TABLE candidates DROP COLUMN deviations")  # schema 6
     db.execute("PRAGMA user_version=2")
     db.commit()
     db.close()
@@ -49,4 +50,4 @@ def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
         assert [c.id for c in store.candidates(run_id)] == [cand]
         store.record_profile(cand, profile_s=1.0)
         assert store.profile(cand)["profile_s"] == 1.0
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
