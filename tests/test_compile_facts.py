@@ -196,3 +196,30 @@ def test_compile_facts_of_a_cuda_build_reach_the_prompt():
     assert ("- _Z8spillingPfi (ptxas -v report, sm_90): 255 registers/thread; SPILLS 45 words to local memory; "
             "256 B local memory per thread; 0 B shared") in text
     assert "compile facts: none" not in text
+
+
+def test_what_cuda_13_printed_and_cuobjdump_read_of_a_real_nvcc_build():
+    (name, rec), = cf.parse_ptxas_verbose((CUDA_BUILDS / "ptxas_v_cuda13.txt").read_text()).items()
+    assert name == "_Z11row_softmaxPK13__nv_bfloat16PS_i"
+    assert rec == {"arch": "sm_90", "stack": 0, "spill_stores": 0, "spill_loads": 0, "registers": 29, "shared": 1024}
+    usage = cf.parse_resource_usage((CUDA_BUILDS / "cuobjdump_res_usage_cuda13.txt").read_text())
+    assert usage[name]["REG"] == 29 and usage[name]["LOCAL"] == 0 and usage[name]["SHARED"] == 2048
+
+
+@needs_cuobjdump
+def test_a_real_nvcc_library_in_the_build_folder_gives_its_kernels_facts(tmp_path):
+    """The library nvcc built from benchmarks/cuda_kernels/softmax_cuda.cu is kept in tests/data only as its
+    recorded reports; where this machine has nvcc, build it again and read it as the judge would."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on this machine")
+    import subprocess
+
+    source = Path(__file__).parents[1] / "benchmarks" / "cuda_kernels" / "softmax_cuda.cu"
+    done = subprocess.run([nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-arch=sm_90", "-o",
+                           str(tmp_path / "softmax.so"), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-600:]
+    (facts,) = cf.read_build_dir(tmp_path, (done.stdout + done.stderr,))  # ptxas's report adds nothing more
+    (said,) = cf.parse_ptxas_verbose(done.stdout + done.stderr).values()
+    assert (facts.source, facts.arch, facts.spills, facts.local_bytes) == ("build", "sm_90", 0, 0)
+    assert facts.registers == said["registers"]  # the binary and the compiler's own report agree

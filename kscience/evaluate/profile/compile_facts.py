@@ -276,9 +276,11 @@ def read_extension(so_path: str | Path, source: str = "load_inline") -> list[Ker
     path = Path(so_path)
     if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
         return []
-    usage = parse_resource_usage(_tool(["--dump-resource-usage", str(path)]))
+    report = _tool(["--dump-resource-usage", str(path)])
+    usage = parse_resource_usage(report)
     tensor = parse_sass_tensor_ops(_tool(["-sass", str(path)])) if usage else {}
-    return [KernelFacts(name=name, source=source, backend="cuda", registers=u.get("REG"),
+    arch = (re.findall(r"^arch = (\w+)", report, re.M) or [None])[-1]  # the last listed, as the usage is
+    return [KernelFacts(name=name, source=source, backend="cuda", arch=arch, registers=u.get("REG"),
                         spills=u.get("LOCAL", 0) // 4, static_shared_bytes=u.get("SHARED"), local_bytes=u.get("LOCAL"),
                         tensor_core=bool(tensor.get(name)) if name in tensor else None,
                         tensor_instructions=tensor.get(name, []), artefact=str(path))
