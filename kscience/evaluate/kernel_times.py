@@ -132,7 +132,8 @@ def record(harness, cmd: dict) -> dict:
     try:
         seen, per_call = (_cuda_launches if gpu else _interpreted_launches)(call, calls)
     except Exception as exc:  # the profiler, not the candidate: a reason, not a fault
-        return {"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR], "profiler": GPU_PROFILER if gpu else CPU_PROFILER}
+        # bounded for the channel, with room for the judge to end its own bound at a line (parse_reply)
+        return {"error": f"{type(exc).__name__}: {exc}"[:4 * MAX_ERROR], "profiler": GPU_PROFILER if gpu else CPU_PROFILER}
     finally:
         harness.give_back_memory()
     return {"calls": calls, "profiler": GPU_PROFILER if gpu else CPU_PROFILER,
@@ -140,11 +141,21 @@ def record(harness, cmd: dict) -> dict:
 
 
 # --- the judge's side ----------------------------------------------------------------------------
+def _whole(text: str, limit: int) -> str:
+    """`text` within `limit` characters, ending at a line or sentence where it has to be cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    end = max(cut.rfind("\n"), cut.rfind(". "))
+    return (cut[:end + 1].rstrip() if end > 0 else cut.rsplit(" ", 1)[0]) + f" [cut at {limit} characters]"
+
+
 def parse_reply(reply: dict) -> tuple[list[dict], str]:
     """(kernels per call, costliest first; a note, "" when none) from a worker's reply, whose form is
     checked: anything malformed gives no kernels and says so."""
     if reply.get("error"):
-        return [], f"per-kernel times unavailable ({str(reply.get('profiler'))[:60]}): {str(reply['error'])[:MAX_ERROR]}"
+        return [], (f"per-kernel times unavailable ({str(reply.get('profiler'))[:60]}): "
+                    f"{_whole(str(reply['error']), MAX_ERROR)}")
     calls, rows = reply.get("calls"), reply.get("kernels")
     if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1 or not isinstance(rows, list):
         return [], "per-kernel times: malformed reply from the worker"

@@ -49,6 +49,7 @@ __all__ = ["CandidateView", "Selection", "Plan", "Draft", "Scientist", "mark_cho
 
 STRATEGIES = ("tournament", "tree", "llm")
 DEVIATION_CHARS = 800  # a writer's note on what it did otherwise than its plan: whole sentences up to this
+DRAFT_ERROR_CHARS = 600  # why a writer's answers could not be used, as its candidate's message
 _DEVIATIONS = re.compile(r"^(`{3,})[ \t]*deviations[ \t]*\n(.*?)^\1[ \t]*$", re.S | re.M)
 
 
@@ -323,7 +324,8 @@ class Scientist:
             return Draft(second.source, second.mode, total, applied, deviations=second.deviations)
         more = f" (and {len(second.problems) - 1} more problems)" if len(second.problems) > 1 else ""
         first_line = second.problems[0].split("\n")[0]
-        return Draft(None, second.mode, total, applied, error=one_line(f"after one retry: {first_line}{more}"))
+        return Draft(None, second.mode, total, applied,
+                     error=whole_sentences(f"after one retry: {first_line}{more}", DRAFT_ERROR_CHARS))
 
     async def write(self, plan: Plan, base: CandidateView, reference: CandidateView | None) -> Draft:
         prompt = render("writer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
