@@ -6,7 +6,8 @@ problems, one run each: `campaign_problems`) and retimes (stored kernels judged 
 device, beside their original verdicts); since schema 3 profiles (what a profiler saw of a
 candidate: compile facts, Nsight Compute metrics, speed of light); since schema 4 slot_times
 (how busy each evaluation slot was in each session of a run); since schema 5 compositions (a
-composite candidate's parts and its rules by shape). Older files are migrated in
+composite candidate's parts and its rules by shape); since schema 6 a candidate's `deviations` (its
+writer's note on what it did otherwise than the plan). Older files are migrated in
 place when opened. A row is committed before anything is shown about it, so whatever a user has
 seen survives a `kill -9` and a run resumes from here.
 
