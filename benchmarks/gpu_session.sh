@@ -5,7 +5,8 @@
 # benchmarks/README.md says what each step runs, its settings (environment variables) and its results.
 # Logs, JSON results and run databases land in OUTDIR.
 set -uo pipefail
-steps_known="tests sorttests sortbuilds evaluator clock falserej gpumode throughput campaigns baselines kernelsplit runs \
+steps_known="tests sorttests sortbuilds evaluator clock falserej gpumode throughput campaigns baselines kernelsplit \
+callbreakdown runs \
 model-runs profile profile-run compose-gemm compose-rows profile-default"
 out=${1:?usage: gpu_session.sh OUTDIR [STEP...]; steps: $steps_known}
 shift
@@ -80,6 +81,8 @@ for step in $steps; do
     kernelsplit) timeout "${KERNELSPLIT_S:-540}" python3 benchmarks/kernel_split.py --out "$out" 2>&1 \
                    | tee "$out/kernel-split.log"
                  for db in "$out"/kernel-split-*.db; do checkpoint "$db"; done ;;
+    callbreakdown) timeout "${CALLBREAKDOWN_S:-540}" python3 benchmarks/call_breakdown.py --out "$out" 2>&1 \
+                     | tee "$out/call-breakdown.log" ;;
     runs) timeout "${RUNS_S:-540}" python3 benchmarks/offline_runs.py --iterations "${ITERATIONS:-2}" \
             --db "$out/offline-runs.db" --out "$out" 2>&1 | tee "$out/offline-runs.log"
           checkpoint "$out/offline-runs.db" ;;

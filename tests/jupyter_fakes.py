@@ -88,7 +88,7 @@ class FakeScientist:
     async def repair(self, source, status, message, failing_shape, attempt, coverage="", profile=None):
         return Draft(source=None, mode="edits", edits_total=1, edits_applied=0, error="no fix found")
 
-    async def finding(self, plan, base, child_status, child_geomean_us, child=None):
+    async def finding(self, plan, base, child_status, child_geomean_us, child=None, neighbourhood=None):
         return f"{plan.title}: {child_status}"
 
 

@@ -139,3 +139,87 @@ def test_a_gpu_worker_compiles_into_its_own_cache_and_facts_are_read_from_it(tmp
     (entry / "k.ptx").write_text("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16")
     (facts,) = cf.collect(dirs["TRITON_CACHE_DIR"], dirs["TORCH_EXTENSIONS_DIR"])
     assert (facts.name, facts.num_warps, facts.num_stages, facts.tensor_core) == ("k", 4, 3, True)
+
+
+# --- CUDA kernels built outside Triton: load_inline, nvcc through subprocess, ptxas -v -------------------
+CUDA_BUILDS = Path(__file__).parent / "data" / "cuda_builds"
+
+
+def test_ptxas_verbose_reports_each_entry_function_and_skips_device_functions():
+    report = cf.parse_ptxas_verbose((CUDA_BUILDS / "ptxas_v.txt").read_text())
+    assert list(report) == ["_Z11gelu_kernelPKfPfi", "tiled_gemm(float const*, float const*, float*, int, int, int)",
+                            "_Z8spillingPfi"]  # _Z6tanhapf is a device function, no kernel
+    assert report["_Z11gelu_kernelPKfPfi"] == {"arch": "sm_90", "stack": 0, "spill_stores": 0, "spill_loads": 0,
+                                               "registers": 18}
+    assert report["tiled_gemm(float const*, float const*, float*, int, int, int)"]["shared"] == 8192
+    spilling = {f.name: f for f in cf.ptxas_facts((CUDA_BUILDS / "ptxas_v.txt").read_text())}["_Z8spillingPfi"]
+    assert (spilling.source, spilling.registers, spilling.spills, spilling.local_bytes) == ("ptxas", 255, 45, 256)
+
+
+def test_cuobjdump_resource_usage_of_an_nvcc_library():
+    usage = cf.parse_resource_usage((CUDA_BUILDS / "cuobjdump_res_usage.txt").read_text())
+    assert usage["_Z8spillingPfi"]["REG"] == 255 and usage["_Z8spillingPfi"]["LOCAL"] == 256
+    assert usage["_Z11gelu_kernelPKfPfi"] == {"REG": 18, "STACK": 0, "SHARED": 0, "LOCAL": 0, "CONSTANT[0]": 368,
+                                              "TEXTURE": 0, "SURFACE": 0, "SAMPLER": 0}
+
+
+def test_a_build_folders_logs_and_the_workers_output_give_facts_once_per_kernel(tmp_path):
+    from kscience.evaluate.sandbox import compile_cache
+
+    dirs = compile_cache.private_dirs(tmp_path)
+    build = Path(dirs[compile_cache.BUILD_DIR_VAR])
+    build.mkdir(parents=True)
+    lines = (CUDA_BUILDS / "ptxas_v.txt").read_text().splitlines()
+    (build / "gelu.log").write_text("\n".join(lines[:5]))  # the first kernel's report, as nvcc wrote it
+    output = "[stderr] " + "\n[stderr] ".join(lines)  # the whole report again, in what the worker printed
+    facts = cf.collect(dirs["TRITON_CACHE_DIR"], dirs["TORCH_EXTENSIONS_DIR"], build_dir=build, logs=(output,))
+    assert sorted(f.name for f in facts) == sorted(cf.parse_ptxas_verbose("\n".join(lines)))
+    assert all(f.source == "ptxas" for f in facts)
+
+
+@needs_cuobjdump
+def test_a_cubin_in_the_build_folder_is_read_by_cuobjdump(tmp_path):
+    """A cubin the candidate built itself (here Triton's sm_90 cubin of `mm`, copied) is read like a
+    load_inline build, and ptxas's report of the same kernel adds nothing."""
+    cubin = next((CACHE / HOPPER_MM).glob("*.cubin"))
+    shutil.copyfile(cubin, tmp_path / "mm.cubin")
+    report = "ptxas info    : Compiling entry function 'mm' for 'sm_90'\nptxas info    : Used 99 registers"
+    (facts,) = cf.read_build_dir(tmp_path, (report,))
+    assert (facts.name, facts.source, facts.registers, facts.spills, facts.static_shared_bytes) == (
+        "mm", "build", 64, 0, 1024)
+
+
+def test_compile_facts_of_a_cuda_build_reach_the_prompt():
+    from kscience.scientist.profile_report import render_profile
+
+    text = render_profile(cf.ptxas_facts((CUDA_BUILDS / "ptxas_v.txt").read_text()))
+    assert ("- _Z8spillingPfi (ptxas -v report, sm_90): 255 registers/thread; SPILLS 45 words to local memory; "
+            "256 B local memory per thread; 0 B shared") in text
+    assert "compile facts: none" not in text
+
+
+def test_what_cuda_13_printed_and_cuobjdump_read_of_a_real_nvcc_build():
+    (name, rec), = cf.parse_ptxas_verbose((CUDA_BUILDS / "ptxas_v_cuda13.txt").read_text()).items()
+    assert name == "_Z11row_softmaxPK13__nv_bfloat16PS_i"
+    assert rec == {"arch": "sm_90", "stack": 0, "spill_stores": 0, "spill_loads": 0, "registers": 29, "shared": 1024}
+    usage = cf.parse_resource_usage((CUDA_BUILDS / "cuobjdump_res_usage_cuda13.txt").read_text())
+    assert usage[name]["REG"] == 29 and usage[name]["LOCAL"] == 0 and usage[name]["SHARED"] == 2048
+
+
+@needs_cuobjdump
+def test_a_real_nvcc_library_in_the_build_folder_gives_its_kernels_facts(tmp_path):
+    """The library nvcc built from benchmarks/cuda_kernels/softmax_cuda.cu is kept in tests/data only as its
+    recorded reports; where this machine has nvcc, build it again and read it as the judge would."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on this machine")
+    import subprocess
+
+    source = Path(__file__).parents[1] / "benchmarks" / "cuda_kernels" / "softmax_cuda.cu"
+    done = subprocess.run([nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-arch=sm_90", "-o",
+                           str(tmp_path / "softmax.so"), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-600:]
+    (facts,) = cf.read_build_dir(tmp_path, (done.stdout + done.stderr,))  # ptxas's report adds nothing more
+    (said,) = cf.parse_ptxas_verbose(done.stdout + done.stderr).values()
+    assert (facts.source, facts.arch, facts.spills, facts.local_bytes) == ("build", "sm_90", 0, 0)
+    assert facts.registers == said["registers"]  # the binary and the compiler's own report agree

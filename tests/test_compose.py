@@ -176,6 +176,7 @@ def test_an_older_database_gains_compositions_and_keeps_its_rows(tmp_path, versi
     db = sqlite3.connect(path)  # make it what kscience wrote before composition (schema 5)
     for table in dropped:
         db.execute(f"DROP TABLE {table}")
+    db.execute("ALTER TABLE candidates DROP COLUMN deviations")  # schema 7
     if "slot_times" not in dropped:
         db.execute("ALTER TABLE slot_times DROP COLUMN gpu_busy_s")  # schema 6
     db.execute(f"PRAGMA user_version={version}")
@@ -187,7 +188,7 @@ def test_an_older_database_gains_compositions_and_keeps_its_rows(tmp_path, versi
                                    hypothesis="composite", iteration=1, parent_id=cand.id)
         assert store.composition(comp.id)["parts"] == [cand.id] and len(store.compositions(run_id)) == 1
         assert store.slot_times(run_id) == []
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
 
 
 def test_fp8_wins_split_by_rows_as_in_the_real_model_trial():

@@ -63,8 +63,9 @@ def test_budget_drops_whole_notes_never_cutting_one():
 
 def test_knowledge_for_a_target_keeps_its_notes_whole_and_gives_writers_the_code_notes():
     designer, writer = knowledge_for([], ["cuda", "NVIDIA H100 80GB HBM3"], "fp8_blockscale_gemm")
-    assert headers(designer) == ["hopper.md", "fp8_blockscale_gemm.md", "triton.md"]
-    assert "cdna3.md" in designer.split("\n")[-1]  # named as left out, not cut
+    assert headers(designer) == ["fp8_blockscale_gemm.md", "hopper.md", "triton.md"]  # the problem's own first
+    assert designer.split("\n")[-1] == ("[knowledge: left out: cdna3.md (about AMD (ROCm) hardware; the target "
+                                        "is NVIDIA (CUDA))]")  # named as left out, with why, not cut
     assert headers(writer) == ["triton.md", "fp8_blockscale_gemm.md", "hopper.md"]
     designer, writer = knowledge_for([], ["rocm", "AMD Instinct MI300X"], "softmax")
     assert headers(designer)[0] == "cdna3.md" and "fp8_blockscale_gemm.md" not in headers(writer)

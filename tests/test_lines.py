@@ -401,6 +401,7 @@ def test_a_schema_3_database_gains_slot_times_and_keeps_its_runs(tmp_path):
     db = sqlite3.connect(path.with_name("k.db"))
     db.execute("DROP TABLE slot_times")
     db.execute("DROP TABLE compositions")  # schema 5
+    db.execute("ALTER TABLE candidates DROP COLUMN deviations")  # schema 7
     db.execute("DROP TABLE campaign_sessions")  # schema 6
     db.execute("PRAGMA user_version=3")
     db.commit()

@@ -144,7 +144,7 @@ class ScriptedScientist:
         fixed = source if self.repairs_fail else source.replace("'wrong_answer'", "'ok'")
         return Draft(source=fixed + f"# attempt {attempt}\n", mode="edit", edits_total=1, edits_applied=1)
 
-    async def finding(self, plan, base, child_status, child_geomean_us, child=None):
+    async def finding(self, plan, base, child_status, child_geomean_us, child=None, neighbourhood=None):
         self._enter("finding", plan.title)
         return f"{plan.title} on {base.id}: {child_status}, {child_geomean_us}"
 

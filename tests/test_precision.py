@@ -30,7 +30,8 @@ from kscience.problems import ProblemError, load_problem, precision as P
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 from kscience.record.summary import summary_lines
-from kscience.run.config import RunConfig, precision_policy
+from kscience.run.config import RunConfig
+from kscience.scientist.rules import Rules
 from kscience.run.driver import Run
 from kscience.scientist.candidate import Candidate, result_from_stored
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
@@ -60,16 +61,16 @@ def test_the_rule_marks_an_error_far_above_the_references_own_and_above_the_floo
     assert P.summary([]) == {}
 
 
-def test_the_model_is_told_the_policy_and_the_rules_of_state_across_calls_from_one_text():
-    tolerance, reference = P.policy_text("tolerance", "ModelNew"), P.policy_text("reference", "ModelNew")
-    assert "within the problem's tolerance" in tolerance and "is allowed" in tolerance and P.RULE in tolerance
+def test_the_model_is_told_the_policy_from_the_text_the_rule_is_stated_in():
+    tolerance, reference = P.policy_text("tolerance", 1e-2, 1e-2), P.policy_text("reference", 1e-2, 1e-2)
+    assert "within rtol=0.01, atol=0.01" in tolerance and "inside that tolerance passes" in tolerance
     assert "--precision reference" in reference and "will be rejected" in reference
     assert f"more than {P.REDUCED_FACTOR:g}x the reference's own" in reference
-    assert "may persist across calls" in tolerance and "built once per evaluation" in tolerance
-    assert "nothing derived from an input may persist" in P.policy_text("tolerance", "custom_kernel")
-    assert precision_policy(RunConfig(problem="softmax", precision="reference"), "ModelNew") == reference
-    with pytest.raises(ValueError):
-        P.policy_text("strict")
+    rules = Rules.for_problem(load_problem("softmax"), build_limit_s=300.0, step_limit_s=None,
+                              step_limit_from="", interpreted=True, precision="reference")
+    assert P.policy_text("reference", load_problem("softmax").rtol, load_problem("softmax").atol) in rules.text()
+    with pytest.raises(ProblemError):
+        P.policy_text("strict", 0.0, 0.0)
 
 
 # --- the judge's float64 answer ------------------------------------------------------------------

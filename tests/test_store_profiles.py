@@ -42,6 +42,7 @@ def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
     db.execute("DROP TABLE profiles")
     db.execute("DROP TABLE slot_times")  # schema 4
     db.execute("DROP TABLE compositions")  # schema 5
+    db.execute("ALTER TABLE candidates DROP COLUMN deviations")  # schema 7
     db.execute("DROP TABLE campaign_sessions")  # schema 6
     db.execute("PRAGMA user_version=2")
     db.commit()

@@ -1,6 +1,7 @@
-"""`kscience show c-...`: one candidate as a user looks at it: what it tried, its verdict on each shape (with
-its error and the reference's against a float64 answer), its precision, the judge's message and the
-candidate's output, the finding recorded on it, its diff against its parent and its source."""
+"""`kscience show c-...`: one candidate as a user looks at it: what it tried and what its writer said it
+did otherwise than the plan, its verdict on each shape (with its error and the reference's against a
+float64 answer), its precision, the judge's message and the candidate's output, the finding recorded on
+it, its diff against its parent and its source."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def candidate_lines(detail: dict) -> list[str]:
     lines = [f"candidate {cand.id}: {kind_text(cand.kind)} of run {run['id']} ({Path(run['problem']).name}), "
              f"iteration {cand.iteration}{parent}",
              f"tried:   {cand.hypothesis}",
+             *([f"deviations (the writer's note on what it did otherwise than the plan): {cand.deviations}"]
+               if cand.deviations else []),
              f"verdict: {cand.status}" + (f", geomean {fmt_us(cand.geomean_us, ' us')}" if cand.geomean_us else "")]
     if cand.result and cand.result.build_s:
         lines.append(f"build:   {cand.result.build_s:.1f} s of compilers in the worker (not counted against any step "

@@ -80,7 +80,7 @@ Both sides (this folder):
                          database boundaries)
     wire.py              the framed channel between judge and worker (nothing is ever unpickled)
     clocks.py            the worker's events around a call, and spinning synchronisation
-    kernel_times.py      time per launched kernel: the worker's profiled calls, the judge's checks
+    kernel_times.py      time per launched kernel and what a call holds: the worker's profiled calls, the judge's checks
     library_rule.py      forbidden library calls: the judge's static look, the worker's traps
     lifeline.py          a pipe whose closing tells a child its parent died
     shared_buffer.py     memory the judge owns and the worker maps: staged inputs in, outputs out

@@ -75,6 +75,10 @@ class ShapeResult:
     # Each kernel the candidate launched on this shape, costliest first: {"name", "launches" per call,
     # "us" per call}, from a profiled pass after the timed calls (kernel_times.py); advice, not the time
     kernels: list = field(default_factory=list)
+    # What the median profiled call held, from the same pass: call_us, before_first_us, kernels_us, gaps_us,
+    # after_last_us, launches, calls (profiled), and on a GPU allocations, allocated_bytes, cuda_mallocs
+    # made inside the call (kernel_times.call_breakdown); advice, not the time
+    call: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -12,8 +12,8 @@ tolerance; KernelBench-Hard found every fp8 "win" of its first round to be such 
 * `reference`: a kernel must also be as precise as the reference, so a reduced-precision kernel is a
   wrong answer, which the repairer is told.
 
-The judge reads POLICIES and the rule (REDUCED_FACTOR, FLOOR) from here, and the prompts read `policy_text`,
-so what the model is told is what the judge does.
+The judge reads POLICIES and the rule (REDUCED_FACTOR, FLOOR) from here, and the prompts read `policy_text`
+(kscience/scientist/rules.py), so what the model is told is what the judge does.
 """
 
 from __future__ import annotations
@@ -98,29 +98,18 @@ def rejection(summary_: dict) -> str:
             "magnitude")
 
 
-def policy_text(policy: str, entry: str = "custom_kernel") -> str:
-    """What the model is told about precision and about state kept across calls, for a run under `policy`
-    on a problem whose candidates define `entry` (custom_kernel or KernelBench's ModelNew)."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown precision policy {policy!r}: use {', '.join(POLICIES)}")
+def policy_text(policy: str, rtol: float, atol: float) -> str:
+    """What the model is told of precision for a run under `policy` on a problem checked at `rtol`, `atol`:
+    the rule the judge applies (`check_policy`, `reduced`), in words."""
+    check_policy(policy)
+    within = (f"an output is correct when every element is within rtol={rtol:g}, atol={atol:g} of the reference "
+              "(torch.isclose on the same inputs; NaN never is)")
     if policy == "reference":
-        rule = ("Precision: this run demands the reference's precision (--precision reference). An output within "
-                "the problem's tolerance is still a wrong answer when its error is far above the reference's own, "
-                f"{RULE.removeprefix('reduced precision: ')}: lower-precision arithmetic (bf16, fp16, fp8, TF32) "
-                "or approximate intrinsics where the reference computes in fp32 will be rejected.")
-    else:
-        rule = ("Precision: an output within the problem's tolerance (rtol/atol) is correct, as KernelBench judges "
-                "(--precision tolerance). Lower-precision arithmetic (bf16, fp16, fp8, TF32) is allowed, but every "
-                "verdict also measures the error against a float64 evaluation of the reference, and a kernel whose "
-                f"error is far above the reference's own is shown to the user as reduced precision ({RULE}).")
-    if entry == "ModelNew":
-        state = ("State across calls: ModelNew's weights are built once per evaluation from the judge's seed and "
-                 "stay constant. Copies derived from them (transposed, packed or cast, made in __init__ or on the "
-                 "first call) may persist across calls; building them is not timed, since the first call on each "
-                 "shape is a correctness check and timing follows warm-up calls. Outputs computed from a cast "
-                 "copy are judged like any other, so its error counts under the precision rule above.")
-    else:
-        state = ("State across calls: every call gets fresh inputs (new values, possibly at the same addresses), "
-                 "so nothing derived from an input may persist across calls: a cached copy of a weight or an "
-                 "output kept from an earlier call gives a wrong answer on the next, and timed calls are rechecked.")
-    return f"{rule}\n{state}"
+        return (f"this run demands the reference's precision (--precision reference): {within}, and a kernel whose "
+                f"error against a float64 evaluation of the reference is {RULE.removeprefix('reduced precision: ')} "
+                "is a wrong answer, so lower-precision arithmetic (bf16, fp16, fp8, TF32) or approximate intrinsics "
+                "where the reference computes in fp32 will be rejected")
+    return (f"{within}, as KernelBench judges (--precision tolerance); lower-precision arithmetic (bf16, fp16, fp8, "
+            "TF32) inside that tolerance passes, but every verdict also measures the error against a float64 "
+            f"evaluation of the reference, and a kernel with {RULE.removeprefix('reduced precision: ')} is shown to "
+            "the user as reduced precision")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kscience.redact import redact, secret_values
 
-SCHEMA_VERSION = 6  # schema/v1.sql creates the tables; v2.sql ... v6.sql each migrate the version before
+SCHEMA_VERSION = 7  # schema/v1.sql creates the tables; v2.sql ... v7.sql each migrate the version before
 # Migrations are additive: older rows simply lack what a later version adds.
 SCHEMA_DIR = Path(__file__).parent / "schema"
 

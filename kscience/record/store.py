@@ -7,7 +7,8 @@ device, beside their original verdicts); since schema 3 profiles (what a profile
 candidate: compile facts, Nsight Compute metrics, speed of light); since schema 4 slot_times
 (how busy each evaluation slot was in each session of a run); since schema 5 compositions (a
 composite candidate's parts and its rules by shape); since schema 6 campaign_sessions (how a campaign's
-runs used the slots they shared, per session) and each slot's seconds on a GPU. Older files are migrated in
+runs used the slots they shared, per session) and each slot's seconds on a GPU; since schema 7 a candidate's
+`deviations` (its writer's note on what it did otherwise than the plan). Older files are migrated in
 place when opened. A row is committed before anything is shown about it, so whatever a user has
 seen survives a `kill -9` and a run resumes from here.
 
@@ -111,14 +112,16 @@ class Store(Database):
     def add_candidate(self, run_id: str, *, kind: str, source: str, hypothesis: str, iteration: int,
                       parent_id: str | None = None, plan_id: str | None = None, repair_attempt: int = 0,
                       status: str = PENDING, message: str = "", write_mode: str | None = None,
-                      edits_total: int = 0, edits_applied: int = 0) -> Candidate:
+                      edits_total: int = 0, edits_applied: int = 0, deviations: str = "") -> Candidate:
+        """A new candidate; `deviations` is its writer's note on what it did otherwise than the plan."""
         cand_id = new_id("c")
         with self._tx():
             seq = self._db.execute("SELECT count(*) FROM candidates WHERE run_id=?", (run_id,)).fetchone()[0] + 1
             self._db.execute(
-                "INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (cand_id, run_id, seq, parent_id, kind, iteration, plan_id, hypothesis, source, status,
-                 message, None, None, repair_attempt, write_mode, edits_total, edits_applied, time.time(), None))
+                 message, None, None, repair_attempt, write_mode, edits_total, edits_applied, time.time(), None,
+                 self._clean(deviations)))
         return self.candidate(cand_id)
 
     def record_result(self, cand_id: str, result: dict) -> Candidate:

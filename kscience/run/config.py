@@ -17,7 +17,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from kscience.evaluate.executors.queue_dir import queue_directory
 from kscience.evaluate.result import BUILD_LIMIT_S
-from kscience.problems.precision import DEFAULT_POLICY, POLICIES, policy_text
+from kscience.problems.precision import DEFAULT_POLICY, POLICIES
 from kscience.run.profiling import PROFILERS
 from kscience.scientist.plans import CHOOSERS
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
@@ -173,12 +173,6 @@ class RunConfig:
     def from_dict(cls, d: dict) -> "RunConfig":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
-
-
-def precision_policy(config: RunConfig, entry: str = "custom_kernel") -> str:
-    """What the model is told of the run's precision policy and of state kept across calls (`entry`: the
-    problem's, custom_kernel or ModelNew): the text the judge's rule is stated in, kscience.problems.precision."""
-    return policy_text(config.precision, entry)
 
 
 SETTINGS = tuple(f.name for f in fields(RunConfig) if f.metadata["flag"])  # what a user may set by flag

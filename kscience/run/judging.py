@@ -36,6 +36,7 @@ from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.limits import step_limit, stored_verdict
 from kscience.run.slots import Slots
 from kscience.scientist.candidate import EAGER_KIND, Candidate
+from kscience.scientist.rules import Rules
 from kscience.record.snapshot import best_candidate, first_of_kind
 from kscience.record.store import BASELINE_KINDS
 from kscience.scientist.llm import BudgetExceeded
@@ -430,6 +431,16 @@ class Judging:
         if self.eval_timeout_s is not None:
             return self.eval_timeout_s
         return step_limit(first_of_kind(self.journal.candidates(), "seed"))
+
+    def rules(self, interpreted: bool) -> Rules:
+        """What this run's judging holds a kernel to, for the prompts: the limits `request_for` sends."""
+        seed = first_of_kind(self.journal.candidates(), "seed")
+        step = self.eval_timeout_s if self.eval_timeout_s is not None else step_limit(seed)
+        where = ("--eval-timeout" if self.eval_timeout_s is not None else
+                 f"{STEP_LIMIT_FACTOR:g}x the seed's slowest step, at least {STEP_LIMIT_FLOOR_S:g} s; "
+                 "--eval-timeout sets it" if step is not None else "")
+        return Rules.for_problem(self.problem, build_limit_s=self.build_limit_s or R.BUILD_LIMIT_S, step_limit_s=step,
+                                 step_limit_from=where, interpreted=interpreted, precision=self.precision)
 
     def record_verdict(self, cand: Candidate, result: dict) -> Candidate:
         """Store an evaluation's verdict, then announce it (committed before anyone is told).

@@ -165,7 +165,9 @@ class Line:
                 try:
                     plans = await self.scientist.design(base, reference, findings, done, in_flight,
                                                        wanted=plans_wanted(groups_wanted), avenue=avenue,
-                                                       others=sharing.others(design))
+                                                       others=sharing.others(design),
+                                                       neighbourhood=self.population.neighbourhood(
+                                                           base.id, of_the_base=True))
                 except NothingToPropose as exc:  # no experiment for this base at all: the next one
                     self._stage("no plan", iteration, str(exc))
                     tried.append(base.id)
@@ -255,8 +257,10 @@ class Line:
         self.stopping.check()
         self._stage("finding", iteration, plan.title)
         self.population.observe()
+        # its siblings are the other plans of the same design on the same base
+        around = self.population.neighbourhood(base.id, plan_id=row["id"], iteration=iteration)
         text = await self.scientist.finding(plan, base, final.status, final.geomean_us,
-                                            child=self.population.view(final))
+                                            child=self.population.view(final), neighbourhood=around)
         measured = final.uplift_over(base.geomean_us)
         self.journal.store.add_finding(self.journal.run_id, plan_id=row["id"], candidate_id=final.id,
                                        iteration=iteration, text=text, predicted_min_pct=plan.predicted_min_pct,
@@ -309,7 +313,8 @@ class Line:
             self.journal.run_id, kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
             parent_id=parent_id, plan_id=plan_id, repair_attempt=repair_attempt,
             status=PENDING if written else WRITE_FAILED, message="" if written else (draft.error or "no source"),
-            write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied)
+            write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied,
+            deviations=draft.deviations)
         self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=parent_id, kind=kind, iteration=iteration,
                                            plan_title=hypothesis, status=cand.status, message=cand.message,
                                            diff=source_diff(parent_source, draft.source) if written else ""))

@@ -90,6 +90,7 @@ class Controller:
                                problem=self.problem, changed=self.changed, eval_timeout_s=self.eval_timeout_s,
                                time_limit_s=self.time_limit_s, build_limit_s=self.build_limit_s, slots=self.slots,
                                precision=self.precision)
+        self.population.rules_of = self.judging.rules
         try:
             if self.iterations_done() < target:
                 # Fail fast: a dead endpoint, or a scientist that cannot work on this problem, is found

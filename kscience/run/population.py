@@ -1,8 +1,11 @@
 """What the scientist sees of a run: its population as `CandidateView`s, the experiments chosen on a
-base, and how the numbers were measured (`observe`). Read afresh from the store each time, so every
-line sees every verdict and finding recorded so far."""
+base and the neighbourhood of one (its siblings' verdicts, the best, the findings), how the numbers were
+measured and the rules the judge holds kernels to (`observe`). Read afresh from the store each time, so
+every line sees every verdict and finding recorded so far."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from kscience.evaluate import result as R
 from kscience.problems import Problem
@@ -13,14 +16,20 @@ from kscience.scientist import compose
 from kscience.scientist.briefing import bench_from_results, coverage
 from kscience.scientist.candidate import Candidate
 from kscience.scientist.hardware import describe, run_target
+from kscience.scientist.neighbourhood import Neighbour, Neighbourhood
 from kscience.scientist.roles import CandidateView
+from kscience.scientist.rules import Rules
 from kscience.record.snapshot import best_candidate
 from kscience.record.store import BASELINE_KINDS
 
 
 class Population:
+    """`rules_of(interpreted)` gives the rules the run's judging enforces (kscience.run.judging.Judging.rules),
+    set once the run judges; until then the scientist states the problem's defaults."""
+
     def __init__(self, journal: Journal, problem: Problem, scientist):
         self.journal, self.problem, self.scientist = journal, problem, scientist
+        self.rules_of: Callable[[bool], Rules] | None = None
 
     def views(self) -> dict[str, CandidateView]:
         """Every evaluated candidate of the population (the baselines are not members)."""
@@ -45,7 +54,36 @@ class Population:
         return CandidateView(
             id=c.id, parent_id=c.parent_id, hypothesis=c.hypothesis, status=c.status, geomean_us=c.geomean_us,
             source=c.source, message=c.message, shape_times=c.times, depth=depth, n_children=n_children,
-            coverage=coverage(c.stored_result, self.problem), profile=profile)
+            coverage=coverage(c.stored_result, self.problem), profile=profile,
+            failing_shape=c.result.failing_shape if c.result else None, deviations=c.deviations)
+
+    def neighbourhood(self, base_id: str, *, plan_id: str | None = None, iteration: int | None = None,
+                      of_the_base: bool = False) -> Neighbourhood:
+        """Around an experiment on `base_id`: the other plans chosen on it (of `iteration` only, the same design,
+        when given; never `plan_id` itself), each with its latest candidate, the best member, and every finding;
+        `of_the_base`: also the base's own siblings, the other plans of the design that produced it."""
+        store, run_id = self.journal.store, self.journal.run_id
+        cands = store.candidates(run_id)
+        views = self.views()
+        latest = {c.plan_id: c for c in cands if c.plan_id}  # in seq order: a repair comes after what it repairs
+        plans = [p for p in store.plans(run_id) if p["chosen"]]
+
+        def around(on: str, skip: str | None, of_iteration: int | None) -> list[Neighbour]:
+            out = []
+            for p in plans:
+                if p["base_id"] == on and p["id"] != skip and of_iteration in (None, p["iteration"]):
+                    c = latest.get(p["id"])
+                    out.append(Neighbour(p["title"], None if c is None else views.get(c.id) or self.view(c)))
+            return out
+
+        base = next((c for c in cands if c.id == base_id), None)
+        made_by = next((p for p in plans if base is not None and p["id"] == base.plan_id), None)
+        best = best_candidate(cands)
+        return Neighbourhood(
+            siblings=around(base_id, plan_id, iteration), best=views.get(best.id) if best else None,
+            findings=[f["text"] for f in store.findings(run_id)],
+            base_siblings=around(made_by["base_id"], made_by["id"], made_by["iteration"])
+            if of_the_base and made_by else [])
 
     def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
         """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""
@@ -75,4 +113,5 @@ class Population:
         best = best_candidate(cands)
         self.scientist.observe(bench_from_results(device, target, seed.stored_result if seed else None, baselines,
                                                   seed.floor_times if seed else {},
-                                                  leaders=compose.leaders_text(cands, best and best.id)))
+                                                  leaders=compose.leaders_text(cands, best and best.id),
+                                                  rules=self.rules_of(device.interpreted) if self.rules_of else None))

@@ -37,12 +37,16 @@ def after_evaluation(problem: Problem, result: dict) -> dict:
 
 def seen(profile: dict | None, result: dict | None) -> dict | None:
     """A stored profile with what the evaluation itself brought back: time per launched kernel on each
-    timed shape (and what measured it) and the candidate's own output; the profile as it was without them."""
+    timed shape (and what measured it), what its median profiled call held (`calls`, with whether it was
+    judged under the interpreter) and the candidate's own output; the profile as it was without them."""
     result = result or {}
-    kernels = [{"shape": s["shape"], "kernels": s["kernels"]} for s in result.get("shapes") or []
-               if isinstance(s, dict) and s.get("kernels")]
+    shapes = [s for s in result.get("shapes") or [] if isinstance(s, dict)]
+    kernels = [{"shape": s["shape"], "kernels": s["kernels"]} for s in shapes if s.get("kernels")]
+    calls = [{"shape": s["shape"], "time_us": s.get("time_us"), **s["call"]} for s in shapes if s.get("call")]
     extra = {k: v for k, v in (("kernels", kernels), ("kernel_profiler", result.get("kernel_profiler")),
-                               ("output", result.get("output"))) if v}
+                               ("output", result.get("output")), ("calls", calls),
+                               ("interpreted", bool(calls) and bool((result.get("device") or {}).get("interpreted"))))
+             if v}
     return dict(profile or {}, **extra) if extra else profile
 
 

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from kscience.problems.spec import Problem, geomean, shape_label
 from kscience.scientist.candidate import benchmark_times
 from kscience.scientist.hardware import Hardware
+from kscience.scientist.quoting import quote_inline
+from kscience.scientist.rules import Rules
 
 MAX_LABELS = 6  # a verdict over more shapes than this counts them rather than naming each
+BASELINE_MESSAGE_CHARS = 1200  # why a baseline has no number: its whole sentences up to this much
 INTERPRETER_MEANING = (
     "These are CPU-interpreter host-clock times: Triton's interpreter runs every program instance as "
     "NumPy on the CPU. They can show that a kernel runs, that it is correct on the small interpreter "
@@ -51,6 +54,7 @@ class Bench:
     versions: str = ""  # "torch 2.11.0, Triton 3.6.0, CUDA 12.8" of the evaluating device
     leaders: str = ""  # which kernel is fastest on which shapes (compose.leaders_text), when they differ
     probes: dict = field(default_factory=dict)  # the judging device's probe results (kscience.evaluate.profile.probes)
+    rules: Rules | None = None  # what the judge holds kernels to, from the run's settings (rules.py)
 
     @property
     def interpreted(self) -> bool:
@@ -75,7 +79,7 @@ def versions_text(device: dict | None) -> str:
 
 def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
                        baselines: list[tuple[str, dict | None]], floor: dict[str, float] | None = None,
-                       leaders: str = "") -> Bench:
+                       leaders: str = "", rules: Rules | None = None) -> Bench:
     """`seed` and the baselines are EvalResult dicts (None: not timed); `floor` is the physical floor
     per shape label. The noise is the spread of repeated calls over every timed shape of them all."""
     results = [seed] + [r for _, r in baselines]
@@ -84,9 +88,11 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
     for label, result in baselines:
         if result is None:
             rows.append(Baseline(label, "not timed", None))
-        elif result.get("status") != "ok":  # say why there is no number (a vendor path this device lacks)
-            why = (result.get("message") or "").strip().splitlines()
-            rows.append(Baseline(label, f"{result.get('status')}: {why[0][:300] if why else 'no reason given'}", None))
+        elif result.get("status") != "ok":  # say why there is no number (a vendor path this device lacks), whole
+            why = (result.get("message") or "").strip()
+            rows.append(Baseline(label, f"{result.get('status')}: "
+                                        f"{quote_inline(why, BASELINE_MESSAGE_CHARS) if why else 'no reason given'}",
+                                 None))
         else:
             rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"),
                                  benchmark_times(result.get("shapes"))))
@@ -97,7 +103,7 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
                  noise_pct=statistics.median(p for p, _ in spreads) if spreads else None,
                  repeats=int(statistics.median(n for _, n in spreads)) if spreads else 0, baselines=rows,
                  versions=versions_text((seed or {}).get("device")), leaders=leaders,
-                 probes=dict(((seed or {}).get("device") or {}).get("probes") or {}))
+                 probes=dict(((seed or {}).get("device") or {}).get("probes") or {}), rules=rules)
 
 
 def format_times(times: dict[str, float]) -> str:
@@ -141,7 +147,8 @@ def coverage(result: dict | None, problem: Problem) -> str:
     shapes = (result or {}).get("shapes", [])
     device = (result or {}).get("device") or {}
     if not shapes:
-        return "no shape ran"
+        failed = (result or {}).get("failing_shape")
+        return "no shape ran" if failed is None else f"no shape passed: the first one judged, {shape_label(failed)}, failed"
     checked = [s for s in shapes if s.get("ok")]
     failed = [s for s in shapes if not s.get("ok")]
     where = "under the CPU interpreter" if device.get("interpreted") else f"on {device.get('name', 'the GPU')}"
@@ -219,9 +226,59 @@ def render_contract(problem: Problem, device_name: str) -> str:
     shape, members = input_contract(problem, device_name)
     call = ("ModelNew(*get_init_inputs())(*data), with data = get_inputs()" if problem.entry == "ModelNew"
             else f"{problem.entry}(data)")
-    head = (f"The kernel is called as {call}. Members of `data` for the shape {shape_label(shape)} "
-            "(other shapes scale the sizes; dtypes, layouts and roles stay):")
+    others = ("the one shape there is" if problem.entry == "ModelNew" else
+              "other shapes change the sizes as the task's shape list gives them; dtypes, layouts and roles stay")
+    head = f"The kernel is called as {call}. Members of `data` for the shape {shape_label(shape)} ({others}):"
     return "\n".join([head] + [f"- {m.text}" for m in members])
+
+
+# --- every shape with its sizes ------------------------------------------------------------------
+def member_sizes(problem: Problem, shape: dict) -> str:
+    """The sizes and dtypes of `data` at `shape` ("data[0] 64x128 float8_e4m3fn, ..."), from fake tensors
+    that hold no memory; "" where the inputs cannot be built that way."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            data = problem.generate_input(0, "cpu", **shape)
+            data = data if isinstance(data, (tuple, list)) else (data,)
+            parts = [f"data[{i}] {'x'.join(map(str, v.shape)) or 'scalar'} {str(v.dtype).removeprefix('torch.')}"
+                     if hasattr(v, "shape") and hasattr(v, "dtype") else f"data[{i}] {type(v).__name__}"
+                     for i, v in enumerate(data)]
+    except Exception:  # a generator fake tensors cannot run: the shape's own sizes say enough
+        return ""
+    return ", ".join(parts)
+
+
+def shape_sizes(problem: Problem, shape: dict) -> str:
+    """One shape as the model reads it: its label and what its inputs are ("m=64,n=128: data[0] 64x128
+    bfloat16"); a KernelBench file's one shape names the module constants it comes from."""
+    label = shape_label(shape)
+    if problem.entry == "ModelNew" and not shape:
+        values = ", ".join(f"{k}={v!r}" for k, v in problem.constants.items())
+        label = f"default (the module constants as run: {values})" if values else label
+    sizes = member_sizes(problem, shape)
+    return f"{label}: {sizes}" if sizes else label
+
+
+def shapes_text(problem: Problem, interpreted: bool, judged_on: str) -> str:
+    """Every shape of the problem with its sizes, by where it runs, and which of them this run judges on
+    (`judged_on`: the evaluating device in words)."""
+    where = ("This run is judged under the CPU interpreter, on the interpreter shapes: Triton kernels run as "
+             "NumPy on the host CPU, and load_inline or nvcc code cannot run there." if interpreted else
+             f"This run is judged on {judged_on}, on the GPU shapes: every check and every timed call runs your "
+             "kernel on the GPU, and the interpreter shapes are not used, so no CPU fallback is ever judged.")
+    if problem.entry == "ModelNew":
+        return ("Shapes: one shape everywhere, checked for correctness and then timed: "
+                f"{shape_sizes(problem, {})}.\n{where}")
+    lists = (("On a GPU", problem.tests, problem.benchmarks),
+             ("Under the CPU interpreter (only where the judge has no GPU)", problem.cpu_tests, problem.cpu_benchmarks))
+    lines = ["Shapes, each with the sizes and dtypes of the `data` it builds:"]
+    for heading, tests, benches in lists:
+        lines.append(f"{heading}:")
+        lines += [f"- correctness check: {shape_sizes(problem, s)}" for s in tests]
+        lines += [f"- benchmark (checked, then timed): {shape_sizes(problem, s)}" for s in benches]
+    return "\n".join(lines + [where])
 
 
 @dataclass

@@ -102,6 +102,7 @@ class Candidate:
     edits_applied: int
     created: float
     evaluated: float | None
+    deviations: str = ""  # its writer's note on what it did otherwise than the plan ("" before schema 6)
     notes: dict = field(default_factory=dict)  # what the run added to the verdict (module docstring)
     row: dict = field(default_factory=dict, repr=False)  # the row as stored
 
@@ -111,7 +112,9 @@ class Candidate:
             row = {**row, "kind": _RENAMED_KINDS[row["kind"]]}
         result, notes = result_from_stored(row["result"]) if row.get("result") else (None, {})
         names = {f.name for f in fields(cls)} - {"result", "notes", "row"}
-        return cls(**{k: row.get(k) for k in names}, result=result, notes=notes, row=dict(row))
+        values = {k: row.get(k) for k in names}
+        values["deviations"] = values["deviations"] or ""
+        return cls(**values, result=result, notes=notes, row=dict(row))
 
     def to_row(self) -> dict:
         """The row as stored, the verdict as the JSON it was stored as."""

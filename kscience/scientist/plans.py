@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kscience.scientist.candidate import predicted_range, range_text, uplift_pct
-from kscience.scientist.llm.base import LLMError, one_line
+from kscience.scientist.llm.base import LLMError
 from kscience.scientist.measurements import parse_measure
 from kscience.scientist.strategy import OK
 
@@ -47,6 +47,7 @@ class Plan:
     chosen: bool = False
     why_chosen: str = ""  # the rule that chose it (CHOICE_RULES, LOOP_RULES)
     measure: list[str] = field(default_factory=list)  # measurements asked for beyond those always returned
+    refused: str = ""  # why it is never carried out (it leans on another plan its writer will not see)
 
 
 def _number(value) -> float | None:
@@ -76,7 +77,7 @@ def _plan_from(obj) -> Plan | None:
     if not changes or low is None or high is None or innovation is None:
         return None
     low, high = min(low, high), max(low, high)
-    return Plan(one_line(title, 120), rationale.strip(), changes, low, high,
+    return Plan(" ".join(title.split()), rationale.strip(), changes, low, high,
                 int(min(max(round(innovation), 1), 10)) if innovation else 0, measure=parse_measure(obj.get("measure")))
 
 
@@ -95,7 +96,57 @@ def parse_plans(text: str, limit: int = PLANS_WANTED) -> list[Plan]:
             titles.add(plan.title.lower())
     if not plans:
         raise LLMError("designer answer had no valid plan")
-    return plans[:limit]
+    return standalone(plans[:limit])
+
+
+# A plan that leans on another ("as in the TF32 plan", "same as plan 2", "the previous plan"): its writer
+# sees that plan alone, so the words it points with are all it would get.
+_POINTER = re.compile(
+    r"\b(?:as|like|same as|from|see|per|reuse[sd]?|following|extends|(?:based|built) on)\s+(?:in\s+)?(?:the\s+)?"
+    r"(?P<named>(?:[\w/+.-]+\s+){1,3}?)plan\b"
+    r"|\bplan\s*#?\s*(?P<number>\d+)\b"
+    r"|\b(?P<order>previous|above|earlier|last|next)\s+plan\b", re.I)
+_NOT_A_NAME = {"the", "a", "an", "in", "this", "that", "same", "whole", "our", "my", "its"}  # "as in this plan"
+
+
+def _pointers(plan: Plan) -> list[re.Match]:
+    text = " ".join([plan.rationale, *plan.changes])
+    return [m for m in _POINTER.finditer(text)
+            if m.group("named") is None or not set(m.group("named").lower().split()) <= _NOT_A_NAME
+            and not set(m.group("named").lower().split()) & (_NOT_A_NAME - {"the", "a", "an", "in"})]
+
+
+def _pointed_at(match: re.Match, plan: Plan, plans: list[Plan]) -> Plan | None:
+    """The one other plan a pointer names: by its number ("plan 2"), by its place ("the previous plan") or
+    by words of its title ("the TF32 plan"); None where it names none, or several."""
+    here = plans.index(plan)
+    if match.group("number"):
+        i = int(match.group("number")) - 1
+        return plans[i] if 0 <= i < len(plans) and i != here else None
+    if match.group("order"):
+        order = match.group("order").lower()
+        i = here - 1 if order in ("previous", "above", "earlier", "last") else here + 1 if order == "next" else -1
+        return plans[i] if 0 <= i < len(plans) and i != here else None
+    words = _words(match.group("named")) - _NOT_A_NAME
+    hits = [p for p in plans if p is not plan and words <= _words(" ".join([p.title, *p.changes]))]
+    return hits[0] if len(hits) == 1 else None
+
+
+def standalone(plans: list[Plan]) -> list[Plan]:
+    """Every plan able to stand alone, as it reaches its writer: one that points at another plan of the
+    answer gets that plan's title and changes written into its own where the pointer names one plan, and
+    is refused (`refused`, never chosen) where it does not."""
+    originals = {id(p): list(p.changes) for p in plans}
+    for plan in plans:
+        for m in _pointers(plan):
+            other = _pointed_at(m, plan, plans)
+            if other is None:
+                plan.refused = (f"it points at another plan ({m.group(0)!r}) that its writer would not see, and "
+                                "which plan is meant is not clear")
+                break
+            plan.changes += [f"(from the plan \"{other.title}\", which \"{m.group(0)}\" refers to) {c}"
+                             for c in originals[id(other)]]
+    return plans
 
 
 CHOICE_RULES = (  # (why_chosen, ranking key); each rule takes the best plan not chosen yet
@@ -161,7 +212,7 @@ def mark_chosen(plans: list[Plan], done: Iterable[str] = (), chooser: str = "pap
         plan.chosen, plan.why_chosen = False, ""
     rules = LOOP_RULES if chooser == "loop" else [(why, lambda p, far, key=key: key(p)) for why, key in CHOICE_RULES]
     for why, key in rules:
-        rest = [p for p in plans if not p.chosen and _title_key(p.title) not in done_keys]
+        rest = [p for p in plans if not p.chosen and not p.refused and _title_key(p.title) not in done_keys]
         if rest:
             others = [_words(t) for t in done] + [_words(" ".join([p.title, *p.changes])) for p in plans if p.chosen]
             pick = max(rest, key=lambda p: key(p, distance(p, others)))  # max keeps the first of equals
@@ -207,11 +258,13 @@ def predicted_text(plan: Plan) -> str:
     return range_text(predicted_range(plan.predicted_min_pct, plan.predicted_max_pct))
 
 
-def measured_clause(plan: Plan, base_us: float | None, status: str, child_us: float | None) -> str:
-    """Prediction against measurement in words, e.g. "+12.3% measured vs +5..+20% predicted"."""
+def measured_clause(plan: Plan, base_us: float | None, status: str, child_us: float | None,
+                    verdict: str = "") -> str:
+    """Prediction against measurement in words, e.g. "+12.3% measured vs +5..+20% predicted"; a failure
+    says its `verdict` (verdicts.verdict_clause) where there is one, else its status."""
     predicted = f"{predicted_text(plan)} predicted"
     if status != OK:
-        return f"failed ({status}) vs {predicted}"
+        return f"failed ({verdict or status}) vs {predicted}"
     if base_us and child_us:
         pct = uplift_pct(base_us, child_us)
         return f"{pct:+.1f}% measured ({base_us:.2f} -> {child_us:.2f} us) vs {predicted}"

@@ -8,14 +8,27 @@ never guessed: under the CPU interpreter there are none, and the text says so.
 
 from __future__ import annotations
 
+import re
+
 from kscience.evaluate.profile.compile_facts import KernelFacts
 from kscience.evaluate.profile.ncu import NcuProfile
+from kscience.evaluate.result import clock_counts
 from kscience.problems import shape_label
 from kscience.problems.roofline import ShapeSol, summary
+from kscience.scientist.quoting import quote
 
 MAX_KERNEL_LINES = 6  # distinct kernels shown; each kernel's compiled specialisations share one line
 MAX_SPLIT_SHAPES = 4  # timed shapes whose per-kernel split is shown
 MAX_SPLIT_KERNELS = 5  # kernels named per shape, the costliest; the rest are summed
+MAX_CALL_SHAPES = 4  # timed shapes whose call breakdown is shown
+OUTPUT_CHARS = 4000  # what the kernel printed, whole lines up to this much
+BUILT_BY = {"triton": "Triton", "load_inline": "load_inline", "build": "built into KSCIENCE_BUILD_DIR",
+            "ptxas": "ptxas -v report"}
+
+
+def name_text(name: str, limit: int = 60) -> str:
+    """A kernel's name (the candidate chose it) as one printable run of at most `limit` characters."""
+    return re.sub(r"[^\x21-\x7e]+", " ", str(name)).strip()[:limit] or "?"
 
 
 def _pct(x: float | None) -> str:
@@ -36,13 +49,15 @@ def kernel_line(f: KernelFacts) -> str:
         parts.append(f"{f.registers} registers/thread")
     if f.spills is not None:
         parts.append("no spills" if f.spills == 0 else f"SPILLS {f.spills} words to local memory")
+    if f.local_bytes:
+        parts.append(f"{_size(f.local_bytes)} local memory per thread")
     shared = f.shared_bytes if f.shared_bytes is not None else f.static_shared_bytes
     if shared is not None:
         parts.append(f"{_size(shared)} shared")
     if f.tensor_core is not None:
         parts.append("tensor cores: " + (f"yes ({', '.join(f.tensor_instructions[:3])})" if f.tensor_core else "NO"))
-    where = f"{'Triton' if f.source == 'triton' else 'load_inline'}" + (f", {f.arch}" if f.arch else "")
-    return f"- {f.name} ({where}): " + ("; ".join(parts) or "no compiled facts")
+    where = BUILT_BY.get(f.source, f.source) + (f", {f.arch}" if f.arch else "")
+    return f"- {name_text(f.name, 120)} ({where}): " + ("; ".join(parts) or "no compiled facts")
 
 
 def _spread(values: list, fmt=str) -> str:
@@ -82,8 +97,8 @@ def kernel_group_line(group: list[KernelFacts]) -> str:
         parts.append("tensor cores: " + ("NO" if not any(tensor) else
                                          f"{'yes' if all(tensor) else f'in {sum(tensor)} of {len(tensor)}'}"
                                          f" ({', '.join(ops[:3])})"))
-    where = f"{'Triton' if f0.source == 'triton' else 'load_inline'}" + (f", {f0.arch}" if f0.arch else "")
-    return f"- {f0.name} ({where}), {len(group)} specialisations: " + "; ".join(parts)
+    where = BUILT_BY.get(f0.source, f0.source) + (f", {f0.arch}" if f0.arch else "")
+    return f"- {name_text(f0.name, 120)} ({where}), {len(group)} specialisations: " + "; ".join(parts)
 
 
 def kernel_lines(facts: list[KernelFacts]) -> list[str]:
@@ -101,7 +116,7 @@ def ncu_lines(p: NcuProfile) -> list[str]:
     counts: dict[str, int] = {}
     for k in p.kernels:
         counts[k.name] = counts.get(k.name, 0) + 1
-    launched = ", ".join(f"{name[:60]} x{n}" for name, n in counts.items())
+    launched = ", ".join(f"{name_text(name)} x{n}" for name, n in counts.items())
     lines = [f"- Nsight Compute on {shape_label(p.shape)}: {len(p.kernels)} kernel launch(es) per call ({launched})"
              + (f", {p.gpu_time_us:.1f} us on the GPU at base clocks" if p.gpu_time_us else "")
              + (f"; profiling took {p.profile_s:.1f} s, outside any timing" if p.profile_s else "")]
@@ -124,7 +139,7 @@ def ncu_lines(p: NcuProfile) -> list[str]:
 def kernel_split_text(kernels: list[dict]) -> str:
     """'cast_kernel x1 12.0 us (20%), gemm_kernel x1 48.0 us (80%)' for one shape's launched kernels."""
     total = sum(k["us"] for k in kernels) or 1.0
-    parts = [f"{k['name'][:60]} x{k['launches']:g} {k['us']:.1f} us ({k['us'] / total:.0%})"
+    parts = [f"{name_text(k['name'])} x{k['launches']:g} {k['us']:.1f} us ({k['us'] / total:.0%})"
              for k in kernels[:MAX_SPLIT_KERNELS]]
     rest = kernels[MAX_SPLIT_KERNELS:]
     if rest:
@@ -143,11 +158,12 @@ def split_clause(profile: dict | None) -> str:
 
 
 def kernel_time_lines(by_shape: list[dict], profiler: str = "") -> list[str]:
-    """Time per launched kernel and call, per timed shape (`by_shape`: {"shape", "kernels"}), or the one
-    line saying why there is none."""
+    """Time per launched kernel and call, per timed shape (`by_shape`: {"shape", "kernels"}), or the
+    judge's note on why there is none, quoted: it can hold the profiler's error from the candidate's process."""
     shown = [s for s in by_shape if s.get("kernels")]
     if not shown:
-        return [f"- time per launched kernel: {profiler}"] if profiler.startswith("per-kernel") else []
+        return [quote(profiler, "- time per launched kernel: none; the judge's note")] \
+            if profiler.startswith("per-kernel") else []
     lines = [f"- time per launched kernel and call (profiled after the timed calls, {profiler or 'profiler'}; "
              "their sum can differ from the timed median):"]
     lines += [f"  {shape_label(s['shape'])}: {kernel_split_text(s['kernels'])}" for s in shown[:MAX_SPLIT_SHAPES]]
@@ -156,12 +172,47 @@ def kernel_time_lines(by_shape: list[dict], profiler: str = "") -> list[str]:
     return lines
 
 
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+def call_text(call: dict, interpreted: bool) -> str:
+    """'profiled call 250.1 us = 95.0 us before the first kernel + 132.9 us in 2 launches + ...' for one
+    shape's median profiled call (kernel_times.call_breakdown)."""
+    work = "interpreted Triton launches" if interpreted else "kernels on the GPU"
+    text = (f"profiled call {call['call_us']:,.1f} us = {call['before_first_us']:,.1f} us before the first "
+            f"kernel + {call['kernels_us']:,.1f} us in {call['launches']} launch(es) ({work}) + "
+            f"{call['gaps_us']:,.1f} us of gaps between them + {call['after_last_us']:,.1f} us after the last")
+    if call.get("allocations") is not None:
+        text += (f"; inside the call {call['allocations']} allocation(s) of {_bytes(call['allocated_bytes'])}, "
+                 f"{call['cuda_mallocs']} of them new cudaMalloc")
+    return text
+
+
+def call_lines(calls: list[dict], interpreted: bool = False) -> list[str]:
+    """What one timed call holds, per timed shape (`calls`: {"shape", "time_us", **call}), next to its timed
+    median, and the one line on what that median counts (result.clock_counts)."""
+    shown = [c for c in calls if c.get("call_us") is not None]
+    if not shown:
+        return []
+    n = shown[0].get("calls", 1)
+    lines = [f"- what a call holds (the median of {n} call(s) profiled after the timed calls, under a profiler "
+             "that adds its own cost, so advice beside the timed median, never the score):"]
+    for c in shown[:MAX_CALL_SHAPES]:
+        timed = f"timed median {c['time_us']:,.1f} us; " if c.get("time_us") else ""
+        lines.append(f"  {shape_label(c['shape'])}: {timed}{call_text(c, interpreted)}")
+    if len(shown) > MAX_CALL_SHAPES:
+        lines.append(f"  ... and {len(shown) - MAX_CALL_SHAPES} more shape(s)")
+    lines.append(f"  What the timed median counts: {clock_counts(interpreted)}.")
+    return lines
+
+
 def output_lines(output: str) -> list[str]:
-    """The candidate's own stdout and stderr (candidate_output.digest), indented under one heading."""
+    """The candidate's own stdout and stderr (candidate_output.digest), quoted as untrusted data."""
     if not output:
         return []
-    return ["- what the kernel printed (stdout/stderr, each distinct line once, warnings first):"] + [
-        f"  {line}" for line in output.splitlines()]
+    return [quote(output, "- what the kernel printed (stdout/stderr, each distinct line once, warnings first)",
+                  OUTPUT_CHARS)]
 
 
 def render_headroom(sols: list[ShapeSol | dict]) -> str:
@@ -177,7 +228,8 @@ def render_headroom(sols: list[ShapeSol | dict]) -> str:
 
 def render_profile(facts: list[KernelFacts | dict] | None = None, ncu: NcuProfile | dict | None = None,
                    sols: list[ShapeSol | dict] | None = None, flag: str | None = None,
-                   kernels: list[dict] | None = None, kernel_profiler: str = "", output: str = "") -> str:
+                   kernels: list[dict] | None = None, kernel_profiler: str = "", output: str = "",
+                   calls: list[dict] | None = None, interpreted: bool = False) -> str:
     """The block a prompt shows about one candidate."""
     facts = [KernelFacts(**f) if isinstance(f, dict) else f for f in facts or []]
     ncu = NcuProfile.from_dict(ncu) if isinstance(ncu, dict) else ncu
@@ -187,6 +239,7 @@ def render_profile(facts: list[KernelFacts | dict] | None = None, ncu: NcuProfil
     else:
         lines.append("- compile facts: none (no compiled GPU code: CPU interpreter or nothing compiled)")
     lines += kernel_time_lines(kernels or [], kernel_profiler or "")
+    lines += call_lines(calls or [], interpreted)
     if ncu is not None:
         lines += ncu_lines(ncu)
     lines += output_lines(output or "")

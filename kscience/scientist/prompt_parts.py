@@ -11,11 +11,11 @@ from kscience.problems.roofline import ShapeSol
 from kscience.problems.roofline import summary as sol_summary
 from kscience.problems.spec import shape_label
 from kscience.scientist.briefing import format_times
-from kscience.scientist.llm.base import one_line
 from kscience.scientist.plans import Plan
 from kscience.scientist.profile_report import render_headroom, render_profile
 from kscience.scientist.prompts import render
 from kscience.scientist.strategy import CandidateView, ranked, seed_of
+from kscience.scientist.verdicts import selector_message
 
 SELECTOR_MAX_MEMBERS = 30  # the fastest correct members and the newest failures beyond this are left out
 FINDINGS_PROMPT_CHARS = 8000  # newest findings first, each whole, until this much text
@@ -26,10 +26,11 @@ def profile_block(profile: dict | None) -> str:
     """What a profiler saw of a kernel (compile facts, Nsight Compute counters, speed of light per shape,
     the 'not doing the work' flag); empty when nothing was seen (the CPU interpreter compiles nothing)."""
     if not profile or not any(profile.get(k) for k in ("compile_facts", "ncu", "sol", "flag", "kernels",
-                                                        "kernel_profiler", "output")):
+                                                        "kernel_profiler", "output", "calls")):
         return ""
     text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"),
-                          profile.get("kernels"), profile.get("kernel_profiler") or "", profile.get("output") or "")
+                          profile.get("kernels"), profile.get("kernel_profiler") or "", profile.get("output") or "",
+                          profile.get("calls"), bool(profile.get("interpreted")))
     sols = profile.get("sol") or []
     if sols:
         text += "\nSpeed of light per shape: " + "; ".join(
@@ -96,7 +97,9 @@ def selector_member(view: CandidateView) -> dict:
     member = {"id": view.id, "parent": view.parent_id, "depth": view.depth, "children": view.n_children,
               "status": view.status, "geomean_us": round(view.geomean_us, 3) if view.geomean_us else None,
               "shape_us": {k: round(v, 3) for k, v in view.shape_times.items()},
-              "covered": view.coverage, "hypothesis": view.hypothesis, "message": one_line(view.message, 160)}
+              "covered": view.coverage, "hypothesis": view.hypothesis, "message": selector_message(view.message)}
+    if view.failing_shape is not None:
+        member["failed_on"] = shape_label(view.failing_shape)
     profile = view.profile or {}
     sol = sol_summary([ShapeSol.from_dict(s) for s in profile.get("sol") or []])
     if sol is not None:

@@ -18,31 +18,39 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kscience.scientist.profile_report import split_clause
 from kscience.problems.libraries import library_notes
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
-                                         render_header)
+                                         render_header, shapes_text)
 from kscience.scientist.candidate import uplift_pct
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.knowledge import fill_probes
 from kscience.scientist.llm.base import LLMError, one_line
 from kscience.scientist.measurements import prompt_text as measurements_text
+from kscience.scientist.neighbourhood import Neighbourhood, best_line, siblings_text
 from kscience.scientist.plans import (CHOOSERS, PLANS_PER_LINE, PLANS_WANTED, Plan, choice_text, mark_chosen,
                                       measured_clause, parse_plans,
                                       predicted_text)
 from kscience.scientist.prompt_parts import (asked_line, fit_findings, has_kernel, headroom, kernels_text, lesson,
                                              line_block, selector_member, selector_members)
 from kscience.scientist.prompts import load_schema, render
+from kscience.scientist.quoting import whole_sentences
+from kscience.scientist.rules import Rules
 from kscience.scientist.strategy import OK, CandidateView, Selection, ranked, seed_of, tournament, tree_search
+from kscience.scientist.verdicts import verdict_block, verdict_clause
 
 __all__ = ["CandidateView", "Selection", "Plan", "Draft", "Scientist", "mark_chosen", "parse_plans",
            "measured_clause"]
 
 STRATEGIES = ("tournament", "tree", "llm")
+DEVIATION_CHARS = 800  # a writer's note on what it did otherwise than its plan: whole sentences up to this
+DRAFT_ERROR_CHARS = 600  # why a writer's answers could not be used, as its candidate's message
+_DEVIATIONS = re.compile(r"^(`{3,})[ \t]*deviations[ \t]*\n(.*?)^\1[ \t]*$", re.S | re.M)
 
 
 @dataclass
@@ -52,6 +60,7 @@ class Draft:
     edits_total: int  # SEARCH/REPLACE blocks proposed
     edits_applied: int  # blocks that applied
     error: str | None = None  # one line when source is None
+    deviations: str = ""  # the writer's note on what it did otherwise than the plan ("" when it followed it)
 
 
 @dataclass
@@ -64,9 +73,24 @@ class _Attempt:
     applied: int
     partial: str  # the source with whatever did apply, which a second try starts from
     problems: list[str]
+    deviations: str = ""
+
+
+def deviations_of(text: str) -> tuple[str, str]:
+    """(the answer without its ```deviations blocks, their text as one note of whole sentences)."""
+    text = text.replace("\r\n", "\n")
+    notes = [m.group(2) for m in _DEVIATIONS.finditer(text)]
+    return _DEVIATIONS.sub("", text), whole_sentences(" ".join(notes), DEVIATION_CHARS) if notes else ""
 
 
 def _use_answer(text: str, against: str) -> _Attempt:
+    text, deviations = deviations_of(text)
+    attempt = _parse_answer(text, against)
+    attempt.deviations = deviations
+    return attempt
+
+
+def _parse_answer(text: str, against: str) -> _Attempt:
     edits, broken = parse_edits(text)
     if edits or broken:
         done = apply_edits(against, edits)
@@ -113,6 +137,7 @@ class Scientist:
         self.strategy, self.epsilon = strategy, epsilon
         self.rng = random.Random(seed)
         self.system = render("system.md")
+        self._shapes_said: tuple = (None, "")
 
     @property
     def model_name(self) -> str:
@@ -138,21 +163,29 @@ class Scientist:
     def _target(self) -> Hardware | None:
         return self.bench.target if self.bench is not None else self.target
 
+    def _interpreted(self) -> bool:
+        return self.bench.interpreted if self.bench is not None else bool(self.target and self.target.interpreted)
+
     def task(self) -> str:
         p = self.problem
-        if p.entry == "ModelNew":
-            values = ", ".join(f"{k}={v!r}" for k, v in p.constants.items()) or "none"
-            sizes = (f"Sizes come from the module constants (after --set), the same on every device: {values}. "
-                     "get_inputs() and get_init_inputs() build the forward's and the constructor's arguments.")
-        else:
-            sizes = "\n".join(f"{label}: {json.dumps(shapes)}" for label, shapes in (
-                ("Correctness shapes (GPU)", p.tests), ("Benchmark shapes (GPU)", p.benchmarks),
-                ("Correctness shapes (CPU interpreter)", p.cpu_tests),
-                ("Benchmark shapes (CPU interpreter)", p.cpu_benchmarks)))
         target = self._target()
         return render("task.md", name=p.name, description=p.description, entry=p.entry, rtol=p.rtol, atol=p.atol,
-                      sizes=sizes, target=target.line() if target else "not named (portable Triton; "
+                      sizes=self._shapes_text(), target=target.line() if target else "not named (portable Triton; "
                       "name one with --target)")
+
+    def _shapes_text(self) -> str:
+        """Every shape with its sizes and where it runs (kept: building the sizes costs a moment per shape)."""
+        judged_on = self.bench.device.line() if self.bench is not None else "the GPU"
+        key = (self._interpreted(), judged_on)
+        if self._shapes_said[0] != key:
+            self._shapes_said = (key, shapes_text(self.problem, key[0], judged_on))
+        return self._shapes_said[1]
+
+    def rules(self) -> Rules:
+        """What the judge holds this run's kernels to, as the run set it (the problem's defaults before)."""
+        if self.bench is not None and self.bench.rules is not None:
+            return self.bench.rules
+        return Rules.for_problem(self.problem, interpreted=self._interpreted())
 
     def header(self) -> str:
         return render_header(self.bench)
@@ -163,8 +196,7 @@ class Scientist:
         p = self.problem
         shown = ("Module constants as run: " + ", ".join(f"{k} = {v!r}" for k, v in p.constants.items()) + "\n"
                  if p.constants else "")
-        on_cpu = self.bench.interpreted if self.bench is not None else bool(self.target and self.target.interpreted)
-        device = "cpu" if on_cpu else "cuda"  # torch calls ROCm devices "cuda" too
+        device = "cpu" if self._interpreted() else "cuda"  # torch calls ROCm devices "cuda" too
         return render("problem.md", source=problem_source(p).rstrip("\n"), constants=shown,
                       contract=render_contract(p, device), libraries=library_notes(p, library_sources))
 
@@ -230,10 +262,12 @@ class Scientist:
     # --- designer ------------------------------------------------------------------------------
     async def design(self, base: CandidateView, reference: CandidateView | None,
                      findings: list[str], done: Iterable[str] = (), in_flight: Iterable[str] = (), *,
-                     wanted: int = PLANS_WANTED, avenue: str = "", others: Iterable[str] = ()) -> list[Plan]:
+                     wanted: int = PLANS_WANTED, avenue: str = "", others: Iterable[str] = (),
+                     neighbourhood: Neighbourhood | None = None) -> list[Plan]:
         """`wanted` plans for the next rounds on `base`; `done` titles the experiments already run on it,
         `in_flight` those other lines of the run are carrying out on it or will soon; `avenue` is the
-        direction this line favours and `others` says what other lines are designing right now."""
+        direction this line favours and `others` says what other lines are designing right now;
+        `neighbourhood` holds the experiments made on the base so far, with their verdicts, and the best."""
         done, in_flight, others = list(done), list(in_flight), list(others)
         done_text = ("\nAlready carried out on this base (will not be run again): "
                      + "; ".join(done) + "\n") if done else ""
@@ -246,7 +280,16 @@ class Scientist:
         carried = (f"{PLANS_PER_LINE} plans will be carried out" if wanted <= PLANS_WANTED else
                    f"The plans will be carried out by {(wanted - PLANS_WANTED) // PLANS_PER_LINE + 1} lines of "
                    f"work, {PLANS_PER_LINE} each")
+        around = "(not given)"
+        if neighbourhood is not None:
+            around = (f"{best_line(neighbourhood.best, base)}\nExperiments made on this base so far, each with its "
+                      f"latest verdict:\n{siblings_text(neighbourhood.siblings, base)}")
+            if neighbourhood.base_siblings:
+                around += (f"\nThe other experiments of the design that produced this base (on its parent "
+                           f"`{base.parent_id}`), each with its latest verdict:\n"
+                           f"{siblings_text(neighbourhood.base_siblings, None)}")
         prompt = render("designer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
+                        rules=self.rules().text(), neighbourhood=around,
                         knowledge=self.knowledge.strip() or "(none)", kernels=kernels_text(base, reference),
                         first_task=self._first_task(base), findings=fit_findings(findings), done=done_text,
                         headroom=headroom(base), wanted=wanted, avenues=max(10, 2 * wanted),
@@ -273,7 +316,7 @@ class Scientist:
         answer = await self._ask(prompt, brief)
         first = _use_answer(answer, against)
         if first.source is not None:
-            return Draft(first.source, first.mode, first.total, first.applied)
+            return Draft(first.source, first.mode, first.total, first.applied, deviations=first.deviations)
         note = (f"{first.applied} of {first.total} blocks applied; this is the kernel with them."
                 if first.total else "This is the kernel your answer has to change.")
         retry = render("retry.md", original=prompt, answer=answer, problems="\n".join(first.problems),
@@ -282,13 +325,15 @@ class Scientist:
         second = _use_answer(await self._ask(retry, again), first.partial)
         total, applied = first.total + second.total, first.applied + second.applied
         if second.source is not None:
-            return Draft(second.source, second.mode, total, applied)
+            return Draft(second.source, second.mode, total, applied, deviations=second.deviations)
         more = f" (and {len(second.problems) - 1} more problems)" if len(second.problems) > 1 else ""
         first_line = second.problems[0].split("\n")[0]
-        return Draft(None, second.mode, total, applied, error=one_line(f"after one retry: {first_line}{more}"))
+        return Draft(None, second.mode, total, applied,
+                     error=whole_sentences(f"after one retry: {first_line}{more}", DRAFT_ERROR_CHARS))
 
     async def write(self, plan: Plan, base: CandidateView, reference: CandidateView | None) -> Draft:
         prompt = render("writer.md", header=self.header(), task=self.task(), problem=self.problem_code(True),
+                        rules=self.rules().text(), deviation_chars=DEVIATION_CHARS,
                         knowledge=self.code_knowledge.strip() or "(none)", title=plan.title,
                         rationale=plan.rationale, changes="\n".join(f"- {c}" for c in plan.changes),
                         predicted=predicted_text(plan), kernels=kernels_text(base, reference),
@@ -301,9 +346,8 @@ class Scientist:
     async def repair(self, source: str, status: str, message: str, failing_shape: dict | None,
                      attempt: int, coverage: str = "", profile: dict | None = None) -> Draft:
         prompt = render("repair.md", header=self.header(), task=self.task(), problem=self.problem_code(),
-                        knowledge=self.code_knowledge.strip() or "(none)", attempt=attempt, status=status,
-                        message=message, coverage=coverage or "not recorded",
-                        failing_shape=json.dumps(failing_shape) if failing_shape else "(not recorded)",
+                        rules=self.rules().text(), knowledge=self.code_knowledge.strip() or "(none)", attempt=attempt,
+                        verdict=verdict_block(self.problem, status, message, failing_shape, coverage),
                         source=source.rstrip("\n"), edit_format=render("edit_format.md"),
                         profile=line_block(profile))
         brief = Brief("repair", self.bench, self._shapes(), source=source, status=status, message=message,
@@ -312,19 +356,33 @@ class Scientist:
 
     # --- findings ------------------------------------------------------------------------------
     async def finding(self, plan: Plan, base: CandidateView, child_status: str,
-                      child_geomean_us: float | None, child: CandidateView | None = None) -> str:
-        clause = measured_clause(plan, base.geomean_us, child_status, child_geomean_us)
+                      child_geomean_us: float | None, child: CandidateView | None = None,
+                      neighbourhood: Neighbourhood | None = None) -> str:
+        """The lesson of one experiment, with its whole verdict and its `neighbourhood` (siblings of the same
+        design, the best kernel, the findings so far) in view; returned as the finding's one line."""
+        message, failing = (child.message, child.failing_shape) if child is not None else ("", None)
+        verdict = verdict_clause(child_status, message, failing)
+        clause = measured_clause(plan, base.geomean_us, child_status, child_geomean_us, verdict)
         ok = child_status == OK
         pct = uplift_pct(base.geomean_us, child_geomean_us) if ok else None
+        hood = neighbourhood or Neighbourhood()
+        around = neighbourhood is not None
+        deviations = child.deviations if child is not None else ""
         prompt = render("finding.md", header=self.header(), title=plan.title, rationale=plan.rationale,
                         changes="; ".join(plan.changes), base_id=base.id,
                         base_time=f"{base.geomean_us:.2f} us" if base.geomean_us else "no time",
-                        base_shapes=format_times(base.shape_times), status=child_status,
-                        coverage=(child.coverage if child is not None else "") or "not recorded",
+                        base_shapes=format_times(base.shape_times),
+                        deviations=f"The writer's note on what it did otherwise than the plan: {deviations}\n"
+                        if deviations else "",
+                        verdict=verdict_block(self.problem, child_status, message, failing,
+                                              child.coverage if child is not None else ""),
                         child_shapes=format_times(child.shape_times) if child is not None else "not recorded",
                         result=clause, measured=f"{pct:+.1f}%" if pct is not None else f"none ({child_status})",
                         predicted=predicted_text(plan), profile=line_block(child.profile if child else None)
-                        + asked_line(plan, child))
+                        + asked_line(plan, child),
+                        siblings=siblings_text(hood.siblings, base) if around else "- (not given)",
+                        best=best_line(hood.best, base) if around else "Current best: not given.",
+                        findings=fit_findings(hood.findings) if around else "(not given)")
         brief = Brief("finding", self.bench, plan=plan, base=base, child=child, status=child_status,
                       measured_pct=pct, profile=child.profile if child else None)
         clause += split_clause(child.profile if child is not None and ok else None)

@@ -46,6 +46,8 @@ class CandidateView:
     coverage: str = ""  # which shapes its verdict covered (briefing.coverage)
     # What a profiler saw (a stored profile: compile_facts, ncu, sol per shape, flag); None: nothing yet.
     profile: dict | None = None
+    failing_shape: dict | None = None  # the shape its verdict failed on, where it failed on one
+    deviations: str = ""  # what its writer said it did otherwise than the plan asked
 
 
 @dataclass

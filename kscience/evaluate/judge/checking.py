@@ -65,7 +65,7 @@ def check(session: Session, shape: dict, phase: str) -> tuple[R.ShapeResult, int
                                       "work went on in the background (thread, process or stream)", shape)
     ok, why, err = judge_output(session.problem, data, first, expected)
     if not ok:
-        raise Verdict(R.WRONG_ANSWER, why, shape)
+        raise Verdict(R.WRONG_ANSWER, _whole_why(session.problem, first, expected, why), shape)
     _untouched(session, guarded, pristine, looks[1:], shape)
     errors = float64_errors(session, data, first, expected)
     return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err, **errors), cap
@@ -83,10 +83,11 @@ def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
         raise Verdict(R.WRONG_ANSWER, f"output is not {str(expected.dtype).removeprefix('torch.')} "
                                       f"{list(expected.shape)} like the answer", shape)
     dtype, problem = expected.dtype, session.problem
-    ok, why, err = check_output(looks[0].view(dtype), gather(expected, session.ranges[0]).view(dtype),
-                                problem.rtol, problem.atol)
+    got, want = looks[0].view(dtype), gather(expected, session.ranges[0]).view(dtype)
+    ok, why, err = check_output(got, want, problem.rtol, problem.atol)
     if not ok:
-        raise Verdict(R.WRONG_ANSWER, f"{why.split(';')[0]} (of the output's sampled elements)", shape)
+        raise Verdict(R.WRONG_ANSWER, _sampled_why(got, want, session.ranges[0], expected, problem, why)
+                      or f"{why} (of the output's sampled elements)", shape)
     _untouched(session, guarded, pristine, looks[1:], shape)
     errors = float64_errors(session, data, looks[0].view(dtype), expected, session.ranges[0])
     return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err, **errors), cap
@@ -159,10 +160,11 @@ def recheck(session: Session, look: drive.Look, shape: dict) -> None:
     if look.shape != list(want.shape) or look.dtype != str(want.dtype).removeprefix("torch."):
         ok, why = False, f"output {look.dtype} {look.shape}, expected {want.dtype} {list(want.shape)}"
     else:
-        ok, why, _ = check_output(look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype),
-                                  problem.rtol, problem.atol)
+        got, sampled = look.raw.view(want.dtype), gather(want, look.ranges).view(want.dtype)
+        ok, why, _ = check_output(got, sampled, problem.rtol, problem.atol)
+        why = (_sampled_why(got, sampled, look.ranges, want, problem, why) or why) if not ok else why
     if not ok:
-        raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why.split(';')[0]}", shape)
+        raise Verdict(R.WRONG_ANSWER, f"a timed call returned a wrong result: {why}", shape)
 
 
 # --- precision ---------------------------------------------------------------------------------
@@ -260,3 +262,53 @@ def _elements(t: torch.Tensor, ranges: list[list[int]], item_bytes: int) -> torc
     """The elements of `t` at the byte ranges drawn over a tensor of its shape with `item_bytes` per element."""
     flat = t.reshape(-1)
     return torch.cat([flat[o // item_bytes:(o + n) // item_bytes] for o, n in ranges]) if ranges else flat[:0]
+
+
+# --- what a wrong answer's message says ------------------------------------------------------------
+def _outside(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float, what: str, where) -> str | None:
+    """How many of `got`'s elements (`what`) lie outside the tolerance of `want` (same shape and dtype,
+    no NaN: check_output says those), the first of them at `where(flat position)` with its value, the
+    expected one and the threshold it crossed; None where none does."""
+    g, w = got.reshape(-1).to(want.device).double(), want.reshape(-1).double()
+    if g.shape != w.shape or bool(torch.isnan(g).any()):
+        return None
+    far = ~torch.isclose(g, w, rtol=rtol, atol=atol)
+    if not bool(far.any()):
+        return None
+    i = int(torch.nonzero(far)[0])
+    gi, wi = float(g[i]), float(w[i])
+    return (f"{int(far.sum())} of {g.numel()} {what} outside rtol={rtol:g}, atol={atol:g}; first at {where(i)}: "
+            f"got {gi:.6g}, expected {wi:.6g}: |got - expected| = {abs(gi - wi):.3g} > atol + rtol * |expected| "
+            f"= {atol + rtol * abs(wi):.3g}")
+
+
+def _whole_why(problem: Problem, got: torch.Tensor, want: torch.Tensor | None, why: str) -> str:
+    """A whole output's wrong answer in full (check_output's reason where it is not about closeness:
+    a shape, a dtype, NaN, or the problem's own check)."""
+    if problem.check is not None or want is None or tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+        return why
+    shape = tuple(want.shape)
+    return _outside(got, want, problem.rtol, problem.atol, "output elements",
+                    lambda i: tuple(int(x) for x in torch.unravel_index(torch.tensor(i), shape)) if shape else ()) or why
+
+
+def _sampled_why(got: torch.Tensor, sampled: torch.Tensor, ranges: list[list[int]], answer: torch.Tensor,
+                 problem: Problem, why: str) -> str | None:
+    """A sampled output's wrong answer in full, its first bad element named by its index in the output (the
+    sample holds the bytes at `ranges` of the answer's contiguous layout); None where the reason is not
+    about closeness."""
+    if got.dtype != sampled.dtype or got.numel() != sampled.numel():
+        return None
+    size, shape = sampled.element_size(), tuple(answer.shape)
+
+    def where(i: int) -> tuple:
+        seen = 0
+        for offset, length in ranges:
+            n = length // size
+            if i < seen + n:
+                flat = offset // size + i - seen
+                return tuple(int(x) for x in torch.unravel_index(torch.tensor(flat), shape)) if shape else ()
+            seen += n
+        return (i,)
+
+    return _outside(got, sampled, problem.rtol, problem.atol, "sampled elements of the output", where)

@@ -3,7 +3,11 @@
 For every Triton kernel in a Triton cache directory: registers per thread, spills, shared
 memory, `num_warps`/`num_stages` as compiled, and whether tensor-core instructions appear in the
 compiled code (wgmma/mma in PTX, HGMMA/HMMA in SASS on NVIDIA, v_mfma in AMDGCN on ROCm). For
-`load_inline` extensions, the CUDA compiler's resource report of the built shared object.
+CUDA kernels built otherwise: the CUDA compiler's resource report of each `load_inline` extension and
+of each library, cubin or object the candidate built itself into its `KSCIENCE_BUILD_DIR` (nvcc through
+subprocess, loaded through ctypes), and where no binary says it, what `ptxas -v` printed (nvcc
+`-Xptxas -v`, or load_inline with `verbose=True`: its report in the worker's output or in a `*.log`
+or `*.txt` file of the build folder).
 
 Where each number comes from (Triton 3.x writes `<cache>/<hash>/<name>.json` with the compile
 metadata, beside `<name>.ptx`/`<name>.cubin` on NVIDIA or `<name>.amdgcn`/`<name>.hsaco` on ROCm):
@@ -15,6 +19,10 @@ metadata, beside `<name>.ptx`/`<name>.cubin` on NVIDIA or `<name>.amdgcn`/`<name
   builds, which keep no PTX beside them). cuobjdump is
   the one Triton ships in `triton/backends/nvidia/bin`, or any on PATH; without one, registers and
   spills are None and only the PTX is read.
+* CUDA kernels outside Triton: registers, local memory (stack, spills included) and static shared memory
+  from `cuobjdump --dump-resource-usage` of the binary, spills as Triton counts them (local bytes / 4);
+  from `ptxas -v` the registers, the stack frame as local memory, the spill stores (bytes / 4) and the
+  shared memory of each entry function.
 * ROCm (unverified on hardware): the AMDGCN text carries the assembler's own report
   (`.vgpr_count`, `.sgpr_count`, `.vgpr_spill_count`, `.sgpr_spill_count`, `.group_segment_fixed_size`).
 
@@ -42,6 +50,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MAX_FILE_BYTES = 64 << 20  # a planted giant file is skipped, not read
+MAX_LOG_BYTES = 1 << 20  # a build log read for ptxas's report
+BINARIES = ("*.so", "*.cubin", "*.fatbin", "*.o")  # what a candidate's own build can leave that cuobjdump reads
+BUILD_LOGS = ("*.log", "*.txt")
 MAX_KERNELS = 256  # an autotuned candidate compiles tens of variants; more is a flood
 TOOL_TIMEOUT_S = 30.0
 
@@ -54,6 +65,13 @@ _RESOURCE = re.compile(r"^\s*Function\s+(\S+?):\s*$")
 _FIELDS = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
 _SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 _KEY = re.compile(r"[A-Z2-7]{52}")  # Triton's cache key: base32 of a SHA-256, without padding
+# ptxas -v: "Compiling entry function 'NAME' for 'sm_90'", "Function properties for NAME", then
+# "N bytes stack frame, N bytes spill stores, N bytes spill loads" and "Used N registers, ... N bytes smem, ...".
+_PTXAS_ENTRY = re.compile(r"ptxas\b.*Compiling entry function '([^']+)' for '(\w+)'")
+_PTXAS_PROPERTIES = re.compile(r"ptxas\b.*Function properties for (.+?)\s*$")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"ptxas\b.*Used (\d+) registers")
+_PTXAS_MEMORY = re.compile(r"(\d+)(?:\+(\d+))? bytes (smem|lmem)")
 
 
 @dataclass
@@ -68,6 +86,7 @@ class KernelFacts:
     spills: int | None = None  # 32-bit words in local memory (NVIDIA), spilled registers (ROCm)
     shared_bytes: int | None = None  # dynamic shared memory / LDS Triton requests at launch
     static_shared_bytes: int | None = None  # shared memory declared in the binary itself
+    local_bytes: int | None = None  # local memory per thread (stack frame, spills included), CUDA outside Triton
     tensor_core: bool | None = None  # None: no compiled code to look at
     tensor_instructions: list[str] = field(default_factory=list)  # distinct opcodes, e.g. "HGMMA"
     artefact: str = ""  # folder or file the facts were read from
@@ -118,6 +137,44 @@ def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
             out[current] = {k: int(v) for k, v in _FIELDS.findall(line)}
             current = None
     return out
+
+
+def parse_ptxas_verbose(text: str) -> dict[str, dict[str, int | str]]:
+    """`ptxas -v` output -> {entry function: {"arch", "registers", "stack", "spill_stores", "spill_loads",
+    "shared", "local"}} (the fields it printed). Device functions' properties are not kernels and are left out;
+    an entry compiled for several architectures keeps the last one listed."""
+    out: dict[str, dict] = {}
+    entry = described = None
+    for line in text.splitlines():
+        m = _PTXAS_ENTRY.search(line)
+        if m:
+            entry = described = m.group(1)
+            out[entry] = {"arch": m.group(2)}
+            continue
+        m = _PTXAS_PROPERTIES.search(line)
+        if m:
+            described = m.group(1)
+            continue
+        m = _PTXAS_FRAME.search(line)
+        if m and described in out:
+            out[described].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+            continue
+        m = _PTXAS_USED.search(line)
+        if m and entry in out:
+            out[entry]["registers"] = int(m.group(1))
+            for first, second, kind in _PTXAS_MEMORY.findall(line):
+                out[entry]["shared" if kind == "smem" else "local"] = int(first) + int(second or 0)
+            entry = None
+    return {name: rec for name, rec in out.items() if "registers" in rec}
+
+
+def ptxas_facts(text: str) -> list[KernelFacts]:
+    """KernelFacts of every entry function a `ptxas -v` report names."""
+    return [KernelFacts(name=name, source="ptxas", backend="cuda", arch=str(rec["arch"]),
+                        registers=rec["registers"], spills=rec.get("spill_stores", 0) // 4,
+                        static_shared_bytes=rec.get("shared", 0),
+                        local_bytes=max(rec.get("stack", 0), rec.get("local", 0)))
+            for name, rec in sorted(parse_ptxas_verbose(text).items())]
 
 
 def parse_sass_tensor_ops(text: str) -> dict[str, list[str]]:
@@ -213,34 +270,66 @@ def read_triton_cache(cache_dir: str | Path, keys: list[str] | None = None) -> l
     return sorted(out, key=lambda f: (f.name, f.num_warps or 0, f.num_stages or 0))
 
 
-def read_extension(so_path: str | Path) -> list[KernelFacts]:
-    """The compiler's resource report of a load_inline build (one record per device function)."""
+def read_extension(so_path: str | Path, source: str = "load_inline") -> list[KernelFacts]:
+    """The compiler's resource report of a built binary (one record per device function): a load_inline
+    extension, or (`source` "build") a library, cubin or object the candidate built itself."""
     path = Path(so_path)
     if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
         return []
-    usage = parse_resource_usage(_tool(["--dump-resource-usage", str(path)]))
+    report = _tool(["--dump-resource-usage", str(path)])
+    usage = parse_resource_usage(report)
     tensor = parse_sass_tensor_ops(_tool(["-sass", str(path)])) if usage else {}
-    return [KernelFacts(name=name, source="load_inline", backend="cuda", registers=u.get("REG"),
-                        spills=u.get("LOCAL", 0) // 4, static_shared_bytes=u.get("SHARED"),
+    arch = (re.findall(r"^arch = (\w+)", report, re.M) or [None])[-1]  # the last listed, as the usage is
+    return [KernelFacts(name=name, source=source, backend="cuda", arch=arch, registers=u.get("REG"),
+                        spills=u.get("LOCAL", 0) // 4, static_shared_bytes=u.get("SHARED"), local_bytes=u.get("LOCAL"),
                         tensor_core=bool(tensor.get(name)) if name in tensor else None,
                         tensor_instructions=tensor.get(name, []), artefact=str(path))
             for name, u in sorted(usage.items())]
 
 
+def _files(root: Path, patterns: tuple[str, ...]) -> list[Path]:
+    found = sorted({p for pattern in patterns for p in root.rglob(pattern)})
+    return [p for p in found if p.is_file() and not p.is_symlink()][:MAX_KERNELS]
+
+
+def read_build_dir(build_dir: str | Path, logs: tuple[str, ...] = ()) -> list[KernelFacts]:
+    """Facts of the CUDA kernels a candidate built itself into `build_dir`: each binary's resource report,
+    then for entry functions no binary described, what `ptxas -v` printed in `logs` (the worker's output) or
+    in the folder's build logs."""
+    root = Path(build_dir) if build_dir else None
+    facts = []
+    if root is not None and root.is_dir():
+        for path in _files(root, BINARIES):
+            facts += read_extension(path, "build")
+        logs = (*logs, *(p.read_text(errors="replace") for p in _files(root, BUILD_LOGS)
+                         if p.stat().st_size <= MAX_LOG_BYTES))
+    return facts + ptxas_only(facts, "\n".join(logs))
+
+
+def ptxas_only(known: list[KernelFacts], text: str) -> list[KernelFacts]:
+    """What `ptxas -v` reported in `text` of the kernels `known` does not describe already."""
+    described = {f.name for f in known if f.registers is not None}
+    return [f for f in ptxas_facts(text) if f.name not in described]
+
+
 def collect(triton_cache: str | Path | None, extensions_dir: str | Path | None = None, *,
-            keys: list[str] | None = None, since: float | None = None) -> list[KernelFacts]:
+            keys: list[str] | None = None, since: float | None = None, build_dir: str | Path | None = None,
+            logs: tuple[str, ...] = ()) -> list[KernelFacts]:
     """Everything one evaluation compiled or loaded: call after its worker is gone.
 
     `keys`: only these Triton entries (None: the whole cache, which is right for a cache private to
     the evaluation, as every worker's is). `since`: only load_inline builds written at or
     after this time.time() (a build reused unchanged from an earlier evaluation was reported there).
+    `build_dir`: the folder the candidate's own builds went to (KSCIENCE_BUILD_DIR); `logs`: the worker's
+    output, where a build's `ptxas -v` report lands.
     """
     facts = read_triton_cache(triton_cache, keys) if triton_cache else []
     if extensions_dir and Path(extensions_dir).is_dir():
         builds = [p for p in sorted(Path(extensions_dir).rglob("*.so")) if since is None or p.stat().st_mtime >= since]
         for so in builds[:MAX_KERNELS]:
             facts += read_extension(so)
-    return facts
+    built = read_build_dir(build_dir, ()) if build_dir else []
+    return facts + built + ptxas_only(facts + built, "\n".join(logs))
 
 
 def confirm_launched(facts: list[KernelFacts], launched: list[str]) -> list[KernelFacts]:

@@ -356,11 +356,14 @@ class Worker:
 
     def _compile_facts(self) -> list[dict]:
         """On a GPU, what this evaluation's compilers built (registers, spills, tensor-core use), read
-        from its private caches once its processes are gone: advice for the scientist, never a verdict."""
+        from its private caches and the folder of its own builds once its processes are gone, with what
+        ptxas printed into its output: advice for the scientist, never a verdict."""
         if self.interpreted:
             return []
         dirs = compile_cache.private_dirs(self.workdir)
-        return [f.to_dict() for f in compile_facts.collect(dirs["TRITON_CACHE_DIR"], dirs["TORCH_EXTENSIONS_DIR"])]
+        return [f.to_dict() for f in compile_facts.collect(
+            dirs["TRITON_CACHE_DIR"], dirs["TORCH_EXTENSIONS_DIR"], build_dir=dirs[compile_cache.BUILD_DIR_VAR],
+            logs=(self.stdout.text(), self.stderr.text()))]
 
     def tails(self) -> tuple[str, str]:
         return redact(self.stdout.text()), redact(self.stderr.text())

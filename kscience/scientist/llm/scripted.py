@@ -47,7 +47,7 @@ def answer(role: str, prompt: str, solutions: dict[str, str] | None = None, n_pl
     if role == "designer":
         return json.dumps(plans(n_plans, first_free_variant(prompt)))
     if role == "selector":
-        members = json.loads(prompt[prompt.index("["):prompt.rindex("]") + 1])
+        members = json.loads(prompt.split("```json\n", 1)[1].split("\n```", 1)[0])  # the population block
         ok = [m for m in members if m.get("status") == "ok" and m.get("geomean_us")]
         best = min(ok, key=lambda m: m["geomean_us"]) if ok else members[0]
         return json.dumps({"base_id": best["id"], "reference_id": "", "justification": "fastest"})
