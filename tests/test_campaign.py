@@ -174,7 +174,6 @@ CAMPAIGN_SAMPLES = {
     "llm_retries": ("7", 7), "llm_timeout_s": ("600", 600.0),
     "compiled_baseline": (None, False), "target": ("h100", "h100"), "profile": ("ncu", "ncu"),
     "stop_at_sol": ("0.8", 0.8), "chooser": ("loop", "loop"), "precision": ("reference", "reference"),
-    "build_limit_s": ("200", 200.0),
 }
 
 

@@ -33,7 +33,7 @@ from kscience.run.events import CandidateEvaluated, CandidateProfiled, Evaluatio
 from kscience.run.held import Held, Job
 from kscience.run.in_flight import has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
-from kscience.run.limits import step_limit, stored_verdict
+from kscience.run.limits import STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S, step_limit, stored_verdict
 from kscience.run.slots import Slots
 from kscience.scientist.candidate import EAGER_KIND, Candidate
 from kscience.scientist.rules import Rules

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from functools import partial
 
 from kscience.run import baseline_cache, confirm, profiling

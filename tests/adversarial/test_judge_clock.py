@@ -20,6 +20,8 @@ from kscience.evaluate.judge.drive import Call
 from kscience.evaluate.judge.session import Session
 from kscience.evaluate.result import OK, REJECTED
 
+from read_path_attacks import JSON_FORGERY
+
 SLOW_MS = 150
 
 
@@ -121,20 +123,7 @@ def gains_nothing(result) -> None:
 
 
 def test_a_candidate_that_rewrites_its_replies_through_json_gains_nothing(judge):
-    # The JSON encoder every reply of the worker passes through, hooked: call times divided by 100.
-    gains_nothing(judge(SLOW, """
-        import json
-
-        _encode = json.JSONEncoder.encode
-
-        def _forged(self, o):
-            if isinstance(o, dict) and "event_us" in o:
-                o = dict(o, event_us=o["event_us"] / 100, host_us=o["host_us"] / 100)
-            return _encode(self, o)
-
-        json.JSONEncoder.encode = _forged
-        json._default_encoder = json.JSONEncoder()
-
+    gains_nothing(judge(SLOW, JSON_FORGERY, """
         def custom_kernel(data):
             return slow(data[0])
         """, shapes="benchmarks"))

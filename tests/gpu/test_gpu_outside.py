@@ -12,6 +12,8 @@ from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER, EvalRequest
 from kscience.problems import load_problem
 
+from read_path_attacks import JSON_FORGERY
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 # Real work worth a millisecond or more per call on the softmax benchmark shapes.
@@ -347,21 +349,6 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return torch.nn.functional.leaky_relu(self.gemm(x) * self.multiplier, self.negative_slope)
 """
-_JSON_FORGERY = """
-import json
-
-_encode = json.JSONEncoder.encode
-
-
-def _forged(self, o):
-    if isinstance(o, dict) and "event_us" in o:
-        o = dict(o, event_us=o["event_us"] / 50, host_us=o["host_us"] / 50)
-    return _encode(self, o)
-
-
-json.JSONEncoder.encode = _forged
-json._default_encoder = json.JSONEncoder()
-"""
 
 
 def _kernelbench(source: str):
@@ -372,7 +359,7 @@ def _kernelbench(source: str):
 def test_a_kernelbench_candidate_that_rewrites_its_replies_gains_nothing():
     # The trial's attack: honest work, and every timed reply's times divided by 50 through the JSON encoder
     # the worker's replies pass through. On an H200 at 5fedbbb it was judged ok at 0.02x.
-    honest, forged = _kernelbench(_MODEL_NEW), _kernelbench(_MODEL_NEW + _JSON_FORGERY)
+    honest, forged = _kernelbench(_MODEL_NEW), _kernelbench(_MODEL_NEW + JSON_FORGERY)
     _show(honest)
     _show(forged)
     assert honest.status == OK and forged.status == OK, (honest.message, forged.message)

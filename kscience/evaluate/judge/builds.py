@@ -17,7 +17,6 @@ evaluation's `build_s`.
 
 from __future__ import annotations
 
-import time
 
 # Process names (as /proc/PID/comm gives them, at most 15 characters) of the compilers and build tools
 # the candidate's build paths run: NVIDIA's toolchain, ninja, the GNU and LLVM drivers, compilers and

@@ -12,9 +12,7 @@ reports are believed only after the checks in `crosscheck`.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
-import os
 import time
 from collections.abc import Callable
 
