@@ -248,7 +248,8 @@ def add_setting_option(parser, name: str, default_help: str) -> None:
     the same flag with the same meaning; `default_help` says what that command does without it."""
     (flags, kw), = [spec for spec in option_specs() if spec[1]["dest"] == name]
     meaning = kw["help"].split("; default")[0].split(" (default")[0]
-    parser.add_argument(*flags, **{**kw, "help": f"{meaning}; default: {default_help}"})
+    default = next(f.default for f in fields(RunConfig) if f.name == name)  # no run to supply it
+    parser.add_argument(*flags, **{**kw, "default": default, "help": f"{meaning}; default: {default_help}"})
 
 
 def add_run_options(parser, *, resume: bool = False, helps: dict | None = None) -> None:

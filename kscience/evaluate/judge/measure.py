@@ -8,10 +8,11 @@ the import. Then:
 * A report no honest worker could make (a host time longer than the judge's bracket around it, a time
   that is not a number) rejects at once (`crosscheck.clock_problem`).
 * On a GPU the figure is the median of the worker's CUDA events wherever it is no lower than the least
-  the judge's clock allows (`Estimate.low`). Where it is lower, the judge measures a second round, and if
-  the events fall short again, its own estimate is the figure, and the shape's message says so: a
-  worker that rewrites its events gains at most that allowance, and an honest one whose events the
-  judge's clock cannot confirm is timed by that clock, never rejected for it.
+  the judge's clock allows (`Estimate.low`) nor than the physical floor. Where it is lower, the judge
+  measures a second round, and if the events fall short again, its own estimate is the figure, and the
+  shape's message says so: a worker that rewrites its events gains at most that allowance, and an
+  honest one whose events the judge's clock cannot confirm (work on a stream the events do not cover,
+  beside another process) is timed by that clock, never rejected for it.
 * On the CPU the figure is the judge's estimate, once it is positive and the same on alternate calls
   (`crosscheck.untrusted_estimate`); otherwise it measures again, up to `ROUNDS`, and if its estimate
   never settles it records the least median of its brackets around whole calls: an upper bound that
@@ -46,9 +47,10 @@ class Round:
 
 
 def time_shape(session: TimedSession, res, cap: int, plan: drive.Plan, warm_sets: int,
-               buffers: ShapeBuffers, pristine: crosscheck.Empty) -> str | None:
-    """Time `res.shape` into `res`; returns a rejection message, or None. Raises what drive.run_calls
-    raises, and whatever `session.recheck` raises for a wrong output."""
+               buffers: ShapeBuffers, pristine: crosscheck.Empty, floor_us: float = 0.0) -> str | None:
+    """Time `res.shape` into `res`; returns a rejection message, or None. `floor_us`: the least any kernel
+    can take on this shape (events below it are not believed). Raises what drive.run_calls raises, and
+    whatever `session.recheck` raises for a wrong output."""
     shape, interpreted = res.shape, session.device.interpreted
     rounds: list[Round] = []
     chosen = None
@@ -60,7 +62,7 @@ def time_shape(session: TimedSession, res, cap: int, plan: drive.Plan, warm_sets
         if hard:
             return hard
         rnd.estimate = crosscheck.estimate(rnd.calls, pristine, shared=bool(rnd.others))
-        rnd.doubt = _doubt(rnd, interpreted)
+        rnd.doubt = _doubt(rnd, interpreted, floor_us)
         if rnd.doubt is None:
             chosen = rnd
             break
@@ -88,13 +90,15 @@ def _round(session: TimedSession, shape: dict, cap: int, plan: drive.Plan, warm_
     return Round(calls, looks, setup_s, prepare_wall, others=others)
 
 
-def _doubt(rnd: Round, interpreted: bool) -> str | None:
+def _doubt(rnd: Round, interpreted: bool, floor_us: float) -> str | None:
     """Why this round's figure cannot be taken as it stands, or None."""
     est = rnd.estimate
     if interpreted:
         unsure = crosscheck.untrusted_estimate(est.each)
         return f"the judge's own clock is unsure: {unsure}" if unsure else None
     events = statistics.median(c.event_us for c in rnd.calls if c.kind == "timed")
+    if floor_us and events < floor_us:  # beside another process the judge's allowance can reach below it
+        return f"the worker's CUDA events put a call at {events:,.2f} us, below the physical floor of {floor_us:,.2f} us"
     if events < est.low():
         return (f"the worker's CUDA events put a call at {events:,.1f} us, below the {est.low():,.1f} us the judge's "
                 f"own clock allows (its estimate {est.us:,.1f} us, standard error {est.se_us:,.1f} us)")

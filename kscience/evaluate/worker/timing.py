@@ -57,7 +57,8 @@ class Timer:
         # Fixed addresses for every call: the candidate sees the same pointers, strides and alignment
         # whatever the numbers.
         self.work = h.inputs(warm_seeds[0], self.shape)
-        ordinal = torch.cuda.current_device() if h.on_gpu else None
+        # Which memory each buffer is in is the judge's word (`*_on_device`), not a flag of this process's.
+        ordinal = torch.cuda.current_device() if torch.cuda.is_available() else None
         self.judges = _map(handed, cmd.get("output_buffer_bytes"), cmd.get("outputs_on_device"), ordinal, "output")
         out_bytes = cmd.get("output_bytes")
         if type(out_bytes) is not int or not 0 <= out_bytes <= self.judges.nbytes:
