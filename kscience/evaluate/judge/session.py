@@ -223,8 +223,13 @@ class Session:
 
     # --- answers -----------------------------------------------------------------------------
     def inputs(self, seed: int, shape: dict) -> list:
+        """One set of `shape`'s inputs, finished: building them on the GPU (queued work) must not run on
+        into the bracket of the call that gets them, which a null call's bracket would not hold."""
         with self.phase("inputs"):
-            return list(self.problem.generate_input(seed, self.device.torch_device, **shape))
+            data = list(self.problem.generate_input(seed, self.device.torch_device, **shape))
+            if not self.cpu:
+                torch.cuda.synchronize()
+            return data
 
     def build_us(self, shape: dict) -> float:
         """The judge's own least time to build `shape`'s inputs and copy them once, as it does for every
