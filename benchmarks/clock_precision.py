@@ -2,8 +2,9 @@
 
 The judge's estimate of a call (its brackets less what empty calls cost: docs/evaluation.md, "Where the
 clock is") bounds the worker's CUDA events, which are the figure wherever they lie no lower than the
-estimate less four of its standard errors, 5% and 2 us (`crosscheck.Estimate.low`). This measures, for
-calls of about 5 us, 50 us and 5 ms on this GPU, over several evaluations each:
+estimate less four of its standard errors, 5%, 2 us and a tenth of an empty call's cost
+(`crosscheck.Estimate.low`). This measures, for calls of about 5 us, 50 us and 5 ms on this GPU, over
+several evaluations each:
 
 * the judge's estimate against the events (their ratio, and the estimate's standard error as a share
   of the call): how close the judge's clock comes, which sets how far the allowances can be narrowed;
