@@ -66,8 +66,9 @@ def test_a_limit_under_a_second_is_not_rounded_to_zero(tmp_path, capsys):
     cand.write_text(SLOW_AFTER_ONE_CALL)
     code, out, _ = run_main(capsys, "eval", "softmax", str(cand), "--eval-timeout", "0.5")
     assert code == 1
-    assert out.splitlines()[0] == ("timeout: timed out: the 0.5 s limit per step set for this evaluation ran out "
-                                   "while importing the candidate")
+    # Which step the half second runs out in depends on the machine's speed; the limit reads as set.
+    assert out.splitlines()[0].startswith("timeout: timed out: the 0.5 s limit per step set for this evaluation "
+                                          "ran out while ")
 
 
 def test_eval_checks_the_problem_before_the_candidate_file(capsys):

@@ -10,13 +10,14 @@ from test_prompts import H100, result, view
 
 from kscience.evaluate.profile import ncu
 from kscience.problems import load_problem
+from kscience.scientist.llm.base import LLM
 from kscience.scientist.plans import LOOP_RULES, Plan, TIES, mark_chosen, parse_plans
 from kscience.scientist.roles import Scientist
 
 ASKS, PLAIN = "Split the row pass", "Retune the warps"
 
 
-class Designer:
+class Designer(LLM):
     """Proposes two plans, one asking for Nsight Compute; each writer answer is the base with the
     plan's title as a comment (so each child is a kernel of its own, as fast as the base)."""
 
