@@ -2,6 +2,8 @@
 tests/gpu/test_gpu_attacks.py): each returns unwritten memory from timed calls and has the answer
 computed while the output is read."""
 
+from pathlib import Path
+
 # The running harness, found by walking up from the candidate's call, and whether this call is timed.
 FIND = """
 import sys
@@ -107,21 +109,24 @@ def custom_kernel(data):
     return torch.frombuffer(region, dtype=x.dtype, count=x.numel()).view(x.shape)
 """
 
-# Honest work, and every timed reply of the worker's rewritten on its way out through the JSON encoder all
-# its messages pass through: CUDA events and host time a fiftieth of what they were (the attack that passed
-# at 0.02x on an H200 at 5fedbbb).
-JSON_FORGERY = """
-import json
+# The harness's integrity check switched off and its timer replaced, from inside the candidate's call:
+# `_replace_timer(fn)` with fn(self, run) -> (event us, host us, output), `_real` the harness's own.
+REPLACE_TIMER = """
+import gc
 
-_encode = json.JSONEncoder.encode
+import kscience.evaluate.worker.timing as T
+from kscience.evaluate.worker.harness import Harness
 
-
-def _forged(self, o):
-    if isinstance(o, dict) and "event_us" in o:
-        o = dict(o, event_us=o["event_us"] / 50, host_us=o["host_us"] / 50)
-    return _encode(self, o)
+_real = T.Timer.timed_call
 
 
-json.JSONEncoder.encode = _forged
-json._default_encoder = json.JSONEncoder()
+def _replace_timer(replacement):
+    gc.unfreeze()  # what the worker froze is hidden from get_objects
+    for o in gc.get_objects():
+        if type(o) is Harness:
+            o.verify = lambda: None
+    T.Timer.timed_call = replacement
 """
+
+# Honest work with every timed reply forged (tests/data/json_forgery.py).
+JSON_FORGERY = (Path(__file__).parent / "data" / "json_forgery.py").read_text()

@@ -7,16 +7,13 @@ iterations are spent ends without sending them (they are recorded as skipped).
 """
 
 import dataclasses
-import threading
-import time
-from concurrent.futures import Future
 
-from kscience.evaluate.executors.base import Executor
 from kscience.evaluate.result import EvalResult
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 from kscience.run.config import RunConfig
 from kscience.run.driver import Run
+from quiet_batches import QuietBatches
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
 
 
@@ -50,56 +47,28 @@ def is_optional(request) -> bool:
     return request.profile_shape is not None or "(confirm " in (request.candidate_id or "")
 
 
-class BatchJobs(Executor):
-    """A queue served by batch jobs, each on a fresh machine: requests wait until none has come for QUIET_S,
-    then the whole batch is judged on a host of its own. Profile jobs answer with a small Nsight Compute
-    record. `batches` records what each batch held."""
+class BatchJobs(QuietBatches):
+    """A queue served by batch jobs, each batch on a host of its own. Profile jobs answer with a small
+    Nsight Compute record. `batches_seen` records what each batch held."""
 
     batches = True
     judges_elsewhere = True
-    QUIET_S = 0.25  # well above the gap between an evaluation and the optional work sent with it
 
     def __init__(self):
-        self.inner = FakeExecutor(capacity=2, delay_s=0.01)
-        self.pending: list[tuple] = []
-        self.last_submit = 0.0
         self.batches_seen: list[list] = []
-        self._lock, self._stop = threading.Lock(), threading.Event()
-        self._thread = threading.Thread(target=self._dispatch, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    @property
-    def capacity(self):
-        return 2
-
-    def submit(self, request):
-        future: Future = Future()
-        with self._lock:
-            self.pending.append((request, future))
-            self.last_submit = time.monotonic()
-        return future
-
-    def _dispatch(self):
-        while not self._stop.wait(0.005):
-            with self._lock:
-                if not self.pending or time.monotonic() - self.last_submit < self.QUIET_S:
-                    continue
-                batch, self.pending = self.pending, []
-            host = f"fresh-{len(self.batches_seen)}"
-            self.batches_seen.append([request for request, _ in batch])
-            for request, future in batch:
-                if request.profile_shape is not None:
-                    result = EvalResult(status="ok", message="profiled", device={"host": host},
-                                        profile={"ncu": {"kernels": [{"name": "k"}]}, "profile_s": 0.1})
-                else:
-                    result = self.inner._judge(request)
-                    result.device = dict(result.device, host=host)
-                future.set_result(dataclasses.replace(result))
-
-    def shutdown(self):
-        self._stop.set()
-        self._thread.join(5)
-        self.inner.shutdown()
+    def judge_batch(self, batch):
+        host = f"fresh-{len(self.batches_seen)}"
+        self.batches_seen.append([request for request, _ in batch])
+        for request, future in batch:
+            if request.profile_shape is not None:
+                result = EvalResult(status="ok", message="profiled", device={"host": host},
+                                    profile={"ncu": {"kernels": [{"name": "k"}]}, "profile_s": 0.1})
+            else:
+                result = self.inner._judge(request)
+                result.device = dict(result.device, host=host)
+            future.set_result(dataclasses.replace(result))
 
 
 def test_through_batch_jobs_optional_work_goes_out_with_an_evaluation_and_a_spent_run_ends_without_it(tmp_path):

@@ -2,70 +2,38 @@
 composite) is judged again beside the current best, both submitted at once so one host takes them."""
 
 import dataclasses
-import threading
-import time
-from concurrent.futures import Future
 
-from kscience.evaluate.executors.base import Executor
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 from kscience.record.summary import summary_lines
 from kscience.run.config import RunConfig
 from kscience.run.driver import Run
+from quiet_batches import QuietBatches
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel, kernel_time
 
 HOSTS = {"gpu-a": 1.0, "gpu-b": 0.85}  # gpu-b times everything 15% faster
 
 
-class TwoHosts(Executor):
-    """Requests wait until none has come for QUIET_S; then the whole batch goes to the next host in turn,
-    as batch jobs each started on a fresh machine do. A host's clock scales every time it reports."""
-
-    QUIET_S = 0.25  # well above the gap between two submissions of one pair on a loaded machine
+class TwoHosts(QuietBatches):
+    """Each batch goes to the next host in turn; a host's clock scales every time it reports."""
 
     def __init__(self):
-        self.inner = FakeExecutor(capacity=2, delay_s=0.01)
-        self.pending: list[tuple] = []
-        self.last_submit = 0.0
         self.turn = 0
         self.confirmations: dict[str, list[str]] = {}  # pair -> hosts its two requests went to
-        self._lock, self._stop = threading.Lock(), threading.Event()
-        self._thread = threading.Thread(target=self._dispatch, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    @property
-    def capacity(self):
-        return 2
-
-    def submit(self, request):
-        future: Future = Future()
-        with self._lock:
-            self.pending.append((request, future))
-            self.last_submit = time.monotonic()
-        return future
-
-    def _dispatch(self):
-        while not self._stop.wait(0.005):
-            with self._lock:
-                if not self.pending or time.monotonic() - self.last_submit < self.QUIET_S:
-                    continue
-                batch, self.pending = self.pending, []
-            host = list(HOSTS)[self.turn % len(HOSTS)]
-            self.turn += 1
-            for request, _ in batch:
-                if "(confirm " in (request.candidate_id or ""):
-                    self.confirmations.setdefault(request.candidate_id.split("(")[1], []).append(host)
-            for request, future in batch:
-                result = self.inner._judge(request)
-                if result.geomean_us:
-                    result = dataclasses.replace(result, geomean_us=round(result.geomean_us * HOSTS[host], 3))
-                result.device = dict(result.device, host=host)
-                future.set_result(result)
-
-    def shutdown(self):
-        self._stop.set()
-        self._thread.join(5)
-        self.inner.shutdown()
+    def judge_batch(self, batch):
+        host = list(HOSTS)[self.turn % len(HOSTS)]
+        self.turn += 1
+        for request, _ in batch:
+            if "(confirm " in (request.candidate_id or ""):
+                self.confirmations.setdefault(request.candidate_id.split("(")[1], []).append(host)
+        for request, future in batch:
+            result = self.inner._judge(request)
+            if result.geomean_us:
+                result = dataclasses.replace(result, geomean_us=round(result.geomean_us * HOSTS[host], 3))
+            result.device = dict(result.device, host=host)
+            future.set_result(result)
 
 
 def test_a_new_best_from_another_host_is_confirmed_beside_the_best_on_one_host(tmp_path):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from kscience.scientist.briefing import format_times
 from kscience.scientist.candidate import uplift_pct
+from kscience.scientist.quoting import fit_whole
 from kscience.scientist.strategy import CandidateView
 from kscience.scientist.verdicts import OK, verdict_clause
 
@@ -62,14 +63,7 @@ def best_line(best: CandidateView | None, base: CandidateView | None) -> str:
 
 def siblings_text(siblings: list[Neighbour], base: CandidateView | None, budget: int = NEIGHBOURS_CHARS) -> str:
     """One line per sibling, whole, while they fit in `budget`; the rest counted."""
-    lines, used = [], 0
-    for n in siblings:
-        line = sibling_line(n, base)
-        if lines and used + len(line) > budget:
-            break
-        lines.append(line)
-        used += len(line) + 1
-    left = len(siblings) - len(lines)
+    lines, left = fit_whole([sibling_line(n, base) for n in siblings], budget)
     if left:
         lines.append(f"- ({left} more left out whole for the prompt budget of {budget} characters)")
     return "\n".join(lines) if lines else "- none"

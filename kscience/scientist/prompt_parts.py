@@ -14,6 +14,7 @@ from kscience.scientist.briefing import format_times
 from kscience.scientist.plans import Plan
 from kscience.scientist.profile_report import render_headroom, render_profile
 from kscience.scientist.prompts import render
+from kscience.scientist.quoting import fit_whole
 from kscience.scientist.strategy import CandidateView, ranked, seed_of
 from kscience.scientist.verdicts import selector_message
 
@@ -132,14 +133,8 @@ def selector_members(population: list[CandidateView]) -> list[CandidateView]:
 
 def fit_findings(findings: list[str], budget: int = FINDINGS_PROMPT_CHARS) -> str:
     """Newest first, each finding whole; older ones are dropped, and counted, once the budget is spent."""
-    lines, used = [], 0
-    for text in reversed(findings):  # given oldest first; the newest matter most
-        line = f"- {' '.join(text.split())}"
-        if lines and used + len(line) > budget:
-            break
-        lines.append(line)
-        used += len(line) + 1
-    left = len(findings) - len(lines)
+    # given oldest first; the newest matter most
+    lines, left = fit_whole([f"- {' '.join(text.split())}" for text in reversed(findings)], budget)
     if left:
         lines.append(f"- ({left} older finding{'s' if left > 1 else ''} left out whole for the prompt budget)")
     return "\n".join(lines) if lines else "(none yet)"

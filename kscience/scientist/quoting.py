@@ -56,20 +56,25 @@ def whole_lines(text: str, budget: int) -> list[str]:
     lines = [line.rstrip() for line in _clean(text).split("\n")]
     while lines and not lines[-1]:
         lines.pop()
-    kept, used = [], 0
-    for line in lines:
-        if used + len(line) > budget:
-            if not kept:
-                kept.append(whole_sentences(line, budget))
-                used = budget
-                continue
-            break
-        kept.append(line)
-        used += len(line) + 1
-    left = len(lines) - len(kept)
+    if lines and len(lines[0]) > budget:
+        kept, left = [whole_sentences(lines[0], budget)], len(lines) - 1
+    else:
+        kept, left = fit_whole(lines, budget)
     if left:
         kept.append(f"[{left} more line{'s' if left > 1 else ''} left out for the prompt budget]")
     return kept
+
+
+def fit_whole(lines: list[str], budget: int) -> tuple[list[str], int]:
+    """The first of `lines`, each whole, while together they fit in `budget` characters (the first one
+    always), and how many were left out."""
+    kept, used = [], 0
+    for line in lines:
+        if kept and used + len(line) > budget:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return kept, len(lines) - len(kept)
 
 
 def _longest_backticks(text: str) -> int:

@@ -20,7 +20,7 @@ from kscience.evaluate.judge.drive import Call
 from kscience.evaluate.judge.session import Session
 from kscience.evaluate.result import OK, REJECTED
 
-from read_path_attacks import JSON_FORGERY
+from read_path_attacks import JSON_FORGERY, REPLACE_TIMER
 
 SLOW_MS = 150
 
@@ -133,14 +133,8 @@ def test_a_candidate_that_slows_its_null_calls_gains_nothing(judge):
     # Null calls call nothing of the candidate's, but it can tell them from timed ones (here: the harness's
     # check switched off and its timed region replaced) and stall the worker in them, which would lower
     # every estimate by the stall.
-    gains_nothing(judge(SLOW, """
-        import gc
+    gains_nothing(judge(SLOW, REPLACE_TIMER, """
         import time
-
-        import kscience.evaluate.worker.timing as T
-        from kscience.evaluate.worker.harness import Harness
-
-        _real = T.Timer.timed_call
 
         def _stalling(self, run):
             if not run:
@@ -148,11 +142,7 @@ def test_a_candidate_that_slows_its_null_calls_gains_nothing(judge):
             return _real(self, run)
 
         def custom_kernel(data):
-            gc.unfreeze()
-            for o in gc.get_objects():
-                if type(o) is Harness:
-                    o.verify = lambda: None
-            T.Timer.timed_call = _stalling
+            _replace_timer(_stalling)
             return slow(data[0])
         """, shapes="benchmarks"))
 

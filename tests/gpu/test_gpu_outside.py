@@ -12,7 +12,7 @@ from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import OK, REJECTED, WRONG_ANSWER, EvalRequest
 from kscience.problems import load_problem
 
-from read_path_attacks import JSON_FORGERY
+from read_path_attacks import JSON_FORGERY, REPLACE_TIMER
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -370,23 +370,13 @@ def test_a_kernelbench_candidate_that_rewrites_its_replies_gains_nothing():
 def test_a_candidate_that_rewrites_the_harness_fields_of_its_replies_gains_nothing(judge):
     # Not the encoder but the harness's own timer: its events replaced by ones a fiftieth as long, its
     # check switched off, so the reply carries a forged figure made the harness's way.
-    result = judge(HEAVY, """
-        import gc
-        import kscience.evaluate.worker.timing as T
-        from kscience.evaluate.worker.harness import Harness
-
-        _real = T.Timer.timed_call
-
+    result = judge(HEAVY, REPLACE_TIMER, """
         def _quick(self, run):
             event, host, out = _real(self, run)
             return event / 50, host / 50, out
 
         def custom_kernel(data):
-            gc.unfreeze()
-            for o in gc.get_objects():
-                if type(o) is Harness:
-                    o.verify = lambda: None
-            T.Timer.timed_call = _quick
+            _replace_timer(_quick)
             return heavy(data[0])
         """, shapes="benchmarks")
     _gains_nothing(judge, result)
