@@ -111,7 +111,7 @@ def test_a_run_shows_the_model_whole_verdicts_call_breakdowns_and_the_rules(tmp_
     assert json.loads(capsys.readouterr().out)["candidate"]["deviations"] == DEVIATION
 
 
-def test_a_schema_5_database_gains_the_deviations_column_and_keeps_its_rows(tmp_path):
+def test_a_schema_6_database_gains_the_deviations_column_and_keeps_its_rows(tmp_path):
     from kscience.record.database import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
@@ -121,7 +121,7 @@ def test_a_schema_5_database_gains_the_deviations_column_and_keeps_its_rows(tmp_
         old = store.add_candidate(run_id, kind="seed", source="x", hypothesis="seed", iteration=0)
     db = sqlite3.connect(path)  # as kscience wrote it before writers could note a deviation
     db.execute("ALTER TABLE candidates DROP COLUMN deviations")
-    db.execute("PRAGMA user_version=5")
+    db.execute("PRAGMA user_version=6")
     db.commit()
     db.close()
     with Store(path) as store:
