@@ -18,12 +18,13 @@ from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
 
 
 def test_one_line_with_a_slow_evaluator_designs_iteration_2_from_iteration_1s_verdicts(tmp_path):
-    # The offline scientist answers like a model of about 1 s a design; each verdict takes 2 s on one of four
-    # slots, as a queue's round trip does: the three children of iteration 1 come back together after 2 s, so
-    # the evaluator is the slower side. (Spread over the four slots, the evaluator's backlog looked shorter
-    # than two model answers, and iteration 2 was designed from the seed before any verdict came back.)
+    # The offline scientist answers like a model of 1-2 s a design (its first answer also imports Optuna);
+    # each verdict takes 3 s on one of four slots, as a queue's round trip does: the three children of
+    # iteration 1 come back together after 3 s, so the evaluator is the slower side. (Spread over the four
+    # slots, the evaluator's backlog once looked shorter than two model answers, and iteration 2 was designed
+    # from the seed before any verdict came back.)
     run = Run.create(RunConfig(problem="matmul", llm="offline@0.6", iterations=2, lines=1),
-                     store=Store(tmp_path / "k.db"), executor=FakeExecutor(capacity=4, delay_s=2.0))
+                     store=Store(tmp_path / "k.db"), executor=FakeExecutor(capacity=4, delay_s=3.0))
     assert run.start(background=False).status == "finished", run.error
     designs = [c["prompt"] for c in run.store.llm_calls(run.id) if c["role"] == "designer"]
     assert len(designs) == 2

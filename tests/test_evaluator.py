@@ -135,7 +135,7 @@ def test_cli_eval_not_ok_exits_one(tmp_path, capsys):
     assert cli_main(["eval", "softmax", str(candidate), "--shapes", "tests"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("runtime_error: ValueError: nope")
-    assert "\nconfinement: landlock: " in out and "MISSING" not in out  # every verdict names its isolation
+    assert "\nconfinement: landlock, " in out and "MISSING" not in out  # every verdict names its isolation
 
 
 def test_cli_eval_refuses_weak_confinement_unless_unconfined(tmp_path, capsys, monkeypatch):

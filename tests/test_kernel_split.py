@@ -91,10 +91,11 @@ def test_output_is_deduplicated_bounded_redacted_and_warnings_come_first(monkeyp
 
 
 class Recording(Capture):
-    """Keeps each role's prompts. Its designer is a model slower than Nsight Compute: it answers once the
-    seed's profile is stored (`profiled`, set once the run exists), as a real model's does."""
+    """Keeps each role's prompts. With `waits` its designer is a model slower than Nsight Compute: it answers
+    once the seed's profile is stored (`profiled`, set once the run exists), as a real model's does."""
 
     profiled = staticmethod(lambda: True)
+    waits = True
 
     def __init__(self):
         super().__init__()
@@ -106,7 +107,7 @@ class Recording(Capture):
     async def complete(self, prompt, *, role, system=None, schema=None, context=None):
         if role == "designer":
             self.designs.append((self.profiled(), prompt))
-            for _ in range(1200):
+            for _ in range(1200 if self.waits else 0):
                 if self.profiled():
                     break
                 await asyncio.sleep(0.05)
@@ -129,6 +130,8 @@ def test_kernel_times_output_and_the_judging_machines_profile_reach_the_next_pro
     monkeypatch.setenv("PATH", f"{fake_ncu(tmp_path)}:{Path('/usr/bin')}:{Path('/bin')}")
     spec = "local" if executor == "local" else f"queue:{tmp_path / 'queue'}"
     llm = Recording()
+    # A queue batches: the seed's profile goes out with the first child, so the first design cannot wait for it.
+    llm.waits = executor == "local"
     store = Store(tmp_path / "runs.db")
     config = RunConfig(problem="softmax", iterations=2, executor=spec, compiled_baseline=False)
     sci = Scientist(llm, load_problem("softmax"), "")
@@ -151,8 +154,9 @@ def test_kernel_times_output_and_the_judging_machines_profile_reach_the_next_pro
     finding = store.findings(run.id)[0]
     assert "(per kernel on m=256,n=2048: " in finding["text"] and "row_max_kernel x1" in finding["text"]
     # Nsight Compute ran where the seed was judged (a slot's judge, or the queue worker), not in the run. The
-    # first design did not wait for it (issue 39: start-up is the seed's evaluation and two model answers);
-    # the next design, asked after it was stored, has it.
+    # first design did not wait for it (start-up is the seed's evaluation and two model answers); the next
+    # design, asked after it was stored (through a queue: after it came back with the first child's verdict),
+    # has it.
     assert first_profiled is False and "Nsight Compute on m=256" not in designer
     assert "Nsight Compute on m=256,n=2048" in second_designer
     snap = Snapshot.load(store, run.id)

@@ -15,6 +15,7 @@ from kscience.problems import load_problem, shape_label
 from kscience.scientist.briefing import bench_from_results, coverage, render_header
 from kscience.scientist.hardware import describe, describe_device, run_target
 from kscience.scientist.knowledge import knowledge_for, load_knowledge
+from kscience.scientist.llm.base import LLM
 from kscience.scientist.roles import CandidateView, Plan, Scientist
 
 DATA = Path(__file__).parent / "data"
@@ -26,7 +27,7 @@ DESIGN = json.dumps({"avenues": ["a"], "plans": [{"title": "t", "rationale": "r"
                                                   "predicted_min_pct": 1, "predicted_max_pct": 2, "innovation": 3}]})
 
 
-class Capture:
+class Capture(LLM):
     """Answers every role with something usable and keeps each prompt by role."""
 
     name = "capture"

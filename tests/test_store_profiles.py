@@ -51,4 +51,4 @@ def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
         assert [c.id for c in store.candidates(run_id)] == [cand]
         store.record_profile(cand, profile_s=1.0)
         assert store.profile(cand)["profile_s"] == 1.0
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7

@@ -25,7 +25,8 @@ import torch
 
 def custom_kernel(data):
     (x,) = data
-    y = torch.softmax(x.float(), -1)
+    e = (x.float() - x.float().amax(-1, keepdim=True)).exp()  # the problem forbids calling torch.softmax
+    y = e / e.sum(-1, keepdim=True)
     y[0, 3] = -1.0  # a probability never is
     return y.to(torch.bfloat16)
 '''

@@ -101,6 +101,7 @@ class Judging:
         # next evaluation, and its requests then take no slot, as the cheap baselines take none.
         self.batches = bool(getattr(executor, "batches", False))
         self.held = Held()
+        self._went_with: dict[str, list[asyncio.Task]] = {}  # candidate -> the held jobs its evaluation took out
         self._pairing = False  # a job settling same-host pairs is held or running (one at a time)
         self._to_pair: set[str] = set()  # composites still to be judged beside the best
         self._pair_tries: dict[tuple[str, str], int] = {}  # pairs that landed on two hosts, and how often
@@ -168,6 +169,8 @@ class Judging:
             with self.budget.spending(counted):
                 result = await self._judge(cand, line)
         cand = self.record_verdict(cand, result)
+        # What went out with this evaluation comes back in its batch: the caller's next design sees it.
+        await self.held.came_back(self._went_with.pop(cand.id, []))
         if twin is None:  # a candidate that would be the best, or a composite, holds on one host
             cand = await self._hold_best(cand, line)
         if twin is None and self.profile and not self.no_ncu and (
@@ -356,7 +359,7 @@ class Judging:
             request = self._request(cand, tag)
             if future is None:
                 future = self.executor.submit(request)
-                self.held.release()  # optional work goes out with it
+                self._went_with.setdefault(cand.id, []).extend(self.held.release())  # optional work goes with it
             self.in_flight.add(name(cand), future)
             try:
                 result = await self._outcome(cand, future, line, request.step_limit_s)

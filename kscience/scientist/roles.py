@@ -30,7 +30,7 @@ from kscience.scientist.candidate import uplift_pct
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.knowledge import fill_probes
-from kscience.scientist.llm.base import LLMError, one_line
+from kscience.scientist.llm.call import LLMError, one_line
 from kscience.scientist.measurements import prompt_text as measurements_text
 from kscience.scientist.neighbourhood import Neighbourhood, best_line, siblings_text
 from kscience.scientist.plans import (CHOOSERS, PLANS_PER_LINE, PLANS_WANTED, Plan, choice_text, mark_chosen,

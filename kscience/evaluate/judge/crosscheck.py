@@ -33,7 +33,7 @@ WINDOW_SLACK_US = 1.0
 # How far below the judge's estimate the worker's events may lie and still be the figure: Z standard
 # errors of the estimate, this share of it (what the harness does around a timed call that a null call
 # does not: the candidate's Python entry and exit), this many microseconds, and this share of what an
-# empty call costs. The last is the judge's offset error: on an H200 (2026-12-02) an empty bracket cost
+# empty call costs. The last is the judge's offset error: on an H200 an empty bracket cost
 # 570-970 us (the judge's input write, fill and flush, two GPU context switches, the channel) and moved
 # by up to 170 us between rounds of one evaluation, far beyond the standard error of its median
 # (benchmarks/results/clock-agreement-NVIDIA_H200-2026-12-02.json); honest events then fell up to 50 us

@@ -10,11 +10,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-# The interface speaks these types. full_prompt and one_line are also imported from here by
-# roles.py and offline.py, which other work is changing: point them at call.py, then drop them here.
-from kscience.scientist.llm.call import LLMCall, LLMError, full_prompt, one_line
+# The interface speaks these types.
+from kscience.scientist.llm.call import LLMCall, LLMError
 
-__all__ = ["LLM", "LLMCall", "LLMError", "full_prompt", "one_line"]
+__all__ = ["LLM", "LLMCall", "LLMError"]
 
 
 class LLM(ABC):

@@ -29,7 +29,8 @@ from typing import Any
 from kscience.scientist import strategy
 from kscience.scientist.edits import edits_between, render_edits
 from kscience.scientist.offline.kernel_source import Source
-from kscience.scientist.llm.base import LLM, LLMCall, LLMError, full_prompt
+from kscience.scientist.llm.base import LLM
+from kscience.scientist.llm.call import LLMCall, LLMError, full_prompt
 from kscience.scientist.llm.call import NothingToPropose
 from kscience.scientist.offline.moves import allowed, catalogue, find_knobs, set_knob
 from kscience.scientist.offline.search import Observation, best_of, propose, search_name
@@ -95,8 +96,6 @@ def cannot_work_on(problem: Any, kernels: list[str]) -> str | None:
            else "is plain PyTorch (the problem's own code, or a submission without a Triton kernel)")
     return (f"the offline scientist cannot write kernels from scratch: it tunes the knobs a seed declares ({KNOBS}) "
             f"and applies rewrites it knows, and the seed of {problem.name} {has}")
-
-
 
 
 class OfflineLLM(LLM):
