@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kscience.evaluate.executors.base import visible_gpus
 from kscience.evaluate.judge.evaluation import evaluate
-from kscience.evaluate.result import COMPILE_ERROR, EvalRequest, confinement_line
+from kscience.evaluate.result import COMPILE_ERROR, REJECTED, EvalRequest, confinement_line
 from kscience.cli.eval_baselines import baseline_lines, judge_baselines
 from kscience.problems.precision import label as precision_label
 from kscience.run.config import parse_sets
@@ -125,9 +125,11 @@ class Watch:
         self._thread.join()
 
 
-def short_confinement_line(confinement: dict, failed_on_import: bool = False) -> str:
+def short_confinement_line(confinement: dict, failed_on_import: bool = False, refused_unrun: bool = False) -> str:
     """The isolation layers by name where all are in force (`--json` has each in full); every detail where one
     is missing, or where the candidate failed on import (the sandbox may be why)."""
+    if not confinement and refused_unrun:
+        return "confinement: none needed (the source was refused before any worker ran it)"
     if confinement.get("weak") or not confinement or failed_on_import:
         return confinement_line(confinement)
     names = [name.replace("_", " ") for name in ("landlock", "namespaces", "cgroup", "reaper", "memory_cap",
@@ -142,7 +144,7 @@ def eval_lines(result) -> list[str]:
              f"device: {result.device.get('name', 'unknown')}",
              f"timing: {result.timing_label or 'none'}",
              f"evaluated in {fmt_seconds(result.wall_s)}",
-             short_confinement_line(result.confinement, result.status == COMPILE_ERROR)]
+             short_confinement_line(result.confinement, result.status == COMPILE_ERROR, result.status == REJECTED)]
     for s in result.shapes:
         t = fmt_timing(s.time_us, s.std_us, s.n) if s.time_us else ""
         lines.append(f"  {'ok ' if s.ok else 'BAD'} {s.phase:<9} {shape_label(s.shape):<28} {t}".rstrip())
