@@ -33,6 +33,9 @@ def test_every_builtin_seed_is_ok_on_the_gpu(name):
            if not (s.time_us > 0 and s.n >= 10)]
     assert not few, f"(shape, calls, us, judge's us, build us) timed with fewer than 10 calls: {few}"
     assert all(s.floor_us is None or s.time_us >= s.floor_us for s in timed)
+    # The judge reports the compile facts of every seed's kernels, read as the worker closes (never in a timing).
+    assert result.compile_facts and all(f["registers"] and f["num_warps"] for f in result.compile_facts)
+    assert result.phases_s["close"] < 2.0
 
 
 def test_the_judge_keeps_no_gpu_memory_between_evaluations(judge):

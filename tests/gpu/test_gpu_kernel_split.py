@@ -23,8 +23,12 @@ def test_cupti_splits_a_two_launch_kernel_in_the_confined_worker():
         names = {k["name"] for k in shape.kernels}
         assert {"row_max_kernel", "normalise_kernel"} <= names, shape.kernels
         assert all(k["us"] > 0 for k in shape.kernels)
-        # The split sums to the order of the timed median (the profiled calls are not the timed ones).
-        assert 0.2 * shape.time_us < sum(k["us"] for k in shape.kernels) < 5 * shape.time_us
+        # The split is the profiled call's kernel time, and the profiled call is of the order of the timed median
+        # (they are not the same calls). The candidate prints on every call, so its calls are host-bound: on an
+        # H200 at 4096x4096 its kernels took 26 us of a 188 us median, the rest before the first launch.
+        split_us = sum(k["us"] for k in shape.kernels)
+        assert abs(split_us - shape.call["kernels_us"]) <= 0.2 * split_us + 1.0, (shape.kernels, shape.call)
+        assert split_us < 1.5 * shape.time_us + 5.0 and 0.2 * shape.time_us < shape.call["call_us"] < 5 * shape.time_us
     assert "TMA unavailable" in result.output
     assert result.phases_s["kernels"] < 30
 
