@@ -86,12 +86,15 @@ def test_a_run_shows_the_model_whole_verdicts_call_breakdowns_and_the_rules(tmp_
     assert re.search(r"timed median [\d,.]+ us; profiled call [\d,.]+ us = [\d,.]+ us before the first kernel", about_timed)
     assert f"What the timed median counts: {clock_counts(True)}." in about_timed
 
-    first, second = prompts(store, run.id, "designer")[:2]  # the second: the resumed run's, on the same base
+    first, second = prompts(store, run.id, "designer")[:2]  # the second: the resumed run's, on the best kernel
     assert "wrong_answer" not in first
     assert f"variant 0: failed (wrong_answer on {','.join(f'{k}={v}' for k, v in wrong.result.failing_shape.items())}: `" \
         in second and "first at (0, 3): got" in second
     assert re.search(rf'- plan "variant 0": `{wrong.id}` wrong_answer on m=\d+,n=\d+: `', second)
-    assert re.search(rf'- plan "variant 1": `{timed.id}` ok, geomean', second)
+    # Variant 1 is the seed with a comment: under the interpreter's noise it may time faster and be the base.
+    beside = re.search(rf'- plan "variant 1": `{timed.id}` ok, geomean', second)
+    as_base = f'Current best: `{timed.id}` (the base itself), from "variant 1"' in second
+    assert beside or as_base, second[second.find("# Around"):][:1500]
 
     rules = ["- Building: while a compiler runs in the judge's worker", "up to 400 s of building per step",
              "may wait for the kernel 45 s (--eval-timeout), and never longer than the judge's own limits",
