@@ -28,7 +28,7 @@ import secrets
 import shutil
 from pathlib import Path, PurePosixPath
 
-from kscience.problems import builtin_names, loaded_here, no_such_problem
+from kscience.problems import kind_for, loaded_here
 from kscience.problems.gpumode_task import helper_files, read_task
 from kscience.problems.spec import ProblemError
 
@@ -62,12 +62,9 @@ def _problem_files(path: Path) -> list[Path]:
 
 def pack(locator: str) -> dict | None:
     """The files of the problem at `locator`, as `unpack` takes them; None for a built-in name."""
-    if locator in builtin_names():
+    if kind_for(locator).in_package:  # ProblemError where it names no problem
         return None  # it travels with the package
-    path = Path(locator).expanduser()
-    if not path.exists():
-        raise no_such_problem(locator)
-    path = path.resolve()
+    path = Path(locator).expanduser().resolve()
     files = _problem_files(path)
     # The common folder is above the problem's own path, so the problem keeps its name (a file's stem, a folder's name).
     root = Path(os.path.commonpath([str(path.parent), *(str(f.parent) for f in files)]))

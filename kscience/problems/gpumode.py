@@ -55,6 +55,7 @@ from kscience.problems.device_map import mapped_device, proxy_torch
 from kscience.problems.files import import_file
 from kscience.problems.gpumode_task import (declared_container, description, helper_files, match_reference_kwargs,
                                             read_task, refuse_unsupported, task_shapes, time_limit, tolerances)
+from kscience.problems.kind import ProblemKind
 from kscience.problems.spec import Problem, ProblemError, Shape, shape_label
 
 
@@ -85,6 +86,7 @@ def load_gpumode_dir(path: Path, overrides: dict, probed: dict | None = None) ->
     check = _check(task, module, reference, container)
     submission = folder / "submission.py"
     return Problem(
+        kind=KIND,
         name=folder.name,
         description=description(task, module, folder.name),
         locator=str(folder),
@@ -337,3 +339,19 @@ def _device_of(data) -> str:
             if hasattr(value, "buffers") and callable(value.buffers):
                 found += [b.device for b in value.buffers()]
     return str(found[0]) if found else "cpu"
+
+
+class GpuModeKind(ProblemKind):
+    name, title = "gpumode", "a folder"
+
+    def claims(self, locator: str) -> bool:
+        return Path(locator).expanduser().is_dir()  # a folder that is no GPU MODE directory is told why on loading
+
+    def found(self, path: Path) -> bool:
+        return (path / "task.yml").is_file() and (path / "reference.py").is_file()
+
+    def load(self, locator: str, overrides: dict, probed: dict | None) -> Problem:
+        return load_gpumode_dir(Path(locator).expanduser().resolve(), overrides, probed)
+
+
+KIND = GpuModeKind()

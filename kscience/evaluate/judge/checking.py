@@ -90,7 +90,8 @@ def check_sampled(session: CheckingSession, shape: dict) -> tuple[R.ShapeResult,
     return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err, **errors), cap
 
 
-def _checked_call(session: CheckingSession, shape: dict, whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
+def _checked_call(session: CheckingSession, shape: dict,
+                  whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
     """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
     the answer, the output cap), once the worker said which inputs it handed back."""
     kept = session.sets.take(shape_label(shape))
@@ -199,7 +200,7 @@ def _float64():
 def _reference_module(problem: Problem) -> torch.nn.Module | None:
     """A KernelBench problem's reference model, as the judge built it from the secret weight seed (the
     judge's ref_kernel closes over it: evaluation._with_reference_weights); None for a function reference."""
-    if problem.entry != "ModelNew":
+    if not problem.kind.builds_model:
         return None
     found = inspect.getclosurevars(problem.ref_kernel).nonlocals.values()
     return next((v for v in found if isinstance(v, torch.nn.Module)), None)
@@ -214,7 +215,7 @@ def float64_answer(problem: Problem, data: list) -> torch.Tensor | str:
         return "no floating-point inputs"
     copies = [t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in data]
     module = _reference_module(problem)
-    if problem.entry == "ModelNew" and module is None:
+    if problem.kind.builds_model and module is None:
         return "the judge's reference model was not found"
     try:
         with _float64():

@@ -153,7 +153,7 @@ def _shown(x) -> float | None:
 
 def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.EvalResult) -> None:
     weight_seed = secrets.randbits(31)
-    if problem.entry == "ModelNew":  # KernelBench: both models are built from the same secret weight seed
+    if problem.kind.builds_model:  # KernelBench: both models are built from the same secret weight seed
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
     interpreted = session.device.interpreted
     result.shape_order_seed = order_seed()
