@@ -12,6 +12,7 @@ packages, except those the importer itself lives in (they are loaded before it r
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "kscience"
@@ -178,6 +179,23 @@ def layer_of(module: str) -> int:
         if any(module == p or (p != "kscience" and module.startswith(p + ".")) for p in prefixes):
             return rank
     raise AssertionError(f"{module} is in no layer: add it to LAYERS (or move it into a layer's package)")
+
+
+def _stated_order(text: str) -> list[list[str]]:
+    """The layers a text names in its "problems -> evaluate -> ..." line, each as its sorted folder names."""
+    found = re.search(r"\bproblems(?: -> [a-z]+(?:/[a-z]+)*)+", text)
+    assert found, "no 'problems -> ...' line"
+    return [sorted(part.strip().split("/")) for part in found.group(0).split("->")]
+
+
+def test_the_readme_the_package_and_the_map_state_the_layers_in_this_order():
+    folders = [sorted(p.removeprefix("kscience.") for p in prefixes
+                      if "." in p and (ROOT / p.removeprefix("kscience.")).is_dir()) for prefixes in LAYERS]
+    expected = [names for names in folders if names]
+    texts = {name: (ROOT.parent / name).read_text() for name in ("README.md", "kscience/__init__.py",
+                                                               "docs/architecture.md")}
+    for name, text in texts.items():
+        assert _stated_order(text) == expected, name
 
 
 def test_every_module_imports_only_its_own_layer_and_those_below():
