@@ -43,6 +43,9 @@ def test_what_each_kind_answers():
     assert builtin.KIND.in_package and not builtin.KIND.builds_model and builtin.KIND.settable("softmax") == {}
     assert kind_for(str(GPUMODE)).found(GPUMODE) and not kind_for(str(GPUMODE)).found(DATA)
     assert kernelbench.found(KERNELBENCH) and not kernelbench.found(DATA / "two_launch_softmax.py")
+    assert kernelbench.files(KERNELBENCH) == [KERNELBENCH]
+    travels = {p.name for p in kind_for(str(GPUMODE)).files(GPUMODE)}
+    assert {"reference.py", "task.yml", "utils.py"} <= travels  # utils.py: a helper beside the folder and not any(n.endswith(".pyc") for n in travels)
 
 
 def test_a_locator_no_kind_claims_gets_the_one_wording(tmp_path):

@@ -6,7 +6,7 @@
     kernelbench.py     KernelBench files: a `Model`, its inputs and constants; the candidate's `ModelNew`
     gpumode.py         GPU MODE directories (gpumode_task.py reads their task.yml)
     spec.py            `Problem`: what every kind loads into, and all the evaluator ever talks to
-    bundle.py          a file problem's files, packed to travel with its evaluation requests
+    bundle.py          a file problem's files (its kind names them), packed to travel with its evaluation requests
     files.py           importing a problem's Python file as a module of its own
 
 The other modules are facts about problems that every kind shares: outputs, precision, roofline floors,

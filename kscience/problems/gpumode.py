@@ -350,6 +350,15 @@ class GpuModeKind(ProblemKind):
     def found(self, path: Path) -> bool:
         return (path / "task.yml").is_file() and (path / "reference.py").is_file()
 
+    def files(self, path: Path) -> list[Path]:
+        # Hidden files (.git) and bytecode are not the problem's; the helpers task.yml names may lie beside it.
+        inside = sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink()
+                        and not any(part == "__pycache__" or part.startswith(".")
+                                    for part in p.relative_to(path).parts))
+        task = path / "task.yml"
+        helpers = [f for _, f in helper_files(path, read_task(task))] if task.is_file() else []
+        return list(dict.fromkeys([*inside, *(h.resolve() for h in helpers)]))
+
     def load(self, locator: str, overrides: dict, probed: dict | None) -> Problem:
         return load_gpumode_dir(Path(locator).expanduser().resolve(), overrides, probed)
 

@@ -39,6 +39,11 @@ class ProblemKind:
         a ProblemError in one line where it cannot be loaded."""
         raise NotImplementedError
 
+    def files(self, path: Path) -> list[Path]:
+        """Every file loading the problem at `path` reads, which travel with its evaluation requests
+        (bundle.py); a problem of one file by default."""
+        return [path]
+
     def settable(self, locator: str) -> dict[str, ast.stmt]:
         """The module-level constants `--set NAME=VALUE` may change, by name, read from the source without
         running it; empty where `--set` does not apply or the source does not parse."""
