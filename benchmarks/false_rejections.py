@@ -56,7 +56,7 @@ from kscience.evaluate.judge.evaluation import evaluate, judging_process
 from kscience.evaluate.result import EvalRequest
 from kscience.problems import ProblemError, builtin_names, load_problem, shape_label
 from kscience.problems.fit import needed_bytes
-from kscience.problems.kernelbench import _module_constants, seed_from_reference
+from kscience.problems.kernelbench import module_constants, seed_from_reference
 from kscience.run.baselines import compiled_source
 
 from gpumode_sweep import sweep_rows  # this folder is on the path of a script run from it
@@ -123,7 +123,7 @@ def fitting(path: Path, budget_bytes: float) -> dict:
     """--set overrides that bring a KernelBench file's needs under `budget_bytes`: its largest integer
     constant halved until it fits (none where it fits as published, or where its needs cannot be told)."""
     sizes = {}
-    for name, node in _module_constants(ast.parse(path.read_text())).items():
+    for name, node in module_constants(ast.parse(path.read_text())).items():
         value = getattr(node, "value", None)
         if type(getattr(value, "value", None)) is int and value.value > 1:
             sizes[name] = value.value

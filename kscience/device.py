@@ -63,10 +63,18 @@ class Device:
                 "interpreted": self.interpreted, "versions": versions(), "host": socket.gethostname()}
 
 
+DEVICE_VAR = "KSCIENCE_DEVICE"  # =cpu: judge under the Triton interpreter even where a GPU is visible
+
+
+def cpu_forced() -> bool:
+    """Whether the environment asks for the interpreter path (DEVICE_VAR=cpu), read here and nowhere else."""
+    return os.environ.get(DEVICE_VAR, "").lower() == "cpu"
+
+
 def detect(force_cpu: bool | None = None) -> Device:
-    """The device evaluations run on. KSCIENCE_DEVICE=cpu forces the interpreter path."""
+    """The device evaluations run on; `cpu_forced()` (or `force_cpu`) takes the interpreter path."""
     if force_cpu is None:
-        force_cpu = os.environ.get("KSCIENCE_DEVICE", "").lower() == "cpu"
+        force_cpu = cpu_forced()
     if force_cpu or not torch.cuda.is_available():
         return Device("cpu", "cpu (Triton interpreter)", 0, None)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

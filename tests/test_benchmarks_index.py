@@ -1,11 +1,16 @@
-"""benchmarks/README.md is the index of the benchmarks: every script in it, every gpu_session.sh step
-said, every result file it names present in benchmarks/results/."""
+"""benchmarks/README.md is the index of the standing questions: every script in it, every gpu_session.sh
+step said, every result file it names present in benchmarks/results/, every probe that answered once out
+of the tree with its answer said; benchmarks/results/README.md opens with the current figure of each."""
 
 import re
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 INDEX = (BENCHMARKS / "README.md").read_text()
+RESULTS = BENCHMARKS / "results"
+MAINTAINED = INDEX.split("## Maintained", 1)[1].split("\n## ", 1)[0]
+ANSWERED = INDEX.split("## Answered once", 1)[1].split("\n## ", 1)[0]
+CURRENT = (RESULTS / "README.md").read_text().split("## Current figures", 1)[1].split("\n## ", 1)[0]
 SESSION = (BENCHMARKS / "gpu_session.sh").read_text()
 
 
@@ -14,15 +19,49 @@ def _steps_known() -> list[str]:
     return listed.replace("\\\n", " ").split()
 
 
-def test_every_benchmark_and_probe_is_indexed_where_it_lives():
-    scripts = sorted(BENCHMARKS.glob("*.py")) + sorted((BENCHMARKS / "probes").glob("*.py"))
+def _rows(table: str) -> list[list[str]]:
+    """The body rows of the markdown table(s) in `table`, as cells."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("|---")]
+    return rows[1:] if rows else rows
+
+
+def test_every_benchmark_is_indexed_and_no_probe_is_left_in_the_tree():
+    scripts = sorted(BENCHMARKS.glob("*.py"))
     assert scripts
-    probes_section = INDEX.split("## Probes", 1)[1]
     for script in scripts:
-        section = probes_section if script.parent.name == "probes" else INDEX.split("## Probes", 1)[0]
-        assert f"`{script.name}`" in section, f"{script.relative_to(BENCHMARKS)} is not indexed where it lives"
+        assert f"`{script.name}`" in MAINTAINED, f"{script.name} is not indexed"
         usage = re.findall(r"python3? (benchmarks/\S+\.py)", script.read_text())
-        assert all(u == f"benchmarks/{script.relative_to(BENCHMARKS)}" for u in usage), (script.name, usage)
+        assert all(u == f"benchmarks/{script.name}" for u in usage), (script.name, usage)
+    left = sorted(p.relative_to(BENCHMARKS).as_posix() for p in BENCHMARKS.glob("*/*.py")
+                  if p.parent.name not in ("cuda_kernels", "kernelbench"))
+    assert not left, f"scripts outside the index's places (a probe that answered belongs in the history): {left}"
+
+
+def test_every_probe_that_answered_says_its_answer_and_keeps_its_results():
+    rows = [r for r in _rows(ANSWERED) if r[0].startswith("`")]
+    assert rows
+    for probe, question, answer, result in rows:
+        assert not (BENCHMARKS / probe.strip("`")).exists() and not (BENCHMARKS / "probes" / probe.strip("`")).exists()
+        assert question and answer, probe
+        for name in re.findall(r"`([^`]+\.(?:json|md|log))`", result):
+            assert (RESULTS / name).is_file(), f"{probe}: {name} is not in benchmarks/results/"
+
+
+def test_the_results_open_with_the_current_figure_of_every_maintained_benchmark():
+    rows = _rows(CURRENT)
+    assert [len(r) for r in rows] == [6] * len(rows), "each row: benchmark, figure, device, date, commit, file"
+    named = {n for r in rows for n in re.findall(r"`([^`]+)`", r[0])}
+    scripts = {n for r in _rows(MAINTAINED) for n in re.findall(r"`([^`]+)`", r[0])}
+    assert scripts <= named, f"maintained benchmarks without a current figure: {sorted(scripts - named)}"
+    for benchmark, figure, device, date, commit, file in rows:
+        if figure in ("not yet run on a GPU", "no result kept"):
+            continue
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date) and device and figure, benchmark
+        assert re.search(r"`[0-9a-f]{7}`", commit), f"{benchmark}: no commit"
+        name = file.strip("`")
+        assert (RESULTS / name).is_file(), f"{benchmark}: {name} is not in benchmarks/results/"
+        assert date in name, f"{benchmark}: the file {name} is not of {date}"
 
 
 def test_every_gpu_session_step_is_handled_and_said():

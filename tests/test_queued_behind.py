@@ -15,7 +15,7 @@ from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
 HELD_S = 1.5  # the seed's and torch.compile's evaluations
 SAY_S = 0.3
 SLOW = "# judged slowly\n"
-PHASE = "checking correctness (the judge's limits, 120 s to 300 s per step)"  # what an evaluation in flight says
+PHASE = "checking correctness (the judge's limits, 60 s to 300 s per step)"  # what an evaluation in flight says
 
 
 class OneGpu(FakeExecutor):

@@ -1,5 +1,6 @@
-"""measure.py and drive.py reach the session only through `driving.TimedSession`: every member they
-use is declared there, everything declared is used, and `session.Session` provides each member with
+"""The judge's helpers reach the session only through the interfaces in `driving`: measure.py and
+drive.py through `TimedSession`, checking.py through `CheckingSession`. Every member a module uses is
+declared in its interface, everything declared is used, and `session.Session` provides each member with
 the same signature. Read from the source, so a member used but undeclared fails here, not on a GPU.
 """
 
@@ -8,17 +9,20 @@ from __future__ import annotations
 import ast
 import inspect
 
-from kscience.evaluate.judge import drive, measure
-from kscience.evaluate.judge.driving import TimedSession
+import pytest
+
+from kscience.evaluate.judge import checking, drive, measure
+from kscience.evaluate.judge.driving import CheckingSession, TimedSession
 from kscience.evaluate.judge.session import Session
 
-DRIVERS = (measure, drive)
+INTERFACES = [(TimedSession, (measure, drive)), (CheckingSession, (checking,))]
+BY_NAME = pytest.mark.parametrize("interface, modules", INTERFACES, ids=[i.__name__ for i, _ in INTERFACES])
 
 
-def _declared() -> tuple[set[str], set[str]]:
+def _declared(interface) -> tuple[set[str], set[str]]:
     """(data members, methods) of the Protocol."""
-    methods = {n for n, v in vars(TimedSession).items() if inspect.isfunction(v) and not n.startswith("__")}
-    return set(TimedSession.__annotations__), methods
+    methods = {n for n, v in vars(interface).items() if inspect.isfunction(v) and not n.startswith("__")}
+    return set(interface.__annotations__), methods
 
 
 def _used_in(source: str) -> set[str]:
@@ -37,32 +41,35 @@ def _assigned_in_init(cls) -> set[str]:
             and t.value.id == "self"}
 
 
-def test_the_interface_lists_exactly_what_measure_and_drive_use():
-    data, methods = _declared()
-    used = set().union(*(_used_in(inspect.getsource(module)) for module in DRIVERS))
+@BY_NAME
+def test_the_interface_lists_exactly_what_its_modules_use(interface, modules):
+    data, methods = _declared(interface)
+    used = set().union(*(_used_in(inspect.getsource(module)) for module in modules))
     assert used == data | methods, (f"used, not declared: {sorted(used - data - methods)}; "
                                     f"declared, not used: {sorted((data | methods) - used)}")
 
 
-def test_measure_and_drive_take_the_typed_interface_wherever_they_take_a_session():
-    untyped = [f"{module.__name__}.{name}" for module in DRIVERS for name, fn in vars(module).items()
+@BY_NAME
+def test_the_modules_take_the_typed_interface_wherever_they_take_a_session(interface, modules):
+    untyped = [f"{module.__name__}.{name}" for module in modules for name, fn in vars(module).items()
                if inspect.isfunction(fn) and fn.__module__ == module.__name__
                and "session" in inspect.signature(fn).parameters
-               and inspect.signature(fn).parameters["session"].annotation != "TimedSession"]
+               and inspect.signature(fn).parameters["session"].annotation != interface.__name__]
     assert not untyped, untyped
 
 
-def test_session_provides_every_member_with_the_same_signature():
-    data, methods = _declared()
+@BY_NAME
+def test_session_provides_every_member_with_the_same_signature(interface, modules):
+    data, methods = _declared(interface)
     assert data <= _assigned_in_init(Session), sorted(data - _assigned_in_init(Session))
     for name in methods:
-        ours, theirs = inspect.signature(getattr(Session, name)), inspect.signature(getattr(TimedSession, name))
+        ours, theirs = inspect.signature(getattr(Session, name)), inspect.signature(getattr(interface, name))
         shape = [(p.name, p.kind, p.default) for p in ours.parameters.values()]
         assert shape == [(p.name, p.kind, p.default) for p in theirs.parameters.values()], name
 
 
 def test_the_checks_see_a_member_used_but_not_declared():
     used = _used_in("def f(session):\n    return session.seq + session.device.l2_bytes\n")
-    data, methods = _declared()
+    data, methods = _declared(TimedSession)
     assert used - data - methods == {"seq"}
     assert "seq" in _assigned_in_init(Session)  # a Session member, yet not part of the interface

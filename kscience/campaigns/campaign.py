@@ -16,7 +16,6 @@ of starting the problem again, and a finished or failed one is not redone.
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import math
 import os
@@ -32,17 +31,19 @@ from kscience.run.config import (ConfigError, RunConfig, add_db_option, add_run_
 from kscience.device import detect
 from kscience.evaluate.executors.factory import make_executor
 from kscience.record.liveness import display_status, run_is_alive
-from kscience.problems import ProblemError, builtin_names, load_problem, no_such_problem
+from kscience.problems import ProblemError, load_problem, no_such_problem
 from kscience.problems.fit import fit_reason
-from kscience.problems.kernelbench import _module_constants
+from kscience.problems.kind import ProblemKind
+from kscience.problems.kinds import KINDS
 from kscience.run.baselines import reference_source
 from kscience.run.driver import Run
 from kscience.scientist.offline import cannot_work_on
 from kscience.scientist.llm.factory import default_llm_spec
+from kscience.scientist.llm.providers import model_specs
+from kscience.scientist.plans import PLANS_PER_LINE
 from kscience.record.store import Store, StoreError
 from kscience.run.threads import Background
 
-EXPERIMENTS_PER_ROUND = 3  # the designer's plans chosen per design round (scientist.roles.CHOICE_RULES)
 SKIPPED, PENDING = "skipped", "pending"
 
 
@@ -64,7 +65,7 @@ class CampaignConfig:
         if attempts is not None:
             if attempts < 1:
                 raise ConfigError(f"--attempts must be at least 1, not {attempts}")
-            settings["iterations"] = math.ceil(attempts / EXPERIMENTS_PER_ROUND)
+            settings["iterations"] = math.ceil(attempts / PLANS_PER_LINE)
         if problems_at_once is not None and problems_at_once < 1:
             raise ConfigError(f"--problems-at-once must be at least 1, not {problems_at_once}")
         self.problems, self.attempts, self.name = problems, attempts, name
@@ -94,12 +95,13 @@ class CampaignConfig:
 
 
 # --- suites ----------------------------------------------------------------------------------------
-def _is_gpumode_dir(path: Path) -> bool:
-    return (path / "task.yml").is_file() and (path / "reference.py").is_file()
+def _kind(locator: str) -> ProblemKind | None:
+    return next((kind for kind in KINDS if kind.claims(locator)), None)
 
 
-def _is_kernelbench_file(path: Path) -> bool:
-    return path.suffix == ".py" and path.is_file() and "class Model" in path.read_text(errors="replace")
+def _is_problem(path: Path) -> bool:
+    """Whether a path met in a suite's folder is a problem of some kind (a GPU MODE directory, a KernelBench file)."""
+    return any(kind.found(path) for kind in KINDS)
 
 
 def suite_locators(suite: str) -> list[str]:
@@ -109,12 +111,11 @@ def suite_locators(suite: str) -> list[str]:
         raise ProblemError("an empty suite: give a folder or a comma list of problems")
     out = []
     for item in items:
-        path = Path(item).expanduser()
-        if item in builtin_names():
+        path, kind = Path(item).expanduser(), _kind(item)
+        if kind is not None and kind.in_package:
             out.append(item)
-        elif path.is_dir() and not _is_gpumode_dir(path):
-            found = sorted(str(p.resolve()) for p in path.iterdir()
-                           if _is_kernelbench_file(p) or (p.is_dir() and _is_gpumode_dir(p)))
+        elif path.is_dir() and not _is_problem(path):
+            found = sorted(str(p.resolve()) for p in path.iterdir() if _is_problem(p))
             if not found:
                 raise ProblemError(f"{path}: no KernelBench files or GPU MODE problem directories in it")
             out.extend(found)
@@ -126,19 +127,14 @@ def suite_locators(suite: str) -> list[str]:
 
 
 def problem_name(locator: str) -> str:
-    return Path(locator).stem if locator not in builtin_names() else locator
+    kind = _kind(locator)
+    return locator if kind is not None and kind.in_package else Path(locator).stem
 
 
 def overrides_for(locator: str, overrides: dict) -> dict:
-    """The --set values a KernelBench file defines a module-level constant for (others keep theirs)."""
-    path = Path(locator)
-    if not overrides or path.suffix != ".py":
-        return {}
-
-    try:
-        names = _module_constants(ast.parse(path.read_text()))
-    except (OSError, SyntaxError):
-        return {}  # loading it will say what is wrong
+    """The --set values a problem defines a module-level constant for (others keep theirs)."""
+    kind = _kind(locator)
+    names = kind.settable(locator) if overrides and kind is not None else {}
     return {k: v for k, v in overrides.items() if k in names}
 
 
@@ -314,7 +310,7 @@ class Campaign:
         if config.llm.partition("@")[0] != "offline":
             return None
         reason = cannot_work_on(problem, [problem.seed_source or reference_source(problem)])
-        return reason and f"needs a model: {reason}; a campaign with --llm openai:MODEL or gemini:MODEL runs it"
+        return reason and f"needs a model: {reason}; a campaign with --llm {model_specs()} runs it"
 
 
 # --- from a command line: `kscience campaign` and `%kscience campaign` ------------------------------

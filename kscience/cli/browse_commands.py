@@ -14,7 +14,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from kscience.record.store import StoreError, default_db, open_store
+from kscience.record.store import DEFAULT_DB, StoreError, default_db, open_store
+from kscience.run.config import add_db_option
 from kscience.usage import UsageError
 
 DEFAULT_PORT = 8080  # optuna-dashboard's
@@ -58,7 +59,7 @@ def add_browse_commands(sub) -> None:
     s = sub.add_parser("serve", help="browse a database's runs in a web browser, on this machine",
                        description="Serve every run of a database as web pages (the views a notebook shows), "
                                    "read-only, until Ctrl-C. A page of a run still going reloads itself.")
-    s.add_argument("db", nargs="?", metavar="DB", help="the run database (default: $KSCIENCE_DB or ./kscience.db)")
+    s.add_argument("db", nargs="?", metavar="DB", help=f"the run database (default: $KSCIENCE_DB or ./{DEFAULT_DB})")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
                    help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
     s.add_argument("--host", default=LOCAL, metavar="ADDRESS",
@@ -73,7 +74,7 @@ def add_browse_commands(sub) -> None:
     s.add_argument("-o", "--out", required=True, metavar="DIR", help="folder the PNG files are written to")
     s.add_argument("--overwrite", action="store_true",
                    help="replace figures git tracks there (the committed ones in figures/, say); refused without it")
-    s.add_argument("--db", default=None, metavar="PATH", help="SQLite file (default: $KSCIENCE_DB or ./kscience.db)")
+    add_db_option(s)
     s.set_defaults(func=cmd_figures)
 
 

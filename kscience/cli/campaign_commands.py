@@ -17,7 +17,8 @@ import sys
 
 from kscience.campaigns.campaign import add_campaign_arguments, campaign_from_args
 from kscience.campaigns.report import campaign_figure, campaign_report, report_json, report_lines
-from kscience.run.config import EXECUTORS, add_db_option
+from kscience.evaluate.executors.factory import EXECUTORS
+from kscience.run.config import add_db_option, add_setting_option
 from kscience.problems.libraries import INSTALL_HINT
 from kscience.run.events import CandidateEvaluated, Notice
 from kscience.campaigns.retime import comparison, comparison_lines, retime
@@ -56,7 +57,7 @@ def add_campaign_commands(sub) -> None:
     s.add_argument("target", metavar="RUN_OR_CAMPAIGN_ID", help="the run (r-...) or campaign (k-...) to re-time")
     s.add_argument("--top", type=int, default=3, metavar="K", help="best K candidates of each run (default 3)")
     s.add_argument("--executor", default="local", metavar="SPEC", help=f"where kernels are judged: {EXECUTORS}")
-    s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once")
+    add_setting_option(s, "gpus", "all")
     s.add_argument("--show", action="store_true", help="only show the stored comparison")
     s.add_argument("--device", help="compare with the re-timing on this device (default: the latest)")
     s.add_argument("--json", action="store_true", help="print the comparison as JSON")

@@ -16,10 +16,13 @@ from pathlib import Path
 
 from kscience.cli.browse_commands import add_browse_commands
 from kscience.cli.campaign_commands import add_campaign_commands
+from kscience.evaluate.executors.queue_files import LEASE_S, POLL_S
 from kscience.evaluate.executors.slot import interrupt_all
 from kscience.evaluate.sandbox.leftovers import reclaim_and_say
 from kscience.evaluate.sandbox.workers import hide_from_workers
+from kscience.evaluate.result import BUILD_LIMIT_S
 from kscience.record.store import default_db
+from kscience.scientist.rules import judge_limits_text
 from kscience.run.config import (PROBLEM_HELP, add_db_option, add_resume_arguments, add_run_arguments,
                                  add_setting_option)
 from kscience.cli.problem_commands import cmd_eval, cmd_problems, cmd_seed
@@ -99,15 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("problem", help=PROBLEM_HELP)
     s.add_argument("candidate", help="Python file defining custom_kernel(data) (or ModelNew)")
     s.add_argument("--json", action="store_true", help="print the full verdict as JSON")
-    add_setting_option(s, "eval_timeout_s", "the judge's own limits (120 s to 300 s); a problem that declares a "
-                                            "limit for the whole evaluation (a GPU MODE task.yml) keeps it as well")
+    add_setting_option(s, "eval_timeout_s", f"the judge's own limits ({judge_limits_text()}); a "
+                                            "problem that declares a limit for the whole evaluation (a GPU MODE "
+                                            "task.yml) keeps it as well")
     s.add_argument("--shapes", choices=("tests", "benchmarks", "all"), default="all",
                    help="check the test shapes only, check and time the benchmark shapes only, or both "
                         "(default all)")
     _set_arg(s)
     s.add_argument("--unconfined", action="store_true",
                    help="run even where Landlock or namespaces are missing (the verdict says which)")
-    add_setting_option(s, "build_limit_s", "300 s")
+    add_setting_option(s, "build_limit_s", f"{BUILD_LIMIT_S:g} s")
     add_setting_option(s, "precision", "tolerance, the problem's own (as KernelBench)")
     s.add_argument("--no-baselines", dest="baselines", action="store_false",
                    help="do not judge PyTorch eager and torch.compile beside the candidate for its speed-up "
@@ -123,12 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("directory", metavar="DIR", help="the queue directory (shared, or synced with the run's)")
     s.add_argument("--once", action="store_true",
                    help="evaluate what is there (and claims of others once they lapse), then exit (for a batch job)")
-    s.add_argument("--gpus", type=int, metavar="N", help="evaluate on at most N GPUs at once (default: all)")
+    add_setting_option(s, "gpus", "all")
     s.add_argument("--cpu-workers", type=int, metavar="N",
                    help="without a GPU: interpreter evaluations at once (default 1)")
-    s.add_argument("--lease", type=float, default=120.0, metavar="SECONDS",
-                   help="a claim not renewed for this long is put back in the queue (default 120)")
-    s.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for requests")
+    s.add_argument("--lease", type=float, default=LEASE_S, metavar="SECONDS",
+                   help=f"a claim not renewed for this long is put back in the queue (default {LEASE_S:g})")
+    s.add_argument("--poll", type=float, default=POLL_S, metavar="SECONDS",
+                   help=f"how often to look for requests (default {POLL_S:g})")
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("resume", help="continue a stopped, failed or interrupted run")

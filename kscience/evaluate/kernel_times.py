@@ -51,7 +51,7 @@ def _allocations() -> list[int] | None:
 def _cuda_launches(call, calls: int) -> tuple[dict[str, list], list]:
     # torch.autograd.profiler, not its wrapper torch.profiler.profile: the wrapper's first session
     # imports torch._inductor to read one setting, which cost 4-6 s of every evaluation on an H100
-    # (benchmarks/probes/profiler_cost.py); both collect the same CUPTI kernel records.
+    # (the profiler_cost.py probe, benchmarks/README.md); both collect the same CUPTI kernel records.
     from torch.autograd import DeviceType
     from torch.autograd.profiler import profile, record_function
 

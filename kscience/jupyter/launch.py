@@ -29,8 +29,9 @@ class SeedError(ValueError):
     """A starting kernel that cannot be used: not Python, or without the problem's entry point."""
 
 
-def check_seed(source: str, entry: str) -> None:
-    """The seed must parse and define the problem's entry point (custom_kernel or ModelNew) at top level."""
+def check_seed(source: str, entry: str, call: str) -> None:
+    """The seed must parse and define the problem's entry point (its kind's: custom_kernel or ModelNew) at top
+    level; `call`: how the judge calls it, as the refusal says."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -45,8 +46,7 @@ def check_seed(source: str, entry: str) -> None:
         elif isinstance(node, ast.ImportFrom):
             defined |= {a.asname or a.name for a in node.names}
     if entry not in defined:
-        raise SeedError(f"the starting kernel must define {entry}" + (" (the function the problem calls)"
-                                                                      if entry == "custom_kernel" else ""))
+        raise SeedError(f"the starting kernel must define {entry} (the problem calls {call})")
 
 
 def problem_locator(problem) -> tuple[str, dict]:
@@ -68,7 +68,7 @@ def new_run(problem, kernel: str | None = None, *, db: str | Path | None = None,
     settings = {**settings, "overrides": {**problem_overrides, **(settings.get("overrides") or {})}}
     loaded = load_problem(locator, settings["overrides"])
     if kernel is not None:
-        check_seed(kernel, loaded.entry)
+        check_seed(kernel, loaded.entry, loaded.kind.call)
     store = open_store(db, create=True)
     run = Run.create(new_config(locator, settings), store=store, seed_source=kernel)
     return RunResult(store, run.id, run=run)

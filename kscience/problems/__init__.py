@@ -1,119 +1,42 @@
 """Finding and loading problems: built-in folders, KernelBench files, GPU MODE directories.
 
-A built-in problem is a folder beside this file holding `reference.py` (the spec as
-module-level names, see `from_reference_module`) and `seed.py` (a correct Triton kernel).
-`bundle.py` packs a KernelBench file's or GPU MODE directory's files to travel with its evaluation
-requests, and unpacks them where they are judged.
+    kind.py            `ProblemKind`: the small interface every problem format answers
+    kinds.py           the registry of kinds: which kind a locator names (the one place formats are told apart)
+    builtin.py         built-in problems: a folder beside this file with `reference.py` and `seed.py`
+    kernelbench.py     KernelBench files: a `Model`, its inputs and constants; the candidate's `ModelNew`
+    gpumode.py         GPU MODE directories (gpumode_task.py reads their task.yml)
+    spec.py            `Problem`: what every kind loads into, and all the evaluator ever talks to
+    bundle.py          a file problem's files (its kind names them), packed to travel with its evaluation requests
+    files.py           importing a problem's Python file as a module of its own
+
+The other modules are facts about problems that every kind shares: outputs, precision, roofline floors,
+libraries a user would call instead, whether a problem fits this machine (fit.py).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import ModuleType
-
+from kscience.problems.builtin import builtin_names, from_reference_module
 from kscience.problems.files import import_file
-from kscience.problems.gpumode import load_gpumode_dir, probed_facts
-from kscience.problems.kernelbench import load_kernelbench_file
-from kscience.problems.libraries import Library, forbidden_entry_points
+from kscience.problems.gpumode import probed_facts
+from kscience.problems.kinds import kind_for, no_such_problem
+from kscience.problems.libraries import Library
 from kscience.problems.spec import Problem, ProblemError, Shape, geomean, shape_label
 
-__all__ = ["Problem", "ProblemError", "Shape", "geomean", "shape_label", "builtin_names",
-           "load_problem", "loaded_here", "import_file", "from_reference_module", "probed_facts", "Library"]
-
-_HERE = Path(__file__).parent
-
-
-def builtin_names() -> list[str]:
-    return sorted(p.name for p in _HERE.iterdir() if (p / "reference.py").is_file())
-
-
-def from_reference_module(mod: ModuleType, name: str, locator: str, seed_source: str | None,
-                          overrides: dict | None = None) -> Problem:
-    """Build a Problem from a module in kscience's built-in reference format (`overrides`: the --set
-    values already applied to the module)."""
-    missing = [n for n in ("generate_input", "ref_kernel", "TESTS", "BENCHMARKS") if not hasattr(mod, n)]
-    if missing:
-        raise ProblemError(f"{locator}: reference module lacks {', '.join(missing)}")
-    libraries = tuple(getattr(mod, "LIBRARIES", ()))
-    if not all(isinstance(lib, Library) for lib in libraries):
-        raise ProblemError(f"{locator}: LIBRARIES holds kscience.problems.libraries.Library entries only")
-    return Problem(
-        name=name,
-        description=getattr(mod, "DESCRIPTION", (mod.__doc__ or name).strip().splitlines()[0]),
-        locator=locator,
-        generate_input=mod.generate_input,
-        ref_kernel=mod.ref_kernel,
-        rtol=float(getattr(mod, "RTOL", 1e-2)),
-        atol=float(getattr(mod, "ATOL", 1e-2)),
-        tests=list(mod.TESTS),
-        benchmarks=list(mod.BENCHMARKS),
-        cpu_tests=list(getattr(mod, "CPU_TESTS", mod.TESTS[:1])),
-        cpu_benchmarks=list(getattr(mod, "CPU_BENCHMARKS", mod.TESTS[:1])),
-        flops=getattr(mod, "flops", lambda **s: 0.0),
-        bytes_moved=getattr(mod, "bytes_moved", lambda **s: 0.0),
-        precision=getattr(mod, "PRECISION", "bf16"),
-        output_args=tuple(getattr(mod, "OUTPUT_ARGS", ())),
-        seed_source=seed_source,
-        eager_kernel=getattr(mod, "eager_kernel", None),
-        vendor_kernel=getattr(mod, "vendor_kernel", None),
-        vendor_label=getattr(mod, "VENDOR", ""),
-        vendor_tolerance=getattr(mod, "VENDOR_TOLERANCE", None),
-        libraries=libraries,
-        vendor_alone=getattr(mod, "VENDOR_ALONE", None),
-        forbidden_calls=_forbidden_calls(mod, locator, libraries),
-        overrides=dict(overrides or {}),
-    )
-
-
-def _forbidden_calls(mod: ModuleType, locator: str, libraries: tuple[Library, ...]) -> tuple[str, ...]:
-    """LIBRARY_CALLS = "forbidden": no candidate may call the libraries' entry points, nor FORBIDDEN_CALLS
-    (the vendor's, e.g. torch.mm); "allowed" (the default): it may."""
-    rule = getattr(mod, "LIBRARY_CALLS", "allowed")
-    if rule not in ("allowed", "forbidden"):
-        raise ProblemError(f"{locator}: LIBRARY_CALLS is 'allowed' or 'forbidden', not {rule!r}")
-    return forbidden_entry_points(libraries, tuple(getattr(mod, "FORBIDDEN_CALLS", ()))) if rule == "forbidden" else ()
-
-
-def _load_builtin(name: str, overrides: dict) -> Problem:
-    folder = _HERE / name
-    mod = import_file(folder / "reference.py", f"kscience_problem_{name}")
-    # Shapes are fixed; a constant the module names in OVERRIDABLE (fp8's operand layout) may be set
-    settable = getattr(mod, "OVERRIDABLE", {})
-    for key, value in overrides.items():
-        if value not in settable.get(key, ()):
-            raise ProblemError(f"--set applies to KernelBench files and to the constants a built-in names "
-                               f"({', '.join(f'{k}: {v}' for k, v in settable.items()) or 'none for ' + name}); "
-                               f"not {key}={value!r}")
-        setattr(mod, key, value)
-    seed = folder / "seed.py"
-    return from_reference_module(mod, name, name, seed.read_text() if seed.is_file() else None, overrides)
-
+__all__ = ["Problem", "ProblemError", "Shape", "geomean", "shape_label", "builtin_names", "kind_for",
+           "load_problem", "loaded_here", "no_such_problem", "import_file", "from_reference_module", "probed_facts",
+           "Library"]
 
 _loaded_here: list[str] = []  # the paths of the file problems this process loaded, newest last
 
 
 def load_problem(locator: str, overrides: dict | None = None, probed: dict | None = None) -> Problem:
     """A built-in name, a KernelBench .py file, or a GPU MODE directory (`probed`: see load_gpumode_dir)."""
-    overrides = dict(overrides or {})
-    if locator in builtin_names():
-        return _load_builtin(locator, overrides)
-    path = Path(locator).expanduser()
-    if path.is_dir():
-        problem = load_gpumode_dir(path.resolve(), overrides, probed)
-    elif path.is_file() and path.suffix == ".py":
-        problem = load_kernelbench_file(path.resolve(), overrides)
-    else:
-        raise no_such_problem(locator)
-    _loaded_here.append(problem.locator)
+    problem = kind_for(locator).load(locator, dict(overrides or {}), probed)
+    if not problem.kind.in_package:
+        _loaded_here.append(problem.locator)
     return problem
 
 
 def loaded_here() -> list[str]:
     """The paths of the KernelBench files and GPU MODE directories this process loaded, newest last."""
     return list(_loaded_here)
-
-
-def no_such_problem(locator: str) -> ProblemError:
-    """The one wording of "this names no problem", for `run`, `eval` and `campaign` alike."""
-    return ProblemError(f"no problem {locator!r}: not a built-in ({', '.join(builtin_names())}), "
-                        "a KernelBench .py file or a folder")

@@ -28,8 +28,7 @@ import secrets
 import shutil
 from pathlib import Path, PurePosixPath
 
-from kscience.problems import builtin_names, loaded_here, no_such_problem
-from kscience.problems.gpumode_task import helper_files, read_task
+from kscience.problems import kind_for, loaded_here
 from kscience.problems.spec import ProblemError
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -48,27 +47,13 @@ def digest(locator: str, files: dict[str, bytes]) -> str:
     return h.hexdigest()
 
 
-def _problem_files(path: Path) -> list[Path]:
-    """Every file loading the problem at `path` reads."""
-    if path.is_file():
-        return [path]
-    # Hidden files (.git) and bytecode are not the problem's.
-    inside = sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink()
-                    and not any(part == "__pycache__" or part.startswith(".") for part in p.relative_to(path).parts))
-    task = path / "task.yml"
-    helpers = [f for _, f in helper_files(path, read_task(task))] if task.is_file() else []
-    return list(dict.fromkeys([*inside, *(h.resolve() for h in helpers)]))
-
-
 def pack(locator: str) -> dict | None:
     """The files of the problem at `locator`, as `unpack` takes them; None for a built-in name."""
-    if locator in builtin_names():
+    kind = kind_for(locator)  # ProblemError where it names no problem
+    if kind.in_package:
         return None  # it travels with the package
-    path = Path(locator).expanduser()
-    if not path.exists():
-        raise no_such_problem(locator)
-    path = path.resolve()
-    files = _problem_files(path)
+    path = Path(locator).expanduser().resolve()
+    files = kind.files(path)
     # The common folder is above the problem's own path, so the problem keeps its name (a file's stem, a folder's name).
     root = Path(os.path.commonpath([str(path.parent), *(str(f.parent) for f in files)]))
     try:

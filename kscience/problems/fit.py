@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import ast
 import os
-from pathlib import Path
 
 import torch
 
 from kscience.problems.device_map import mapped_device
-from kscience.problems.kernelbench import _module_constants
 
 # What a problem needs at once, as a multiple of one input set plus one output: the judge's copy
 # and the worker's, the pristine inputs kept for the unchanged-input check, and the reference output.
@@ -54,12 +52,9 @@ def free_bytes(interpreted: bool) -> int | None:
 
 
 def size_hint(problem) -> str:
-    """For a KernelBench file: the integer constants `--set NAME=VALUE` can lower; else nothing."""
-    path = Path(problem.locator)
-    if path.suffix != ".py" or not path.is_file():
-        return ""
+    """The integer constants `--set NAME=VALUE` can lower (a KernelBench file's); else nothing."""
     sizes = []
-    for name, node in _module_constants(ast.parse(path.read_text())).items():
+    for name, node in problem.kind.settable(problem.locator).items():
         value = problem.overrides.get(name)
         if value is None:
             try:

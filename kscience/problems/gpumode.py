@@ -55,6 +55,7 @@ from kscience.problems.device_map import mapped_device, proxy_torch
 from kscience.problems.files import import_file
 from kscience.problems.gpumode_task import (declared_container, description, helper_files, match_reference_kwargs,
                                             read_task, refuse_unsupported, task_shapes, time_limit, tolerances)
+from kscience.problems.kind import ProblemKind
 from kscience.problems.spec import Problem, ProblemError, Shape, shape_label
 
 
@@ -85,6 +86,7 @@ def load_gpumode_dir(path: Path, overrides: dict, probed: dict | None = None) ->
     check = _check(task, module, reference, container)
     submission = folder / "submission.py"
     return Problem(
+        kind=KIND,
         name=folder.name,
         description=description(task, module, folder.name),
         locator=str(folder),
@@ -337,3 +339,28 @@ def _device_of(data) -> str:
             if hasattr(value, "buffers") and callable(value.buffers):
                 found += [b.device for b in value.buffers()]
     return str(found[0]) if found else "cpu"
+
+
+class GpuModeKind(ProblemKind):
+    name, title = "gpumode", "a folder"
+
+    def claims(self, locator: str) -> bool:
+        return Path(locator).expanduser().is_dir()  # a folder that is no GPU MODE directory is told why on loading
+
+    def found(self, path: Path) -> bool:
+        return (path / "task.yml").is_file() and (path / "reference.py").is_file()
+
+    def files(self, path: Path) -> list[Path]:
+        # Hidden files (.git) and bytecode are not the problem's; the helpers task.yml names may lie beside it.
+        inside = sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink()
+                        and not any(part == "__pycache__" or part.startswith(".")
+                                    for part in p.relative_to(path).parts))
+        task = path / "task.yml"
+        helpers = [f for _, f in helper_files(path, read_task(task))] if task.is_file() else []
+        return list(dict.fromkeys([*inside, *(h.resolve() for h in helpers)]))
+
+    def load(self, locator: str, overrides: dict, probed: dict | None) -> Problem:
+        return load_gpumode_dir(Path(locator).expanduser().resolve(), overrides, probed)
+
+
+KIND = GpuModeKind()

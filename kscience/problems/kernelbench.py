@@ -38,6 +38,7 @@ from types import ModuleType
 
 import torch
 
+from kscience.problems.kind import ProblemKind
 from kscience.problems.spec import Problem, ProblemError, shape_label
 
 TOLERANCE = 1e-2
@@ -53,7 +54,7 @@ def parse_override_value(text: str):
         return text
 
 
-def _module_constants(tree: ast.Module) -> dict[str, ast.stmt]:
+def module_constants(tree: ast.Module) -> dict[str, ast.stmt]:
     """Top-level `NAME = value` (or `NAME: type = value`) statements, by name."""
     constants = {}
     for node in tree.body:
@@ -68,7 +69,7 @@ def _module_constants(tree: ast.Module) -> dict[str, ast.stmt]:
 
 def _apply_overrides(tree: ast.Module, overrides: dict, path: Path) -> list[tuple[ast.stmt, str, object]]:
     """Rewrite each overridden constant in `tree`; return (statement, name, value) for each."""
-    constants = _module_constants(tree)
+    constants = module_constants(tree)
     done = []
     for name, text in overrides.items():
         if name not in constants:
@@ -101,7 +102,7 @@ def _exec_source(path: Path, overrides: dict) -> tuple[ModuleType, str, list[str
     except OSError as exc:
         raise ProblemError(f"{path}: cannot read: {exc.strerror}") from None
     done = _apply_overrides(tree, overrides, path)
-    names = list(_module_constants(tree))
+    names = list(module_constants(tree))
     module_name = f"kscience_kernelbench_{path.stem}"
     module = ModuleType(module_name)
     module.__file__ = str(path)
@@ -186,6 +187,7 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
             return reference_models[device](*data)
 
     return Problem(
+        kind=KIND,
         name=path.stem,
         description=_description(module, path.stem),
         locator=str(path),
@@ -199,7 +201,6 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
         cpu_tests=[sizes],
         cpu_benchmarks=[sizes],
         precision="fp32",
-        entry="ModelNew",
         overrides=overrides,
         seed_source=seed_from_reference(text),
         source_text=text,
@@ -208,3 +209,28 @@ def load_kernelbench_file(path: Path, overrides: dict) -> Problem:
         reference_model_class=module.Model,
         weights_seed=WEIGHTS_SEED,
     )
+
+
+class KernelBenchKind(ProblemKind):
+    name, title, entry = "kernelbench", "a KernelBench .py file", "ModelNew"
+    call = "ModelNew(*get_init_inputs())(*data), with data = get_inputs()"
+    builds_model = one_shape = True
+
+    def claims(self, locator: str) -> bool:
+        path = Path(locator).expanduser()
+        return path.suffix == ".py" and path.is_file()
+
+    def found(self, path: Path) -> bool:
+        return self.claims(str(path)) and "class Model" in path.read_text(errors="replace")
+
+    def load(self, locator: str, overrides: dict, probed: dict | None) -> Problem:
+        return load_kernelbench_file(Path(locator).expanduser().resolve(), overrides)
+
+    def settable(self, locator: str) -> dict[str, ast.stmt]:
+        try:
+            return module_constants(ast.parse(Path(locator).read_text()))
+        except (OSError, SyntaxError, ValueError):
+            return {}  # loading it will say what is wrong
+
+
+KIND = KernelBenchKind()

@@ -4,7 +4,8 @@ In the spirit of GPU MODE's reference kernels, a problem is a handful of plain
 functions and lists. `generate_input(seed, device, **shape)` builds the data a
 candidate's `custom_kernel(data)` receives; `ref_kernel(data)` is the slow, obviously
 right answer. The evaluator only ever talks to this dataclass, whatever file format
-the problem came from (built-in folder, KernelBench file, GPU MODE directory).
+the problem came from (built-in folder, KernelBench file, GPU MODE directory); the format
+itself is the problem's `kind` (kind.py), which is asked wherever formats differ.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from kscience.problems.kind import ProblemKind
 
 Shape = dict  # keyword arguments of generate_input, e.g. {"m": 64, "n": 64, "k": 128}
 
@@ -35,6 +38,7 @@ class Problem:
     benchmarks: list[Shape]  # shapes it is timed on, the score's geomean (GPU)
     cpu_tests: list[Shape]  # small shapes for the Triton interpreter
     cpu_benchmarks: list[Shape]
+    kind: ProblemKind  # its format (kinds.py): what a candidate defines, how it is called, how many shapes
     flops: Callable[..., float] = lambda **shape: 0.0  # per call, for roofline; 0 = unknown
     bytes_moved: Callable[..., float] = lambda **shape: 0.0  # fewest bytes a call must move
     precision: str = "bf16"  # which peak rate bounds the arithmetic: "fp32", "bf16", "fp8"
@@ -45,7 +49,6 @@ class Problem:
     # The answer is a tuple, list or dict of tensors (GPU MODE's output_t): the worker packs it into
     # one tensor (problems/outputs.py) and `check` judges it member by member.
     several_outputs: bool = False
-    entry: str = "custom_kernel"  # or "ModelNew" for KernelBench problems
     seed_source: str | None = None  # a correct starting kernel (Triton, tunable knobs as literals)
     # What a PyTorch user would write, in the problem's own dtypes: the eager and torch.compile
     # baselines. The reference often computes in fp32 for accuracy, which would make it a straw man.
@@ -93,6 +96,11 @@ class Problem:
     reference_model_class: type | None = None  # the file's `Model`, which the judge builds with make_model
     weights_seed: int = 0  # the seed make_model builds the reference's weights with
 
+    @property
+    def entry(self) -> str:
+        """What a candidate defines: `custom_kernel`, or a KernelBench file's `ModelNew` (its kind says)."""
+        return self.kind.entry
+
     def tolerance_for(self, kind: str, label: str = "") -> list[float] | None:
         """[rtol, atol] a candidate of this kind is judged with where it is not the problem's own: the
         vendor-library baseline's, or a library baseline's (named by the start of its `label`), where the
@@ -131,7 +139,7 @@ class Problem:
             return [{"label": shape_label(s), "sizes": dict(s)} for s in which]
 
         return {"name": self.name, "description": self.description, "locator": self.locator,
-                "entry": self.entry, "rtol": self.rtol, "atol": self.atol,
+                "kind": self.kind.name, "entry": self.entry, "rtol": self.rtol, "atol": self.atol,
                 "n_tests": len(self.tests), "n_benchmarks": len(self.benchmarks),
                 "tests": shapes(self.tests), "benchmarks": shapes(self.benchmarks),
                 "cpu_tests": shapes(self.cpu_tests), "cpu_benchmarks": shapes(self.cpu_benchmarks),

@@ -5,7 +5,7 @@ user would install instead (Liger-Kernel, QuACK...), where it names them."""
 
 from __future__ import annotations
 
-from kscience.problems import Problem, builtin_names
+from kscience.problems import Problem
 from kscience.problems.libraries import Library
 from kscience.scientist.candidate import Candidate
 
@@ -13,7 +13,7 @@ from kscience.scientist.candidate import Candidate
 def _baseline_head(problem: Problem, doc: str, imports: str = "") -> str:
     """The problem loaded in the worker: a built-in by name; a file problem by the run's path, which is the copy
     its request carried where that path does not exist (kscience.problems.bundle)."""
-    if problem.locator in builtin_names():
+    if problem.kind.in_package:
         loads = f"from kscience.problems import load_problem\n\n_PROBLEM = load_problem({problem.locator!r}, "
     else:
         loads = ("from kscience.problems import load_problem\nfrom kscience.problems.bundle import loaded_copy\n\n"
@@ -26,7 +26,7 @@ def reference_source(problem: Problem) -> str:
     """PyTorch as a user would write it (the problem's eager kernel, else its reference), as a
     candidate, so the evaluator can time it as the baseline every kernel is compared to."""
     head = _baseline_head(problem, "The problem in plain PyTorch as a candidate: the eager baseline.")
-    if problem.entry == "ModelNew":
+    if problem.kind.builds_model:
         return head + "class ModelNew(_PROBLEM.reference_model_class):\n    pass\n"
     return head + "def custom_kernel(data):\n    return _EAGER(data)\n"
 
@@ -61,7 +61,7 @@ def _compile_head(problem: Problem) -> str:
 def vendor_source(problem: Problem) -> str | None:
     """The problem's vendor-library path as a candidate, or None where it declares none. Where the library
     cannot run (a CPU, an older CUDA) the call raises, and the baseline is stored with that reason."""
-    if problem.vendor_kernel is None or problem.entry != "custom_kernel":
+    if problem.vendor_kernel is None or problem.kind.builds_model:
         return None
     head = _baseline_head(problem, f"The vendor library a user would call: {problem.vendor_label}.")
     return head + "def custom_kernel(data):\n    return _PROBLEM.vendor_kernel(data)\n"
@@ -70,7 +70,7 @@ def vendor_source(problem: Problem) -> str | None:
 def vendor_alone_source(problem: Problem) -> str | None:
     """The vendor call alone as a candidate (judged on inputs already in its layout: Problem.overrides_for), or
     None where the problem declares no such call."""
-    if problem.vendor_alone is None or problem.vendor_kernel is None or problem.entry != "custom_kernel":
+    if problem.vendor_alone is None or problem.vendor_kernel is None or problem.kind.builds_model:
         return None
     head = _baseline_head(problem, f"The vendor call alone: {problem.vendor_alone.name}.",
                           "from kscience.problems.libraries import resolve\n")
@@ -110,7 +110,7 @@ def compiled_source(problem: Problem) -> str:
     must beat to be worth writing by hand."""
     head = _baseline_head(problem, "The problem in plain PyTorch under torch.compile, timed as a baseline.",
                           "import torch\n" + _compile_head(problem))
-    if problem.entry == "ModelNew":
+    if problem.kind.builds_model:
         # Compile the forward, not the module: a compiled module kept as an attribute would be a submodule
         # that contains its own parent.
         return head + ("class ModelNew(_PROBLEM.reference_model_class):\n"

@@ -15,27 +15,26 @@ from __future__ import annotations
 import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
+from kscience.evaluate.executors.factory import EXECUTORS, valid_executor
 from kscience.evaluate.executors.queue_dir import queue_directory
 from kscience.evaluate.result import BUILD_LIMIT_S
 from kscience.problems.precision import DEFAULT_POLICY, POLICIES
+from kscience.run.limits import STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S
 from kscience.run.profiling import PROFILERS
-from kscience.scientist.plans import CHOOSERS
+from kscience.scientist.plans import CHOOSERS, PLANS_PER_LINE
+from kscience.scientist.rules import judge_limits_text
 from kscience.scientist.llm import LLM_RETRIES, LLM_TIMEOUT_S
 from kscience.scientist.llm.factory import default_llm_spec
+from kscience.scientist.llm.providers import model_specs
 from kscience.record.store import DEFAULT_DB
 
 STRATEGIES = ("llm", "tree", "tournament")
-EXECUTORS = "local, ray, ray://HOST:PORT or queue:DIR (for `kscience worker DIR`)"
+DEFAULT_ITERATIONS = 3  # where neither --iterations nor --evaluations is given
 PROBLEM_HELP = "built-in name, KernelBench .py file or GPU MODE directory"
 
 
 class ConfigError(ValueError):
     """A setting that cannot be used, in one line."""
-
-
-def valid_executor(spec: str) -> bool:
-    """The executor specs `kscience.evaluate.executors.factory.make_executor` understands."""
-    return spec in ("local", "ray") or spec.startswith(("ray://", "queue:"))
 
 
 def setting(default, flag: str | None, help: str, *, metavar: str | None = None, on_resume: bool = False,
@@ -56,10 +55,11 @@ class RunConfig:
     """Everything that decides what a run does. Stored as the run's config; never holds a key."""
 
     problem: str = setting(None, None, PROBLEM_HELP)  # a positional argument, not a flag
-    # An iteration is one design: a line's select -> design and its chosen experiments (up to three).
-    iterations: int | None = setting(None, "--iterations", "iterations (designs, each with up to three "
+    # An iteration is one design: a line's select -> design and its chosen experiments (PLANS_PER_LINE).
+    iterations: int | None = setting(None, "--iterations", f"iterations (designs, each with up to {PLANS_PER_LINE} "
                                      "experiments) the run aims for in total; given --evaluations alone, as "
-                                     "many as that budget allows (default 3)", metavar="N", on_resume=True,
+                                     f"many as that budget allows (default {DEFAULT_ITERATIONS})", metavar="N",
+                                     on_resume=True,
                                      resume_help="iterations to add (default: what remains of the run's target)")
     # Candidate kernels judged (seed, children, repairs; not the baselines): the budget a user thinks in.
     evaluations: int | None = setting(None, "--evaluations", "stop once this many candidate kernels were "
@@ -70,9 +70,9 @@ class RunConfig:
     lines: int | None = setting(None, "--lines", "iterations kept going at once, each on its own clock "
                                 "(default: one per evaluation slot)", metavar="K", on_resume=True)
     name: str = setting("", "--name", "a label for the run")
-    llm: str = setting("offline", "--llm", "offline (no model: knob search and known rewrites), gemini:MODEL, "
-                       "openai:MODEL, or scripted (a stand-in model: a dry run of the model path, no key needed) "
-                       "(default: chosen from the API keys set)", metavar="ID", on_resume=True)
+    llm: str = setting("offline", "--llm", "offline (no model: knob search and known rewrites), "
+                       f"{model_specs(', ')}, or scripted (a stand-in model: a dry run of the model path, no key "
+                       "needed) (default: chosen from the API keys set)", metavar="ID", on_resume=True)
     base_url: str | None = setting(None, "--base-url", "endpoint of an OpenAI-compatible or Gemini server "
                                    "(default: the provider's own, or $OPENAI_BASE_URL)", metavar="URL",
                                    on_resume=True)
@@ -104,8 +104,9 @@ class RunConfig:
     # costs a small multiple of what a working one takes rather than the judge's full limits.
     eval_timeout_s: float | None = setting(None, "--eval-timeout", "the longest the judge waits for a candidate "
                                            "in one step (importing it, checking a shape, timing a shape); "
-                                           "default: 10x the seed's slowest step, at least 60 s, at most the "
-                                           "judge's own limits (120 s to 300 s)", metavar="SECONDS",
+                                           f"default: {STEP_LIMIT_FACTOR:g}x the seed's slowest step, at least "
+                                           f"{STEP_LIMIT_FLOOR_S:g} s, at most the judge's own limits "
+                                           f"({judge_limits_text()})", metavar="SECONDS",
                                            on_resume=True)
     # Seconds a compiler (nvcc, ptxas, ninja, c++) runs in the worker count against neither the step limit
     # nor the judge's own limits, up to this much per step (kscience/evaluate/judge/builds.py).
@@ -150,7 +151,7 @@ class RunConfig:
         if self.executor.startswith("queue:"):  # absolute, so a resume from elsewhere finds the same queue
             self.executor = "queue:" + queue_directory(self.executor)
         if self.iterations is None:  # an evaluation budget alone bounds the run: a design yields at least one
-            self.iterations = 3 if self.evaluations is None else self.evaluations
+            self.iterations = DEFAULT_ITERATIONS if self.evaluations is None else self.evaluations
         for flag, value, least in (("--iterations", self.iterations, 0), ("--repairs", self.repairs, 0),
                                    ("--evaluations", self.evaluations, 1), ("--lines", self.lines, 1),
                                    ("--gpus", self.gpus, 1)):

@@ -36,7 +36,7 @@ from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.limits import STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S, step_limit, stored_verdict
 from kscience.run.slots import Slots
 from kscience.scientist.candidate import EAGER_KIND, Candidate
-from kscience.scientist.rules import Rules
+from kscience.scientist.rules import Rules, judge_limits_text
 from kscience.record.snapshot import best_candidate, first_of_kind
 from kscience.record.store import BASELINE_KINDS
 from kscience.scientist.llm import BudgetExceeded
@@ -70,7 +70,7 @@ def say_running_after(step_limit_s: float | None) -> float:
 def running_state(doing: str | None, step_limit_s: float | None) -> str:
     """What a long evaluation says of itself: what its judge is doing, and the limit it runs under. The words
     `kscience run` and `kscience eval` both print."""
-    limit = f"limit {step_limit_s:g} s per step" if step_limit_s else "the judge's limits, 120 s to 300 s per step"
+    limit = f"limit {step_limit_s:g} s per step" if step_limit_s else f"the judge's limits, {judge_limits_text()} per step"
     return f"{doing or 'still being judged'} ({limit})"
 
 

@@ -14,6 +14,7 @@ from kscience.run.journal import Journal
 from kscience.run.limits import STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S, judged_under
 from kscience.run.line import RunError
 from kscience.scientist.candidate import Candidate
+from kscience.scientist.rules import judge_limits_text
 
 
 def judge_again(chain: list[Candidate], limit_now: Callable[[Candidate], float | None],
@@ -23,7 +24,7 @@ def judge_again(chain: list[Candidate], limit_now: Callable[[Candidate], float |
     for i, cand in enumerate(chain):
         before, now = judged_under(cand), limit_now(cand)
         if cand.status == TIMEOUT and before is not None and (now is None or now > before):
-            limit = f"{now:g} s" if now is not None else "the judge's own (120 s to 300 s)"
+            limit = f"{now:g} s" if now is not None else f"the judge's own ({judge_limits_text()})"
             journal.emit(Notice(f"judging {cand.id} ({cand.kind}) again: it timed out under the {before:g} s limit "
                                 f"per step, and this session's limit is {limit}"))
             return [*chain[:i], journal.store.judge_again(cand.id)]

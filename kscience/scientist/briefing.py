@@ -224,11 +224,10 @@ def input_contract(problem: Problem, device_name: str = "cuda") -> tuple[dict, l
 
 def render_contract(problem: Problem, device_name: str) -> str:
     shape, members = input_contract(problem, device_name)
-    call = ("ModelNew(*get_init_inputs())(*data), with data = get_inputs()" if problem.entry == "ModelNew"
-            else f"{problem.entry}(data)")
-    others = ("the one shape there is" if problem.entry == "ModelNew" else
+    others = ("the one shape there is" if problem.kind.one_shape else
               "other shapes change the sizes as the task's shape list gives them; dtypes, layouts and roles stay")
-    head = f"The kernel is called as {call}. Members of `data` for the shape {shape_label(shape)} ({others}):"
+    head = (f"The kernel is called as {problem.kind.call}. Members of `data` for the shape {shape_label(shape)} "
+            f"({others}):")
     return "\n".join([head] + [f"- {m.text}" for m in members])
 
 
@@ -254,7 +253,7 @@ def shape_sizes(problem: Problem, shape: dict) -> str:
     """One shape as the model reads it: its label and what its inputs are ("m=64,n=128: data[0] 64x128
     bfloat16"); a KernelBench file's one shape names the module constants it comes from."""
     label = shape_label(shape)
-    if problem.entry == "ModelNew" and not shape:
+    if problem.kind.one_shape and not shape:
         values = ", ".join(f"{k}={v!r}" for k, v in problem.constants.items())
         label = f"default (the module constants as run: {values})" if values else label
     sizes = member_sizes(problem, shape)
@@ -268,7 +267,7 @@ def shapes_text(problem: Problem, interpreted: bool, judged_on: str) -> str:
              "NumPy on the host CPU, and load_inline or nvcc code cannot run there." if interpreted else
              f"This run is judged on {judged_on}, on the GPU shapes: every check and every timed call runs your "
              "kernel on the GPU, and the interpreter shapes are not used, so no CPU fallback is ever judged.")
-    if problem.entry == "ModelNew":
+    if problem.kind.one_shape:
         return ("Shapes: one shape everywhere, checked for correctness and then timed: "
                 f"{shape_sizes(problem, {})}.\n{where}")
     lists = (("On a GPU", problem.tests, problem.benchmarks),

@@ -161,9 +161,9 @@ def _splits(shapes: list[dict], idx: list[int], names: list[str]):
 
 def plan(problem: Problem, candidates: list[Candidate], *, min_gain_pct: float = MIN_GAIN_PCT) -> Composition | None:
     """The composite worth judging over a run's stored candidates, or None: one kernel wins (nearly)
-    everywhere, the problem is not a `custom_kernel` one, or its sizes cannot be read off its inputs."""
+    everywhere, the problem's candidate is a model (a KernelBench file's one shape), or its sizes cannot be read off its inputs."""
     parts = contenders(candidates)
-    if problem.entry != "custom_kernel" or len(parts) < 2:
+    if problem.kind.builds_model or len(parts) < 2:
         return None
     times = {c.id: timed_shapes(c) for c in parts}
     labels = sorted(set.intersection(*(set(t) for t in times.values())))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kscience.evaluate.judge.session import LIMITS
+from kscience.evaluate.judge.session import HARNESS_STEPS, LIMITS
 from kscience.evaluate.result import BUILD_LIMIT_S
 from kscience.evaluate.sandbox.compile_cache import BUILD_DIR_VAR
 from kscience.problems import Problem
@@ -26,13 +26,19 @@ def state_rule(problem: Problem) -> str:
              "nothing derived from a call's inputs may be kept for a later call: a result cached by shape, "
              "address or contents is a wrong answer when the judge checks that call")
     kept = ("compiled kernels, autotuning choices and scratch buffers kept per shape and dtype may persist")
-    if problem.entry == "ModelNew":
+    if problem.kind.builds_model:
         return ("the judge builds one ModelNew per evaluation, its weights from a seed of its own as the "
                 "reference's are, and never changes them during the evaluation: state derived from the module's "
                 "own parameters and buffers (a converted, transposed or quantised copy of a weight, made in "
                 f"__init__ or on the first call) may persist across calls; {fresh}; {kept}")
     return (f"no member of `data` is constant (weights inside it included): {fresh}, and that holds for a "
             f"converted copy of an input too; {kept}")
+
+
+def judge_limits_text() -> str:
+    """The judge's own limits on a candidate's steps, over every step and both devices: "60 s to 300 s"."""
+    limits = [s for phase, pair in LIMITS.items() if phase not in HARNESS_STEPS for s in pair]
+    return f"{min(limits):g} s to {max(limits):g} s"
 
 
 def _seconds(x: float) -> str:

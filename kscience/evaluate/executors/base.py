@@ -15,6 +15,7 @@ import queue
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from kscience.device import cpu_forced
 from kscience.evaluate.executors.slot import JudgeProcess
 from kscience.evaluate.result import EvalRequest, EvalResult
 
@@ -57,7 +58,7 @@ def visible_gpus() -> list[int]:
     """Indices of local GPUs this process may use (CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES apply)."""
     import torch
 
-    if os.environ.get("KSCIENCE_DEVICE", "").lower() == "cpu" or not torch.cuda.is_available():
+    if cpu_forced() or not torch.cuda.is_available():
         return []
     return list(range(torch.cuda.device_count()))
 

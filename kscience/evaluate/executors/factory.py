@@ -7,6 +7,13 @@ from kscience.evaluate.executors.base import Executor, LocalExecutor
 from kscience.evaluate.executors.queue_dir import QueueExecutor, queue_directory
 from kscience.evaluate.executors.ray_cluster import RayExecutor
 
+EXECUTORS = "local, ray, ray://HOST:PORT or queue:DIR (for `kscience worker DIR`)"  # the specs make_executor takes
+
+
+def valid_executor(spec: str) -> bool:
+    """Whether `make_executor` understands `spec`, without making anything."""
+    return spec in ("local", "ray") or spec.startswith(("ray://", "queue:"))
+
 
 def make_executor(spec: str | None = None, gpus: int | None = None,
                   cpu_workers: int | None = None) -> Executor:
@@ -20,4 +27,4 @@ def make_executor(spec: str | None = None, gpus: int | None = None,
         return RayExecutor(address=None if spec == "ray" else spec, gpus=gpus, cpu_workers=cpu_workers)
     if spec.startswith("queue:"):
         return QueueExecutor(queue_directory(spec), capacity=gpus or cpu_workers or 1)
-    raise ValueError(f"unknown executor {spec!r}: use local, ray, ray://HOST:PORT or queue:DIR")
+    raise ValueError(f"unknown executor {spec!r}: use {EXECUTORS}")

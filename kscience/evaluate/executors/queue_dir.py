@@ -28,8 +28,6 @@ from kscience.evaluate.executors.base import Executor, check_positive
 from kscience.evaluate.result import EvalRequest, EvalResult
 from kscience.problems import ProblemError
 
-POLL_S = 1.0
-
 
 @dataclass
 class _Waiting:
@@ -45,7 +43,7 @@ class QueueExecutor(Executor):
     judges_elsewhere = True  # whatever the workers run on decides what can be profiled there
     batches = True  # a `kscience worker DIR --once` judges what the folder holds when it starts
 
-    def __init__(self, directory: str | Path, capacity: int = 1, poll_s: float = POLL_S):
+    def __init__(self, directory: str | Path, capacity: int = 1, poll_s: float = Q.POLL_S):
         check_positive("capacity", capacity)
         self.root = Q.prepare(Path(directory))
         self._capacity, self._poll_s = capacity, poll_s

@@ -34,6 +34,8 @@ log = logging.getLogger("kscience.queue")
 
 REQUEST_KIND, RESULT_KIND = "kscience-request", "kscience-result"
 FOLDERS = ("requests", "claims", "results", "ledger", "refused")
+POLL_S = 1.0  # how often either side (the run, a worker) looks at the directory for what is new
+LEASE_S = 120.0  # a worker's claim not renewed for this long goes back in the queue
 _ID = re.compile(r"^[0-9a-f]{32}$")
 _NONCE = re.compile(r"^[0-9a-f]{32}$")
 

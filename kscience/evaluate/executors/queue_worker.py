@@ -25,8 +25,6 @@ from kscience.evaluate.executors.slot import EvaluationInterrupted
 from kscience.evaluate.sandbox.workers import hide_from_workers
 from kscience.problems import ProblemError
 
-LEASE_S = 120.0
-
 
 def _age(path: Path) -> float:
     st = path.stat()
@@ -35,7 +33,7 @@ def _age(path: Path) -> float:
 
 class Worker:
     def __init__(self, directory: str | Path, *, gpus: int | None = None, cpu_workers: int | None = None,
-                 lease_s: float = LEASE_S, poll_s: float = 1.0, say=print):
+                 lease_s: float = Q.LEASE_S, poll_s: float = Q.POLL_S, say=print):
         self.root = Q.prepare(Path(directory))
         hide_from_workers(self.root)  # its nonces and pending sources are not for the candidates it judges
         self.lease_s, self.poll_s, self.say = lease_s, poll_s, say
@@ -58,9 +56,9 @@ class Worker:
             holder = claim.with_suffix(".holder")
             try:
                 info = Q.read_json(holder)
-                lease = float(info.get("lease_s", LEASE_S))
+                lease = float(info.get("lease_s", Q.LEASE_S))
             except (OSError, Q.QueueFileError, TypeError, ValueError):
-                info, lease = {}, LEASE_S
+                info, lease = {}, Q.LEASE_S
             try:
                 seen = claim.stat().st_mtime
                 if _age(claim) <= lease:

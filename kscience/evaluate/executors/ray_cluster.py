@@ -29,13 +29,14 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from kscience.device import DEVICE_VAR, cpu_forced
 from kscience.evaluate.executors.base import Executor, check_positive
 from kscience.evaluate.executors.carried import judged_here
 from kscience.evaluate.result import CRASHED, EvalRequest, EvalResult
 
 # Settings that change how an evaluation runs; they follow the driver to every Ray worker.
 # Paths (such as KSCIENCE_CACHE) stay per machine.
-FORWARDED_ENV = ("TRITON_INTERPRET", "KSCIENCE_DEVICE", "KSCIENCE_SANDBOX_NAMESPACES", "KSCIENCE_WORKER_RSS_BYTES")
+FORWARDED_ENV = ("TRITON_INTERPRET", DEVICE_VAR, "KSCIENCE_SANDBOX_NAMESPACES", "KSCIENCE_WORKER_RSS_BYTES")
 
 
 def _import_ray():
@@ -96,7 +97,7 @@ class RayExecutor(Executor):
             ray.init(address=address, runtime_env=job_env, **({} if address else {"include_dashboard": False}))
         resources = ray.cluster_resources()
         cluster_gpus = int(resources.get("GPU", 0))
-        self.on_gpu = cluster_gpus > 0 and os.environ.get("KSCIENCE_DEVICE", "").lower() != "cpu"
+        self.on_gpu = cluster_gpus > 0 and not cpu_forced()
         available, cap = (cluster_gpus, gpus) if self.on_gpu else (int(resources.get("CPU", 1)), cpu_workers)
         self._capacity = max(1, min(available, cap) if cap else available)
 

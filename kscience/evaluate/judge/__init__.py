@@ -7,7 +7,7 @@ the verdict.
     verdict.py           `Verdict`: how an evaluation ends early, with a status and why
     input_sets.py        input sets the judge built ahead of their calls, each used once
     phases.py            where an evaluation's seconds go, and what its judge is doing now
-    driving.py           `TimedSession`: the members of a session that measure and drive use
+    driving.py           what measure, drive and checking need of a session (`TimedSession`, `CheckingSession`)
     measure.py           timing one shape: the judge's clock decides, the worker's events refine
     drive.py             the timed calls of one round, each on new inputs, inside the judge's clock
     buffers.py           the judge's own memory around a shape's calls: staged inputs, outputs, the flush

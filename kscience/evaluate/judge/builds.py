@@ -74,3 +74,20 @@ class Builds:
                 self.last_seen = now
             self.last_look = now
         return now - self.last_seen <= RECENT_S
+
+    def step_end(self, limit_end: float, now: float) -> float:
+        """When the current step runs out: `limit_end` (its limit) moved on by the seconds a compiler ran
+        in the worker during it, and kept ahead of the clock while one runs, until the build limit is spent."""
+        end = limit_end + min(self.step_seconds, self.limit_s)
+        building = self.building(now, due=now >= end)
+        end = limit_end + min(self.step_seconds, self.limit_s)
+        if building and self.step_seconds < self.limit_s:
+            end = max(end, now + 2 * LOOK_S)
+        return end
+
+    def ran_out(self, what: str) -> str | None:
+        """Where the build limit is what ran out of the current step, the verdict's message; else None."""
+        if self.step_seconds < self.limit_s:
+            return None
+        return (f"timed out: the {self.limit_s:.3g} s build limit ran out while {what}, with "
+                f"{', '.join(sorted(self.seen))} still running in the worker (--build-limit raises it)")

@@ -17,7 +17,6 @@ import contextlib
 import copy
 import inspect
 import time
-from typing import TYPE_CHECKING
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -25,17 +24,15 @@ from torch.overrides import TorchFunctionMode
 from kscience.evaluate import result as R
 from kscience.evaluate.judge import drive
 from kscience.evaluate.judge.compare import check_output, gather, same_bits
+from kscience.evaluate.judge.driving import CheckingSession, Look
 from kscience.evaluate.judge.verdict import Verdict
 from kscience.evaluate.wire import DTYPES
 from kscience.problems import Problem, ProblemError, shape_label
 
-if TYPE_CHECKING:
-    from kscience.evaluate.judge.session import Session
-
 OUTPUT_SLACK = 4  # an output may be this many times the answer's bytes before it is refused unread
 
 
-def answer_or_size(session: Session, data: list, shape: dict) -> torch.Tensor:
+def answer_or_size(session: CheckingSession, data: list, shape: dict) -> torch.Tensor:
     """The answer, or where the problem's own check judges an output alone (GPU MODE's linalg
     residuals), only the answer's size, from the reference on the meta device: the reference
     there is a factorisation as slow as the candidate's. Inputs or a reference that cannot
@@ -52,7 +49,7 @@ def output_cap(expected: torch.Tensor) -> int:
     return max(OUTPUT_SLACK * expected.numel() * expected.element_size(), 1 << 20)
 
 
-def check(session: Session, shape: dict, phase: str) -> tuple[R.ShapeResult, int]:
+def check(session: CheckingSession, shape: dict, phase: str) -> tuple[R.ShapeResult, int]:
     """A correct output on fresh inputs, or a Verdict. Also returns the output cap for timing."""
     if phase == "benchmark" and session.problem.check is None:
         return check_sampled(session, shape)
@@ -71,7 +68,7 @@ def check(session: Session, shape: dict, phase: str) -> tuple[R.ShapeResult, int
     return R.ShapeResult(shape=shape, ok=True, phase=phase, max_abs_err=err, **errors), cap
 
 
-def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
+def check_sampled(session: CheckingSession, shape: dict) -> tuple[R.ShapeResult, int]:
     """`check` for a benchmark shape: the output is compared at ranges the judge draws once the
     call returned (compare.CHECK_BLOCKS blocks, the first and last among them), not sent whole;
     the test shapes were checked whole. Each benchmark shape's timed calls are then read as
@@ -93,7 +90,8 @@ def check_sampled(session: Session, shape: dict) -> tuple[R.ShapeResult, int]:
     return R.ShapeResult(shape=shape, ok=True, phase="benchmark", max_abs_err=err, **errors), cap
 
 
-def _checked_call(session: Session, shape: dict, whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
+def _checked_call(session: CheckingSession, shape: dict,
+                  whole: bool) -> tuple[list, list[int], dict, torch.Tensor, int]:
     """One call on inputs of a new seed: (data, guarded input indices, their pristine copies,
     the answer, the output cap), once the worker said which inputs it handed back."""
     kept = session.sets.take(shape_label(shape))
@@ -117,7 +115,7 @@ def _checked_call(session: Session, shape: dict, whole: bool) -> tuple[list, lis
     return data, guarded, pristine, expected, cap
 
 
-def _untouched(session: Session, guarded: list[int], pristine: dict, looks: list, shape: dict) -> None:
+def _untouched(session: CheckingSession, guarded: list[int], pristine: dict, looks: list, shape: dict) -> None:
     for i, look, ranges in zip(guarded, looks, session.ranges[1:]):
         if look is None or not same_bits(look, gather(pristine[i], ranges)):
             raise Verdict(R.WRONG_ANSWER, f"input {i} was modified (only outputs {session.problem.output_args} "
@@ -143,7 +141,7 @@ def judge_output(problem: Problem, data: list, out: torch.Tensor,
     return (False, f"problem check: {why}", float("nan")) if why else (True, "", float("nan"))
 
 
-def recheck(session: Session, look: drive.Look, shape: dict) -> None:
+def recheck(session: CheckingSession, look: Look, shape: dict) -> None:
     """A timed call's output, as the judge read it from its own buffer right after the call, against the answer."""
     data = session.sets.recheck_inputs(look.seed)  # built ahead, its seed sent first to this call
     if data is None:
@@ -202,7 +200,7 @@ def _float64():
 def _reference_module(problem: Problem) -> torch.nn.Module | None:
     """A KernelBench problem's reference model, as the judge built it from the secret weight seed (the
     judge's ref_kernel closes over it: evaluation._with_reference_weights); None for a function reference."""
-    if problem.entry != "ModelNew":
+    if not problem.kind.builds_model:
         return None
     found = inspect.getclosurevars(problem.ref_kernel).nonlocals.values()
     return next((v for v in found if isinstance(v, torch.nn.Module)), None)
@@ -217,7 +215,7 @@ def float64_answer(problem: Problem, data: list) -> torch.Tensor | str:
         return "no floating-point inputs"
     copies = [t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in data]
     module = _reference_module(problem)
-    if problem.entry == "ModelNew" and module is None:
+    if problem.kind.builds_model and module is None:
         return "the judge's reference model was not found"
     try:
         with _float64():
@@ -231,7 +229,7 @@ def float64_answer(problem: Problem, data: list) -> torch.Tensor | str:
     return out
 
 
-def float64_errors(session: Session, data: list, out: torch.Tensor, expected: torch.Tensor,
+def float64_errors(session: CheckingSession, data: list, out: torch.Tensor, expected: torch.Tensor,
                    ranges: list[list[int]] | None = None) -> dict:
     """ShapeResult's precision fields for a correct output and the published answer `expected`: `out` is the
     whole output, or with byte `ranges` (drawn over the answer) its elements there. Their largest errors

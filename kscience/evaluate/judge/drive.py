@@ -27,7 +27,7 @@ from kscience.evaluate import staging
 from kscience.evaluate.clocks import spinning
 from kscience.evaluate.judge.buffers import ShapeBuffers
 from kscience.evaluate.judge.compare import TIMED_CALL_BLOCKS, sample_ranges
-from kscience.evaluate.judge.driving import TimedSession
+from kscience.evaluate.judge.driving import Look, TimedSession
 from kscience.evaluate.wire import DTYPES
 
 _random = secrets.SystemRandom()
@@ -80,16 +80,6 @@ class Unfinished(Exception):
 
 class Restage(Exception):
     """A call's inputs had another form than the shape's first set: its calls are built by the worker."""
-
-
-@dataclasses.dataclass
-class Look:
-    """What the judge read of one timed call's output, right after the call returned."""
-    seed: int  # the inputs the call had
-    raw: torch.Tensor  # its bytes at `ranges`
-    ranges: list
-    shape: list = dataclasses.field(default_factory=list)  # what the worker said the output was
-    dtype: str = ""
 
 
 def new_seed(used: set[int]) -> int:

@@ -22,7 +22,7 @@ from kscience.device import Device, detect
 from kscience.evaluate import kernel_times, library_rule
 from kscience.evaluate import result as R
 from kscience.evaluate.judge import candidate_output, checking, drive
-from kscience.evaluate.judge.session import Session, as_float, plural
+from kscience.evaluate.judge.session import Session
 from kscience.evaluate.judge.verdict import Verdict
 from kscience.evaluate.profile import job as profile_job, probes
 from kscience.evaluate.sandbox import compile_cache
@@ -153,7 +153,7 @@ def _shown(x) -> float | None:
 
 def _run(session: Session, problem: Problem, request: R.EvalRequest, result: R.EvalResult) -> None:
     weight_seed = secrets.randbits(31)
-    if problem.entry == "ModelNew":  # KernelBench: both models are built from the same secret weight seed
+    if problem.kind.builds_model:  # KernelBench: both models are built from the same secret weight seed
         session.problem = problem = _with_reference_weights(problem, weight_seed, session.device)
     interpreted = session.device.interpreted
     result.shape_order_seed = order_seed()
@@ -244,3 +244,15 @@ def _with_reference_weights(problem: Problem, seed: int, device: Device) -> Prob
             return model(*data)
 
     return dataclasses.replace(problem, ref_kernel=reference)
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def as_float(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+

@@ -23,8 +23,9 @@ from kscience.evaluate import result as R
 from kscience.evaluate import shared_buffer, staging
 from kscience.evaluate.judge import checking, contexts, crosscheck, drive, measure
 from kscience.evaluate.judge.buffers import ShapeBuffers, flush_buffer
-from kscience.evaluate.judge.builds import LOOK_S, Builds
+from kscience.evaluate.judge.builds import Builds
 from kscience.evaluate.judge.compare import BLOCK_BYTES, sample_ranges
+from kscience.evaluate.judge.driving import Look
 from kscience.evaluate.judge.input_sets import InputSets
 from kscience.evaluate.judge.phases import Phases, doing
 from kscience.evaluate.judge.verdict import Verdict
@@ -119,16 +120,9 @@ class Session:
             send_json(self.worker.channel, dict(cmd, seq=self.seq), self._deadline)
 
     def _deadline(self) -> float:
-        """When the current step runs out: its limit, moved on by the seconds a compiler ran in the
-        worker during it, and kept ahead of the clock while one runs, until the build limit is spent.
-        The evaluation's own limit ends it regardless. The channel asks at every look (wire.py)."""
-        now, b = time.monotonic(), self.builds
-        end = self.phase_end + min(b.step_seconds, b.limit_s)
-        building = b.building(now, due=now >= end)
-        end = self.phase_end + min(b.step_seconds, b.limit_s)
-        if building and b.step_seconds < b.limit_s:
-            end = max(end, now + 2 * LOOK_S)
-        return min(end, self.deadline)
+        """When the current step runs out (`Builds.step_end`: its limit, moved on while a compiler runs in
+        the worker), the evaluation's own limit regardless. The channel asks at every look (wire.py)."""
+        return min(self.builds.step_end(self.phase_end, time.monotonic()), self.deadline)
 
     def reply(self, phase: str, shape: dict | None = None, expect: str = "ok") -> dict:
         with self._channel_errors(phase, shape):
@@ -196,9 +190,8 @@ class Session:
         """Which limit ran out, as it was set, and in which phase: "the evaluation's 3 s limit ran out
         while timing", never the seconds that happened to be left of it."""
         what, b = doing(phase), self.builds
-        if b.step_seconds >= b.limit_s:
-            return (f"timed out: the {_seconds(b.limit_s)} build limit ran out while {what}, with "
-                    f"{', '.join(sorted(b.seen))} still running in the worker (--build-limit raises it)")
+        if b.ran_out(what):
+            return b.ran_out(what)
         built = f" (after {b.step_seconds:.0f} s of building, which the limit does not count)" if b.step_seconds >= 1 else ""
         if self.by_deadline:
             return f"timed out: the evaluation's {_seconds(self.timeout_s)} limit ran out while {what}{built}"
@@ -379,7 +372,7 @@ class Session:
             return None
         return contexts.others(self.gpu, self.worker.pids())
 
-    def recheck(self, look: drive.Look, shape: dict) -> None:
+    def recheck(self, look: Look, shape: dict) -> None:
         """A timed call's output, as the judge read it right after the call, against the answer."""
         checking.recheck(self, look, shape)
 
@@ -403,15 +396,4 @@ def _with_edges(ranges: list[list[int]], nbytes: int) -> list[list[int]]:
 def _seconds(s: float) -> str:
     """0.5 s, 3 s, 120 s: a limit as it was given, never rounded to 0."""
     return f"{s:.3g} s"
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def as_float(x) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
 

@@ -38,14 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.util.module_from_spec(spec)
     sys.modules["candidate"] = module
     spec.loader.exec_module(module)
-    if problem.entry == "ModelNew":
-        model = problem.make_model(module.ModelNew, args.seed).to(device.torch_device)
+    if problem.kind.builds_model:
+        model = problem.make_model(getattr(module, problem.entry), args.seed).to(device.torch_device)
 
         def fn(data):
             with torch.no_grad():
                 return model(*data)
     else:
-        fn = module.custom_kernel
+        fn = getattr(module, problem.entry)
     data = list(problem.generate_input(args.seed, device.torch_device, **json.loads(args.shape)))
     fn(data)  # compile, autotune and warm up outside the profiled range
     torch.cuda.synchronize()

@@ -211,20 +211,20 @@ class Harness:
             raise Fault("compile_error", f"import failed: {one_line(exc)}") from None
         entry = self.problem.entry
         if not callable(getattr(module, entry, None)):
-            signature = "(data)" if entry == "custom_kernel" else ""
+            signature = "" if self.problem.kind.builds_model else "(data)"
             raise Fault("compile_error", f"candidate defines no {entry}{signature}")
-        if entry == "ModelNew":
+        if self.problem.kind.builds_model:
             try:
-                model = self.problem.make_model(module.ModelNew, weight_seed).to(self.device.torch_device)
+                model = self.problem.make_model(getattr(module, entry), weight_seed).to(self.device.torch_device)
             except BaseException as exc:
-                raise Fault("compile_error", f"ModelNew(...) failed: {one_line(exc)}") from None
+                raise Fault("compile_error", f"{entry}(...) failed: {one_line(exc)}") from None
 
             def run_model(data):
                 with torch.no_grad():
                     return model(*data)
 
             return run_model
-        return module.custom_kernel
+        return getattr(module, entry)
 
     def candidate_device(self):
         """Where there is no GPU, a published solution that says `.to('cuda')` or `device='cuda'`

@@ -6,7 +6,8 @@
 Read in this order: base.py (the interface), call.py (the record of an exchange and the error),
 budget.py (a run's limits), remote.py with gemini.py and openai_compat.py (the HTTP backends),
 scripted.py (`--llm scripted`, a stand-in model for a dry run), slowed.py (`offline@SECONDS`),
-factory.py (`make_llm`, `default_llm_spec`), pricing.py. This package's own import names only
+providers.py (the providers `--llm PROVIDER:MODEL` takes, named once), factory.py (`make_llm`,
+`default_llm_spec`), pricing.py. This package's own import names only
 the types, so the offline scientist (which implements the interface) can import them freely.
 """
 

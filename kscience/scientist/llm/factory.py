@@ -1,6 +1,6 @@
-"""Choosing and building the scientist's backend from a spec: "gemini:MODEL", "openai:MODEL"
-(any OpenAI-compatible server through base_url), "offline" (the scientist that needs no model: knob
-search and known rewrites; "offline@SECONDS" makes each of its answers take that long, like a model's),
+"""Choosing and building the scientist's backend from a spec: "PROVIDER:MODEL" for each of
+providers.PROVIDERS (gemini; openai: any OpenAI-compatible server through base_url), "offline" (the
+scientist that needs no model: knob search and known rewrites; "offline@SECONDS" makes each of its answers take that long, like a model's),
 "scripted" (a stand-in model for a dry run of the model path), or None to pick from the API keys in the
 environment. Neither SDK is imported until its backend makes a client."""
 
@@ -14,6 +14,7 @@ from kscience.scientist.llm.budget import Budget, Metered
 from kscience.scientist.llm.call import LLMCall, LLMError
 from kscience.scientist.llm.gemini import DEFAULT_GEMINI_MODEL, GeminiLLM, gemini_credentials
 from kscience.scientist.llm.openai_compat import DEFAULT_OPENAI_MODEL, OpenAILLM
+from kscience.scientist.llm.providers import PROVIDERS
 from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S
 from kscience.scientist.llm.scripted import NAME as SCRIPTED, ScriptedLLM
 from kscience.scientist.llm.slowed import Slowed, parse_latency
@@ -58,6 +59,6 @@ def make_llm(
     elif spec.startswith("offline@"):  # the offline scientist answering as slowly as a model (see slowed.py)
         inner = Slowed(OfflineLLM(seed=seed), parse_latency(spec))
     else:
-        raise LLMError(f"unknown LLM {spec!r}: use gemini:MODEL, openai:MODEL, offline, offline@SECONDS or "
-                       f"{SCRIPTED}")
+        raise LLMError(f"unknown LLM {spec!r}: use {', '.join(p + ':MODEL' for p in PROVIDERS)}, offline, "
+                       f"offline@SECONDS or {SCRIPTED}")
     return Metered(inner, budget=budget, recorder=recorder)

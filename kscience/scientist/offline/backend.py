@@ -32,23 +32,22 @@ from kscience.scientist.offline.kernel_source import Source
 from kscience.scientist.llm.base import LLM
 from kscience.scientist.llm.call import LLMCall, LLMError, full_prompt
 from kscience.scientist.llm.call import NothingToPropose
+from kscience.scientist.llm.providers import model_specs
 from kscience.scientist.offline.moves import allowed, catalogue, find_knobs, set_knob
 from kscience.scientist.offline.search import Observation, best_of, propose, search_name
 from kscience.scientist.offline.space import describe, knob_space
 from kscience.scientist.offline.structural import STRUCTURAL_MOVES
-from kscience.scientist.plans import AVENUES
+from kscience.scientist.plans import AVENUES, PLANS_PER_LINE
 
 NOTICE = ("offline scientist (no LLM configured): plain autotuning of the seed's declared knobs plus a fixed "
           "catalogue of structural moves")
 # What to do instead, after `cannot_work_on`'s reason.
 REFUSAL_ADVICE = ("start from a Triton kernel that declares one (`kscience seed softmax` shows one; --seed-kernel "
-                  "FILE), or use a model: --llm openai:MODEL or gemini:MODEL (--llm scripted rehearses that path "
-                  "without one)")
+                  f"FILE), or use a model: --llm {model_specs()} (--llm scripted rehearses that path without one)")
 KNOBS = ("module-level integer constants named like BLOCK_SIZE, GROUP_M, NUM_WARPS, NUM_STAGES or SPLIT_K, or a "
          "launch's num_warps=4")
 RESOURCE_ERROR = re.compile(r"out of resource|shared memory|too many resources|OutOfResources|registers|\bLDS\b",
                             re.IGNORECASE)
-EXPERIMENTS = 3  # plans per round, all of them chosen (plans.mark_chosen keeps three)
 STRUCTURAL_PER_ROUND = 1  # slots a round gives an untried structural move; the rest go to the knob search
 SEARCH_TITLE = "knob search: "
 
@@ -192,10 +191,10 @@ class OfflineLLM(LLM):
                       and mine(m.title)]
         space = knob_space(base.source)
         observations = self._observations(space)
-        # Asked for plans for several lines: a structural move for each line's three where there are
-        # enough, the knob search for the rest.
-        wanted = max(EXPERIMENTS, brief.wanted // EXPERIMENTS * EXPERIMENTS)
-        rounds = wanted // EXPERIMENTS
+        # Asked for plans for several lines: a structural move for each line's PLANS_PER_LINE where there
+        # are enough, the knob search for the rest; every plan of a round is chosen (plans.mark_chosen).
+        wanted = max(PLANS_PER_LINE, brief.wanted // PLANS_PER_LINE * PLANS_PER_LINE)
+        rounds = wanted // PLANS_PER_LINE
         slots = wanted - min(len(structural), STRUCTURAL_PER_ROUND * rounds)
         under_way = [_config_of(t) for t in brief.done if t.startswith(SEARCH_TITLE)]
         # Seeded by the prompt's generator as well as the scientist's seed: lines whose prompts differ
