@@ -113,30 +113,40 @@ class Store(Database):
                       parent_id: str | None = None, plan_id: str | None = None, repair_attempt: int = 0,
                       status: str = PENDING, message: str = "", write_mode: str | None = None,
                       edits_total: int = 0, edits_applied: int = 0, deviations: str = "") -> Candidate:
-        """A new candidate; `deviations` is its writer's note on what it did otherwise than the plan."""
-        cand_id = new_id("c")
+        """A new candidate, returned as written (its row is not read back); `deviations` is its writer's note on
+        what it did otherwise than the plan."""
         with self._tx():
             seq = self._db.execute("SELECT count(*) FROM candidates WHERE run_id=?", (run_id,)).fetchone()[0] + 1
-            self._db.execute(
-                "INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (cand_id, run_id, seq, parent_id, kind, iteration, plan_id, hypothesis, source, status,
-                 message, None, None, repair_attempt, write_mode, edits_total, edits_applied, time.time(), None,
-                 self._clean(deviations)))
-        return self.candidate(cand_id)
+            row = {"id": new_id("c"), "run_id": run_id, "seq": seq, "parent_id": parent_id, "kind": kind,
+                   "iteration": iteration, "plan_id": plan_id, "hypothesis": hypothesis, "source": source,
+                   "status": status, "message": message, "geomean_us": None, "result": None,
+                   "repair_attempt": repair_attempt, "write_mode": write_mode, "edits_total": edits_total,
+                   "edits_applied": edits_applied, "created": time.time(), "evaluated": None,
+                   "deviations": self._clean(deviations)}
+            self._db.execute(f"INSERT INTO candidates ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             tuple(row.values()))
+        return Candidate.from_row(row)
 
-    def record_result(self, cand_id: str, result: dict) -> Candidate:
-        """Store an evaluation (EvalResult.to_dict()) on its candidate."""
+    def record_result(self, cand: Candidate | str, result: dict) -> Candidate:
+        """Store an evaluation (EvalResult.to_dict(), with the run's notes) on its candidate, given as it stands
+        (then returned as now stored without reading it back) or by id."""
+        cand = cand if isinstance(cand, Candidate) else self.candidate(cand)
+        text, evaluated = json.dumps(result), time.time()
         self._write("UPDATE candidates SET status=?, message=?, geomean_us=?, result=?, evaluated=? WHERE id=?",
-                    (result["status"], result["message"], result.get("geomean_us"), json.dumps(result),
-                     time.time(), cand_id))
-        return self.candidate(cand_id)
+                    (result["status"], result["message"], result.get("geomean_us"), text, evaluated, cand.id))
+        # the verdict as a reader parses it from its column, so this copy and a read of the row are equal
+        return Candidate.from_row({**cand.row, "status": result["status"], "message": result["message"],
+                                   "geomean_us": result.get("geomean_us"), "result": json.loads(text),
+                                   "evaluated": evaluated})
 
-    def judge_again(self, cand_id: str) -> Candidate:
-        """Make a judged candidate pending, to be judged again (a verdict given under a limit the user has since
-        raised); its earlier verdict stays in the run's events, where it was announced."""
+    def judge_again(self, cand: Candidate | str) -> Candidate:
+        """Make a judged candidate (as it stands, or by id) pending, to be judged again (a verdict given under a
+        limit the user has since raised); its earlier verdict stays in the run's events, where it was announced."""
+        cand = cand if isinstance(cand, Candidate) else self.candidate(cand)
         self._write("UPDATE candidates SET status=?, message='', geomean_us=NULL, result=NULL, evaluated=NULL "
-                    "WHERE id=?", (PENDING, cand_id))
-        return self.candidate(cand_id)
+                    "WHERE id=?", (PENDING, cand.id))
+        return Candidate.from_row({**cand.row, "status": PENDING, "message": "", "geomean_us": None, "result": None,
+                                   "evaluated": None})
 
     def candidate(self, cand_id: str) -> Candidate:
         rows = self._query("SELECT * FROM candidates WHERE id=?", (cand_id,))
@@ -164,17 +174,19 @@ class Store(Database):
                        sol: list | None = None, flag: str | None = None, profile_s: float | None = None) -> dict:
         """Add what a profiler saw of a candidate; parts given as None keep what is already stored
         (compile facts come with the evaluation, ncu later and only for some candidates)."""
-        run_id = self.candidate(cand_id).run_id
         parts = {"compile_facts": compile_facts, "ncu": ncu, "sol": sol, "flag": flag, "profile_s": profile_s}
         given = {k: (json.dumps(v) if k in JSON_COLUMNS else v) for k, v in parts.items() if v is not None}
         with self._tx():
-            self._db.execute("INSERT OR IGNORE INTO profiles (candidate_id, run_id, updated) VALUES (?,?,?)",
-                             (cand_id, run_id, time.time()))
+            self._db.execute("INSERT OR IGNORE INTO profiles (candidate_id, run_id, updated) "
+                             "SELECT id, run_id, ? FROM candidates WHERE id=?", (time.time(), cand_id))
             if given:
                 cols = ", ".join(f"{k}=?" for k in given)
                 self._db.execute(f"UPDATE profiles SET {cols}, updated=? WHERE candidate_id=?",
                                  (*given.values(), time.time(), cand_id))
-        return self.profile(cand_id)
+        profile = self.profile(cand_id)
+        if profile is None:  # the insert found no such candidate to take the run from
+            raise StoreError(f"no candidate {cand_id!r} in {self.path}")
+        return profile
 
     def profile(self, cand_id: str) -> dict | None:
         rows = self._query("SELECT * FROM profiles WHERE candidate_id=?", (cand_id,))

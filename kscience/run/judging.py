@@ -160,9 +160,8 @@ class Judging:
         baselines, which the evaluation budget neither counts nor refuses. `profile_beside`: the verdict
         returns before its Nsight Compute profile, which is taken while the caller goes on (the seed's:
         the first design need not wait for it; every design asked once it is stored shows it)."""
-        store, run_id = self.journal.store, self.journal.run_id
         self.stopping.check()
-        twin = store.evaluated_with_source(run_id, cand.source)
+        twin = self.journal.judged_with_source(cand.source)
         if twin is not None:  # the same text was judged already: reuse its verdict, say so
             result = dict(twin.stored_result, message=f"same source as {twin.id}: {twin.stored_result['message']}")
         else:
@@ -197,16 +196,16 @@ class Judging:
         """After `cand`'s verdict: a composite judged beside the best, then the best settled against its
         close contenders from other hosts (kscience.run.confirm); one at a time, or where the executor batches,
         held to travel with the next evaluation. Returns cand as stored."""
-        store = self.journal.store
+        journal = self.journal
         if self.batches:
-            self._hold_pairs(store.candidate(cand.id))
-            return store.candidate(cand.id)
+            self._hold_pairs(journal.candidate(cand.id))
+            return journal.candidate(cand.id)
         async with self._confirming:
-            rival = confirm.rival(store.candidate(cand.id), self.journal.candidates())
+            rival = confirm.rival(journal.candidate(cand.id), journal.candidates())
             if rival is not None:
-                await self._confirm(store.candidate(cand.id), rival, line)
+                await self._confirm(journal.candidate(cand.id), rival, line)
         await self.settle(confirm.ROUNDS, line)
-        return store.candidate(cand.id)
+        return journal.candidate(cand.id)
 
     async def settle(self, rounds: int, line: int = 0) -> None:
         """Judge the best beside its close contenders from other hosts, at most `rounds` pairs."""
@@ -245,7 +244,7 @@ class Judging:
             self._judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
         if (mine.get("device") or {}).get("host") != (theirs.get("device") or {}).get("host"):
             return None
-        self.journal.store.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
+        self.journal.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
         return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
 
     # --- optional work held for the next evaluation (Executor.batches) ---------------------------
@@ -261,11 +260,11 @@ class Judging:
 
     async def _next_pair(self) -> None:
         """One pair, sent with the evaluation that released this job; the job is held again while any is left."""
-        store = self.journal.store
+        journal = self.journal
         try:
             pair, composite = None, None
             while self._to_pair and pair is None:
-                composite = store.candidate(self._to_pair.pop())
+                composite = journal.candidate(self._to_pair.pop())
                 rival = confirm.rival(composite, self.journal.candidates())
                 pair = (composite, rival) if rival is not None else None
             pair = pair or confirm.unsettled(self.journal.candidates())
@@ -273,8 +272,9 @@ class Judging:
                 key = (pair[0].id, pair[1].id)
                 self._pair_tries[key] = self._pair_tries.get(key, 0) + 1
                 if self._pair_tries[key] >= confirm.TRIES:
-                    self.record_verdict(store.candidate(pair[0].id),
-                                        confirm.unconfirmed(store.candidate(pair[0].id).stored_result, confirm.TRIES))
+                    self.record_verdict(journal.candidate(pair[0].id),
+                                        confirm.unconfirmed(journal.candidate(pair[0].id).stored_result,
+                                                            confirm.TRIES))
                 elif composite is not None and pair[0].id == composite.id:
                     self._to_pair.add(composite.id)  # again, with the next evaluation
         finally:
@@ -292,7 +292,7 @@ class Judging:
             self._unconfirmed(pair[0].id, why)
 
     def _unconfirmed(self, cand_id: str, why: str) -> None:
-        cand = self.journal.store.candidate(cand_id)
+        cand = self.journal.candidate(cand_id)
         if not cand.notes.get("unconfirmed") and not cand.notes.get("slower_than"):
             self.record_verdict(cand, confirm.skipped(cand.stored_result, why))
 
@@ -449,9 +449,8 @@ class Judging:
         """Store an evaluation's verdict, then announce it (committed before anyone is told).
         This is the one place a candidate becomes recorded; `evaluate` composes after it (a verdict
         stored on Ctrl-C is composed on by the resumed run)."""
-        store = self.journal.store
-        cand = store.record_result(cand.id, result)
-        store.record_profile(cand.id, **profiling.after_evaluation(self.problem, result))
+        cand = self.journal.record_result(cand.id, result)
+        self.journal.record_profile(cand.id, **profiling.after_evaluation(self.problem, result))
         cands = self.journal.candidates()
         best, seed = best_candidate(cands), first_of_kind(cands, "seed")
         self.journal.emit(CandidateEvaluated(
@@ -520,7 +519,7 @@ class Judging:
                 answer = await self._profile_job(cand, shape, line, await self._slot_for_profile())
         record = answer.get("profile")
         if record is not None:
-            self.journal.store.record_profile(cand.id, **record)
+            self.journal.record_profile(cand.id, **record)
         elif answer.get("profile_said", "").startswith(profile_job.NO_NCU):
             self.no_ncu = True
         self.journal.emit(CandidateProfiled(

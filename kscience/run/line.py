@@ -289,7 +289,7 @@ class Line:
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
                                                attempts, coverage=coverage(broken.stored_result, self.problem),
-                                               profile=profiling.seen(self.journal.store.profile(broken.id),
+                                               profile=profiling.seen(self.journal.profile(broken.id),
                                                                       broken.stored_result))
             last = self.add_draft(draft, kind="repair", parent_id=broken.id, parent_source=broken.source,
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
@@ -309,8 +309,8 @@ class Line:
     def add_draft(self, draft, *, kind: str, parent_id: str, parent_source: str, iteration: int,
                   plan_id: str | None, hypothesis: str, repair_attempt: int = 0) -> Candidate:
         written = draft.source is not None
-        cand = self.journal.store.add_candidate(
-            self.journal.run_id, kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
+        cand = self.journal.add_candidate(
+            kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
             parent_id=parent_id, plan_id=plan_id, repair_attempt=repair_attempt,
             status=PENDING if written else WRITE_FAILED, message="" if written else (draft.error or "no source"),
             write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied,

@@ -415,7 +415,7 @@ class Controller:
         return (kept["result"], kept["where"], kept["when"]) if kept else None
 
     def _add(self, **fields) -> Candidate:
-        cand = self.store.add_candidate(self.run_id, **fields)
+        cand = self.journal.add_candidate(**fields)
         self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=cand.parent_id, kind=cand.kind,
                                            iteration=cand.iteration, plan_title=cand.hypothesis, status=cand.status))
         return cand
