@@ -69,3 +69,40 @@ def test_a_stop_or_a_halt_stops_the_next_step():
     assert not stopping.requested()
     stop.set()
     assert stopping.requested()
+
+
+def test_the_run_modules_import_one_another_in_one_direction_even_for_type_hints():
+    """No circle among kscience/run's modules, counting every import a module makes (inside TYPE_CHECKING
+    blocks and functions too): the controller's parts are given what they use, so none needs its caller."""
+    import ast
+    from pathlib import Path
+
+    import kscience.run
+
+    folder = Path(kscience.run.__file__).parent
+    imports: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found |= {n.split(".")[2] for n in names if n.startswith("kscience.run.") and n.count(".") >= 2}
+        imports[path.stem] = found & {p.stem for p in folder.glob("*.py")} - {path.stem}
+
+    def circle_from(start: str, at: str, seen: tuple[str, ...]) -> tuple[str, ...] | None:
+        for nxt in sorted(imports.get(at, ())):
+            if nxt == start:
+                return (*seen, nxt)
+            if nxt not in seen:
+                found = circle_from(start, nxt, (*seen, nxt))
+                if found:
+                    return found
+        return None
+
+    circles = [c for c in (circle_from(m, m, (m,)) for m in sorted(imports)) if c]
+    assert not circles, " ; ".join(" -> ".join(c) for c in circles)
+    assert "line" not in imports["composing"] and "judging" in imports["line"]  # the circle once closed here

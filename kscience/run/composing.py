@@ -8,9 +8,8 @@ from collections.abc import Awaitable, Callable
 
 from kscience.problems import Problem
 from kscience.run.budget import EvaluationBudget, EvaluationsSpent
-from kscience.run.events import CandidateWritten
+from kscience.run.events import CandidateWritten, source_diff
 from kscience.run.journal import Journal
-from kscience.run.line import source_diff
 from kscience.scientist import compose
 from kscience.scientist.candidate import Candidate
 from kscience.record.store import PENDING

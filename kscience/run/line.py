@@ -11,18 +11,17 @@ starts, so a line dropped at any point is picked up by `resume` from the store.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING
 
 from kscience.evaluate import result as R
 from kscience.problems import Problem
 from kscience.run import profiling
 from kscience.run.budget import EvaluationBudget
-from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed
+from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed, source_diff
 from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.run.judging import Judging
 from kscience.run.population import Population
 from kscience.scientist.briefing import coverage
 from kscience.scientist.candidate import Candidate
@@ -32,11 +31,6 @@ from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
 from kscience.record.snapshot import REPAIRABLE
 from kscience.record.store import PENDING, WRITE_FAILED
-
-if TYPE_CHECKING:
-    from kscience.run.judging import Judging
-
-DIFF_LIMIT_CHARS = 20000
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
 
 
@@ -52,12 +46,6 @@ class RunError(Exception):
 
 class NothingLeft(Exception):
     """No base has an experiment left that was not already carried out on it (or is under way)."""
-
-
-def source_diff(before: str, after: str) -> str:
-    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                 "parent.py", "candidate.py")
-    return "".join(lines)[:DIFF_LIMIT_CHARS]
 
 
 class Line:
