@@ -18,6 +18,7 @@ The file itself (opening, schema versions and migration, durability, transaction
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -127,17 +128,21 @@ class Store(Database):
                              tuple(row.values()))
         return Candidate.from_row(row)
 
-    def record_result(self, cand: Candidate | str, result: dict) -> Candidate:
-        """Store an evaluation (EvalResult.to_dict(), with the run's notes) on its candidate, given as it stands
-        (then returned as now stored without reading it back) or by id."""
+    def record_result(self, cand: Candidate | str, result, notes: dict | None = None) -> Candidate:
+        """Store an evaluation (the evaluator's EvalResult, which the store knows only as the record it keeps)
+        with the run's notes beside it (Candidate.notes) on its candidate, given as it stands or by id. This is
+        where a verdict becomes its stored JSON; the candidate returned holds `result` itself, and its row as
+        stored, without reading it back."""
         cand = cand if isinstance(cand, Candidate) else self.candidate(cand)
-        text, evaluated = json.dumps(result), time.time()
+        notes = dict(notes or {})
+        text, evaluated = json.dumps({**result.to_dict(), **notes}), time.time()
         self._write("UPDATE candidates SET status=?, message=?, geomean_us=?, result=?, evaluated=? WHERE id=?",
-                    (result["status"], result["message"], result.get("geomean_us"), text, evaluated, cand.id))
-        # the verdict as a reader parses it from its column, so this copy and a read of the row are equal
-        return Candidate.from_row({**cand.row, "status": result["status"], "message": result["message"],
-                                   "geomean_us": result.get("geomean_us"), "result": json.loads(text),
-                                   "evaluated": evaluated})
+                    (result.status, result.message, result.geomean_us, text, evaluated, cand.id))
+        stored = {"status": result.status, "message": result.message, "geomean_us": result.geomean_us,
+                  "evaluated": evaluated}
+        # the row as a reader parses it from its columns, so this copy and a read of the row are equal
+        return dataclasses.replace(cand, **stored, result=result, notes=notes,
+                                   row={**cand.row, **stored, "result": json.loads(text)})
 
     def judge_again(self, cand: Candidate | str) -> Candidate:
         """Make a judged candidate (as it stands, or by id) pending, to be judged again (a verdict given under a
@@ -234,11 +239,14 @@ class Store(Database):
 
     def add_finding(self, run_id: str, *, plan_id: str, candidate_id: str | None, iteration: int, text: str,
                     predicted_min_pct: float | None, predicted_max_pct: float | None,
-                    measured_pct: float | None) -> None:
-        self._write("INSERT INTO findings (run_id, plan_id, candidate_id, iteration, text, predicted_min_pct,"
-                    " predicted_max_pct, measured_pct, created) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (run_id, plan_id, candidate_id, iteration, self._clean(text), predicted_min_pct,
-                     predicted_max_pct, measured_pct, time.time()))
+                    measured_pct: float | None) -> dict:
+        """A finding, returned as written (its row is not read back)."""
+        row = {"run_id": run_id, "plan_id": plan_id, "candidate_id": candidate_id, "iteration": iteration,
+               "text": self._clean(text), "predicted_min_pct": predicted_min_pct,
+               "predicted_max_pct": predicted_max_pct, "measured_pct": measured_pct, "created": time.time()}
+        row_id = self._write(f"INSERT INTO findings ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             tuple(row.values()))
+        return {"id": row_id, **row}
 
     def findings(self, run_id: str) -> list[dict]:
         return self._query("SELECT * FROM findings WHERE run_id=? ORDER BY id", (run_id,))

@@ -15,8 +15,9 @@ controller, and stops and resumes it), `events.py` (what a run tells its watcher
 lines they say in a live log, the same on a terminal and in a notebook), then the helpers:
 `baselines.py` (eager, torch.compile and vendor-library timings), `baseline_cache.py` (torch.compile's
 verdicts kept beside every database), `limits.py` (the limit per step a candidate is judged under),
-`seed_chain.py` (a seed that fails: judged again under a raised limit, or the error that says what would
-get the run further), `environment.py` (what the run ran on), `profiling.py` (hardware counters outside
+`verdict.py` (a verdict as the run records it, from the slot's reply to the store), `seed_chain.py` (a seed
+that fails: judged again under a raised limit, or the error that says what would get the run further),
+`environment.py` (what the run ran on), `profiling.py` (hardware counters outside
 the timing), `held.py` (optional work that goes out with the next evaluation through a batching queue),
 `sharing.py`, `confirm.py`, `in_flight.py` and `threads.py`.
 """

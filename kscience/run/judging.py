@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 
 from kscience.evaluate import result as R
 from kscience.problems import Problem, bundle
@@ -32,6 +33,7 @@ from kscience.run.pairing import Pairing
 from kscience.run.profile_jobs import ProfileJobs
 from kscience.run.slot_use import SlotUse
 from kscience.run.slots import Slots
+from kscience.run.verdict import Verdict
 from kscience.run.waiting import outcome
 from kscience.scientist.candidate import Candidate
 from kscience.scientist.llm import BudgetExceeded
@@ -105,11 +107,12 @@ class Judging:
         self.stopping.check()
         twin = self.journal.judged_with_source(cand.source)
         if twin is not None:  # the same text was judged already: reuse its verdict, say so
-            result = dict(twin.stored_result, message=f"same source as {twin.id}: {twin.stored_result['message']}")
+            verdict = Verdict(replace(twin.result, message=f"same source as {twin.id}: {twin.result.message}"),
+                              dict(twin.notes))
         else:
             with self.budget.spending(counted):
-                result = await self._judge(cand, line)
-        cand = self.record_verdict(cand, result)
+                verdict = await self._judge(cand, line)
+        cand = self.record_verdict(cand, verdict)
         # What went out with this evaluation comes back in its batch: the caller's next design sees it.
         await self.held.came_back(self._went_with.pop(cand.id, []))
         if twin is None:  # a candidate that would be the best, or a composite, holds on one host
@@ -133,7 +136,7 @@ class Judging:
                              precision=self.precision)
 
     async def _judge(self, cand: Candidate, line: int, tag: str = "", slot: int | None = None,
-                     future=None) -> dict:
+                     future=None) -> Verdict:
         """One evaluation: on `slot` when the caller holds one for it (released here), else on the next free
         one, on none for a cheap baseline, on an idle one for IDLE_SLOT_BASELINES; `future` when the caller
         has submitted the request already."""
@@ -233,12 +236,12 @@ class Judging:
         return Rules.for_problem(self.problem, build_limit_s=self.build_limit_s or R.BUILD_LIMIT_S, step_limit_s=step,
                                  step_limit_from=where, interpreted=interpreted, precision=self.precision)
 
-    def record_verdict(self, cand: Candidate, result: dict) -> Candidate:
+    def record_verdict(self, cand: Candidate, verdict: Verdict) -> Candidate:
         """Store an evaluation's verdict, then announce it (committed before anyone is told).
         This is the one place a candidate becomes recorded; `evaluate` composes after it (a verdict
         stored on Ctrl-C is composed on by the resumed run)."""
-        cand = self.journal.record_result(cand.id, result)
-        self.journal.record_profile(cand.id, **profiling.after_evaluation(self.problem, result))
+        cand = self.journal.record_result(cand.id, verdict)
+        self.journal.record_profile(cand.id, **profiling.after_evaluation(self.problem, cand.stored_result))
         cands = self.journal.candidates()
         best, seed = best_candidate(cands), first_of_kind(cands, "seed")
         self.journal.emit(CandidateEvaluated(

@@ -95,9 +95,8 @@ class Line:
 
     def _store(self, iteration: int, base_id: str, reference_id: str | None, justification: str,
                plans: list[Plan]) -> list[dict]:
-        rows = self.journal.store.add_plans(self.journal.run_id, iteration, base_id=base_id,
-                                            reference_id=reference_id, justification=justification,
-                                            plans=[asdict(p) for p in plans])
+        rows = self.journal.add_plans(iteration, base_id=base_id, reference_id=reference_id,
+                                      justification=justification, plans=[asdict(p) for p in plans])
         self.journal.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
                                              justification=justification,
                                              plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
@@ -113,7 +112,7 @@ class Line:
         views = self.population.views()
         population = list(views.values())
         # oldest first, from every line
-        findings = [f["text"] for f in self.journal.store.findings(self.journal.run_id)]
+        findings = [f["text"] for f in self.journal.findings()]
         self._stage("select", iteration)
         selection = await self.scientist.select(population, findings, taken=sharing.taken_bases())
         base = views.get(selection.base_id)
@@ -250,9 +249,9 @@ class Line:
         text = await self.scientist.finding(plan, base, final.status, final.geomean_us,
                                             child=self.population.view(final), neighbourhood=around)
         measured = final.uplift_over(base.geomean_us)
-        self.journal.store.add_finding(self.journal.run_id, plan_id=row["id"], candidate_id=final.id,
-                                       iteration=iteration, text=text, predicted_min_pct=plan.predicted_min_pct,
-                                       predicted_max_pct=plan.predicted_max_pct, measured_pct=measured)
+        self.journal.add_finding(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
+                                 predicted_min_pct=plan.predicted_min_pct, predicted_max_pct=plan.predicted_max_pct,
+                                 measured_pct=measured)
         self.journal.emit(FindingRecorded(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
                                           predicted_min_pct=plan.predicted_min_pct,
                                           predicted_max_pct=plan.predicted_max_pct, measured_pct=measured))

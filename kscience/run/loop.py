@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 from functools import partial
 
 from kscience.run import baseline_cache, confirm, profiling
@@ -31,6 +32,7 @@ from kscience.run.events import CandidateProfiled, CandidateWritten, EventBus, N
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.judging import Judging
 from kscience.run.line import RunError
+from kscience.run.verdict import Verdict
 from kscience.run.log import EARLIER_SEED_MARK
 from kscience.run.population import Population
 from kscience.run.seed_chain import judge_again, seed_failure
@@ -38,7 +40,7 @@ from kscience.run.scheduling import LineScheduler
 from kscience.run.slots import Slots
 from kscience.problems import Problem
 from kscience.problems.libraries import missing_line, skipped_line
-from kscience.scientist.candidate import Candidate
+from kscience.scientist.candidate import Candidate, result_from_stored
 from kscience.record.snapshot import first_of_kind, iterations_done
 from kscience.record.store import PENDING, Store
 
@@ -150,7 +152,7 @@ class Controller:
                 raise outcome
 
     def iterations_done(self) -> int:
-        return iterations_done(self.store.plans(self.run_id))
+        return iterations_done(self.journal.plans())
 
     # --- seed and baselines ------------------------------------------------------------------
     async def _roots(self) -> None:
@@ -221,9 +223,11 @@ class Controller:
         if row.status != PENDING:
             return
         earlier = self._timed_before(kind, source, device) if kind in REUSED_BASELINES else None
-        if earlier is not None:
-            result, where, when = earlier
-            self.judging.record_verdict(row, dict(result, message=baseline_cache.reused_message(result, where, when)))
+        if earlier is not None:  # a verdict stored elsewhere: read into a Verdict here, where it comes in
+            stored, where, when = earlier
+            result, notes = result_from_stored(stored)
+            message = baseline_cache.reused_message(stored, where, when)
+            self.judging.record_verdict(row, Verdict(replace(result, message=message), notes))
             return
         judged = await self.judging.evaluate(row, counted=False)
         if kind in REUSED_BASELINES:  # for runs of other databases, and `kscience eval`

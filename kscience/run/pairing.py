@@ -16,11 +16,12 @@ from kscience.evaluate import result as R
 from kscience.run import confirm
 from kscience.run.held import Held, Job
 from kscience.run.journal import Journal, Stopping
+from kscience.run.verdict import Verdict
 from kscience.run.slot_use import SlotUse
 from kscience.scientist.candidate import Candidate
 
 # Judging's evaluation of a candidate whose request (its tag, its slot or None) was submitted as `future`
-Judge = Callable[[Candidate, int, str, int | None, object], Awaitable[dict]]
+Judge = Callable[[Candidate, int, str, int | None, object], Awaitable[Verdict]]
 
 
 class Pairing:
@@ -29,7 +30,7 @@ class Pairing:
 
     def __init__(self, executor, *, journal: Journal, stopping: Stopping, use: SlotUse, held: Held, batches: bool,
                  judge: Judge, request: Callable[[Candidate, str], R.EvalRequest],
-                 record_verdict: Callable[[Candidate, dict], Candidate]):
+                 record_verdict: Callable[[Candidate, Verdict], Candidate]):
         self.executor, self.journal, self.stopping, self.use, self.held = executor, journal, stopping, use, held
         self.batches, self.judge, self.request, self.record_verdict = batches, judge, request, record_verdict
         self._confirming = asyncio.Lock()  # one same-host confirmation at a time
@@ -80,7 +81,7 @@ class Pairing:
             judged = await self._pair(cand, best, line)
             if judged is not None:
                 return judged
-        return self.record_verdict(cand, confirm.unconfirmed(cand.stored_result, confirm.TRIES))
+        return self.record_verdict(cand, confirm.unconfirmed(cand, confirm.TRIES))
 
     async def _pair(self, cand: Candidate, best: Candidate, line: int) -> Candidate | None:
         """One pair of `_confirm`: `cand` as stored once both verdicts came from one host, else None."""
@@ -99,10 +100,10 @@ class Pairing:
         mine, theirs = await asyncio.gather(
             self.judge(cand, line, tag, slots[0] if slots else None, futures[0]),
             self.judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
-        if (mine.get("device") or {}).get("host") != (theirs.get("device") or {}).get("host"):
+        if mine.result.device.get("host") != theirs.result.device.get("host"):
             return None
-        self.journal.record_result(best.id, confirm.confirmed(theirs, cand, mine, best))
-        return self.record_verdict(cand, confirm.confirmed(mine, best, theirs, cand))
+        self.journal.record_result(best.id, confirm.confirmed(theirs, cand, mine.result, best))
+        return self.record_verdict(cand, confirm.confirmed(mine, best, theirs.result, cand))
 
     # --- held for the next evaluation (Executor.batches) -----------------------------------------
     def _hold_pairs(self, composite: Candidate | None = None) -> None:
@@ -130,7 +131,7 @@ class Pairing:
                 self._pair_tries[key] = self._pair_tries.get(key, 0) + 1
                 if self._pair_tries[key] >= confirm.TRIES:
                     first = journal.candidate(pair[0].id)
-                    self.record_verdict(first, confirm.unconfirmed(first.stored_result, confirm.TRIES))
+                    self.record_verdict(first, confirm.unconfirmed(first, confirm.TRIES))
                 elif composite is not None and pair[0].id == composite.id:
                     self._to_pair.add(composite.id)  # again, with the next evaluation
         finally:
@@ -150,4 +151,4 @@ class Pairing:
     def _unconfirmed(self, cand_id: str, why: str) -> None:
         cand = self.journal.candidate(cand_id)
         if not cand.notes.get("unconfirmed") and not cand.notes.get("slower_than"):
-            self.record_verdict(cand, confirm.skipped(cand.stored_result, why))
+            self.record_verdict(cand, confirm.skipped(cand, why))

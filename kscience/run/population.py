@@ -1,8 +1,7 @@
 """What the scientist sees of a run: its population as `CandidateView`s, the experiments chosen on a
 base and the neighbourhood of one (its siblings' verdicts, the best, the findings), how the numbers were
-measured and the rules the judge holds kernels to (`observe`). Read afresh each time (the candidates and
-their profiles from the run's journal, its plans and findings from the store), so every line sees every
-verdict and finding recorded so far."""
+measured and the rules the judge holds kernels to (`observe`). Read afresh from the run's journal each time,
+so every line sees every verdict and finding recorded so far."""
 
 from __future__ import annotations
 
@@ -62,11 +61,10 @@ class Population:
         """Around an experiment on `base_id`: the other plans chosen on it (of `iteration` only, the same design,
         when given; never `plan_id` itself), each with its latest candidate, the best member, and every finding;
         `of_the_base`: also the base's own siblings, the other plans of the design that produced it."""
-        store, run_id = self.journal.store, self.journal.run_id
         cands = self.journal.candidates()
         views = self.views()
         latest = {c.plan_id: c for c in cands if c.plan_id}  # in seq order: a repair comes after what it repairs
-        plans = [p for p in store.plans(run_id) if p["chosen"]]
+        plans = [p for p in self.journal.plans() if p["chosen"]]
 
         def around(on: str, skip: str | None, of_iteration: int | None) -> list[Neighbour]:
             out = []
@@ -81,15 +79,14 @@ class Population:
         best = best_candidate(cands)
         return Neighbourhood(
             siblings=around(base_id, plan_id, iteration), best=views.get(best.id) if best else None,
-            findings=[f["text"] for f in store.findings(run_id)],
+            findings=[f["text"] for f in self.journal.findings()],
             base_siblings=around(made_by["base_id"], made_by["id"], made_by["iteration"])
             if of_the_base and made_by else [])
 
     def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
         """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""
-        store, run_id = self.journal.store, self.journal.run_id
-        found = {f["plan_id"] for f in store.findings(run_id)}
-        chosen = [p for p in store.plans(run_id) if p["chosen"] and p["base_id"] == base_id]
+        found = {f["plan_id"] for f in self.journal.findings()}
+        chosen = [p for p in self.journal.plans() if p["chosen"] and p["base_id"] == base_id]
         return [p["title"] for p in chosen if p["id"] in found], [p["title"] for p in chosen if p["id"] not in found]
 
     def observe(self) -> None:

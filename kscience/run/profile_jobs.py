@@ -60,7 +60,7 @@ class ProfileJobs:
         """The measurements the plan behind a candidate asked for (Plan.measure); [] for none."""
         if not cand.plan_id:
             return []
-        row = next((p for p in self.journal.store.plans(self.journal.run_id) if p["id"] == cand.plan_id), None)
+        row = next((p for p in self.journal.plans() if p["id"] == cand.plan_id), None)
         return list(((row or {}).get("plan") or {}).get("measure") or [])
 
     async def _profile(self, cand: Candidate, line: int) -> None:
@@ -78,17 +78,16 @@ class ProfileJobs:
                     return
                 await slots.no_baselines_out.wait()
                 answer = await self._job(cand, shape, line, await self.slot_for_profile())
-        record = answer.get("profile")
+        record = answer.profile
         if record is not None:
             self.journal.record_profile(cand.id, **record)
-        elif answer.get("profile_said", "").startswith(profile_job.NO_NCU):
+        elif answer.profile_said.startswith(profile_job.NO_NCU):
             self.no_ncu = True
         self.journal.emit(CandidateProfiled(
             candidate_id=cand.id, iteration=cand.iteration, profiler="ncu", profile_s=record and record["profile_s"],
-            message=profiling.profiled_line(cand.id, record, [answer.get("profile_said")],
-                                            host=(answer.get("device") or {}).get("host"))))
+            message=profiling.profiled_line(cand.id, record, [answer.profile_said], host=answer.device.get("host"))))
 
-    async def _job(self, cand: Candidate, shape: dict, line: int, slot: int | None) -> dict:
+    async def _job(self, cand: Candidate, shape: dict, line: int, slot: int | None) -> R.EvalResult:
         """The profile job's answer; `slot` (released here) is the one it holds, None for none."""
         problem = self.problem
         started, future = time.monotonic(), None
@@ -99,7 +98,7 @@ class ProfileJobs:
                                     profile_shape=shape)
             future = self.executor.submit(request)
             self.in_flight.add(f"the Nsight Compute profile of {cand.id}", future)
-            return (await self.wait(future, cand, line)).to_dict()
+            return await self.wait(future, cand, line)
         finally:
             self.in_flight.discard(future)
             self.profile_s += time.monotonic() - started

@@ -169,9 +169,9 @@ class LineScheduler:
 
     def _open_iterations(self) -> list[list[dict]]:
         """The chosen plans without a finding, one list per iteration: each is resumed as a line."""
-        found = {f["plan_id"] for f in self.journal.store.findings(self.journal.run_id)}
+        found = {f["plan_id"] for f in self.journal.findings()}
         by_iteration: dict[int, list[dict]] = {}
-        for p in self.journal.store.plans(self.journal.run_id):
+        for p in self.journal.plans():
             if p["chosen"] and p["id"] not in found:
                 by_iteration.setdefault(p["iteration"], []).append(p)
         return [by_iteration[i] for i in sorted(by_iteration)]
@@ -184,7 +184,7 @@ class LineScheduler:
 
     def _next_iteration(self) -> int:
         """A new line's iteration number: after every stored one and every one claimed by a line."""
-        stored = max((p["iteration"] for p in self.journal.store.plans(self.journal.run_id)), default=0)
+        stored = max((p["iteration"] for p in self.journal.plans()), default=0)
         self._last_claimed = max(self._last_claimed, stored) + 1
         return self._last_claimed
 
@@ -192,4 +192,4 @@ class LineScheduler:
         return sum(c.result is not None for c in self.journal.candidates())
 
     def iterations_done(self) -> int:
-        return iterations_done(self.journal.store.plans(self.journal.run_id))
+        return iterations_done(self.journal.plans())
