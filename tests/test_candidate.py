@@ -14,13 +14,13 @@ from kscience.record.store import PENDING, Store
 from kscience.scientist.candidate import Candidate, predicted_range, range_text, speedup, uplift_pct
 
 
-def _result(us: float, host: str = "h1", **notes) -> dict:
+def _result(us: float, host: str = "h1") -> EvalResult:
     shapes = [ShapeResult(shape={"n": 8}, ok=True, phase="test"),
               ShapeResult(shape={"n": 64}, ok=True, phase="benchmark", time_us=us, floor_us=us / 10),
               ShapeResult(shape={"n": 256}, ok=True, phase="benchmark", time_us=2 * us, floor_us=us / 5)]
     result = EvalResult(status="ok", message="ok", geomean_us=us * 2 ** 0.5, shapes=shapes,
                         device={"name": "cpu", "host": host}, timing_label="cpu interpreter")
-    return {**result.to_dict(), **notes}
+    return result
 
 
 def _stored_run(tmp_path):
@@ -33,7 +33,7 @@ def _stored_run(tmp_path):
                                  parent_id=seed.id)
     store.record_result(seed.id, _result(200.0))
     store.record_result(child.id, _result(100.0))
-    store.record_result(slower.id, _result(50.0, host="h2", slower_than=child.id))
+    store.record_result(slower.id, _result(50.0, host="h2"), {"slower_than": child.id})
     return store, run_id
 
 

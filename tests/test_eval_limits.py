@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kscience.record.store import Store
-from kscience.run import judging, limits
+from kscience.run import limits, waiting
 from kscience.run.config import ConfigError, RunConfig
 from kscience.run.driver import Run
 from kscience.run.events import EvaluationWaiting
@@ -58,7 +58,7 @@ def test_time_limit_ends_the_evaluation_in_flight_and_a_resume_judges_it(tmp_pat
 
 
 def test_a_long_evaluation_says_how_long_and_under_which_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(judging, "RUNNING_SAY_S", 1.0)
+    monkeypatch.setattr(waiting, "RUNNING_SAY_S", 1.0)
     said = []
     with Store(tmp_path / "k.db") as store:
         run = Run.create(RunConfig(problem="softmax", iterations=0, repairs=0, llm="offline", eval_timeout_s=15),

@@ -274,7 +274,7 @@ def test_an_eager_baseline_stored_as_reference_reads_back_as_eager(tmp_path):
     run_id = store.create_run(name="", problem="softmax", overrides={}, llm="offline", strategy="tournament",
                               config={}, environment={})
     old = store.add_candidate(run_id, kind="reference", source="x", hypothesis="PyTorch eager", iteration=0)
-    store.record_result(old.id, {"status": "ok", "message": "", "geomean_us": 40.0})
+    store.record_result(old.id, EvalResult(status="ok", message="", geomean_us=40.0))
     assert store.candidate(old.id).kind == "eager" and store.candidate(old.id).to_row()["kind"] == "eager"
     snap = Snapshot.load(store, run_id)
     assert snap.eager.id == old.id and snap.metrics()["eager_us"] == 40.0

@@ -39,14 +39,6 @@ LAZY_ALLOWED = {
 }
 
 
-# (importer, imported): edges left out of the cycle check, each with its reason.
-CYCLE_EXEMPT = {
-    ("kscience.run.line", "kscience.run.judging"):
-        "annotation only (TYPE_CHECKING); issue 57 part B (branch run-in-memory) removes the circle "
-        "run.composing -> run.line -> run.judging -> run.composing",
-}
-
-
 def module_files() -> dict[str, Path]:
     out = {}
     for path in ROOT.rglob("*.py"):
@@ -91,9 +83,7 @@ def imports(modules: dict[str, Path]) -> list[tuple[str, str, bool, int]]:
 
 def graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {m: set() for m in modules}
-    for importer, target, local, _ in imports(modules):
-        if (importer, target) in CYCLE_EXEMPT:
-            continue
+    for importer, target, _, _ in imports(modules):
         own = set(_ancestors(importer)) | {importer}
         edges[importer] |= {t for t in (*_ancestors(target), target) if t not in own and t in modules}
     return edges
@@ -137,11 +127,6 @@ def test_an_import_behind_type_checking_closes_a_cycle(tmp_path):
     (tmp_path / "b.py").write_text("from kscience.a import A\n")
     modules = {"kscience.a": tmp_path / "a.py", "kscience.b": tmp_path / "b.py"}
     assert find_cycle(graph(modules)) == ["kscience.a", "kscience.b", "kscience.a"]
-
-
-def test_every_cycle_exemption_is_an_edge_the_package_still_has():
-    edges = {(importer, target) for importer, target, _, _ in imports(module_files())}
-    assert set(CYCLE_EXEMPT) <= edges, f"exemptions no module needs any more: {sorted(set(CYCLE_EXEMPT) - edges)}"
 
 
 def test_the_cycle_finder_finds_a_planted_cycle():

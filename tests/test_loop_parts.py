@@ -6,10 +6,12 @@ import threading
 
 import pytest
 
+from kscience.evaluate.result import EvalResult
 from kscience.record.store import Store
 from kscience.run.budget import EvaluationBudget, EvaluationsSpent
 from kscience.run.events import EventBus, StageChanged
 from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.run.verdict import Verdict
 from kscience.run.line import Line
 
 
@@ -30,14 +32,13 @@ class WrongAnswers:
         self.journal = journal
 
     async def evaluate(self, cand, line=0, *, counted=True, profile_beside=False):
-        return self.journal.store.record_result(cand.id, {"status": "wrong_answer", "message": "off by one",
-                                                          "geomean_us": None, "shapes": []})
+        return self.journal.record_result(cand.id, Verdict(EvalResult(status="wrong_answer", message="off by one"), {}))
 
 
 def test_a_line_stops_repairing_when_the_budget_is_spent_without_writing_a_repair(tmp_path):
     journal, seen = _journal(tmp_path)
     budget = EvaluationBudget(journal, max_evaluations=1)
-    seed = journal.store.add_candidate(journal.run_id, kind="seed", source="S", hypothesis="seed", iteration=0)
+    seed = journal.add_candidate(kind="seed", source="S", hypothesis="seed", iteration=0)
     line = Line(0, journal=journal, stopping=Stopping(threading.Event()), judging=WrongAnswers(journal),
                 budget=budget, population=None, scientist=None, sharing=None, problem=None, repairs=3,
                 lines_waiting=lambda: 0, note_model_time=lambda s: None)

@@ -6,7 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kscience.record.store import Store
-from kscience.run import judging
+from kscience.run import waiting
 from kscience.run.config import RunConfig
 from kscience.run.driver import Run
 from kscience.run.events import EvaluationWaiting
@@ -35,7 +35,7 @@ class OneGpu(FakeExecutor):
 
 
 def test_a_queued_evaluation_says_what_it_waits_behind_and_one_in_flight_its_phase(tmp_path, monkeypatch):
-    monkeypatch.setattr(judging, "RUNNING_SAY_S", SAY_S)
+    monkeypatch.setattr(waiting, "RUNNING_SAY_S", SAY_S)
     said: list[EvaluationWaiting] = []
     with Store(tmp_path / "k.db") as store:
         run = Run.create(RunConfig(problem="softmax", iterations=1, compiled_baseline=True), store=store,

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.record.snapshot import run_listing
 from kscience.record.database import SCHEMA_VERSION
 from kscience.record.store import PENDING, Store, StoreError
@@ -15,10 +16,10 @@ def _run(store: Store, **kw) -> str:
                             strategy="tournament", config={"iterations": 2}, environment={"python": "3.11"})
 
 
-def _result(status="ok", us=100.0) -> dict:
-    return {"status": status, "message": f"{status} message", "geomean_us": us if status == "ok" else None,
-            "shapes": [{"shape": {"m": 4}, "ok": status == "ok", "phase": "benchmark", "time_us": us}],
-            "device": {"name": "cpu"}, "timing_label": "cpu interpreter (host clock)", "failing_shape": None}
+def _result(status="ok", us=100.0) -> EvalResult:
+    return EvalResult(status=status, message=f"{status} message", geomean_us=us if status == "ok" else None,
+                      shapes=[ShapeResult(shape={"m": 4}, ok=status == "ok", phase="benchmark", time_us=us)],
+                      device={"name": "cpu"}, timing_label="cpu interpreter (host clock)", failing_shape=None)
 
 
 def test_new_database_is_wal_with_versioned_schema(tmp_path):
@@ -165,3 +166,22 @@ def test_threads_and_a_second_connection_see_committed_rows(tmp_path):
         assert len(events) == 80
         for n in range(4):  # each thread's events keep their order
             assert [e["payload"]["i"] for e in events if e["payload"]["n"] == n] == list(range(20))
+
+
+def test_a_write_returns_the_candidate_as_a_read_of_it_gives_it_without_reading_it_back(tmp_path):
+    """The run keeps what the store's writes return (kscience.run.journal): each must equal a later read of the
+    row, and a verdict stays the very EvalResult the evaluator gave, with the run's notes beside it."""
+    with Store(tmp_path / "k.db") as store:
+        run_id = _run(store)
+        written = store.add_candidate(run_id, kind="seed", source="S", hypothesis="seed", iteration=0,
+                                      deviations="kept the tile size")
+        assert written == store.candidate(written.id) and written.result is None
+        result = _result(us=120.0)
+        judged = store.record_result(written, result, {"step_limit_s": 60.0})
+        read = store.candidate(written.id)
+        assert judged == read and judged.to_row() == read.to_row() and judged.result is result
+        assert judged.notes == read.notes == {"step_limit_s": 60.0} and read.result == result
+        again = store.judge_again(judged)
+        assert again == store.candidate(written.id) and again.status == PENDING and again.result is None
+        with pytest.raises(StoreError, match="no candidate"):
+            store.record_profile("c-missing", profile_s=1.0)

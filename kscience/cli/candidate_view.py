@@ -11,7 +11,7 @@ from kscience.problems import shape_label
 from kscience.problems.precision import RULE, label as precision_label
 from kscience.record.snapshot import error_text
 from kscience.record.text import fmt_timing, fmt_us, kind_text
-from kscience.run.line import source_diff
+from kscience.run.events import source_diff
 
 
 def candidate_detail(store, cand_id: str) -> dict:

@@ -22,7 +22,7 @@ from kscience.problems.fit import fit_reason
 from kscience.record.text import fmt_seconds, fmt_timing
 from kscience.cli.progress import Progress
 from kscience.run.events import EvaluationWaiting
-from kscience.run.judging import running_state, say_running_after
+from kscience.run.waiting import running_state, say_running_after
 from kscience.usage import UsageError
 
 

@@ -18,6 +18,7 @@ The file itself (opening, schema versions and migration, durability, transaction
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -113,30 +114,44 @@ class Store(Database):
                       parent_id: str | None = None, plan_id: str | None = None, repair_attempt: int = 0,
                       status: str = PENDING, message: str = "", write_mode: str | None = None,
                       edits_total: int = 0, edits_applied: int = 0, deviations: str = "") -> Candidate:
-        """A new candidate; `deviations` is its writer's note on what it did otherwise than the plan."""
-        cand_id = new_id("c")
+        """A new candidate, returned as written (its row is not read back); `deviations` is its writer's note on
+        what it did otherwise than the plan."""
         with self._tx():
             seq = self._db.execute("SELECT count(*) FROM candidates WHERE run_id=?", (run_id,)).fetchone()[0] + 1
-            self._db.execute(
-                "INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (cand_id, run_id, seq, parent_id, kind, iteration, plan_id, hypothesis, source, status,
-                 message, None, None, repair_attempt, write_mode, edits_total, edits_applied, time.time(), None,
-                 self._clean(deviations)))
-        return self.candidate(cand_id)
+            row = {"id": new_id("c"), "run_id": run_id, "seq": seq, "parent_id": parent_id, "kind": kind,
+                   "iteration": iteration, "plan_id": plan_id, "hypothesis": hypothesis, "source": source,
+                   "status": status, "message": message, "geomean_us": None, "result": None,
+                   "repair_attempt": repair_attempt, "write_mode": write_mode, "edits_total": edits_total,
+                   "edits_applied": edits_applied, "created": time.time(), "evaluated": None,
+                   "deviations": self._clean(deviations)}
+            self._db.execute(f"INSERT INTO candidates ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             tuple(row.values()))
+        return Candidate.from_row(row)
 
-    def record_result(self, cand_id: str, result: dict) -> Candidate:
-        """Store an evaluation (EvalResult.to_dict()) on its candidate."""
+    def record_result(self, cand: Candidate | str, result, notes: dict | None = None) -> Candidate:
+        """Store an evaluation (the evaluator's EvalResult, which the store knows only as the record it keeps)
+        with the run's notes beside it (Candidate.notes) on its candidate, given as it stands or by id. This is
+        where a verdict becomes its stored JSON; the candidate returned holds `result` itself, and its row as
+        stored, without reading it back."""
+        cand = cand if isinstance(cand, Candidate) else self.candidate(cand)
+        notes = dict(notes or {})
+        text, evaluated = json.dumps({**result.to_dict(), **notes}), time.time()
         self._write("UPDATE candidates SET status=?, message=?, geomean_us=?, result=?, evaluated=? WHERE id=?",
-                    (result["status"], result["message"], result.get("geomean_us"), json.dumps(result),
-                     time.time(), cand_id))
-        return self.candidate(cand_id)
+                    (result.status, result.message, result.geomean_us, text, evaluated, cand.id))
+        stored = {"status": result.status, "message": result.message, "geomean_us": result.geomean_us,
+                  "evaluated": evaluated}
+        # the row as a reader parses it from its columns, so this copy and a read of the row are equal
+        return dataclasses.replace(cand, **stored, result=result, notes=notes,
+                                   row={**cand.row, **stored, "result": json.loads(text)})
 
-    def judge_again(self, cand_id: str) -> Candidate:
-        """Make a judged candidate pending, to be judged again (a verdict given under a limit the user has since
-        raised); its earlier verdict stays in the run's events, where it was announced."""
+    def judge_again(self, cand: Candidate | str) -> Candidate:
+        """Make a judged candidate (as it stands, or by id) pending, to be judged again (a verdict given under a
+        limit the user has since raised); its earlier verdict stays in the run's events, where it was announced."""
+        cand = cand if isinstance(cand, Candidate) else self.candidate(cand)
         self._write("UPDATE candidates SET status=?, message='', geomean_us=NULL, result=NULL, evaluated=NULL "
-                    "WHERE id=?", (PENDING, cand_id))
-        return self.candidate(cand_id)
+                    "WHERE id=?", (PENDING, cand.id))
+        return Candidate.from_row({**cand.row, "status": PENDING, "message": "", "geomean_us": None, "result": None,
+                                   "evaluated": None})
 
     def candidate(self, cand_id: str) -> Candidate:
         rows = self._query("SELECT * FROM candidates WHERE id=?", (cand_id,))
@@ -164,17 +179,19 @@ class Store(Database):
                        sol: list | None = None, flag: str | None = None, profile_s: float | None = None) -> dict:
         """Add what a profiler saw of a candidate; parts given as None keep what is already stored
         (compile facts come with the evaluation, ncu later and only for some candidates)."""
-        run_id = self.candidate(cand_id).run_id
         parts = {"compile_facts": compile_facts, "ncu": ncu, "sol": sol, "flag": flag, "profile_s": profile_s}
         given = {k: (json.dumps(v) if k in JSON_COLUMNS else v) for k, v in parts.items() if v is not None}
         with self._tx():
-            self._db.execute("INSERT OR IGNORE INTO profiles (candidate_id, run_id, updated) VALUES (?,?,?)",
-                             (cand_id, run_id, time.time()))
+            self._db.execute("INSERT OR IGNORE INTO profiles (candidate_id, run_id, updated) "
+                             "SELECT id, run_id, ? FROM candidates WHERE id=?", (time.time(), cand_id))
             if given:
                 cols = ", ".join(f"{k}=?" for k in given)
                 self._db.execute(f"UPDATE profiles SET {cols}, updated=? WHERE candidate_id=?",
                                  (*given.values(), time.time(), cand_id))
-        return self.profile(cand_id)
+        profile = self.profile(cand_id)
+        if profile is None:  # the insert found no such candidate to take the run from
+            raise StoreError(f"no candidate {cand_id!r} in {self.path}")
+        return profile
 
     def profile(self, cand_id: str) -> dict | None:
         rows = self._query("SELECT * FROM profiles WHERE candidate_id=?", (cand_id,))
@@ -222,11 +239,14 @@ class Store(Database):
 
     def add_finding(self, run_id: str, *, plan_id: str, candidate_id: str | None, iteration: int, text: str,
                     predicted_min_pct: float | None, predicted_max_pct: float | None,
-                    measured_pct: float | None) -> None:
-        self._write("INSERT INTO findings (run_id, plan_id, candidate_id, iteration, text, predicted_min_pct,"
-                    " predicted_max_pct, measured_pct, created) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (run_id, plan_id, candidate_id, iteration, self._clean(text), predicted_min_pct,
-                     predicted_max_pct, measured_pct, time.time()))
+                    measured_pct: float | None) -> dict:
+        """A finding, returned as written (its row is not read back)."""
+        row = {"run_id": run_id, "plan_id": plan_id, "candidate_id": candidate_id, "iteration": iteration,
+               "text": self._clean(text), "predicted_min_pct": predicted_min_pct,
+               "predicted_max_pct": predicted_max_pct, "measured_pct": measured_pct, "created": time.time()}
+        row_id = self._write(f"INSERT INTO findings ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             tuple(row.values()))
+        return {"id": row_id, **row}
 
     def findings(self, run_id: str) -> list[dict]:
         return self._query("SELECT * FROM findings WHERE run_id=? ORDER BY id", (run_id,))

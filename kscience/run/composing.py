@@ -8,9 +8,8 @@ from collections.abc import Awaitable, Callable
 
 from kscience.problems import Problem
 from kscience.run.budget import EvaluationBudget, EvaluationsSpent
-from kscience.run.events import CandidateWritten
+from kscience.run.events import CandidateWritten, source_diff
 from kscience.run.journal import Journal
-from kscience.run.line import source_diff
 from kscience.scientist import compose
 from kscience.scientist.candidate import Candidate
 from kscience.record.store import PENDING
@@ -59,8 +58,8 @@ class Composer:
             return
         self.budget.check()  # nothing is written that the budget could not judge
         self.journal.stage("compose", iteration, compose.summary(comp), line)
-        cand = self.journal.store.add_composite(
-            self.journal.run_id, parts=comp.parts, rules=comp.to_dict(), kind=compose.KIND, source=text,
+        cand = self.journal.add_composite(
+            parts=comp.parts, rules=comp.to_dict(), kind=compose.KIND, source=text,
             hypothesis=compose.summary(comp), iteration=iteration, parent_id=comp.fallback)
         self.journal.emit(CandidateWritten(candidate_id=cand.id, parent_id=comp.fallback, kind=compose.KIND,
                                            iteration=iteration, plan_title=cand.hypothesis, status=cand.status,

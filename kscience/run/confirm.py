@@ -19,8 +19,11 @@ once there is more than one.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kscience.evaluate import result as R
 from kscience.record.store import BASELINE_KINDS
+from kscience.run.verdict import Verdict
 from kscience.scientist import compose
 from kscience.scientist.candidate import Candidate
 
@@ -69,24 +72,30 @@ def unsettled(cands: list[Candidate]) -> tuple[Candidate, Candidate] | None:
     return (best, min(contenders, key=lambda c: c.geomean_us)) if contenders else None
 
 
-def confirmed(result: dict, other: Candidate, other_result: dict, earlier: Candidate) -> dict:
-    """`result` of a same-host pair, saying so, with the figure it replaces; marked `slower_than` the other
+def confirmed(verdict: Verdict, other: Candidate, other_result: R.EvalResult, earlier: Candidate) -> Verdict:
+    """`verdict` of a same-host pair, saying so, with the figure it replaces; marked `slower_than` the other
     where the other came out faster, which keeps it from being the best however figures from other hosts
     compare (and so every pair settles one member for good)."""
-    host = (result.get("device") or {}).get("host") or "one host"
-    out = dict(result, message=f"judged back to back with {other.id} on {host}: {result.get('message', '')}",
-               replaced={"geomean_us": earlier.result.geomean_us if earlier.result else None, "host": earlier.host})
-    mine, theirs = result.get("geomean_us"), other_result.get("geomean_us")
-    if other_result.get("status") == R.OK and theirs and (result.get("status") != R.OK or not mine or theirs < mine):
-        out["slower_than"] = other.id
-    return out
+    result = verdict.result
+    host = result.device.get("host") or "one host"
+    notes = dict(verdict.notes, replaced={"geomean_us": earlier.result.geomean_us if earlier.result else None,
+                                          "host": earlier.host})
+    mine, theirs = result.geomean_us, other_result.geomean_us
+    if other_result.status == R.OK and theirs and (result.status != R.OK or not mine or theirs < mine):
+        notes["slower_than"] = other.id
+    return Verdict(replace(result, message=f"judged back to back with {other.id} on {host}: {result.message}"), notes)
 
 
-def unconfirmed(result: dict, tries: int) -> dict:
-    return dict(result, unconfirmed=True, message=f"not confirmed on one host ({tries} pair(s) judged on "
-                                                  f"different hosts): {result.get('message', '')}")
+def unconfirmed(cand: Candidate, tries: int) -> Verdict:
+    """`cand`'s verdict, its pairs having landed on different hosts `tries` times, saying so."""
+    return _not_confirmed(cand, f"{tries} pair(s) judged on different hosts")
 
 
-def skipped(result: dict, why: str) -> dict:
-    """`result` of a member whose same-host pair was never judged (the run ended first), saying so."""
-    return dict(result, unconfirmed=True, message=f"not confirmed on one host ({why}): {result.get('message', '')}")
+def skipped(cand: Candidate, why: str) -> Verdict:
+    """`cand`'s verdict, its same-host pair never judged (the run ended first), saying so."""
+    return _not_confirmed(cand, why)
+
+
+def _not_confirmed(cand: Candidate, why: str) -> Verdict:
+    return Verdict(replace(cand.result, message=f"not confirmed on one host ({why}): {cand.result.message}"),
+                   dict(cand.notes, unconfirmed=True))

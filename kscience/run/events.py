@@ -8,12 +8,15 @@ called on the controller's thread; one that raises is logged and skipped, never 
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Callable, ClassVar
 
 log = logging.getLogger(__name__)
+
+DIFF_LIMIT_CHARS = 20000  # a written candidate's diff against its parent, as announced
 
 
 @dataclass
@@ -47,6 +50,13 @@ class HypothesesProposed(Event):
     reference_id: str | None
     justification: str
     plans: list[dict] = field(default_factory=list)
+
+
+def source_diff(before: str, after: str) -> str:
+    """The unified diff a written candidate is announced with (CandidateWritten.diff), cut at DIFF_LIMIT_CHARS."""
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 "parent.py", "candidate.py")
+    return "".join(lines)[:DIFF_LIMIT_CHARS]
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The evaluations a run has handed to its executor and not yet had back, in the words shown to one that
 waits: "queued behind torch.compile of PyTorch eager c-42f079d9 (checking correctness, in flight 6m02s)".
 
-An evaluation waits twice before its judge starts: for one of the run's slots (kscience.run.judging), and
+An evaluation waits twice before its judge starts: for one of the run's slots (kscience.run.slot_use), and
 then inside the executor, behind the cheap baselines judged beside the slots. Until it starts it is shown
 queued, and behind what: never with the phase of the evaluation that holds the slot it waits for. A future
 of concurrent.futures' pools (the local and Ray executors) says whether it has started; the queue executor

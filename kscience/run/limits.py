@@ -5,6 +5,7 @@ judged again."""
 from __future__ import annotations
 
 from kscience.evaluate import result as R
+from kscience.run.verdict import Verdict
 from kscience.scientist.candidate import Candidate
 
 # The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
@@ -14,10 +15,10 @@ STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S = 10.0, 60.0
 CANDIDATE_STEPS = ("import", "check", "time", "recheck")  # the phases in which the candidate's code runs
 
 
-def stored_verdict(result: R.EvalResult, request: R.EvalRequest) -> dict:
-    """A verdict as the store keeps it, with the limit per step it was judged under (a run's note beside the
-    evaluator's fields: a timeout under a limit since raised is judged again on resume)."""
-    return {**result.to_dict(), "step_limit_s": request.step_limit_s}
+def stored_verdict(result: R.EvalResult, request: R.EvalRequest) -> Verdict:
+    """A verdict with the limit per step it was judged under (a timeout under a limit since raised is judged
+    again on resume)."""
+    return Verdict(result, {"step_limit_s": request.step_limit_s})
 
 
 def judged_under(cand: Candidate) -> float | None:

@@ -11,18 +11,17 @@ starts, so a line dropped at any point is picked up by `resume` from the store.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING
 
 from kscience.evaluate import result as R
 from kscience.problems import Problem
 from kscience.run import profiling
 from kscience.run.budget import EvaluationBudget
-from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed
+from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed, source_diff
 from kscience.run.journal import Journal, Stopped, Stopping
+from kscience.run.judging import Judging
 from kscience.run.population import Population
 from kscience.scientist.briefing import coverage
 from kscience.scientist.candidate import Candidate
@@ -32,11 +31,6 @@ from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
 from kscience.record.snapshot import REPAIRABLE
 from kscience.record.store import PENDING, WRITE_FAILED
-
-if TYPE_CHECKING:
-    from kscience.run.judging import Judging
-
-DIFF_LIMIT_CHARS = 20000
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
 
 
@@ -52,12 +46,6 @@ class RunError(Exception):
 
 class NothingLeft(Exception):
     """No base has an experiment left that was not already carried out on it (or is under way)."""
-
-
-def source_diff(before: str, after: str) -> str:
-    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                 "parent.py", "candidate.py")
-    return "".join(lines)[:DIFF_LIMIT_CHARS]
 
 
 class Line:
@@ -107,9 +95,8 @@ class Line:
 
     def _store(self, iteration: int, base_id: str, reference_id: str | None, justification: str,
                plans: list[Plan]) -> list[dict]:
-        rows = self.journal.store.add_plans(self.journal.run_id, iteration, base_id=base_id,
-                                            reference_id=reference_id, justification=justification,
-                                            plans=[asdict(p) for p in plans])
+        rows = self.journal.add_plans(iteration, base_id=base_id, reference_id=reference_id,
+                                      justification=justification, plans=[asdict(p) for p in plans])
         self.journal.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
                                              justification=justification,
                                              plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
@@ -125,7 +112,7 @@ class Line:
         views = self.population.views()
         population = list(views.values())
         # oldest first, from every line
-        findings = [f["text"] for f in self.journal.store.findings(self.journal.run_id)]
+        findings = [f["text"] for f in self.journal.findings()]
         self._stage("select", iteration)
         selection = await self.scientist.select(population, findings, taken=sharing.taken_bases())
         base = views.get(selection.base_id)
@@ -262,9 +249,9 @@ class Line:
         text = await self.scientist.finding(plan, base, final.status, final.geomean_us,
                                             child=self.population.view(final), neighbourhood=around)
         measured = final.uplift_over(base.geomean_us)
-        self.journal.store.add_finding(self.journal.run_id, plan_id=row["id"], candidate_id=final.id,
-                                       iteration=iteration, text=text, predicted_min_pct=plan.predicted_min_pct,
-                                       predicted_max_pct=plan.predicted_max_pct, measured_pct=measured)
+        self.journal.add_finding(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
+                                 predicted_min_pct=plan.predicted_min_pct, predicted_max_pct=plan.predicted_max_pct,
+                                 measured_pct=measured)
         self.journal.emit(FindingRecorded(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
                                           predicted_min_pct=plan.predicted_min_pct,
                                           predicted_max_pct=plan.predicted_max_pct, measured_pct=measured))
@@ -289,7 +276,7 @@ class Line:
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
                                                attempts, coverage=coverage(broken.stored_result, self.problem),
-                                               profile=profiling.seen(self.journal.store.profile(broken.id),
+                                               profile=profiling.seen(self.journal.profile(broken.id),
                                                                       broken.stored_result))
             last = self.add_draft(draft, kind="repair", parent_id=broken.id, parent_source=broken.source,
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
@@ -309,8 +296,8 @@ class Line:
     def add_draft(self, draft, *, kind: str, parent_id: str, parent_source: str, iteration: int,
                   plan_id: str | None, hypothesis: str, repair_attempt: int = 0) -> Candidate:
         written = draft.source is not None
-        cand = self.journal.store.add_candidate(
-            self.journal.run_id, kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
+        cand = self.journal.add_candidate(
+            kind=kind, source=draft.source or "", hypothesis=hypothesis, iteration=iteration,
             parent_id=parent_id, plan_id=plan_id, repair_attempt=repair_attempt,
             status=PENDING if written else WRITE_FAILED, message="" if written else (draft.error or "no source"),
             write_mode=draft.mode, edits_total=draft.edits_total, edits_applied=draft.edits_applied,

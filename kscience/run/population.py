@@ -1,7 +1,7 @@
 """What the scientist sees of a run: its population as `CandidateView`s, the experiments chosen on a
 base and the neighbourhood of one (its siblings' verdicts, the best, the findings), how the numbers were
-measured and the rules the judge holds kernels to (`observe`). Read afresh from the store each time, so
-every line sees every verdict and finding recorded so far."""
+measured and the rules the judge holds kernels to (`observe`). Read afresh from the run's journal each time,
+so every line sees every verdict and finding recorded so far."""
 
 from __future__ import annotations
 
@@ -33,10 +33,9 @@ class Population:
 
     def views(self) -> dict[str, CandidateView]:
         """Every evaluated candidate of the population (the baselines are not members)."""
-        store, run_id = self.journal.store, self.journal.run_id
-        cands = [c for c in store.candidates(run_id) if c.kind not in BASELINE_KINDS and c.result is not None]
+        cands = [c for c in self.journal.candidates() if c.kind not in BASELINE_KINDS and c.result is not None]
         by_id = {c.id: c for c in cands}
-        profiles = {p["candidate_id"]: p for p in store.profiles(run_id)}
+        profiles = self.journal.profiles()
         children: dict[str, int] = {}
         for c in cands:
             children[c.parent_id] = children.get(c.parent_id, 0) + 1
@@ -50,7 +49,7 @@ class Population:
         return {c.id: self.view(c, depth(c), children.get(c.id, 0), profiles.get(c.id)) for c in cands}
 
     def view(self, c: Candidate, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
-        profile = profiling.seen(profile or self.journal.store.profile(c.id), c.stored_result)
+        profile = profiling.seen(profile or self.journal.profile(c.id), c.stored_result)
         return CandidateView(
             id=c.id, parent_id=c.parent_id, hypothesis=c.hypothesis, status=c.status, geomean_us=c.geomean_us,
             source=c.source, message=c.message, shape_times=c.times, depth=depth, n_children=n_children,
@@ -62,11 +61,10 @@ class Population:
         """Around an experiment on `base_id`: the other plans chosen on it (of `iteration` only, the same design,
         when given; never `plan_id` itself), each with its latest candidate, the best member, and every finding;
         `of_the_base`: also the base's own siblings, the other plans of the design that produced it."""
-        store, run_id = self.journal.store, self.journal.run_id
-        cands = store.candidates(run_id)
+        cands = self.journal.candidates()
         views = self.views()
         latest = {c.plan_id: c for c in cands if c.plan_id}  # in seq order: a repair comes after what it repairs
-        plans = [p for p in store.plans(run_id) if p["chosen"]]
+        plans = [p for p in self.journal.plans() if p["chosen"]]
 
         def around(on: str, skip: str | None, of_iteration: int | None) -> list[Neighbour]:
             out = []
@@ -81,15 +79,14 @@ class Population:
         best = best_candidate(cands)
         return Neighbourhood(
             siblings=around(base_id, plan_id, iteration), best=views.get(best.id) if best else None,
-            findings=[f["text"] for f in store.findings(run_id)],
+            findings=[f["text"] for f in self.journal.findings()],
             base_siblings=around(made_by["base_id"], made_by["id"], made_by["iteration"])
             if of_the_base and made_by else [])
 
     def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
         """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""
-        store, run_id = self.journal.store, self.journal.run_id
-        found = {f["plan_id"] for f in store.findings(run_id)}
-        chosen = [p for p in store.plans(run_id) if p["chosen"] and p["base_id"] == base_id]
+        found = {f["plan_id"] for f in self.journal.findings()}
+        chosen = [p for p in self.journal.plans() if p["chosen"] and p["base_id"] == base_id]
         return [p["title"] for p in chosen if p["id"] in found], [p["title"] for p in chosen if p["id"] not in found]
 
     def observe(self) -> None:

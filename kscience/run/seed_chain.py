@@ -27,7 +27,7 @@ def judge_again(chain: list[Candidate], limit_now: Callable[[Candidate], float |
             limit = f"{now:g} s" if now is not None else f"the judge's own ({judge_limits_text()})"
             journal.emit(Notice(f"judging {cand.id} ({cand.kind}) again: it timed out under the {before:g} s limit "
                                 f"per step, and this session's limit is {limit}"))
-            return [*chain[:i], journal.store.judge_again(cand.id)]
+            return [*chain[:i], journal.judge_again(cand.id)]
     return chain
 
 

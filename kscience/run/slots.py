@@ -1,8 +1,8 @@
 """The evaluation slots of one executor, and who gets the next free one.
 
 A run alone has the slots of its own executor. A campaign's runs judge through one executor, so they
-share one `Slots` (kscience.campaigns.scheduler): every run's `Judging` asks it for a slot before each
-evaluation and gives the slot back after the verdict. Nothing of one run's waits behind a slot that
+share one `Slots` (kscience.campaigns.scheduler): every run's `SlotUse` (kscience.run.slot_use) asks it for
+a slot before each evaluation and gives the slot back after the verdict. Nothing of one run's waits behind a slot that
 another run leaves idle, because a slot given back goes at once to the next one waiting:
 
 1. work waiting for an idle slot that may go first now (a profile job within its share of the slots'
@@ -37,7 +37,7 @@ from kscience.run.in_flight import InFlight
 
 @dataclass
 class _Waiter:
-    owner: object  # the run's Judging
+    owner: object  # the run's SlotUse (kscience.run.slot_use)
     count: int
     seq: int
     future: asyncio.Future
@@ -65,7 +65,7 @@ class Slots:
     holds: int = 0  # slots handed out
     profile_s: float = 0.0  # slot-seconds of profile jobs, every run's
     baselines_out: int = 0  # cheap baselines in flight beside the slots, every run's
-    users: list = field(default_factory=list)  # the Judgings sharing these slots
+    users: list = field(default_factory=list)  # the runs' SlotUses sharing these slots
 
     def __post_init__(self):
         self.capacity = max(1, self.capacity)
@@ -144,7 +144,7 @@ class Slots:
 
     def backlog_s(self) -> float | None:
         """Seconds the slots need for the evaluations asked for now, every run's at its own mean evaluation time
-        so far (`Judging.work_s`); None until one has been timed."""
+        so far (`SlotUse.work_s`, kscience.run.slot_use); None until one has been timed."""
         work = [w for w in (user.work_s() for user in self.users) if w is not None]
         return sum(work) / self.capacity if work else None
 

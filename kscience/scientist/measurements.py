@@ -3,7 +3,7 @@
 A writer can only return code: a plan that says "report n_regs" or "print the compile error" asks
 for something no one carries out. The designer is told instead what every child comes back with,
 and asks for the one costly measurement through the plan's `measure` field, which the run supplies
-(kscience.run.judging runs Nsight Compute on that plan's kernel even when it is not a new best).
+(kscience.run.profile_jobs runs Nsight Compute on that plan's kernel even when it is not a new best).
 """
 
 from __future__ import annotations
