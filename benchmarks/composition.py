@@ -31,7 +31,7 @@ from pathlib import Path
 from kscience.device import detect
 from kscience.problems import builtin_names, geomean, load_problem
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 

@@ -1,6 +1,6 @@
 """kscience: an LLM scientist that evolves GPU kernels, judged by an isolated evaluator.
 
-Data flows one way: problem -> evaluate -> scientist -> store -> jupyter/cli (the README's
+Data flows one way: problem -> evaluate -> record -> scientist -> run -> campaigns -> jupyter/cli (the README's
 Layout section gives the order to read the modules in). Importing this package imports nothing:
 the evaluator's worker, the CLI and the notebook side each load only what they use.
 """

@@ -19,7 +19,7 @@ from kscience.record.summary import summary_lines
 from kscience.record.text import FASTER
 from kscience.run import baseline_cache
 from kscience.run.baselines import compiled_source
-from kscience.scientist.candidate import faster_of_eager_and_compile
+from kscience.record.candidate import faster_of_eager_and_compile
 from test_compiled_baseline import COMPILED_US, GpuExecutor, finished_run
 
 KERNELBENCH_FILE = Path(__file__).parent / "data" / "kernelbench_linear_relu.py"

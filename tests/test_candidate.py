@@ -11,7 +11,7 @@ from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.problems import shape_label
 from kscience.record.snapshot import Snapshot, best_candidate
 from kscience.record.store import PENDING, Store
-from kscience.scientist.candidate import Candidate, predicted_range, range_text, speedup, uplift_pct
+from kscience.record.candidate import Candidate, predicted_range, range_text, speedup, uplift_pct
 
 
 def _result(us: float, host: str = "h1", **notes) -> dict:

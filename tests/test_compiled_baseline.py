@@ -14,7 +14,7 @@ import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
 from kscience.run.baselines import compiled_baseline_wanted, compiled_source
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.cli.main import build_parser, main
 from kscience.evaluate.result import TIMEOUT, EvalResult
 from kscience.run import judging

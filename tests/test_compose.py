@@ -19,7 +19,7 @@ from kscience.run.config import RunConfig
 from kscience.problems import load_problem, shape_label
 from kscience.run.driver import Run
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.roles import CandidateView, Draft
 from kscience.scientist.strategy import tournament
 from kscience.record.database import SCHEMA_VERSION

@@ -13,7 +13,7 @@ from kscience.run import judging, limits
 from kscience.run.config import ConfigError, RunConfig
 from kscience.run.driver import Run
 from kscience.run.events import EvaluationWaiting
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 HUNG = "import time\n\ndef custom_kernel(data):\n    while True:\n        time.sleep(1)\n"
 

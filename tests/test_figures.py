@@ -20,7 +20,7 @@ from kscience.problems import load_problem
 from kscience.problems.roofline import peaks_for, shape_sol
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from test_loop import ScriptedScientist, make_run
 
 ROOT = Path(__file__).resolve().parents[1]

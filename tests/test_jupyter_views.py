@@ -26,7 +26,7 @@ from kscience.jupyter.results import RunResult
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 from kscience.run.log import LogTail
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

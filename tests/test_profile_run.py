@@ -29,7 +29,7 @@ from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.scientist.briefing import bench_from_results
 from kscience.scientist.hardware import describe_device, run_target
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.roles import Scientist
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store

@@ -35,7 +35,7 @@ from kscience.record.liveness import display_status
 from kscience.record.store import PENDING, Store
 from kscience.record.summary import CPU_NOTE, times_rank
 from kscience.record.text import FASTER, FASTER_NOTE, fmt_us, fmt_x
-from kscience.scientist.candidate import Candidate, faster_of_eager_and_compile, speedup as times_faster
+from kscience.record.candidate import Candidate, faster_of_eager_and_compile, speedup as times_faster
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BASELINES = {"eager": "eager_us", "compiled": "compiled_us", "faster": "faster_us", "vendor": "vendor_us",

@@ -26,7 +26,7 @@ from kscience.problems import ProblemError, bundle, load_problem
 from kscience.problems.precision import DEFAULT_POLICY
 from kscience.record.store import BASELINE_KINDS, Store, StoreError
 from kscience.record.text import US, fmt_us, fmt_x, kind_text
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 TOP_K = 3
 

@@ -23,7 +23,7 @@ import time
 from kscience.record.store import Store
 from kscience.run.driver import Run
 from kscience.run.slots import Slots
-from kscience.scientist.candidate import EAGER_KIND
+from kscience.record.candidate import EAGER_KIND
 
 # Problems at once per evaluation slot by default: with a model several times slower than an evaluation, a run
 # has an evaluation waiting a fraction of its time only; eight lines of one run kept one H200 busy 0.95 of the

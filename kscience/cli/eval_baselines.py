@@ -20,7 +20,7 @@ from kscience.record.text import EAGER, FASTER, fmt_us, fmt_x
 from kscience.run import baseline_cache
 from kscience.run.baselines import compiled_source, reference_source
 from kscience.run.judging import IDLE_SLOT_LIMIT_S
-from kscience.scientist.candidate import EAGER_KIND, faster_of_eager_and_compile, speedup
+from kscience.record.candidate import EAGER_KIND, faster_of_eager_and_compile, speedup
 
 
 def _judged(problem: Problem, kind: str, source: str, gpu: int | None, unconfined: bool,

@@ -21,7 +21,7 @@ from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.run.log import wrapped
 from kscience.record.snapshot import Snapshot, iterations_done, run_listing
-from kscience.scientist.candidate import speedup
+from kscience.record.candidate import speedup
 from kscience.record.text import fmt_us, fmt_x, kind_text, plural
 from kscience.record.store import StoreError, open_store
 from kscience.record.summary import CPU_NOTE, summary_lines

@@ -28,7 +28,7 @@ from kscience.record.snapshot import Snapshot, run_listing
 from kscience.record.store import Store
 from kscience.record.text import US, fmt_us, fmt_x, kind_text
 from kscience.run.log import stored_log
-from kscience.scientist.candidate import speedup
+from kscience.record.candidate import speedup
 
 REFRESH_S = 10  # a served page of a run still going reloads itself this often
 

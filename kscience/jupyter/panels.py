@@ -16,8 +16,8 @@ from kscience.record.snapshot import Snapshot, error_text, inside_range
 from kscience.problems.precision import label as precision_label
 from kscience.record.text import FASTER, US, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, kind_text, why_chosen_text
 from kscience.scientist.briefing import versions_text
-from kscience.scientist.candidate import Candidate, predicted_range, speedup
-from kscience.scientist.profile_report import kernel_split_text
+from kscience.record.candidate import Candidate, predicted_range, speedup
+from kscience.record.text import kernel_split_text
 from kscience.record.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"

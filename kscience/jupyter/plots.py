@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kscience.problems import shape_label
 from kscience.record.snapshot import Snapshot
-from kscience.scientist.candidate import Candidate, speedup
+from kscience.record.candidate import Candidate, speedup
 from kscience.record.text import US, fmt_sol, fmt_us, fmt_x
 
 STATUS_COLOURS = {

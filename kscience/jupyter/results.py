@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kscience.scientist.candidate import Candidate as StoredCandidate
+from kscience.record.candidate import Candidate as StoredCandidate
 from kscience.run.events import RunFailed, RunFinished, event_from_dict
 from kscience.jupyter import panels
 from kscience.jupyter.views import show_live

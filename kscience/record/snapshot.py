@@ -16,7 +16,7 @@ from kscience.problems import geomean, shape_label
 from kscience.evaluate import result as R
 from kscience.problems.roofline import ShapeSol, summary
 from kscience.record.store import BASELINE_KINDS, PENDING, WRITE_FAILED, Store
-from kscience.scientist.candidate import (BENCHMARK, Candidate, faster_of_eager_and_compile, predicted_range,
+from kscience.record.candidate import (BENCHMARK, Candidate, faster_of_eager_and_compile, predicted_range,
                                          speedup)
 
 OK = R.OK
@@ -431,7 +431,7 @@ def _us(candidate: Candidate | None) -> float | None:
 
 
 def _faster(eager: Candidate | None, compiled: Candidate | None) -> float | None:
-    """The faster of PyTorch eager and torch.compile (scientist.candidate.faster_of_eager_and_compile)."""
+    """The faster of PyTorch eager and torch.compile (record.candidate.faster_of_eager_and_compile)."""
     return faster_of_eager_and_compile(_us(eager), _us(compiled), compiled is not None and compiled.status != PENDING)
 
 

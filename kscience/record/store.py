@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from kscience.record.database import JSON_COLUMNS, Database, StoreError
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 DEFAULT_DB = "kscience.db"
 RUN_STATUSES = ("running", "finished", "failed", "stopped")

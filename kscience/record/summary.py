@@ -7,10 +7,10 @@ run times as a baseline (stored as the candidate of kind "eager", its metrics un
 from __future__ import annotations
 
 from kscience.record.liveness import display_status
-from kscience.scientist.candidate import speedup
+from kscience.record.candidate import speedup
 from kscience.problems.precision import RULE, label as precision_label
 from kscience.record.text import EAGER, FASTER, fmt_busy, fmt_duration, fmt_us, fmt_x, plural
-from kscience.scientist.profile_report import kernel_split_text
+from kscience.record.text import kernel_split_text
 
 CPU_NOTE = "CPU-interpreter timings check the machinery, not GPU performance"
 

@@ -12,7 +12,7 @@ from kscience.run.events import CandidateWritten
 from kscience.run.journal import Journal
 from kscience.run.line import source_diff
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.record.store import PENDING
 
 

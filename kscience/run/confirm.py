@@ -22,7 +22,7 @@ from __future__ import annotations
 from kscience.evaluate import result as R
 from kscience.record.store import BASELINE_KINDS
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 TRIES = 2  # pairs submitted before a candidate is kept with its figure marked unconfirmed
 ROUNDS = 2  # pairs judged after one verdict before the best is left as it stands

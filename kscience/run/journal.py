@@ -8,7 +8,7 @@ import threading
 
 from kscience.run.events import Event, EventBus, StageChanged
 from kscience.record.store import Store
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 
 class Stopped(Exception):

@@ -35,7 +35,7 @@ from kscience.run.in_flight import has_started, name
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.limits import STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S, step_limit, stored_verdict
 from kscience.run.slots import Slots
-from kscience.scientist.candidate import EAGER_KIND, Candidate
+from kscience.record.candidate import EAGER_KIND, Candidate
 from kscience.scientist.rules import Rules
 from kscience.record.snapshot import best_candidate, first_of_kind
 from kscience.record.store import BASELINE_KINDS

@@ -25,7 +25,7 @@ from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesPro
 from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.population import Population
 from kscience.scientist.briefing import coverage
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.run.sharing import Group, Sharing
 from kscience.scientist.llm import NothingToPropose
 from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as

@@ -41,7 +41,7 @@ from kscience.run.sharing import Sharing
 from kscience.run.slots import Slots
 from kscience.problems import Problem
 from kscience.problems.libraries import missing_line, skipped_line
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind, iterations_done
 from kscience.record.store import PENDING, Store
 

@@ -14,7 +14,7 @@ from kscience.run.baselines import vendor_title
 from kscience.run.journal import Journal
 from kscience.scientist import compose
 from kscience.scientist.briefing import bench_from_results, coverage
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.neighbourhood import Neighbour, Neighbourhood
 from kscience.scientist.roles import CandidateView

@@ -18,7 +18,7 @@ from kscience.device import detect
 from kscience.evaluate.profile import job as profile_job, ncu
 from kscience.problems import Problem
 from kscience.problems.roofline import result_sol, stop_at_sol, summary
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 
 # Values of the run setting `profile`: "auto" (the default) and "ncu" profile with Nsight Compute where the

@@ -1,9 +1,8 @@
 """One kernel a run produced, with its verdict: the record the store returns and every layer above the
-evaluator reads (run, scientist, record, campaigns, the command line and the notebook), and the few
-numbers read off candidates (per-shape times, speedups, uplifts, predicted ranges), each computed here once.
+evaluator reads (scientist, run, campaigns, the command line and the notebook), and the few numbers read
+off candidates (per-shape times, speedups, uplifts, predicted ranges), each computed here once.
 
-It lives at the scientist's layer, the lowest that reads candidates, so the store, the loop and the
-scientist share one type. A stored verdict is kept exactly as stored (`to_row`, what JSON output and
+It lives with the store that writes it, so the store, the loop and the scientist share one type. A stored verdict is kept exactly as stored (`to_row`, what JSON output and
 notebooks show); `result` is its `EvalResult`, and `notes` what a run added to it beyond the evaluator's
 fields (kscience.run.confirm: `slower_than`, `unconfirmed`, `replaced`).
 """
