@@ -7,6 +7,7 @@ import itertools
 import secrets
 import time
 
+from kscience.record.llm_call import LLMCall
 from kscience.record.store import Store
 
 GPU = {"name": "NVIDIA H200", "host": "gpu-a", "interpreted": False, "capability": [9, 0]}
@@ -79,25 +80,24 @@ def _fill(path) -> dict:
                                        {"title": "two passes", "chosen": True, "why_chosen": "highest max",
                                         "predicted_min_pct": 10.0, "predicted_max_pct": 50.0},
                                        {"title": "not chosen", "chosen": False, "predicted_min_pct": 0.0}])
-        fast = judged("child", 200.0, iteration=1, parent_id=seed.id, plan_id=plans[0]["id"], write_mode="edit",
+        fast = judged("child", 200.0, iteration=1, parent_id=seed.id, plan_id=plans[0].id, write_mode="edit",
                       edits_total=3, edits_applied=3, deviations="kept the old mask",
                       output="warning: slow path\nsecond line")
-        broken = judged("child", None, "wrong_answer", iteration=1, parent_id=seed.id, plan_id=plans[1]["id"],
+        broken = judged("child", None, "wrong_answer", iteration=1, parent_id=seed.id, plan_id=plans[1].id,
                         write_mode="edit", edits_total=2, edits_applied=1, message="wrong answer at [0, 3]")
-        judged("repair", 260.0, iteration=1, parent_id=broken.id, plan_id=plans[1]["id"], repair_attempt=1,
+        judged("repair", 260.0, iteration=1, parent_id=broken.id, plan_id=plans[1].id, repair_attempt=1,
                write_mode="full", device=OTHER_GPU, err=0.01)
         store.add_candidate(run, kind="child", source="", hypothesis="no code came back", iteration=1,
                             parent_id=seed.id, status="write_failed", message="no edit applied", edits_total=2)
-        store.add_finding(run, plan_id=plans[0]["id"], candidate_id=fast.id, iteration=1,
+        store.add_finding(run, plan_id=plans[0].id, candidate_id=fast.id, iteration=1,
                           text="wider blocks halved the time", predicted_min_pct=5.0, predicted_max_pct=30.0,
                           measured_pct=100.0)
-        store.add_finding(run, plan_id=plans[1]["id"], candidate_id=None, iteration=1,
+        store.add_finding(run, plan_id=plans[1].id, candidate_id=None, iteration=1,
                           text="two passes failed then repaired", predicted_min_pct=10.0, predicted_max_pct=50.0,
                           measured_pct=53.8)
         for role, model, tokens, cost in (("designer", "gemini-x", 1200, 0.01), ("writer", "offline", 0, 0.0)):
-            store.add_llm_call(run, {"role": role, "model": model, "prompt": "p", "response": "r",
-                                     "input_tokens": tokens, "output_tokens": tokens // 4, "latency_s": 1.0,
-                                     "cost_usd": cost})
+            store.add_llm_call(run, LLMCall(role=role, model=model, prompt="p", response="r", input_tokens=tokens,
+                                            output_tokens=tokens // 4, latency_s=1.0, cost_usd=cost))
         store.record_profile(seed.id, compile_facts=[{"kernel": "softmax_kernel", "registers": 40, "spills": 0}])
         store.record_profile(fast.id, compile_facts=[{"kernel": "softmax_kernel", "registers": 64, "spills": 2}],
                              ncu={"occupancy_pct": 50.0, "dram_pct": 80.0}, profile_s=12.0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from kscience.problems import precision as P, shape_label
+from kscience.evaluate import result as R
 from kscience.evaluate.result import OK, EvalResult, ShapeResult
 
 BENCHMARK = "benchmark"
@@ -19,6 +20,8 @@ BENCHMARK = "benchmark"
 # "reference" (which in KernelBench means the problem's Model): read back, they say "eager" too.
 EAGER_KIND = "eager"
 _RENAMED_KINDS = {"reference": EAGER_KIND}
+# Failures of a candidate's own making: the loop repairs them, the metrics count them as failed.
+REPAIRABLE = (R.COMPILE_ERROR, R.RUNTIME_ERROR, R.WRONG_ANSWER, R.CRASHED, R.TIMEOUT)
 _RESULT_FIELDS = {f.name for f in fields(EvalResult)}
 _SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
 

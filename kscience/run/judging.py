@@ -190,8 +190,8 @@ class Judging:
         """The measurements the plan behind a candidate asked for (Plan.measure); [] for none."""
         if not cand.plan_id:
             return []
-        row = next((p for p in self.journal.store.plans(self.journal.run_id) if p["id"] == cand.plan_id), None)
-        return list(((row or {}).get("plan") or {}).get("measure") or [])
+        row = next((p for p in self.journal.store.plans(self.journal.run_id) if p.id == cand.plan_id), None)
+        return list((row.plan if row else {}).get("measure") or [])
 
     async def _hold_best(self, cand: Candidate, line: int) -> Candidate:
         """After `cand`'s verdict: a composite judged beside the best, then the best settled against its

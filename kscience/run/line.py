@@ -30,7 +30,8 @@ from kscience.run.sharing import Group, Sharing
 from kscience.scientist.llm import NothingToPropose
 from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
-from kscience.record.snapshot import REPAIRABLE
+from kscience.record.candidate import REPAIRABLE
+from kscience.record.rows import PlanRow
 from kscience.record.store import PENDING, WRITE_FAILED
 
 if TYPE_CHECKING:
@@ -106,14 +107,14 @@ class Line:
         return [*done, *in_flight, *self.sharing.pooled_titles(base_id)]
 
     def _store(self, iteration: int, base_id: str, reference_id: str | None, justification: str,
-               plans: list[Plan]) -> list[dict]:
+               plans: list[Plan]) -> list[PlanRow]:
         rows = self.journal.store.add_plans(self.journal.run_id, iteration, base_id=base_id,
                                             reference_id=reference_id, justification=justification,
                                             plans=[asdict(p) for p in plans])
         self.journal.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
                                              justification=justification,
-                                             plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
-        return [r for r in rows if r["chosen"]]
+                                             plans=[{"plan_id": r.id, **r.plan} for r in rows]))
+        return [r for r in rows if r.chosen]
 
     async def design(self, iteration: int) -> list[dict] | None:
         """Select a base and design on it, asking for plans for every line waiting for work; store this
@@ -125,7 +126,7 @@ class Line:
         views = self.population.views()
         population = list(views.values())
         # oldest first, from every line
-        findings = [f["text"] for f in self.journal.store.findings(self.journal.run_id)]
+        findings = [f.text for f in self.journal.store.findings(self.journal.run_id)]
         self._stage("select", iteration)
         selection = await self.scientist.select(population, findings, taken=sharing.taken_bases())
         base = views.get(selection.base_id)
@@ -238,34 +239,34 @@ class Line:
         if errors:
             raise errors[0]
 
-    async def experiment(self, row: dict, written: Callable[[], None] = lambda: None) -> None:
-        plan = Plan(**row["plan"])
-        iteration, views = row["iteration"], self.population.views()
-        base, reference = views[row["base_id"]], views.get(row["reference_id"])
-        chain = [c for c in self.journal.candidates() if c.plan_id == row["id"]]
+    async def experiment(self, row: PlanRow, written: Callable[[], None] = lambda: None) -> None:
+        plan = Plan(**row.plan)
+        iteration, views = row.iteration, self.population.views()
+        base, reference = views[row.base_id], views.get(row.reference_id)
+        chain = [c for c in self.journal.candidates() if c.plan_id == row.id]
         if not chain:
             self.stopping.check()
             self.budget.check()  # nothing is written that the budget could not judge
             self._stage("write", iteration, plan.title)
             draft = await self.scientist.write(plan, base, reference)
             chain = [self.add_draft(draft, kind="child", parent_id=base.id, parent_source=base.source,
-                                    iteration=iteration, plan_id=row["id"], hypothesis=plan.title)]
+                                    iteration=iteration, plan_id=row.id, hypothesis=plan.title)]
         written()
-        final = await self.settle(chain, iteration=iteration, plan_id=row["id"], title=plan.title)
+        final = await self.settle(chain, iteration=iteration, plan_id=row.id, title=plan.title)
         # A spent evaluation budget does not stop a judged chain's finding (its lesson is what the next
         # designer of any line needs); a user's stop does, and a resumed run records it.
         self.stopping.check()
         self._stage("finding", iteration, plan.title)
         self.population.observe()
         # its siblings are the other plans of the same design on the same base
-        around = self.population.neighbourhood(base.id, plan_id=row["id"], iteration=iteration)
+        around = self.population.neighbourhood(base.id, plan_id=row.id, iteration=iteration)
         text = await self.scientist.finding(plan, base, final.status, final.geomean_us,
                                             child=self.population.view(final), neighbourhood=around)
         measured = final.uplift_over(base.geomean_us)
-        self.journal.store.add_finding(self.journal.run_id, plan_id=row["id"], candidate_id=final.id,
+        self.journal.store.add_finding(self.journal.run_id, plan_id=row.id, candidate_id=final.id,
                                        iteration=iteration, text=text, predicted_min_pct=plan.predicted_min_pct,
                                        predicted_max_pct=plan.predicted_max_pct, measured_pct=measured)
-        self.journal.emit(FindingRecorded(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
+        self.journal.emit(FindingRecorded(plan_id=row.id, candidate_id=final.id, iteration=iteration, text=text,
                                           predicted_min_pct=plan.predicted_min_pct,
                                           predicted_max_pct=plan.predicted_max_pct, measured_pct=measured))
 
@@ -289,8 +290,9 @@ class Line:
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
                                                attempts, coverage=coverage(broken.stored_result, self.problem),
-                                               profile=profiling.seen(self.journal.store.profile(broken.id),
-                                                                      broken.stored_result))
+                                               profile=profiling.seen(
+                                                   profiling.stored_profile(self.journal.store, broken.id),
+                                                   broken.stored_result))
             last = self.add_draft(draft, kind="repair", parent_id=broken.id, parent_source=broken.source,
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
                                   repair_attempt=attempts)

@@ -43,6 +43,7 @@ from kscience.problems import Problem
 from kscience.problems.libraries import missing_line, skipped_line
 from kscience.record.candidate import Candidate
 from kscience.record.snapshot import best_candidate, first_of_kind, iterations_done
+from kscience.record.rows import PlanRow
 from kscience.record.store import PENDING, Store
 
 __all__ = ["Controller", "RunError", "Stopped"]
@@ -163,7 +164,7 @@ class Controller:
         tasks: dict[asyncio.Task, tuple[int, int]] = {}  # line task -> (its line number, its iteration)
         for rows in self._open_iterations():
             number = self._free_line(tasks)
-            tasks[asyncio.create_task(self._resumed_line(number, rows))] = (number, rows[0]["iteration"])
+            tasks[asyncio.create_task(self._resumed_line(number, rows))] = (number, rows[0].iteration)
         designing = self._seeking
         failure: BaseException | None = None
         stopped: Stopped | None = None
@@ -278,13 +279,13 @@ class Controller:
     def note_model_time(self, seconds: float) -> None:
         self.model_s = seconds if self.model_s is None else 0.5 * (self.model_s + seconds)
 
-    def _open_iterations(self) -> list[list[dict]]:
+    def _open_iterations(self) -> list[list[PlanRow]]:
         """The chosen plans without a finding, one list per iteration: each is resumed as a line."""
-        found = {f["plan_id"] for f in self.store.findings(self.run_id)}
-        by_iteration: dict[int, list[dict]] = {}
+        found = {f.plan_id for f in self.store.findings(self.run_id)}
+        by_iteration: dict[int, list[PlanRow]] = {}
         for p in self.store.plans(self.run_id):
-            if p["chosen"] and p["id"] not in found:
-                by_iteration.setdefault(p["iteration"], []).append(p)
+            if p.chosen and p.id not in found:
+                by_iteration.setdefault(p.iteration, []).append(p)
         return [by_iteration[i] for i in sorted(by_iteration)]
 
     def _free_line(self, tasks: dict) -> int:
@@ -295,7 +296,7 @@ class Controller:
 
     def _next_iteration(self) -> int:
         """A new line's iteration number: after every stored one and every one claimed by a line."""
-        stored = max((p["iteration"] for p in self.store.plans(self.run_id)), default=0)
+        stored = max((p.iteration for p in self.store.plans(self.run_id)), default=0)
         self._last_claimed = max(self._last_claimed, stored) + 1
         return self._last_claimed
 

@@ -36,7 +36,7 @@ class Population:
         store, run_id = self.journal.store, self.journal.run_id
         cands = [c for c in store.candidates(run_id) if c.kind not in BASELINE_KINDS and c.result is not None]
         by_id = {c.id: c for c in cands}
-        profiles = {p["candidate_id"]: p for p in store.profiles(run_id)}
+        profiles = {p.candidate_id: p.to_dict() for p in store.profiles(run_id)}
         children: dict[str, int] = {}
         for c in cands:
             children[c.parent_id] = children.get(c.parent_id, 0) + 1
@@ -50,7 +50,7 @@ class Population:
         return {c.id: self.view(c, depth(c), children.get(c.id, 0), profiles.get(c.id)) for c in cands}
 
     def view(self, c: Candidate, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
-        profile = profiling.seen(profile or self.journal.store.profile(c.id), c.stored_result)
+        profile = profiling.seen(profile or profiling.stored_profile(self.journal.store, c.id), c.stored_result)
         return CandidateView(
             id=c.id, parent_id=c.parent_id, hypothesis=c.hypothesis, status=c.status, geomean_us=c.geomean_us,
             source=c.source, message=c.message, shape_times=c.times, depth=depth, n_children=n_children,
@@ -66,31 +66,31 @@ class Population:
         cands = store.candidates(run_id)
         views = self.views()
         latest = {c.plan_id: c for c in cands if c.plan_id}  # in seq order: a repair comes after what it repairs
-        plans = [p for p in store.plans(run_id) if p["chosen"]]
+        plans = [p for p in store.plans(run_id) if p.chosen]
 
         def around(on: str, skip: str | None, of_iteration: int | None) -> list[Neighbour]:
             out = []
             for p in plans:
-                if p["base_id"] == on and p["id"] != skip and of_iteration in (None, p["iteration"]):
-                    c = latest.get(p["id"])
-                    out.append(Neighbour(p["title"], None if c is None else views.get(c.id) or self.view(c)))
+                if p.base_id == on and p.id != skip and of_iteration in (None, p.iteration):
+                    c = latest.get(p.id)
+                    out.append(Neighbour(p.title, None if c is None else views.get(c.id) or self.view(c)))
             return out
 
         base = next((c for c in cands if c.id == base_id), None)
-        made_by = next((p for p in plans if base is not None and p["id"] == base.plan_id), None)
+        made_by = next((p for p in plans if base is not None and p.id == base.plan_id), None)
         best = best_candidate(cands)
         return Neighbourhood(
             siblings=around(base_id, plan_id, iteration), best=views.get(best.id) if best else None,
-            findings=[f["text"] for f in store.findings(run_id)],
-            base_siblings=around(made_by["base_id"], made_by["id"], made_by["iteration"])
+            findings=[f.text for f in store.findings(run_id)],
+            base_siblings=around(made_by.base_id, made_by.id, made_by.iteration)
             if of_the_base and made_by else [])
 
     def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
         """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""
         store, run_id = self.journal.store, self.journal.run_id
-        found = {f["plan_id"] for f in store.findings(run_id)}
-        chosen = [p for p in store.plans(run_id) if p["chosen"] and p["base_id"] == base_id]
-        return [p["title"] for p in chosen if p["id"] in found], [p["title"] for p in chosen if p["id"] not in found]
+        found = {f.plan_id for f in store.findings(run_id)}
+        chosen = [p for p in store.plans(run_id) if p.chosen and p.base_id == base_id]
+        return [p.title for p in chosen if p.id in found], [p.title for p in chosen if p.id not in found]
 
     def observe(self) -> None:
         """Tell the scientist how the numbers were measured: the device and timing of the (repaired) seed,

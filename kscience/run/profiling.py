@@ -19,6 +19,7 @@ from kscience.evaluate.profile import job as profile_job, ncu
 from kscience.problems import Problem
 from kscience.problems.roofline import result_sol, stop_at_sol, summary
 from kscience.record.candidate import Candidate
+from kscience.record.store import Store
 
 
 # Values of the run setting `profile`: "auto" (the default) and "ncu" profile with Nsight Compute where the
@@ -33,6 +34,12 @@ def after_evaluation(problem: Problem, result: dict) -> dict:
     """Compile facts and speed of light of one evaluation (EvalResult.to_dict())."""
     return {"compile_facts": list(result.get("compile_facts") or []),
             "sol": [s.to_dict() for s in result_sol(problem, result)]}
+
+
+def stored_profile(store: Store, cand_id: str) -> dict | None:
+    """A candidate's stored profile in the dict form the scientist reads (`seen` adds to it); None without one."""
+    row = store.profile(cand_id)
+    return row.to_dict() if row else None
 
 
 def seen(profile: dict | None, result: dict | None) -> dict | None:
