@@ -99,7 +99,7 @@ def test_fast_p_on_a_hand_made_table():
     assert (s.n_problems, s.n_evaluated, s.n_skipped, s.n_correct) == (6, 5, 1, 3)
     assert s.success_rate == s.against["eager"].fast[0.0] == 3 / 5 and s.against["compiled"].n == 4
     assert s.attempts == 15 and s.attempts_per_problem == 3 and s.cost_usd == 0.5
-    assert [s[f"fast_{p:g}_eager"] for p in FAST_P] == [0.6, 0.4, 0.4, 0.2]
+    assert [s.against["eager"].fast[p] for p in FAST_P] == [0.6, 0.4, 0.4, 0.2]
     assert fast_p([row("x", status="skipped")], 1.0) == (None, 0)
 
 

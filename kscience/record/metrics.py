@@ -7,7 +7,7 @@ fields, which is the order `show --json` has always printed them in.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 
 from kscience.evaluate.result import OK
 from kscience.problems import shape_label
@@ -38,8 +38,8 @@ class FigureHosts:
     best: str | None
 
     def of(self, figure: str) -> str | None:
-        """The host of `figure` ("eager", "compiled", "vendor", "seed", "best"); None for any other row."""
-        return getattr(self, figure, None) if figure in ("eager", "compiled", "vendor", "seed", "best") else None
+        """The host of `figure` (a field's name); None for any other row of the table."""
+        return getattr(self, figure) if figure in {f.name for f in fields(self)} else None
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,9 @@ class RunMetrics:
     output_best: str | None
     timing_label: str | None
     device: dict | None
-    busy_per_slot: list[float] = field(default_factory=list)
+    busy_per_slot: list[float]
     # Seed and best timed by different sessions (a resume): their ratio mixes two moments' machine load.
-    seed_best_sessions_differ: bool = False
+    seed_best_sessions_differ: bool
 
     def to_dict(self) -> dict:
         return asdict(self)
