@@ -7,6 +7,7 @@ import itertools
 import secrets
 import time
 
+from kscience.evaluate.result import EvalResult
 from kscience.record.llm_call import LLMCall
 from kscience.record.store import Store
 
@@ -64,7 +65,7 @@ def _fill(path) -> dict:
             extra = {k: kw.pop(k) for k in ("device", "message", "output", "err", "build_s") if k in kw}
             cand = store.add_candidate(run, kind=kind, source=f"# {kind} {us}\nBLOCK = {int(us or 1)}\n",
                                        hypothesis=kw.pop("hypothesis", f"{kind} kernel"), **kw)
-            store.record_result(cand.id, _result(status, us, **extra))
+            store.record_result(cand.id, EvalResult.from_dict(_result(status, us, **extra)))
             return cand
 
         seed = judged("seed", 400.0, iteration=0, build_s=1.5)
