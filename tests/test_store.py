@@ -10,7 +10,7 @@ from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.record.snapshot import run_listing
 from kscience.record.database import SCHEMA_VERSION
 from kscience.record.llm_call import LLMCall
-from kscience.record.rows import LlmUsage
+from kscience.record.rows import FindingRow, LlmUsage, PlanRow, ProfileRow
 from kscience.record.store import PENDING, Store, StoreError
 
 
@@ -188,3 +188,19 @@ def test_a_write_returns_the_candidate_as_a_read_of_it_gives_it_without_reading_
         assert again == store.candidate(written.id) and again.status == PENDING and again.result is None
         with pytest.raises(StoreError, match="no candidate"):
             store.record_profile("c-missing", profile_s=1.0)
+
+
+def test_plan_finding_and_profile_writes_return_the_typed_rows_a_read_gives(tmp_path):
+    """The journal keeps these returns as the run's rows, so each is the record a later read builds."""
+    with Store(tmp_path / "k.db") as store:
+        run_id = _run(store)
+        seed = store.add_candidate(run_id, kind="seed", source="S", hypothesis="seed", iteration=0)
+        plans = store.add_plans(run_id, 1, base_id=seed.id, reference_id=None, justification="fastest",
+                                plans=[{"title": "tile", "chosen": True, "measure": ["ncu"]}])
+        assert plans == store.plans(run_id) and isinstance(plans[0], PlanRow) and plans[0].plan["measure"] == ["ncu"]
+        finding = store.add_finding(run_id, plan_id=plans[0].id, candidate_id=seed.id, iteration=1, text="faster",
+                                    predicted_min_pct=1.0, predicted_max_pct=5.0, measured_pct=3.0)
+        assert isinstance(finding, FindingRow) and [finding] == store.findings(run_id)
+        profile = store.record_profile(seed.id, compile_facts=[{"name": "k"}], profile_s=2.0)
+        assert isinstance(profile, ProfileRow) and profile == store.profile(seed.id) == store.profiles(run_id)[0]
+        assert store.record_profile(seed.id, flag="idle").compile_facts == [{"name": "k"}]  # kept beside the flag
