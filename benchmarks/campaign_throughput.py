@@ -106,8 +106,8 @@ def campaign_for(store: Store, problems: list[str], mode: str, args) -> Campaign
     """The mode's campaign in its database: the id of one finished already (reported, not run again), one not
     finished (resumed), else a new one."""
     for row in store.list_campaigns():
-        if row["name"] == mode:
-            return row["id"] if row["status"] == "finished" else Campaign.resume(row["id"], store=store, force=True)
+        if row.name == mode:
+            return row.id if row.status == "finished" else Campaign.resume(row.id, store=store, force=True)
     config = CampaignConfig(name=mode, problems_at_once=MODES[mode], llm=f"offline@{args.latency:g}",
                             iterations=args.iterations, lines=args.lines, compiled_baseline=False,
                             profile=args.profile, gpus=args.gpus)
@@ -134,16 +134,16 @@ def run_mode(db: Path, problems: list[str], mode: str, args, executor=None, stop
 
 def figures(store: Store, campaign_id: str) -> dict:
     report = campaign_report(store, campaign_id)
-    usage, problems = report["usage"], []
-    for row in report["problems"]:
-        cands = store.candidates(row["run_id"]) if row["run_id"] else []
+    usage, problems = report.usage, []
+    for row in report.problems:
+        cands = store.candidates(row.run_id) if row.run_id else []
         judged = [c for c in cands if c.kind not in BASELINE_KINDS and c.result is not None]
         seed = next((c for c in cands if c.kind == "seed" and c.result is not None), None)
-        problems.append({"name": row["name"], "status": row["status"], "wall_s": row["wall_s"], "busy": row["busy"],
+        problems.append({"name": row.name, "status": row.status, "wall_s": row.wall_s, "busy": row.busy,
                          "evaluations": len(judged), "seed_evaluation_s": seed and round(seed.result.wall_s, 1)})
-    return {"campaign_id": campaign_id, "status": report["campaign"]["status"], "sessions": usage["sessions"],
-            "slots": usage["slots"], "problems_at_once": usage["problems_at_once"], "wall_s": usage["wall_s"],
-            "busy": usage["busy"], "idle_waiting_s": usage["idle_waiting_s"], "gpu_hours": usage["gpu_hours"],
+    return {"campaign_id": campaign_id, "status": report.campaign.status, "sessions": usage.sessions,
+            "slots": usage.slots, "problems_at_once": usage.problems_at_once, "wall_s": usage.wall_s,
+            "busy": usage.busy, "idle_waiting_s": usage.idle_waiting_s, "gpu_hours": usage.gpu_hours,
             "evaluations": sum(p["evaluations"] for p in problems),
             "finished": sum(p["status"] == "finished" for p in problems), "problems": problems}
 

@@ -58,7 +58,7 @@ def one_run(problem: str, chooser: str, seed: int, evaluations: int, folder: Pat
     status = run.start(background=False).status
     cands = store.candidates(run.id)
     seed_c, best = first_of_kind(cands, "seed"), best_candidate(cands)
-    findings = [{"predicted": [f["predicted_min_pct"], f["predicted_max_pct"]], "measured": f["measured_pct"]}
+    findings = [{"predicted": [f.predicted_min_pct, f.predicted_max_pct], "measured": f.measured_pct}
                 for f in store.findings(run.id)]
     return {"problem": problem, "chooser": chooser, "seed": seed, "status": status, "run_id": run.id,
             "evaluations": judged_count(cands), "wall_s": round(time.monotonic() - started, 1),

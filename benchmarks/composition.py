@@ -31,7 +31,7 @@ from pathlib import Path
 from kscience.device import detect
 from kscience.problems import builtin_names, geomean, load_problem
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 
@@ -60,19 +60,19 @@ def row_for(store: Store, run_id: str, problem: str) -> dict:
     snap = Snapshot.load(store, run_id)
     m, cands = snap.metrics(), snap.candidates
     oracle, n_parts = oracle_us(cands)
-    best = m["best_us"]
-    losses = [name for name, us in (("eager", m["eager_us"]), ("torch.compile", m["compiled_us"]),
-                                    ("vendor", m["vendor_us"])) if us is not None and best is not None and us < best]
-    if (m.get("device") or {}).get("interpreted"):
+    best = m.best_us
+    losses = [name for name, us in (("eager", m.eager_us), ("torch.compile", m.compiled_us),
+                                    ("vendor", m.vendor_us)) if us is not None and best is not None and us < best]
+    if (m.device or {}).get("interpreted"):
         losses = ["n/a (interpreter times)"]
-    return {"problem": problem, "run_id": run_id, "seed_us": m["seed_us"], "best_us": best,
-            "best_kind": m["best_kind"], "oracle_us": oracle, "kernels": n_parts,
+    return {"problem": problem, "run_id": run_id, "seed_us": m.seed_us, "best_us": best,
+            "best_kind": m.best_kind, "oracle_us": oracle, "kernels": n_parts,
             "gap_pct": 100 * (best / oracle - 1) if best and oracle else None,
-            "composites": m["n_composites"], "eager_us": m["eager_us"], "compiled_us": m["compiled_us"],
-            "compiled_status": m["compiled_status"], "vendor_us": m["vendor_us"], "vendor_status": m["vendor_status"],
-            "vendor_label": m["vendor_label"], "vendor_message": (m["vendor_message"] or "")[:200] or None,
-            "loses_to": losses, "n_candidates": m["n_candidates"], "prompt": prompt_facts(store, run_id),
-            "device": (m.get("device") or {}).get("name"), "versions": (m.get("device") or {}).get("versions")}
+            "composites": m.n_composites, "eager_us": m.eager_us, "compiled_us": m.compiled_us,
+            "compiled_status": m.compiled_status, "vendor_us": m.vendor_us, "vendor_status": m.vendor_status,
+            "vendor_label": m.vendor_label, "vendor_message": (m.vendor_message or "")[:200] or None,
+            "loses_to": losses, "n_candidates": m.n_candidates, "prompt": prompt_facts(store, run_id),
+            "device": (m.device or {}).get("name"), "versions": (m.device or {}).get("versions")}
 
 
 def fmt(x) -> str:
@@ -148,8 +148,8 @@ def main() -> int:
         code = subprocess.run(cmd).returncode
         wall = time.perf_counter() - started
         with Store(args.db) as store:
-            run = next(r for r in store.list_runs() if r["name"] == name)
-            rows.append(dict(row_for(store, run["id"], problem), iterations=args.iterations, profile=args.profile,
+            run = next(r for r in store.list_runs() if r.name == name)
+            rows.append(dict(row_for(store, run.id, problem), iterations=args.iterations, profile=args.profile,
                              exit_code=code, wall_s=round(wall, 1)))
         kept = [r for r in old if row_key(r) not in {row_key(x) for x in rows}]
         stem.with_suffix(".json").write_text(json.dumps({"device": device.name, "date": stamp, "title": title,

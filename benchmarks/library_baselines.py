@@ -93,9 +93,9 @@ def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = N
     earlier = None
     if Path(db).exists():
         with Store(db) as store:
-            earlier = next((r for r in store.list_runs() if r["name"] == run_name), None)
+            earlier = next((r for r in store.list_runs() if r.name == run_name), None)
     if earlier is not None:
-        cmd = [sys.executable, "-m", "kscience.cli.main", "resume", earlier["id"], "--db", db]
+        cmd = [sys.executable, "-m", "kscience.cli.main", "resume", earlier.id, "--db", db]
     else:
         cmd = [sys.executable, "-m", "kscience.cli.main", "run", name, "--llm", "offline", "--evaluations",
                str(evaluations), "--db", db, "--name", run_name]
@@ -108,15 +108,15 @@ def run_row(name: str, evaluations: int, db: str, time_limit_s: float | None = N
     with open(Path(db).with_suffix(".log"), "a" if earlier else "w") as log:  # the runs print at once: one log each
         code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     with Store(db) as store:
-        run = next(r for r in store.list_runs() if r["name"] == run_name)
-        m = Snapshot.load(store, run["id"]).metrics()
-    rivals = {"eager": m["eager_us"], "torch.compile": m["compiled_us"], "vendor": m["vendor_us"],
-              **{lib["label"]: lib["us"] for lib in m["libraries"]}}
+        run = next(r for r in store.list_runs() if r.name == run_name)
+        m = Snapshot.load(store, run.id).metrics()
+    rivals = {"eager": m.eager_us, "torch.compile": m.compiled_us, "vendor": m.vendor_us,
+              **{lib.label: lib.us for lib in m.libraries}}
     timed = [us for us in rivals.values() if us]
-    return {"problem": name, "run_id": run["id"], "exit_code": code, "status": run["status"], "best_us": m["best_us"],
-            "baselines": rivals, "fastest_baseline": m["fastest_baseline"],
-            "fastest_baseline_us": m["fastest_baseline_us"],
-            "beats_every_baseline": bool(m["best_us"] and timed and m["best_us"] < min(timed))}
+    return {"problem": name, "run_id": run.id, "exit_code": code, "status": run.status, "best_us": m.best_us,
+            "baselines": rivals, "fastest_baseline": m.fastest_baseline,
+            "fastest_baseline_us": m.fastest_baseline_us,
+            "beats_every_baseline": bool(m.best_us and timed and m.best_us < min(timed))}
 
 
 def all_runs(names: list[str], args) -> list[dict]:

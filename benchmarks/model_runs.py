@@ -34,7 +34,8 @@ from kscience.cli.progress import Progress  # noqa: E402
 from kscience.run.driver import Run  # noqa: E402
 from kscience.scientist.hardware import describe_device, run_target  # noqa: E402
 from kscience.scientist.knowledge import knowledge_for  # noqa: E402
-from kscience.scientist.llm import LLM, LLMCall, Metered  # noqa: E402
+from kscience.scientist.llm import LLM, Metered  # noqa: E402
+from kscience.record.llm_call import LLMCall  # noqa: E402
 from kscience.scientist.roles import Scientist  # noqa: E402
 from kscience.record.store import Store  # noqa: E402
 
@@ -156,9 +157,9 @@ def main() -> int:
 
     def record(name: str, problem: str, code: int, scientist: str) -> None:
         with Store(args.db) as store:
-            run = next(r for r in reversed(store.list_runs()) if r["name"] == name)
-            rows.append(dict(row_for(store, run["id"], problem), scientist=scientist, status=run["status"],
-                             error=run["error"], exit_code=code))
+            run = next(r for r in reversed(store.list_runs()) if r.name == name)
+            rows.append(dict(row_for(store, run.id, problem), scientist=scientist, status=run.status,
+                             error=run.error, exit_code=code))
         stem.with_suffix(".json").write_text(json.dumps({"device": device.name, "date": stamp,
                                                          "iterations": args.iterations, "rows": rows}, indent=2))
         lines = table(rows) + ["", "| problem | scientist | status | error |", "|---|---|---|---|"]

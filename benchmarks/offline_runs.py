@@ -37,10 +37,10 @@ def floor_geomean(result: dict) -> float | None:
 def row_for(store: Store, run_id: str, problem: str) -> dict:
     snap = Snapshot.load(store, run_id)
     m, best = snap.metrics(), snap.best
-    return {"problem": problem, "run_id": run_id, "seed_us": m["seed_us"], "best_us": m["best_us"],
-            "eager_us": m["eager_us"], "compiled_us": m["compiled_us"],
-            "floor_us": floor_geomean(best.stored_result) if best else None, "n_candidates": m["n_candidates"],
-            "best_reached_after": m["evaluated_to_best"], "speedup_vs_seed": m["speedup_vs_seed"]}
+    return {"problem": problem, "run_id": run_id, "seed_us": m.seed_us, "best_us": m.best_us,
+            "eager_us": m.eager_us, "compiled_us": m.compiled_us,
+            "floor_us": floor_geomean(best.stored_result) if best else None, "n_candidates": m.n_candidates,
+            "best_reached_after": m.evaluated_to_best, "speedup_vs_seed": m.speedup_vs_seed}
 
 
 def fmt(x) -> str:
@@ -89,8 +89,8 @@ def main() -> int:
             code = subprocess.run(cmd).returncode
             wall = time.perf_counter() - started
             with Store(args.db) as store:
-                run = next(r for r in store.list_runs() if r["name"] == name)
-                row = row_for(store, run["id"], problem)
+                run = next(r for r in store.list_runs() if r.name == name)
+                row = row_for(store, run.id, problem)
             rows.append(dict(row, iterations=iterations, exit_code=code, wall_s=round(wall, 1),
                              s_per_eval=round(wall / max(1, row["n_candidates"] or 1), 1)))
             kept = [r for r in old if (r["problem"], r.get("iterations")) not in {(x["problem"], x["iterations"]) for x in rows}]

@@ -23,23 +23,23 @@ def cost(snap: Snapshot) -> dict:
     by_id = snap.by_id
     rows, rounds = [], {}
     for p in snap.profiles:
-        if not p.get("ncu"):
+        if not p.ncu:
             continue
-        c = by_id[p["candidate_id"]]
-        counters = p["ncu"]
+        c = by_id[p.candidate_id]
+        counters = p.ncu
         rows.append({"candidate_id": c.id, "kind": c.kind, "iteration": c.iteration,
-                     "geomean_us": c.geomean_us, "profile_s": p["profile_s"], "shape": counters.get("shape"),
+                     "geomean_us": c.geomean_us, "profile_s": p.profile_s, "shape": counters.get("shape"),
                      "kernel_launches": len(counters.get("kernels", [])),
                      "occupancy_pct": counters.get("occupancy_pct"), "dram_pct": counters.get("dram_pct"),
-                     "speed_of_light": fmt_sol(snap.sol_summary(c)), "flag": p.get("flag")})
+                     "speed_of_light": fmt_sol(snap.sol_summary(c)), "flag": p.flag})
         r = rounds.setdefault(c.iteration, {"iteration": c.iteration, "profiled": 0, "profile_s": 0.0})
         r["profiled"] += 1
-        r["profile_s"] += p["profile_s"] or 0.0
+        r["profile_s"] += p.profile_s or 0.0
     m = snap.metrics()
-    return {"run_id": snap.run["id"], "problem": snap.run["problem"], "device": (m.get("device") or {}).get("name"),
+    return {"run_id": snap.run.id, "problem": snap.run.problem, "device": (m.device or {}).get("name"),
             "run_wall_s": round(snap.elapsed_s(), 1), "profiled": rows, "per_round": list(rounds.values()),
-            "profile_s_total": m["profile_s_total"],
-            "profile_s_per_candidate": m["profile_s_total"] / len(rows) if rows else None}
+            "profile_s_total": m.profile_s_total,
+            "profile_s_per_candidate": m.profile_s_total / len(rows) if rows else None}
 
 
 def main() -> int:
@@ -52,7 +52,7 @@ def main() -> int:
         if not runs:
             print(f"profile_cost: no run in {args.db}", file=sys.stderr)
             return 1
-        report = cost(Snapshot.load(store, runs[0]["id"]))  # the newest run
+        report = cost(Snapshot.load(store, runs[0].id))  # the newest run
     for r in report["profiled"]:
         print(f"{r['candidate_id']} {r['kind']:<6} iteration {r['iteration']}: ncu {r['profile_s']:.1f} s on "
               f"{r['shape']}, {r['kernel_launches']} launch(es), occupancy {r['occupancy_pct']}%, "

@@ -78,7 +78,7 @@ def run_for(run: Run, window: float) -> str:
                 await task
 
     asyncio.run(bounded())
-    return run.store.run(run.id)["status"]
+    return run.store.run(run.id).status
 
 
 def slot_busy(intervals: list[tuple[float, float]], slots: int, start: float, end: float) -> list[float]:
@@ -114,7 +114,7 @@ def measure(store: Store, run_id: str, started: float, window: float, slots: int
     twins = sum(judged[c][1].startswith("same source as") for c in members if kinds.get(c) == "child")
     intervals = [(began[c], judged[c][0]) for c in began if c in judged]
     plans = store.plans(run_id)
-    chosen = [p for p in plans if p["chosen"] and p["created"] <= end]
+    chosen = [p for p in plans if p.chosen and p.created <= end]
     samples = []
     t = started
     while t <= end:
@@ -129,7 +129,7 @@ def measure(store: Store, run_id: str, started: float, window: float, slots: int
         "evaluations_per_hour": round(3600 * len(in_window) / window, 1),
         "busy_per_slot": slot_busy(intervals, slots, first_child, end) if first_child else [0.0] * slots,
         "accepted_plans": len(chosen), "accepted_per_minute": round(60 * len(chosen) / window, 2),
-        "iterations": len({p["iteration"] for p in chosen}),
+        "iterations": len({p.iteration for p in chosen}),
         "refused_plans": refused, "duplicate_children": twins,
         "refused_share": round((refused + twins) / proposed, 3) if proposed else 0.0,
         "queue": samples, "queue_mean_after_first_child": round(sum(after) / len(after), 2) if after else None,

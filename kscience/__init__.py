@@ -1,6 +1,6 @@
 """kscience: an LLM scientist that evolves GPU kernels, judged by an isolated evaluator.
 
-Data flows one way: problems -> evaluate -> scientist -> record -> run -> campaigns -> cli/jupyter,
+Data flows one way: problems -> evaluate -> record -> scientist -> run -> campaigns -> cli/jupyter,
 each a folder of this package (docs/architecture.md draws the map; the README's Layout section gives
 the order to read the modules in). Importing this package imports nothing:
 the evaluator's worker, the CLI and the notebook side each load only what they use.

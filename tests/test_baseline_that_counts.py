@@ -7,9 +7,12 @@ Runs use the fake GPU executor of test_compiled_baseline, whose torch.compile ba
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from kscience.campaigns.report import campaign_figure, report_json, report_lines, speedup, suite_summary
+from kscience.campaigns.report_rows import CampaignReport, ProblemRow
+from kscience.campaigns.usage import CampaignUsage
 from kscience.cli import eval_baselines
 from kscience.cli.main import main
 from kscience.evaluate.result import EvalResult
@@ -19,7 +22,8 @@ from kscience.record.summary import summary_lines
 from kscience.record.text import FASTER
 from kscience.run import baseline_cache
 from kscience.run.baselines import compiled_source
-from kscience.scientist.candidate import faster_of_eager_and_compile
+from kscience.record.candidate import faster_of_eager_and_compile
+from kscience.record.rows import CampaignRow
 from test_compiled_baseline import COMPILED_US, GpuExecutor, finished_run
 
 KERNELBENCH_FILE = Path(__file__).parent / "data" / "kernelbench_linear_relu.py"
@@ -45,8 +49,8 @@ def test_show_sets_the_best_against_the_faster_of_the_two(tmp_path):
     run = finished_run(tmp_path, GpuExecutor(), iterations=1)
     snap = Snapshot.load(run.store, run.id)
     m = snap.metrics()
-    assert m["faster_us"] == COMPILED_US == m["compiled_us"]  # 1 us: torch.compile is the faster one
-    assert m["speedup_vs_faster"] == COMPILED_US / m["best_us"]
+    assert m.faster_us == COMPILED_US == m.compiled_us  # 1 us: torch.compile is the faster one
+    assert m.speedup_vs_faster == COMPILED_US / m.best_us
     text = "\n".join(summary_lines(snap.run, m))
     assert f"  {FASTER}: torch.compile, 1.0 us; the best kernel is " in text
 
@@ -58,14 +62,12 @@ def test_a_gpu_run_without_torch_compile_says_the_faster_is_unknown(tmp_path):
 
 
 def _row(name, eager, compiled, best, compiled_status="ok"):
-    row = {"name": name, "status": "finished", "reason": None, "eager_us": eager, "compiled_us": compiled,
-           "faster_us": faster_of_eager_and_compile(eager, compiled, compiled_status is not None),
-           "vendor_us": None, "library_us": None, "fastest_us": None, "seed_us": 400.0, "best_us": best,
-           "attempts": 3, "cost_usd": 0.0, "tokens": 0, "interpreted": False, "precision": {},
-           "reduced_precision": name == "gelu"}
-    for baseline in ("eager", "compiled", "faster", "vendor", "library", "fastest"):
-        row[f"speedup_{baseline}"] = speedup(row, baseline)
-    return row
+    row = ProblemRow(position=0, name=name, locator=name, status="finished", reason=None, run_id="r-1",
+                     eager_us=eager, compiled_us=compiled,
+                     faster_us=faster_of_eager_and_compile(eager, compiled, compiled_status is not None),
+                     seed_us=400.0, best_us=best, attempts=3, precision={}, reduced_precision=name == "gelu")
+    return replace(row, **{f"speedup_{b}": speedup(row, b) for b in ("eager", "compiled", "faster", "vendor",
+                                                                       "library", "fastest")})
 
 
 def test_the_report_counts_fast_p_against_eager_torch_compile_and_the_faster_of_the_two(tmp_path):
@@ -73,18 +75,23 @@ def test_the_report_counts_fast_p_against_eager_torch_compile_and_the_faster_of_
     rows = [_row("gelu", 1150.4, 131.6, 136.8), _row("cross_entropy", 413.7, 178.7, 141.9),
             _row("gemm", 2821.6, None, 389.7, compiled_status=None)]
     summary = suite_summary(rows)
-    assert summary["fast_1_eager"] == 1.0 and summary["n_eager"] == 3
-    assert summary["fast_1_compiled"] == 0.5 and summary["n_compiled"] == 2
-    assert summary["fast_1_faster"] == 0.5 and summary["n_faster"] == 2  # gemm: torch.compile never judged
-    assert round(summary["geomean_speedup_faster"], 3) == round((131.6 / 136.8 * 178.7 / 141.9) ** 0.5, 3)
-    assert summary["n_reduced_precision"] == 1
-    report = {"campaign": {"id": "k-1", "status": "finished", "suite": "trial", "name": "", "config": {},
-                           "created": 0}, "problems": rows, "summary": summary}
+    eager, compiled, faster = (summary.against[b] for b in ("eager", "compiled", "faster"))
+    assert eager.fast[1.0] == 1.0 and eager.n == 3
+    assert compiled.fast[1.0] == 0.5 and compiled.n == 2
+    assert faster.fast[1.0] == 0.5 and faster.n == 2  # gemm: torch.compile never judged
+    assert round(faster.geomean_speedup, 3) == round((131.6 / 136.8 * 178.7 / 141.9) ** 0.5, 3)
+    assert summary.n_reduced_precision == 1
+    campaign = CampaignRow(id="k-1", name="", suite="trial", config={}, status="finished", pid=None, host=None,
+                           created=0, updated=0)
+    usage = CampaignUsage(sessions=0, wall_s=None, slots=None, problems_at_once=None, slot_busy_s=None, busy=None,
+                          idle_waiting_s=None, gpu_hours=0.0, tokens=0, cost_usd=0.0)
+    report = CampaignReport(campaign=campaign, problems=rows, summary=summary, usage=usage)
     lines = report_lines(report)
     head = lines[2]
     assert "vs eager" in head and "vs compile" in head and "vs faster" in head
     names = ("gelu", "cross_entropy", "gemm")  # each row: vs eager, vs compile, vs faster
-    columns = {line.split()[0]: line.split()[7:10] for line in lines if line.split()[:1] and line.split()[0] in names}
+    table = lines[:next(i for i, line in enumerate(lines) if line.startswith("best child:"))]  # not the usage one
+    columns = {line.split()[0]: line.split()[7:10] for line in table if line.split()[:1] and line.split()[0] in names}
     assert "    LOSES: the best kernel is slower than torch.compile" in lines  # gelu's, as show would say
     assert columns == {"gelu": ["8.41x", "0.962x", "0.962x"], "cross_entropy": ["2.92x", "1.26x", "1.26x"],
                        "gemm": ["7.24x", "-", "-"]}
@@ -166,14 +173,14 @@ def test_eval_sets_the_candidate_against_eager_torch_compile_and_the_faster_and_
     said = []
     against = eval_baselines.judge_baselines(problem, candidate, 0, False, say=said.append)
     assert judge.asked == ["eager", "compiled"] and len(said) == 2
-    assert (against["speedup_eager"], against["speedup_compiled"], against["speedup_faster"]) == (2.0, 0.8, 0.8)
+    assert (against.speedup_eager, against.speedup_compiled, against.speedup_faster) == (2.0, 0.8, 0.8)
     text = [" ".join(line.split()) for line in eval_baselines.baseline_lines(against)]
     assert text[1:4] == ["PyTorch eager 100.0 us 2.00x", "torch.compile 40.0 us 0.800x",
                          "faster of the two 40.0 us 0.800x"]
     assert not any("CPU" in line for line in text)
     again = eval_baselines.judge_baselines(problem, candidate, 0, False, say=said.append)
     assert judge.asked == ["eager", "compiled", "eager"]  # torch.compile from the cache the first call kept
-    assert again["compiled"]["note"].startswith("timed by kscience eval on ")
+    assert again.compiled.note.startswith("timed by kscience eval on ")
     assert "[timed by kscience eval on " in "\n".join(eval_baselines.baseline_lines(again))
 
 

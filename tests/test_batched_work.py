@@ -31,13 +31,13 @@ def test_one_line_with_a_slow_evaluator_designs_iteration_2_from_iteration_1s_ve
     second = designs[1]
     first_children = [c for c in run.store.candidates(run.id) if c.kind == "child" and c.iteration == 1]
     assert len(first_children) == 3 and all(c.status == "ok" for c in first_children)
-    findings = [f for f in run.store.findings(run.id) if f["iteration"] == 1]
+    findings = [f for f in run.store.findings(run.id) if f.iteration == 1]
     assert len(findings) == 3
     for finding in findings:  # each names its measured time: "+20.6% measured (129.00 -> 107.00 us)"
-        assert " ".join(finding["text"].split()) in second
-        assert "measured (" in finding["text"]
+        assert " ".join(finding.text.split()) in second
+        assert "measured (" in finding.text
     assert "Under way on this base in another line" not in second  # nothing of iteration 1 was still out
-    base = next(p["base_id"] for p in run.store.plans(run.id) if p["iteration"] == 2)
+    base = next(p.base_id for p in run.store.plans(run.id) if p.iteration == 2)
     assert base in {c.id for c in first_children}  # built on a verdict of iteration 1, not on the seed
     fastest = min(first_children, key=lambda c: c.geomean_us)
     assert f"# Base kernel `{base}`" in second and base == fastest.id
@@ -87,7 +87,7 @@ def test_through_batch_jobs_optional_work_goes_out_with_an_evaluation_and_a_spen
     # not wait on a batch of its own for them.
     assert all(any(not is_optional(r) for r in batch) for batch in batches), [
         [r.candidate_id for r in batch] for batch in batches]
-    profiled = {p["candidate_id"] for p in run.store.profiles(run.id) if p.get("ncu")}
+    profiled = {p.candidate_id for p in run.store.profiles(run.id) if p.ncu}
     snap = Snapshot.load(run.store, run.id)
     assert snap.seed.id in profiled  # the seed's profile, and earlier bests', travelled with later evaluations
     events = [e["payload"] for e in run.store.events(run.id) if e["type"] == "candidate_profiled"]

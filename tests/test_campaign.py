@@ -26,6 +26,7 @@ from kscience.cli.main import main
 from kscience.problems import ProblemError
 from kscience.campaigns.retime import comparison, kendall_tau
 from kscience.record.store import Store
+from record_fixtures import problem_row, report_of
 from scripted_kernel_model import ScriptedKernelModel
 
 KB_FILES = {
@@ -68,8 +69,8 @@ def write_suite(folder: Path) -> Path:
 
 
 def row(name, status="finished", eager=None, compiled=None, best=None, attempts=3, cost=0.0):
-    return {"name": name, "status": status, "eager_us": eager, "compiled_us": compiled, "best_us": best,
-            "attempts": attempts, "cost_usd": cost}
+    return problem_row(name, status=status, eager_us=eager, compiled_us=compiled, best_us=best, attempts=attempts,
+                       cost_usd=cost)
 
 
 # --------------------------------------------------------------------------- arithmetic, by hand
@@ -95,10 +96,10 @@ def test_fast_p_on_a_hand_made_table():
     assert geomean_speedup(HAND_TABLE) == pytest.approx((4 * 100 / 60 * 1) ** (1 / 3))
     assert geomean_speedup(HAND_TABLE, "compiled") == pytest.approx((2 * 80 / 60 * 1) ** (1 / 3))
     s = suite_summary(HAND_TABLE)
-    assert (s["n_problems"], s["n_evaluated"], s["n_skipped"], s["n_correct"]) == (6, 5, 1, 3)
-    assert s["success_rate"] == s["fast_0_eager"] == 3 / 5 and s["n_compiled"] == 4
-    assert s["attempts"] == 15 and s["attempts_per_problem"] == 3 and s["cost_usd"] == 0.5
-    assert [s[f"fast_{p:g}_eager"] for p in FAST_P] == [0.6, 0.4, 0.4, 0.2]
+    assert (s.n_problems, s.n_evaluated, s.n_skipped, s.n_correct) == (6, 5, 1, 3)
+    assert s.success_rate == s.against["eager"].fast[0.0] == 3 / 5 and s.against["compiled"].n == 4
+    assert s.attempts == 15 and s.attempts_per_problem == 3 and s.cost_usd == 0.5
+    assert [s.against["eager"].fast[p] for p in FAST_P] == [0.6, 0.4, 0.4, 0.2]
     assert fast_p([row("x", status="skipped")], 1.0) == (None, 0)
 
 
@@ -141,9 +142,9 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
     db.commit()
     db.close()
     with Store(path) as store:
-        assert store.run("r-old")["campaign_id"] is None and store.run("r-old")["status"] == "finished"
+        assert store.run("r-old").campaign_id is None and store.run("r-old").status == "finished"
         assert store.list_campaigns() == [] and store.retimes("r-old") == []
-        assert store.list_runs()[0]["id"] == "r-old"
+        assert store.list_runs()[0].id == "r-old"
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == database.SCHEMA_VERSION
 
 
@@ -201,8 +202,8 @@ def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, par
     with Store(str(tmp_path / "k.db")) as store:
         campaign = campaign_from_args(args, store)
         row, problems = store.campaign(campaign.id), campaign.problems()
-    assert row["suite"].split(",")[:2] == ["softmax", "rmsnorm"] and len(problems) == 3
-    stored = CampaignConfig.from_dict(row["config"])  # as a resumed campaign reads it
+    assert row.suite.split(",")[:2] == ["softmax", "rmsnorm"] and len(problems) == 3
+    stored = CampaignConfig.from_dict(row.config)  # as a resumed campaign reads it
     assert stored.name == "sweep" and stored.overrides == {"batch_size": "2"}
     run = stored.run_config("softmax", {}, "softmax (k-1)")
     for name, (_, value) in CAMPAIGN_SAMPLES.items():
@@ -285,39 +286,37 @@ def test_a_campaign_over_kernelbench_files_and_builtins(finished_campaign, capsy
     assert code == 0
     with Store(db) as store:
         (campaign,) = store.list_campaigns()
-        report = campaign_report(store, campaign["id"])
-        runs = store.campaign_runs(campaign["id"])
-    names = [r["name"] for r in report["problems"]]
+        report = campaign_report(store, campaign.id)
+        runs = store.campaign_runs(campaign.id)
+    names = [r.name for r in report.problems]
     assert names == ["relu_1d", "row_sum", "scale_add", *BUILTINS]
-    assert len(runs) == 5 and {r["campaign_id"] for r in runs} == {campaign["id"]}
-    relu = next(r for r in runs if r["problem"].endswith("relu_1d.py"))
-    assert relu["overrides"] == {"dim": "512"}  # --set went only to the file that has `dim`
-    for r in report["problems"]:
-        assert r["status"] == "finished" and r["best_us"] and r["eager_us"] and r["attempts"] >= 1, r
-        assert r["speedup_eager"] == pytest.approx(r["eager_us"] / r["best_us"])
-    s = report["summary"]
-    assert s["n_evaluated"] == 5 and s["success_rate"] == 1.0 and s["fast_0_eager"] == 1.0
-    assert s["n_compiled"] == 0 and s["fast_1_compiled"] is None  # torch.compile is not timed on the CPU
-    assert s["geomean_speedup_eager"] > 0 and s["cost_usd"] == 0.0  # an unpriced local model
+    assert len(runs) == 5 and {r.campaign_id for r in runs} == {campaign.id}
+    relu = next(r for r in runs if r.problem.endswith("relu_1d.py"))
+    assert relu.overrides == {"dim": "512"}  # --set went only to the file that has `dim`
+    for r in report.problems:
+        assert r.status == "finished" and r.best_us and r.eager_us and r.attempts >= 1, r
+        assert r.speedup_eager == pytest.approx(r.eager_us / r.best_us)
+    s = report.summary
+    assert s.n_evaluated == 5 and s.success_rate == 1.0 and s.against["eager"].fast[0.0] == 1.0
+    assert s.against["compiled"].n == 0 and s.against["compiled"].fast[1.0] is None  # not timed on the CPU
+    assert s.against["eager"].geomean_speedup > 0 and s.cost_usd == 0.0  # an unpriced local model
     # The KernelBench kernels are the scripted model's ModelNew, not the seed's text.
     with Store(db) as store:
-        best = store.candidate(next(r for r in report["problems"] if r["name"] == "row_sum")["best_id"])
+        best = store.candidate(next(r for r in report.problems if r.name == "row_sum").best_id)
     assert best.source.strip() == SOLUTIONS["row_sum"].strip()
 
-    assert main(["report", campaign["id"], "--db", db]) == 0
+    assert main(["report", campaign.id, "--db", db]) == 0
     out = capsys.readouterr().out
     assert "fast_1.5" in out and "rmsnorm" in out and "success rate 100%" in out
-    assert main(["report", campaign["id"], "--db", db, "--json"]) == 0
+    assert main(["report", campaign.id, "--db", db, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"]["n_correct"] == 5
     assert main(["campaigns", "--db", db]) == 0
     assert "5/5 problems" in capsys.readouterr().out
 
 
 def _figure_row(name, eager, compiled, best, device, interpreted):
-    row = {"name": name, "status": "finished", "eager_us": eager, "compiled_us": compiled, "best_us": best,
-           "fastest_us": min(x for x in (eager, compiled) if x), "device": device, "interpreted": interpreted}
-    row.update({f"speedup_{b}": speedup(row, b) for b in ("eager", "compiled")})
-    return row
+    return problem_row(name, eager_us=eager, compiled_us=compiled, best_us=best,
+                       fastest_us=min(x for x in (eager, compiled) if x), device=device, interpreted=interpreted)
 
 
 def test_the_campaign_figure_draws_what_was_timed_and_says_where():
@@ -326,8 +325,8 @@ def test_the_campaign_figure_draws_what_was_timed_and_says_where():
     the device and says the times are not performance. On a GPU both bar sets are drawn."""
     pytest.importorskip("matplotlib")
     cpu = "cpu (Triton interpreter)"
-    report = {"campaign": {"id": "k-1"}, "problems": [_figure_row("softmax", 100.0, None, 50.0, cpu, True),
-                                                       _figure_row("rmsnorm", 100.0, None, 200.0, cpu, True)]}
+    report = report_of([_figure_row("softmax", 100.0, None, 50.0, cpu, True),
+                        _figure_row("rmsnorm", 100.0, None, 200.0, cpu, True)])
     fig = campaign_figure(report)
     left, right = fig.axes
     assert [t.get_text() for t in left.get_legend().get_texts()] == ["vs PyTorch eager"]
@@ -340,8 +339,8 @@ def test_the_campaign_figure_draws_what_was_timed_and_says_where():
     assert caption.startswith(f"judged on {cpu}") and "CPU interpreter: not performance" in caption
 
     h100 = "NVIDIA H100 80GB HBM3"
-    report["problems"] = [_figure_row("softmax", 100.0, 80.0, 50.0, h100, False),
-                          _figure_row("rmsnorm", 100.0, 120.0, 200.0, h100, False)]
+    report = report_of([_figure_row("softmax", 100.0, 80.0, 50.0, h100, False),
+                        _figure_row("rmsnorm", 100.0, 120.0, 200.0, h100, False)])
     fig = campaign_figure(report)
     left, right = fig.axes
     assert [t.get_text() for t in left.get_legend().get_texts()] == ["vs PyTorch eager", "vs torch.compile"]
@@ -357,7 +356,7 @@ def test_the_report_figure(finished_campaign, tmp_path, capsys):
     with Store(db) as store:
         (campaign,) = store.list_campaigns()
     target = tmp_path / "campaign.png"
-    assert main(["report", campaign["id"], "--db", db, "--figure", str(target)]) == 0
+    assert main(["report", campaign.id, "--db", db, "--figure", str(target)]) == 0
     assert target.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -365,23 +364,23 @@ def test_the_report_figure(finished_campaign, tmp_path, capsys):
 def test_retime_of_a_finished_run_lists_new_verdicts_beside_the_old(finished_campaign, capsys):
     _, db = finished_campaign
     with Store(db) as store:
-        run = next(r for r in store.list_runs() if r["problem"].endswith("row_sum.py"))
-        before = store.candidates(run["id"])
-    assert main(["retime", run["id"], "--top", "2", "--db", db]) == 0
+        run = next(r for r in store.list_runs() if r.problem.endswith("row_sum.py"))
+        before = store.candidates(run.id)
+    assert main(["retime", run.id, "--top", "2", "--db", db]) == 0
     out = capsys.readouterr().out
     assert "carry over" in out and "Kendall tau" in out and "rank before" in out
     with Store(db) as store:
-        assert store.candidates(run["id"]) == before  # the originals are never changed
-        (comp,) = comparison(store, run["id"])
-        kinds = sorted(k["kind"] for k in comp["kernels"])
+        assert store.candidates(run.id) == before  # the originals are never changed
+        (comp,) = comparison(store, run.id)
+        kinds = sorted(k.kind for k in comp.kernels)
         assert kinds == ["child", "eager", "seed"]  # one distinct correct child: the ModelNew
-        assert all(k["original_status"] == "ok" and k["status"] == "ok" and k["us"] > 0 for k in comp["kernels"])
-        assert comp["carried_over"] == 3 and comp["failed_on_new_device"] == []
-        assert comp["device"] == "cpu (Triton interpreter)"
-        n = len(store.retimes(run["id"]))
-    assert main(["retime", run["id"], "--db", db]) == 0  # already done on this device: nothing judged again
+        assert all(k.original_status == "ok" and k.status == "ok" and k.us > 0 for k in comp.kernels)
+        assert comp.carried_over == 3 and comp.failed_on_new_device == []
+        assert comp.device == "cpu (Triton interpreter)"
+        n = len(store.retimes(run.id))
+    assert main(["retime", run.id, "--db", db]) == 0  # already done on this device: nothing judged again
     with Store(db) as store:
-        assert len(store.retimes(run["id"])) == n
+        assert len(store.retimes(run.id)) == n
 
 
 @pytest.mark.slow
@@ -390,13 +389,13 @@ def test_a_kernel_that_fails_on_the_new_device_is_shown_failing(finished_campaig
     changing its file) is listed with its status, never left out."""
     _, db = finished_campaign
     with Store(db) as store:
-        run = next(r for r in store.list_runs() if r["problem"].endswith("relu_1d.py"))
-        child = next(c for c in store.candidates(run["id"]) if c.kind == "child" and c.status == "ok")
-        store.add_retime(run["id"], child.id, "Other GPU", {"status": "wrong_answer", "message": "mismatch",
+        run = next(r for r in store.list_runs() if r.problem.endswith("relu_1d.py"))
+        child = next(c for c in store.candidates(run.id) if c.kind == "child" and c.status == "ok")
+        store.add_retime(run.id, child.id, "Other GPU", {"status": "wrong_answer", "message": "mismatch",
                                                              "geomean_us": None})
-        (comp,) = comparison(store, run["id"], "Other GPU")
-    assert comp["failed_on_new_device"] == [child.id] and comp["carried_over"] == 0
-    assert main(["retime", run["id"], "--show", "--device", "Other GPU", "--db", db]) == 0
+        (comp,) = comparison(store, run.id, "Other GPU")
+    assert comp.failed_on_new_device == [child.id] and comp.carried_over == 0
+    assert main(["retime", run.id, "--show", "--device", "Other GPU", "--db", db]) == 0
     assert "wrong_answer" in capsys.readouterr().out
 
 
@@ -424,17 +423,17 @@ def test_a_killed_campaign_resumes_without_redoing_finished_problems(tmp_path, m
     with Store(db) as store:
         (campaign,) = store.list_campaigns()
         first = store.candidates(finished_first)
-        second_run = store.campaign_problems(campaign["id"])[1]["run_id"]
-    done = subprocess.run([sys.executable, "-m", "kscience.cli.main", "campaign", "--resume", campaign["id"],
+        second_run = store.campaign_problems(campaign.id)[1].run_id
+    done = subprocess.run([sys.executable, "-m", "kscience.cli.main", "campaign", "--resume", campaign.id,
                            "--db", str(db)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     with Store(db) as store:
-        problems = store.campaign_problems(campaign["id"])
-        assert [p["status"] for p in problems] == ["finished"] * 3
-        assert problems[0]["run_id"] == finished_first and store.candidates(finished_first) == first
-        assert problems[1]["run_id"] == second_run  # continued, not started again
-        assert len(store.campaign_runs(campaign["id"])) == 3
-        assert store.campaign(campaign["id"])["status"] == "finished"
+        problems = store.campaign_problems(campaign.id)
+        assert [p.status for p in problems] == ["finished"] * 3
+        assert problems[0].run_id == finished_first and store.candidates(finished_first) == first
+        assert problems[1].run_id == second_run  # continued, not started again
+        assert len(store.campaign_runs(campaign.id)) == 3
+        assert store.campaign(campaign.id).status == "finished"
 
 
 def _has_table(db: Path) -> bool:

@@ -119,7 +119,7 @@ def watch_running(camp: Campaign) -> dict:
     def changed(_, row, event):
         if row is None or event is not None:
             return
-        (seen["now"].add if row["status"] == "running" else seen["now"].discard)(row["name"])
+        (seen["now"].add if row.status == "running" else seen["now"].discard)(row.name)
         seen["most"] = max(seen["most"], len(seen["now"]))
 
     camp.subscribe(changed)
@@ -131,26 +131,26 @@ def test_the_problems_run_at_once_over_one_slot_that_never_idles_while_an_evalua
     seen = watch_running(camp)
     camp.start(executor=executor)
     store = camp.store
-    assert store.campaign(camp.id)["status"] == "finished"
+    assert store.campaign(camp.id).status == "finished"
     rows = store.campaign_problems(camp.id)
-    assert [r["status"] for r in rows] == ["finished"] * 4
+    assert [r.status for r in rows] == ["finished"] * 4
     assert seen["most"] == 4  # every problem at once (8 per slot by default, and there are 4)
     assert executor.max_in_flight == 1  # the four runs kept to the one slot between them
-    assert all(store.run(r["run_id"])["config"]["lines"] == 1 for r in rows)  # the slot's one line, shared out
+    assert all(store.run(r.run_id).config["lines"] == 1 for r in rows)  # the slot's one line, shared out
     (session,) = store.campaign_sessions(camp.id)
-    assert session["slots"] == 1 and session["problems_at_once"] == 4
-    assert session["idle_waiting_s"] == 0.0  # the slot was never free while an evaluation waited for it
-    assert 0 < session["busy_s"] <= session["wall_s"]
+    assert session.slots == 1 and session.problems_at_once == 4
+    assert session.idle_waiting_s == 0.0  # the slot was never free while an evaluation waited for it
+    assert 0 < session.busy_s <= session.wall_s
 
     report = campaign_report(store, camp.id)
-    usage = report["usage"]
-    assert usage["busy"] == pytest.approx(session["busy_s"] / session["wall_s"], abs=1e-3)
-    assert usage["problems_at_once"] == 4 and usage["gpu_hours"] == 0.0  # the fake device is no GPU
-    for row in report["problems"]:
-        assert row["wall_s"] > 0 and 0 < row["busy"] <= 1 and row["slot_busy_s"] > 0, row
-        assert row["tokens"] == 0 and row["cost_usd"] == 0.0  # the offline scientist's answers cost nothing
+    usage = report.usage
+    assert usage.busy == pytest.approx(session.busy_s / session.wall_s, abs=1e-3)
+    assert usage.problems_at_once == 4 and usage.gpu_hours == 0.0  # the fake device is no GPU
+    for row in report.problems:
+        assert row.wall_s > 0 and 0 < row.busy <= 1 and row.slot_busy_s > 0, row
+        assert row.tokens == 0 and row.cost_usd == 0.0  # the offline scientist's answers cost nothing
     # The problems shared one slot: what each held adds up to no more than the slot's time.
-    assert sum(r["slot_busy_s"] for r in report["problems"]) <= session["wall_s"] + 1e-6
+    assert sum(r.slot_busy_s for r in report.problems) <= session.wall_s + 1e-6
     text = "\n".join(report_lines(report))
     assert "GPU-h" in text and "4 problem(s) at once on 1 slot(s)" in text
 
@@ -161,26 +161,26 @@ def test_a_stopped_campaign_resumes_where_it_stood(tmp_path):
     stopped = threading.Event()
 
     def stop_after_the_first(c, row, event):
-        if row is not None and event is None and row["status"] == "finished" and not stopped.is_set():
+        if row is not None and event is None and row.status == "finished" and not stopped.is_set():
             stopped.set()
             c.stop()
 
     camp.subscribe(stop_after_the_first)
     camp.start(executor=executor)
     store = camp.store
-    assert store.campaign(camp.id)["status"] == "stopped"
-    before = {r["position"]: r for r in store.campaign_problems(camp.id)}
-    finished = {p: r["run_id"] for p, r in before.items() if r["status"] == "finished"}
-    begun = {p: r["run_id"] for p, r in before.items() if r["run_id"] and r["status"] != "finished"}
+    assert store.campaign(camp.id).status == "stopped"
+    before = {r.position: r for r in store.campaign_problems(camp.id)}
+    finished = {p: r.run_id for p, r in before.items() if r.status == "finished"}
+    begun = {p: r.run_id for p, r in before.items() if r.run_id and r.status != "finished"}
     assert finished and begun and len(finished) + len(begun) <= 3  # two at once: at most one more began
     kept = {run_id: store.candidates(run_id) for run_id in finished.values()}
 
     again = Campaign.resume(camp.id, store=store)
     again.start(executor=executor)
-    after = {r["position"]: r for r in store.campaign_problems(camp.id)}
-    assert store.campaign(camp.id)["status"] == "finished"
-    assert [r["status"] for r in after.values()] == ["finished"] * 4
-    assert all(after[p]["run_id"] == run_id for p, run_id in {**finished, **begun}.items())  # none begun again
+    after = {r.position: r for r in store.campaign_problems(camp.id)}
+    assert store.campaign(camp.id).status == "finished"
+    assert [r.status for r in after.values()] == ["finished"] * 4
+    assert all(after[p].run_id == run_id for p, run_id in {**finished, **begun}.items())  # none begun again
     assert all(store.candidates(run_id) == cands for run_id, cands in kept.items())  # finished ones not redone
     assert len(store.campaign_runs(camp.id)) == 4 and len(store.campaign_sessions(camp.id)) == 2
     assert executor.max_in_flight == 1
@@ -195,8 +195,8 @@ def test_problems_at_once_is_a_campaign_flag_kept_for_its_resume(tmp_path):
                                       "--db", db])
     with Store(db) as store:
         camp = campaign_from_args(args, store)
-        assert store.campaign(camp.id)["config"]["problems_at_once"] == 3
+        assert store.campaign(camp.id).config["problems_at_once"] == 3
         store.update_campaign(camp.id, status="stopped")
         resumed = campaign_from_args(build_parser().parse_args(["campaign", "--resume", camp.id, "--problems-at-once",
                                                                 "1", "--db", db]), store)
-        assert resumed.config.problems_at_once == 1 and store.campaign(camp.id)["config"]["problems_at_once"] == 1
+        assert resumed.config.problems_at_once == 1 and store.campaign(camp.id).config["problems_at_once"] == 1

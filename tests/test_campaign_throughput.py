@@ -23,8 +23,8 @@ def load_benchmark():
 
 def overlapping(store: Store, campaign_id: str) -> bool:
     """Whether any run of the campaign began before another had ended."""
-    runs = sorted(store.campaign_runs(campaign_id), key=lambda r: r["created"])
-    return any(later["created"] < earlier["updated"] for earlier, later in zip(runs, runs[1:]))
+    runs = sorted(store.campaign_runs(campaign_id), key=lambda r: r.created)
+    return any(later.created < earlier.updated for earlier, later in zip(runs, runs[1:]))
 
 
 def test_both_modes_of_the_benchmark_keep_the_slot_busy_and_the_report_compares_them(tmp_path):

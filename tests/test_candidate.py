@@ -11,7 +11,7 @@ from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.problems import shape_label
 from kscience.record.snapshot import Snapshot, best_candidate
 from kscience.record.store import PENDING, Store
-from kscience.scientist.candidate import Candidate, predicted_range, range_text, speedup, uplift_pct
+from kscience.record.candidate import Candidate, predicted_range, range_text, speedup, uplift_pct
 
 
 def _result(us: float, host: str = "h1") -> EvalResult:
@@ -80,7 +80,7 @@ def test_the_helpers_agree_with_the_numbers_read_from_the_stored_rows(tmp_path):
     assert best_candidate([seed, child, slower]) == child
     snap = Snapshot.load(store, run_id)
     assert snap.best == child and snap.speedups(child) == (2.0, None)
-    assert snap.metrics()["speedup_vs_seed"] == 2.0
+    assert snap.metrics().speedup_vs_seed == 2.0
 
 
 def test_a_predicted_range_has_one_type_and_one_text():

@@ -21,7 +21,10 @@ from kscience.scientist.offline.moves import find_knobs, set_knob
 from kscience.scientist.strategy import CandidateView, most_different
 from kscience.record.text import fmt_x, why_chosen_text
 from kscience.record.store import Store
+from kscience.record.metrics import RunMetrics, Uplift
+from kscience.record.rows import LlmUsage, RunRow
 from kscience.record.summary import budget_parts, llm_text, summary_lines
+from record_fixtures import metrics_with
 from kscience.version import __version__
 from test_loop import FakeExecutor, ScriptedScientist, make_run
 
@@ -238,20 +241,22 @@ def test_ratios_never_use_scientific_notation_and_stay_narrow():
     assert all("e" not in fmt_x(r) and len(fmt_x(r)) <= 10 for r in (1e-5, 3e-7, 1e5, 98765.4))
 
 
-def _metrics(**changes) -> dict:
-    m = {"seed_us": 20000.0, "eager_us": 11.8, "compiled_us": None, "compiled_status": None,
-         "best_us": 11.8 * 1690, "best_id": "c-1", "iterations_done": 1, "n_candidates": 5, "n_ok": 4,
-         "evaluated_to_best": 5, "repairs_succeeded": 0, "repairs_tried": 0, "edits_applied": 3, "edits_total": 3,
-         "uplift": [{}], "uplift_in_range": 0, "uplift_mean_abs_error_pct": 17.0,
-         "llm": {"calls": 0, "tokens": 0, "cost_usd": 0.0, "errors": 0, "unpriced": 0, "offline_calls": 9},
-         "timing_label": "cpu interpreter (judge's clock)",
-         "device": {"name": "cpu (Triton interpreter)", "interpreted": True}}
-    return {**m, **changes}
+def _metrics(**changes) -> RunMetrics:
+    uplift = Uplift(plan_id="p-1", candidate_id="c-1", iteration=1, predicted_min_pct=0.0, predicted_max_pct=10.0,
+                    measured_pct=22.0)
+    return metrics_with(**{
+        "seed_us": 20000.0, "eager_us": 11.8, "best_us": 11.8 * 1690, "best_id": "c-1", "iterations_done": 1,
+        "n_candidates": 5, "n_ok": 4, "evaluated_to_best": 5, "edits_applied": 3, "edits_total": 3,
+        "uplift": [uplift], "uplift_mean_abs_error_pct": 17.0,
+        "llm": LlmUsage(calls=0, tokens=0, cost_usd=0.0, errors=0, unpriced=0, offline_calls=9),
+        "timing_label": "cpu interpreter (judge's clock)",
+        "device": {"name": "cpu (Triton interpreter)", "interpreted": True}, **changes})
 
 
 def test_the_summary_says_units_and_one_name_for_pytorch_eager():
-    row = {"id": "r-1", "problem": "softmax", "llm": "offline", "strategy": "tournament", "status": "finished",
-           "error": None, "pid": None, "host": None}
+    row = RunRow(id="r-1", name="r-1", problem="softmax", overrides={}, llm="offline", strategy="tournament",
+                 status="finished", config={}, environment={}, error=None, pid=None, host=None, created=0.0,
+                 updated=0.0)
     text = "\n".join(summary_lines(row, _metrics()))
     assert "PyTorch eager" in text and "reference" not in text and " ref " not in text
     assert "e+" not in text and "0.000592x" in text
@@ -262,7 +267,7 @@ def test_the_summary_says_units_and_one_name_for_pytorch_eager():
 
 
 def test_llm_and_budget_lines_say_what_they_cover():
-    usage = {"calls": 3, "tokens": 12345, "cost_usd": 0.5, "errors": 0, "unpriced": 0, "offline_calls": 0}
+    usage = LlmUsage(calls=3, tokens=12345, cost_usd=0.5, errors=0, unpriced=0, offline_calls=0)
     assert llm_text(usage) == "3 calls, 12,345 tokens, $0.5000 (all sessions)"
     parts = budget_parts({"max_tokens": 100000, "time_limit_s": 600}, usage, elapsed_s=4000, session_s=65)
     assert parts == ["12,345 tokens of 100,000, all sessions", "$0.5000, all sessions",

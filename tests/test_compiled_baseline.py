@@ -14,7 +14,7 @@ import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
 from kscience.run.baselines import compiled_baseline_wanted, compiled_source
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.cli.main import build_parser, main
 from kscience.evaluate.result import TIMEOUT, EvalResult
 from kscience.run import judging
@@ -157,16 +157,16 @@ def test_on_a_gpu_it_is_a_baseline_never_a_member(tmp_path, capsys):
 
     # never selected, never a base, never the best or ranked, nor in the lineage
     assert all(compiled.id not in ids for ids in run._scientist.populations)
-    assert compiled.id not in {p["base_id"] for p in run.store.plans(run.id)}
+    assert compiled.id not in {p.base_id for p in run.store.plans(run.id)}
     m = run_metrics(run.store, run.id)
-    assert m["best_us"] == 64.0 and m["best_id"] != compiled.id
-    assert (m["compiled_us"], m["compiled_status"]) == (COMPILED_US, "ok")
-    assert m["speedup_vs_compiled"] == pytest.approx(COMPILED_US / 64.0)
+    assert m.best_us == 64.0 and m.best_id != compiled.id
+    assert (m.compiled_us, m.compiled_status) == (COMPILED_US, "ok")
+    assert m.speedup_vs_compiled == pytest.approx(COMPILED_US / 64.0)
     snap = Snapshot.load(run.store, run.id)
     assert compiled.id not in {c.id for c in snap.ranked()} | set(snap.children())
     assert snap.best.geomean_us == 64.0
     (row,) = run_listing(run.store)
-    assert row["best_us"] == 64.0 and row["n_candidates"] == m["n_candidates"]
+    assert row.best_us == 64.0 and row.n_candidates == m.n_candidates
 
     # shown as a baseline: legend line, leaderboard note, summary row, and `kscience best` ignores it
     assert any(label.startswith(f"torch.compile {COMPILED_US:,.1f} us") for label in legend(snap))
@@ -188,7 +188,7 @@ def test_one_that_fails_is_stored_with_its_status_and_the_run_goes_on(tmp_path):
     snap = Snapshot.load(run.store, run.id)
     assert "torch.compile: compile error" in legend(snap)
     m = run_metrics(run.store, run.id)
-    assert m["compiled_us"] is None and m["best_us"] == 80.0
+    assert m.compiled_us is None and m.best_us == 80.0
     row = next(line for line in summary_lines(snap.run, m) if "torch.compile" in line)
     assert row.split()[1:] == ["-", "-", "-", "compile_error", "[fake", "compile_error]"]
 
@@ -250,7 +250,7 @@ def test_a_later_run_on_the_same_gpu_and_versions_takes_it_from_the_store(tmp_pa
     assert (reused.status, reused.geomean_us) == ("ok", COMPILED_US)
     assert reused.message.startswith(f"timed by run {first.id} ({timed.id}) on ")
     assert reused.message.endswith(timed.message)
-    assert run_metrics(second.store, second.id)["compiled_us"] == COMPILED_US
+    assert run_metrics(second.store, second.id).compiled_us == COMPILED_US
 
     # another GPU, or other versions: timed again
     for executor in (GpuExecutor(gpu="other GPU"), GpuExecutor(versions={"torch": "2.12.0"})):

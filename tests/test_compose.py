@@ -19,7 +19,7 @@ from kscience.run.config import RunConfig
 from kscience.problems import load_problem, shape_label
 from kscience.run.driver import Run
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.roles import CandidateView, Draft
 from kscience.scientist.strategy import tournament
 from kscience.record.database import SCHEMA_VERSION
@@ -148,7 +148,7 @@ def test_a_run_builds_judges_stores_shows_and_resumes_a_composite(tmp_path, caps
     composite = [c for c in cands if c.kind == compose.KIND]
     assert len(composite) == 1 and composite[0].status == "ok"
     # the fastest member, so the scripted selector builds round 2 on it: a composite can be a base
-    assert {p["base_id"] for p in store.plans(run.id) if p["iteration"] == 2} == {composite[0].id}
+    assert {p.base_id for p in store.plans(run.id) if p.iteration == 2} == {composite[0].id}
     assert composite[0].geomean_us < min(c.geomean_us for c in cands if c.kind in ("seed", "child"))
     stored = store.composition(composite[0].id)
     assert len(stored["parts"]) == 2 and cands[0].id in stored["parts"] and stored["rules"]["rules"]

@@ -67,7 +67,7 @@ def test_a_plan_asking_for_nsight_compute_gets_it_with_its_finding(tmp_path, mon
     # Neither child beats the seed, so only the one whose plan asked is profiled (and the seed, as always).
     assert sorted(looked_at) == sorted([f"# {ASKS}", "STATUS = 'ok'"])
     children = {c.hypothesis: c for c in run.store.candidates(run.id) if c.kind == "child"}
-    assert run.store.profile(children[ASKS].id)["ncu"] and not run.store.profile(children[PLAIN].id)["ncu"]
+    assert run.store.profile(children[ASKS].id).ncu and not run.store.profile(children[PLAIN].id).ncu
     findings = {p.split("Plan: ")[1].splitlines()[0]: p for p in llm.prompts["finding"]}
     asked = findings[ASKS]
     assert "Asked for: ncu; supplied above: ncu" in asked and "Nsight Compute on m=4096,n=4096" in asked

@@ -13,7 +13,7 @@ from kscience.run import limits, waiting
 from kscience.run.config import ConfigError, RunConfig
 from kscience.run.driver import Run
 from kscience.run.events import EvaluationWaiting
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 HUNG = "import time\n\ndef custom_kernel(data):\n    while True:\n        time.sleep(1)\n"
 
@@ -49,12 +49,12 @@ def test_time_limit_ends_the_evaluation_in_flight_and_a_resume_judges_it(tmp_pat
     assert "time limit reached: 6s (the evaluation of c-" in done.stderr and "kscience resume r-" in done.stderr
     with Store(db) as store:
         (run,) = store.list_runs()
-        (seed,) = [c for c in store.candidates(run["id"]) if c.kind == "seed"]  # the baselines go beside it
-        assert run["status"] == "stopped" and seed.status == "pending"  # not a verdict: kept for resume
-    resumed, _ = kscience("resume", run["id"], "--eval-timeout", "15", "--time-limit", "600", "--db", db)
+        (seed,) = [c for c in store.candidates(run.id) if c.kind == "seed"]  # the baselines go beside it
+        assert run.status == "stopped" and seed.status == "pending"  # not a verdict: kept for resume
+    resumed, _ = kscience("resume", run.id, "--eval-timeout", "15", "--time-limit", "600", "--db", db)
     assert "15 s limit per step" in resumed.stderr
     with Store(db) as store:
-        assert [c.status for c in store.candidates(run["id"]) if c.kind == "seed"] == ["timeout"]
+        assert [c.status for c in store.candidates(run.id) if c.kind == "seed"] == ["timeout"]
 
 
 def test_a_long_evaluation_says_how_long_and_under_which_limit(tmp_path, monkeypatch):

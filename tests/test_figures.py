@@ -3,6 +3,7 @@ legend names drawn where the axes show it (a baseline the axis reaches is a line
 Also the quickstart's shape lists: the shapes this machine judges, not the GPU's."""
 
 import contextlib
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -18,9 +19,10 @@ from matplotlib.text import Text
 from kscience.jupyter.report import FIGURES, report_figure
 from kscience.problems import load_problem
 from kscience.problems.roofline import peaks_for, shape_sol
+from kscience.record.rows import ProfileRow
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from test_loop import ScriptedScientist, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +34,7 @@ def snapshot(tmp_path, factors, problem_path: str | None = None, reference_scale
     with Store(run.store.path) as store:
         snap = Snapshot.load(store, run.id)
     if problem_path:  # as a run of a KernelBench file stores it: the file's full path
-        snap.run = dict(snap.run, problem=problem_path)
+        snap.run = dataclasses.replace(snap.run, problem=problem_path)
     snap.candidates = [Candidate.from_row(dict(c.to_row(), geomean_us=c.geomean_us * reference_scale))
                        if c.kind == "eager" else c
                        for c in snap.candidates]
@@ -136,8 +138,10 @@ def with_roofline(snap: Snapshot) -> Snapshot:
     profile, as a GPU run stores it (the interpreter's own runs have no bound to plot). The fake
     kernels' shapes declare no work, so each is given 64 MB moved."""
     peaks = peaks_for("NVIDIA H100 80GB HBM3")
-    snap.profiles = [{"candidate_id": c.id, "sol": [shape_sol(s.shape, s.time_us, 0.0, 64e6, peaks, "bf16").to_dict()
-                                                    for s in c.result.shapes if s.phase == "benchmark" and s.time_us]}
+    snap.profiles = [ProfileRow(candidate_id=c.id, run_id=c.run_id, compile_facts=None, ncu=None, flag=None,
+                                profile_s=None, updated=0.0,
+                                sol=[shape_sol(s.shape, s.time_us, 0.0, 64e6, peaks, "bf16").to_dict()
+                                     for s in c.result.shapes if s.phase == "benchmark" and s.time_us])
                      for c in snap.evaluated]
     snap.__dict__.pop("profile_of", None)  # a cached reading of the profiles
     assert snap.sol(snap.best), "the best kernel must have a bound to plot"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_fakes import FakeScientist
-from kscience.campaigns.retime import comparison_lines
+from kscience.campaigns.retime import KernelRetime, RunComparison, comparison_lines
 from kscience.cli import run_commands
 from kscience.cli.browse_commands import server
 from kscience.cli.main import build_parser, main
@@ -174,7 +174,7 @@ def test_after_a_resume_ratios_against_an_earlier_seed_are_marked_and_retime_is_
     assert f"kscience retime {first.id} --db {store.path}" in notice.text
     assert " vs seed*" in event_lines(children[0])[0]
     metrics = Snapshot.load(store, first.id).metrics()
-    assert metrics["seed_best_sessions_differ"]
+    assert metrics.seed_best_sessions_differ
     assert any("the seed and the best were timed by different sessions" in line
                for line in summary_lines(store.run(first.id), metrics))
 
@@ -277,7 +277,7 @@ def test_an_eager_baseline_stored_as_reference_reads_back_as_eager(tmp_path):
     store.record_result(old.id, EvalResult(status="ok", message="", geomean_us=40.0))
     assert store.candidate(old.id).kind == "eager" and store.candidate(old.id).to_row()["kind"] == "eager"
     snap = Snapshot.load(store, run_id)
-    assert snap.eager.id == old.id and snap.metrics()["eager_us"] == 40.0
+    assert snap.eager.id == old.id and snap.metrics().eager_us == 40.0
 
 
 def test_times_and_ratios_have_one_format_wherever_they_are_shown(tmp_path):
@@ -285,11 +285,13 @@ def test_times_and_ratios_have_one_format_wherever_they_are_shown(tmp_path):
     assert fmt_x(2.9134) == "2.91x" and fmt_x(0.00587) == "0.00587x" and fmt_x(1690.2) == "1,690x"
     run = finished_run(tmp_path)
     eager = next(c for c in run.store.candidates(run.id) if c.kind == "eager")
-    comp = {"run_id": run.id, "device": "another device", "kendall_tau": None, "carried_over": 1,
-            "originally_correct": 1, "rank_original": [], "rank_new": [],
-            "kernels": [{"candidate_id": eager.id, "kind": "eager", "original_device": "fake device",
-                         "original_status": "ok", "original_us": 1144.62, "status": "ok", "us": 6.7,
-                         "ratio": 6.7 / 1144.62, "message": ""}]}
+    kernel = KernelRetime(candidate_id=eager.id, kind="eager", hypothesis=eager.hypothesis,
+                          original_device="fake device", original_status="ok", original_us=1144.62,
+                          device="another device", status="ok", us=6.7, message="", carries_over=True,
+                          ratio=6.7 / 1144.62)
+    comp = RunComparison(run_id=run.id, device="another device", kernels=[kernel], carried_over=1,
+                         originally_correct=1, failed_on_new_device=[], rank_original=[], rank_new=[],
+                         kendall_tau=None)
     text = "\n".join(comparison_lines(run.store, [comp]))
     assert "PyTorch eager" in text and "1,144.6 us" in text and "0.00585x" in text and "reference" not in text
 
@@ -370,7 +372,7 @@ def test_delete_says_what_would_go_and_removes_it_only_when_told(tmp_path, capsy
     code, out, _ = run_main(capsys, "delete", run.id, "--db", str(db), "--yes")
     assert code == 0 and out.startswith(f"deleting run {run.id}")
     with Store(db) as store:
-        assert [r["id"] for r in store.list_runs()] == [kept.id]
+        assert [r.id for r in store.list_runs()] == [kept.id]
         for table in ("candidates", "plans", "findings", "llm_calls", "events", "slot_times", "profiles"):
             assert not store._query(f"SELECT 1 FROM {table} WHERE run_id=?", (run.id,)), table
         assert store.candidates(kept.id)
@@ -410,7 +412,7 @@ def test_prune_picks_runs_that_judged_nothing_by_default(tmp_path, capsys):
     code, out, _ = run_main(capsys, "prune", "--db", db, "--status", "finished", "--no-correct")
     assert "nothing to prune" in out
     code, out, _ = run_main(capsys, "prune", "--db", db, "--yes")
-    assert [r["id"] for r in store.list_runs()] == [run.id]
+    assert [r.id for r in store.list_runs()] == [run.id]
 
 
 def test_figures_draws_a_runs_and_a_campaigns_report_figures(tmp_path, capsys):

@@ -4,9 +4,11 @@ run that names its next step, and messages said once, in one wording."""
 
 import json
 
-from kscience.campaigns.report import report_lines, suite_summary
+from kscience.campaigns.report import report_lines
+from kscience.campaigns.report_rows import CampaignReport
 from kscience.cli.main import main
 from kscience.record.summary import verdict_lines
+from record_fixtures import metrics_with, problem_row, report_of
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel, make_run
 
 SOFTMAX_FILE = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
@@ -67,14 +69,9 @@ def test_show_takes_a_candidate_id_and_the_run_table_says_why_each_failure_faile
     assert code == 2 and "no candidate 'c-00000000'" in err
 
 
-def _report(interpreted: bool) -> dict:
-    row = {"name": "softmax", "status": "finished", "reason": None, "eager_us": 100.0, "compiled_us": None,
-           "vendor_us": None, "seed_us": 400.0, "best_us": 420.0, "attempts": 3, "cost_usd": 0.0, "tokens": 0,
-           "interpreted": interpreted}
-    for baseline, key in (("eager", "eager_us"), ("compiled", "compiled_us"), ("vendor", "vendor_us")):
-        row[f"speedup_{baseline}"] = row[key] / row["best_us"] if row[key] else None
-    return {"campaign": {"id": "k-1", "status": "finished", "suite": "softmax"}, "problems": [row],
-            "summary": suite_summary([row])}
+def _report(interpreted: bool) -> CampaignReport:
+    row = problem_row("softmax", eager_us=100.0, seed_us=400.0, best_us=420.0, attempts=3, interpreted=interpreted)
+    return report_of([row], suite="softmax")
 
 
 def test_the_report_names_its_best_column_and_says_loses_only_where_show_would():
@@ -86,7 +83,7 @@ def test_the_report_names_its_best_column_and_says_loses_only_where_show_would()
         loses = [line for line in lines if "LOSES" in line]
         # show's rule (record.summary.verdict_lines): interpreter times rank nothing
         assert loses == ([] if interpreted else ["    LOSES: the best kernel is slower than PyTorch eager"])
-        metrics = {"best_us": 420.0, "eager_us": 100.0, "compiled_us": None, "device": {"interpreted": interpreted}}
+        metrics = metrics_with(best_us=420.0, eager_us=100.0, device={"interpreted": interpreted})
         assert bool(verdict_lines(metrics)) == bool(loses)
 
 

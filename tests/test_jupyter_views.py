@@ -5,6 +5,7 @@ each panel would show; tests/browser checks that JupyterLab really renders them.
 """
 
 import copy
+import dataclasses
 import itertools
 import shutil
 import struct
@@ -27,7 +28,7 @@ from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
 from kscience.run.events import CandidateEvaluated
 from kscience.run.log import LogTail
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -238,12 +239,12 @@ def test_a_measured_experiment_is_shown_measured_even_without_its_finding(tmp_pa
     """A stop between a verdict and its finding: the plan shows the verdict, never "pending"."""
     run = finished_run(tmp_path)
     snap = run.snapshot()
-    measured = next(f for f in snap.findings if f["measured_pct"] is not None)
+    measured = next(f for f in snap.findings if f.measured_pct is not None)
     snap.findings = [f for f in snap.findings if f is not measured]
-    snap.run = dict(snap.run, status="stopped")
+    snap.run = dataclasses.replace(snap.run, status="stopped")
     html = panels.hypotheses_html(snap)
-    assert f'{measured["measured_pct"]:+.1f}%</b></span> measured' in html and "pending" not in html
-    snap.candidates = [c for c in snap.candidates if c.id != measured["candidate_id"]]
+    assert f'{measured.measured_pct:+.1f}%</b></span> measured' in html and "pending" not in html
+    snap.candidates = [c for c in snap.candidates if c.id != measured.candidate_id]
     snap.__dict__.pop("settled")
     assert "pending (resume the run to evaluate it)" in panels.hypotheses_html(snap)
 

@@ -138,7 +138,7 @@ def test_kernel_times_output_and_the_judging_machines_profile_reach_the_next_pro
     worker = start_worker(tmp_path / "queue") if executor == "queue" else None
     try:
         run = Run.create(config, store=store, seed_source=TWO_LAUNCHES, scientist=sci)
-        llm.profiled = lambda: any(p["ncu"] for p in store.profiles(run.id))
+        llm.profiled = lambda: any(p.ncu for p in store.profiles(run.id))
         assert run.start(background=False).status == "finished", run.error
     finally:
         if worker is not None:
@@ -152,7 +152,7 @@ def test_kernel_times_output_and_the_judging_machines_profile_reach_the_next_pro
         assert f"[stderr] {FALLBACK}" in prompt
     # The stored finding keeps the child's split, so every later designer sees where its time went.
     finding = store.findings(run.id)[0]
-    assert "(per kernel on m=256,n=2048: " in finding["text"] and "row_max_kernel x1" in finding["text"]
+    assert "(per kernel on m=256,n=2048: " in finding.text and "row_max_kernel x1" in finding.text
     # Nsight Compute ran where the seed was judged (a slot's judge, or the queue worker), not in the run. The
     # first design did not wait for it (start-up is the seed's evaluation and two model answers); the next
     # design, asked after it was stored (through a queue: after it came back with the first child's verdict),
@@ -160,8 +160,8 @@ def test_kernel_times_output_and_the_judging_machines_profile_reach_the_next_pro
     assert first_profiled is False and "Nsight Compute on m=256" not in designer
     assert "Nsight Compute on m=256,n=2048" in second_designer
     snap = Snapshot.load(store, run.id)
-    profiled = [p for p in snap.profiles if p["ncu"]]
-    assert profiled[0]["candidate_id"] == snap.seed.id  # the child too when its timing made it a new best
+    profiled = [p for p in snap.profiles if p.ncu]
+    assert profiled[0].candidate_id == snap.seed.id  # the child too when its timing made it a new best
     said = [json.loads(json.dumps(e["payload"])) for e in store.events(run.id) if e["type"] == "candidate_profiled"]
     assert any(e["candidate_id"] == snap.seed.id and " on " in e["message"] for e in said)
     shown = "\n".join(sol_lines(snap.metrics()))  # `kscience show`

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
+from record_fixtures import problem_row, report_of
 from kscience.campaigns.report import beats_line, report_lines
 from kscience.cli.main import main as cli_main
 from kscience.cli.progress import Progress
@@ -93,8 +94,8 @@ def test_an_installed_library_is_found_timed_and_reported(tmp_path, monkeypatch,
     assert found.status == "ok", found.message
     assert found.geomean_us > 0 and "fakenorm 1.2.3" in found.hypothesis
     m = run_metrics(run.store, run.id)
-    assert m["best_id"] != found.id  # a baseline, never the run's best kernel
-    assert [lib["label"] for lib in m["libraries"]] == [found.hypothesis]  # the missing one has no row
+    assert m.best_id != found.id  # a baseline, never the run's best kernel
+    assert [lib.label for lib in m.libraries] == [found.hypothesis]  # the missing one has no row
     text = "\n".join(summary_lines(Snapshot.load(run.store, run.id).run, m))
     assert "FakeNorm RMSNorm (fakenorm 1.2.3)" in text
     # the measurement header every prompt carries from its verdict on names it with its version and time
@@ -256,29 +257,19 @@ def test_matmul_forbids_cublas_in_the_worker_too():
 
 
 def _row(name, eager, compiled, vendor, library, best):
-    return {"name": name, "status": "finished", "eager_us": eager, "compiled_us": compiled, "vendor_us": vendor,
-            "library_us": library, "library_label": library and "Liger-Kernel RMSNorm (liger-kernel 0.8.5)",
-            "fastest_us": min(x for x in (eager, compiled, vendor, library) if x), "seed_us": 200.0,
-            "best_us": best, "attempts": 3, "cost_usd": 0.0, "reason": None}
+    fastest = min(x for x in (eager, compiled, vendor, library) if x)
+    return problem_row(name, eager_us=eager, compiled_us=compiled, vendor_us=vendor, library_us=library,
+                       library_label=library and "Liger-Kernel RMSNorm (liger-kernel 0.8.5)", fastest_us=fastest,
+                       seed_us=200.0, best_us=best, attempts=3, beats_all=best < fastest)
 
 
 def test_the_report_says_which_problems_beat_every_baseline():
     rows = [_row("rmsnorm", 100.0, 80.0, None, 70.0, 60.0), _row("softmax", 100.0, 50.0, None, 40.0, 45.0),
             _row("matmul", 300.0, 260.0, 250.0, None, 240.0)]
-    for r in rows:
-        best, fastest = r["best_us"], r["fastest_us"]
-        r["beats_all"] = best < fastest
-        for b in ("eager", "compiled", "vendor", "library", "fastest"):
-            base = r.get(f"{b}_us")
-            r[f"speedup_{b}"] = base / best if base else None
     assert beats_line(rows) == ("the best kernel beats PyTorch eager on 3 of 3, torch.compile on 3 of 3, the vendor "
                                 "library on 1 of 1, the best installed library on 1 of 2 problems; every baseline "
                                 "on 2 of 3")
-    from kscience.campaigns.report import suite_summary
-
-    report = {"campaign": {"id": "c-1", "status": "finished", "suite": "builtins"}, "problems": rows,
-              "summary": suite_summary(rows)}
-    text = "\n".join(report_lines(report))
+    text = "\n".join(report_lines(report_of(rows, "c-1", "builtins")))
     assert "beats every baseline: no (fastest baseline 40.0 us, 0.889x)" in text
     assert "best installed library: Liger-Kernel RMSNorm (liger-kernel 0.8.5), 40.0 us" in text
     assert "vs fastest base" in text and "vs installed lib" in text

@@ -39,7 +39,7 @@ def stages(run, stage: str) -> list[dict]:
 
 
 def chosen_titles_per_base(store, run_id) -> list[tuple[str, str]]:
-    return [(p["base_id"], p["title"]) for p in store.plans(run_id) if p["chosen"]]
+    return [(p.base_id, p.title) for p in store.plans(run_id) if p.chosen]
 
 
 class SlowWriter(ScriptedScientist):
@@ -71,9 +71,9 @@ def test_lines_run_concurrently_and_a_finding_of_one_line_reaches_another_lines_
     assert run.start(background=False).status == "finished", run.error
     store = run.store
     findings = store.findings(run.id)
-    by_plan = {p["id"]: p for p in store.plans(run.id)}
-    assert len(findings) == 9 and {p["iteration"] for p in by_plan.values()} == {1, 2, 3}
-    first = [f["text"] for f in findings if by_plan[f["plan_id"]]["iteration"] == 1]
+    by_plan = {p.id: p for p in store.plans(run.id)}
+    assert len(findings) == 9 and {p.iteration for p in by_plan.values()} == {1, 2, 3}
+    first = [f.text for f in findings if by_plan[f.plan_id].iteration == 1]
     assert sci.design_findings[0] == [] and len(sci.design_findings) == 2  # one answer for both lines
     assert sci.design_findings[1] == first  # iteration 1's lessons, none yet of iteration 2 (in flight)
     assert {s["line"] for s in stages(run, "design")} == {1}  # line 2 took the plans line 1's answer left it
@@ -134,7 +134,7 @@ def test_the_designer_is_told_what_other_lines_have_under_way(tmp_path):
     spy.seen = []
     sci.design = spy
     assert run.start(background=False).status == "finished", run.error
-    first_round = [p["title"] for p in run.store.plans(run.id) if p["iteration"] == 1 and p["chosen"]]
+    first_round = [p.title for p in run.store.plans(run.id) if p.iteration == 1 and p.chosen]
     assert any(set(first_round) <= set(in_flight) for _, _, in_flight in spy.seen[1:])
 
 
@@ -149,7 +149,7 @@ def test_the_evaluation_budget_ends_the_run_at_the_count_and_resume_continues(tm
     assert len([r for r in executor.requests if r.candidate_id in members]) == 5
     done = stages(run, "done")
     assert done and "evaluation budget reached: 5" in done[-1]["detail"]
-    open_plans = {p["id"] for p in run.store.plans(run.id) if p["chosen"]} - {f["plan_id"] for f in
+    open_plans = {p.id for p in run.store.plans(run.id) if p.chosen} - {f.plan_id for f in
                                                                               run.store.findings(run.id)}
     assert open_plans  # written or designed work left for a resume, not lost
 
@@ -169,7 +169,7 @@ def test_iterations_count_designs_with_several_lines(tmp_path):
     sci = ScriptedScientist(factors=(0.9, 0.8, 1.1, 0.7, 0.6))
     run = make_run(tmp_path, sci, FakeExecutor(capacity=3, delay_s=0.02), iterations=5, lines=3)
     assert run.start(background=False).status == "finished", run.error
-    assert len({p["iteration"] for p in run.store.plans(run.id)}) == 5
+    assert len({p.iteration for p in run.store.plans(run.id)}) == 5
     assert len(run.store.findings(run.id)) == 15
     with pytest.raises(ConfigError, match="--lines"):
         RunConfig(problem="softmax", lines=0)
@@ -181,13 +181,13 @@ def test_busy_time_per_slot_is_stored_and_shown(tmp_path):
     run = make_run(tmp_path, ScriptedScientist(), FakeExecutor(capacity=2, delay_s=0.2), iterations=2, lines=2)
     assert run.start(background=False).status == "finished"
     rows = run.store.slot_times(run.id)
-    assert [r["slot"] for r in rows] == [0, 1]
+    assert [r.slot for r in rows] == [0, 1]
     kernels = [c for c in run.store.candidates(run.id) if c.kind not in BASELINE_KINDS]
-    assert sum(r["evaluations"] for r in rows) == len(kernels)  # every kernel went to a slot (baselines take none)
+    assert sum(r.evaluations for r in rows) == len(kernels)  # every kernel went to a slot (baselines take none)
     snap = Snapshot.load(run.store, run.id)
     busy = snap.busy_fractions
     assert len(busy) == 2 and all(0.0 < b <= 1.0 for b in busy)
-    assert snap.metrics()["busy_per_slot"] == busy
+    assert snap.metrics().busy_per_slot == busy
 
 
 def test_a_loopback_model_drives_three_lines(tmp_path, monkeypatch):
@@ -199,7 +199,7 @@ def test_a_loopback_model_drives_three_lines(tmp_path, monkeypatch):
                          store=Store(tmp_path / "k.db"), executor=executor)
         assert run.start(background=False).status == "finished", run.error
     store = run.store
-    assert len({p["iteration"] for p in store.plans(run.id)}) == 3
+    assert len({p.iteration for p in store.plans(run.id)}) == 3
     pairs = chosen_titles_per_base(store, run.id)
     assert len(pairs) == len(set(pairs)) == 9  # three lines designed on the seed at once, nine distinct plans
     assert len(store.findings(run.id)) == 9 and executor.max_in_flight == 2
@@ -245,7 +245,7 @@ def test_kill_9_with_four_lines_in_flight_loses_nothing_and_resume_picks_every_l
         proc.wait()
     before = snapshot(path)
     store = Store(path)
-    run_id = store.list_runs()[0]["id"]
+    run_id = store.list_runs()[0].id
     assert len(store.findings(run_id)) < 12  # killed in the middle
 
     sci = ScriptedScientist()
@@ -255,9 +255,9 @@ def test_kill_9_with_four_lines_in_flight_loses_nothing_and_resume_picks_every_l
     assert_kept(before, after)
     assert not [c for c in sci.calls if c[0] in ("select", "design")]  # every line was resumed, none redesigned
     plans = store.plans(run_id)
-    chosen = sorted(p["id"] for p in plans if p["chosen"])
-    assert len({p["iteration"] for p in plans}) == 4 and len(chosen) == 12
-    assert sorted(f["plan_id"] for f in store.findings(run_id)) == chosen  # one finding per plan
+    chosen = sorted(p.id for p in plans if p.chosen)
+    assert len({p.iteration for p in plans}) == 4 and len(chosen) == 12
+    assert sorted(f.plan_id for f in store.findings(run_id)) == chosen  # one finding per plan
     children = [c for c in store.candidates(run_id) if c.kind == "child"]
     assert sorted(c.plan_id for c in children) == chosen  # one child per plan, none written twice
 
@@ -278,7 +278,7 @@ def test_show_and_the_dashboard_say_how_busy_each_slot_was_and_what_each_line_do
     for event in (StageChanged("design", 3, "base c-1", line=1), StageChanged("queued", 4, "c-9", line=2),
                   StageChanged("write", 5, "tile", line=3), StageChanged("line ended", 5, "", line=3)):
         panels.note_stage(stages, event)
-    snap.run["status"] = "running"
+    snap.run = dataclasses.replace(snap.run, status="running")
     assert panels.stage_text(snap, stages) == ("line 1: designing base c-1 (iteration 3); "
                                               "line 2: waiting for the evaluator c-9 (iteration 4)")
 
@@ -292,16 +292,16 @@ def test_a_stop_with_three_lines_in_flight_then_resume_loses_nothing(tmp_path):
     assert first.start(background=False).status == "stopped"
     before = snapshot(path)
     store = first.store
-    assert len(store.findings(first.id)) < len([p for p in store.plans(first.id) if p["chosen"]])
+    assert len(store.findings(first.id)) < len([p for p in store.plans(first.id) if p.chosen])
 
     resumed = Run.resume(first.id, store=store, scientist=ScriptedScientist(),
                          executor=FakeExecutor(capacity=2, delay_s=0.01))
     assert resumed.start(background=False).status == "finished", resumed.error
     assert_kept(before, snapshot(path))
     plans = store.plans(first.id)
-    chosen = sorted(p["id"] for p in plans if p["chosen"])
-    assert len({p["iteration"] for p in plans}) == 4
-    assert sorted(f["plan_id"] for f in store.findings(first.id)) == chosen
+    chosen = sorted(p.id for p in plans if p.chosen)
+    assert len({p.iteration for p in plans}) == 4
+    assert sorted(f.plan_id for f in store.findings(first.id)) == chosen
     assert sorted(c.plan_id for c in store.candidates(first.id) if c.kind == "child") == chosen
 
 
@@ -360,8 +360,8 @@ def test_lines_through_a_queue_directory(tmp_path):
         stop.set()
         server.join(5)
     store = run.store
-    chosen = sorted(p["id"] for p in store.plans(run.id) if p["chosen"])
-    assert len(chosen) == 12 and sorted(f["plan_id"] for f in store.findings(run.id)) == chosen
+    chosen = sorted(p.id for p in store.plans(run.id) if p.chosen)
+    assert len(chosen) == 12 and sorted(f.plan_id for f in store.findings(run.id)) == chosen
     assert worker.executor.max_in_flight == 2 and worker.done == len(worker.executor.requests)
     assert {s["line"] for s in stages(run, "write")} == {1, 2, 3, 4}
 
@@ -386,11 +386,11 @@ def test_ctrl_c_with_lines_in_flight_keeps_every_started_verdict(tmp_path):
     asked = {r.candidate_id for r in executor.requests}
     cands = {c.id: c for c in run.store.candidates(run.id)}
     assert all(cands[i].status != "pending" for i in asked)  # every evaluation started was kept
-    assert run.store.run(run.id)["status"] == "stopped"
+    assert run.store.run(run.id).status == "stopped"
     resumed = Run.resume(run.id, store=run.store, scientist=ScriptedScientist(), executor=FakeExecutor(capacity=2))
     assert resumed.start(background=False).status == "finished"
-    chosen = sorted(p["id"] for p in run.store.plans(run.id) if p["chosen"])
-    assert sorted(f["plan_id"] for f in run.store.findings(run.id)) == chosen
+    chosen = sorted(p.id for p in run.store.plans(run.id) if p.chosen)
+    assert sorted(f.plan_id for f in run.store.findings(run.id)) == chosen
 
 
 def test_a_schema_3_database_gains_slot_times_and_keeps_its_runs(tmp_path):

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from llm_servers import FakeGemini, FakeOpenAI, Garbage, LoopbackServer, Received, Reply, Slow, Status
 
-from kscience.scientist.llm import Budget, BudgetExceeded, LLMCall, LLMError
+from kscience.scientist.llm import Budget, BudgetExceeded, LLMError
+from kscience.record.llm_call import LLMCall
 from kscience.scientist.llm.factory import default_llm_spec, make_llm
 from kscience.scientist.llm.remote import parse_json_answer
 from kscience.scientist.llm.pricing import cost_usd

@@ -161,7 +161,7 @@ def test_the_designer_is_told_which_experiments_its_base_has_already_had(tmp_pat
     run = make_run(tmp_path, sci, iterations=2)
     assert run.start(background=False).status == "finished"
     seed_id = run.store.candidates(run.id)[0].id
-    first_round = [p["title"] for p in run.store.plans(run.id) if p["iteration"] == 1 and p["chosen"]]
+    first_round = [p.title for p in run.store.plans(run.id) if p.iteration == 1 and p.chosen]
     assert len(first_round) == 3
     assert sci.design_done == [(seed_id, []), (seed_id, first_round)]
 
@@ -175,15 +175,15 @@ def test_a_run_evaluates_seed_reference_and_three_children_per_iteration(tmp_pat
     assert all(c.status == "ok" for c in cands)
     assert "_EAGER(data)" in cands[1].source
     plans = run.store.plans(run.id)
-    assert len(plans) == 10 and sum(p["chosen"] for p in plans) == 6
+    assert len(plans) == 10 and sum(p.chosen for p in plans) == 6
     assert len(run.store.findings(run.id)) == 6
     m = run_metrics(run.store, run.id)
     # the second round builds on the first round's best (80 us): 0.8 * 80 = 64 us
-    assert (m["seed_us"], m["best_us"], m["n_candidates"]) == (100.0, 64.0, 7)
-    assert m["best_us"] <= m["seed_us"] and m["speedup_vs_seed"] == pytest.approx(100 / 64)
-    assert m["edit_apply_rate"] == 1.0 and m["repair_success_rate"] is None
+    assert (m.seed_us, m.best_us, m.n_candidates) == (100.0, 64.0, 7)
+    assert m.best_us <= m.seed_us and m.speedup_vs_seed == pytest.approx(100 / 64)
+    assert m.edit_apply_rate == 1.0 and m.repair_success_rate is None
     # predicted 0..20 %: x0.9 measures +11.1 % (inside), x0.8 +25 % and x1.1 -9.1 % (outside)
-    assert len(m["uplift"]) == 6 and m["uplift_in_range"] == 2
+    assert len(m.uplift) == 6 and m.uplift_in_range == 2
 
 
 def test_each_event_is_committed_before_a_subscriber_sees_it(tmp_path):
@@ -224,8 +224,8 @@ def test_broken_candidates_get_repairs_with_status_message_and_shape(tmp_path):
     fixed = next(c for c in cands if c.kind == "repair")
     assert fixed.parent_id == broken.id and fixed.status == "ok" and fixed.plan_id == broken.plan_id
     m = run_metrics(run.store, run.id)
-    assert (m["repairs_tried"], m["repairs_succeeded"], m["repair_success_rate"]) == (1, 1, 1.0)
-    assert (m["edits_applied"], m["edits_total"]) == (2 + 2 + 1 + 1, 2 + 2 + 2 + 1)
+    assert (m.repairs_tried, m.repairs_succeeded, m.repair_success_rate) == (1, 1, 1.0)
+    assert (m.edits_applied, m.edits_total) == (2 + 2 + 1 + 1, 2 + 2 + 2 + 1)
 
 
 @pytest.mark.parametrize("k", [0, 2])
@@ -235,8 +235,8 @@ def test_repairs_stop_after_k_attempts(tmp_path, k):
     assert run.start(background=False).status == "finished"
     assert [c[-1] for c in scientist.calls if c[0] == "repair"] == list(range(1, k + 1))
     m = run_metrics(run.store, run.id)
-    assert (m["repair_attempts"], m["repairs_succeeded"]) == (k, 0)
-    assert m["repair_success_rate"] == (0.0 if k else None)
+    assert (m.repair_attempts, m.repairs_succeeded) == (k, 0)
+    assert m.repair_success_rate == (0.0 if k else None)
 
 
 def test_a_broken_seed_is_repaired_and_one_that_stays_broken_fails_the_run(tmp_path):
@@ -269,7 +269,7 @@ def test_every_earlier_finding_reaches_the_designer_oldest_first(tmp_path):
     scientist = ScriptedScientist()
     run = make_run(tmp_path, scientist, iterations=3)
     run.start(background=False)
-    stored = [f["text"] for f in run.store.findings(run.id)]
+    stored = [f.text for f in run.store.findings(run.id)]
     assert len(stored) == 9
     assert scientist.design_findings == [[], stored[:3], stored[:6]]
 
@@ -344,7 +344,7 @@ def test_stop_ends_after_the_evaluation_in_flight(tmp_path):
     assert [e.type for e in after_stop] == [RunFinished.type]  # nothing new was started
     children = [c for c in run.store.candidates(run.id) if c.kind == "child"]
     assert [c.status for c in children] == ["ok", "pending", "pending"]  # written, left for a resume
-    assert run_metrics(run.store, run.id)["iterations_done"] == 1
+    assert run_metrics(run.store, run.id).iterations_done == 1
 
 
 @pytest.mark.parametrize("strategy", ["tournament", "tree", "llm"])
@@ -356,12 +356,12 @@ def test_the_offline_scientist_drives_the_loop_with_every_strategy(tmp_path, str
                      executor=FakeExecutor(delay_s=0))
     assert run.start(background=False).status == "finished", run.error
     plans = store.plans(run.id)
-    assert {p["iteration"] for p in plans} == {1, 2, 3} and len(plans) <= 15
-    chosen = [p["id"] for p in plans if p["chosen"]]
-    assert sorted(f["plan_id"] for f in store.findings(run.id)) == sorted(chosen)  # every experiment finished
+    assert {p.iteration for p in plans} == {1, 2, 3} and len(plans) <= 15
+    chosen = [p.id for p in plans if p.chosen]
+    assert sorted(f.plan_id for f in store.findings(run.id)) == sorted(chosen)  # every experiment finished
     roles = {c["role"] for c in store.llm_calls(run.id)}
     assert {"designer", "writer", "finding"} <= roles and ("selector" in roles) == (strategy == "llm")
-    assert store.run(run.id)["environment"]["model"] == "offline"
+    assert store.run(run.id).environment["model"] == "offline"
 
 
 class ExhaustedScientist(ScriptedScientist):
@@ -402,6 +402,6 @@ def test_a_base_the_scientist_has_nothing_for_gives_way_to_the_next(tmp_path):
     designs = [c[1] for c in sci.calls if c[0] == "design"]
     seed = designs[0]
     assert len(designs) == 4 and designs[-1] == seed and seed not in designs[1:3]  # two children, then the seed
-    assert len({p["base_id"] for p in run.store.plans(run.id)}) == 1  # both rounds built on the seed
+    assert len({p.base_id for p in run.store.plans(run.id)}) == 1  # both rounds built on the seed
     said = [e["payload"]["detail"] for e in run.store.events(run.id) if e["payload"].get("stage") == "no plan"]
     assert len(said) == 2 and all("no catalogue move applies" in d for d in said)

@@ -86,7 +86,7 @@ def test_the_cell_body_seeds_a_run_returned_as_an_object_and_stored_under_o(ip, 
     assert f"kscience run {run.id} (softmax)" in out  # the text view (no widget frontend here)
     assert f"best {run.best.id}" in out and "predicted vs measured" in out  # its final table
     with Store(db) as store:
-        assert store.run(run.id)["name"] == "tour"
+        assert store.run(run.id).name == "tour"
 
 
 def test_problem_may_be_a_notebook_variable(ip, tmp_path):
@@ -102,7 +102,7 @@ def test_braces_expand_notebook_variables_in_the_magic_line(ip, tmp_path):
     ip.user_ns["problem_name"] = "softmax"
     run = ip.run_cell(evolve_cell("{problem_name} --iterations {1 + 0} --llm offline "
                                   f"--db {tmp_path / 'k.db'}")).result
-    assert run.metrics["iterations_done"] == 1
+    assert run.metrics.iterations_done == 1
 
 
 def test_resume_continues_the_stored_run(ip, tmp_path):
@@ -110,7 +110,7 @@ def test_resume_continues_the_stored_run(ip, tmp_path):
     first = ip.run_cell(evolve_cell(f"softmax --iterations 1 --llm offline --db {db}")).result
     again = ip.run_cell(f"%kernel_evolve softmax --resume {first.id} --iterations 1 --db {db} -o again").result
     assert again.id == first.id and ip.user_ns["again"] is again
-    assert again.metrics["iterations_done"] == 2 and again.status == "finished"
+    assert again.metrics.iterations_done == 2 and again.status == "finished"
     assert again.best.geomean_us == pytest.approx(64.0)
 
 
@@ -178,7 +178,7 @@ def test_line_magic_run_and_resume_return_run_objects(ip, tmp_path, capsys):
     run = ip.run_cell(f"%kscience run softmax --seed-kernel {seed} --iterations 1 --llm offline --db {db}").result
     assert isinstance(run, RunResult) and run.seed.geomean_us == 50.0 and run.status == "finished"
     again = ip.run_cell(f"%kscience resume {run.id} --iterations 1 --db {db}").result
-    assert again.id == run.id and again.metrics["iterations_done"] == 2
+    assert again.id == run.id and again.metrics.iterations_done == 2
 
 
 def test_open_run_reopens_a_stored_run_with_its_html(ip, tmp_path, capsys):
@@ -210,7 +210,7 @@ def test_every_run_setting_reaches_the_stored_config_from_both_magics(ip, tmp_pa
     line = ip.run_cell(f"%kscience run softmax --iterations 0 --llm offline --db {db} --no-compiled-baseline "
                        "--repairs 1 --seed 5 --llm-timeout 30").result
     for run in (cell, line):
-        config = run.row["config"]
+        config = run.row.config
         assert (config["compiled_baseline"], config["repairs"], config["seed"], config["llm_timeout_s"]) == \
             (False, 1, 5, 30.0)
 
@@ -223,7 +223,7 @@ def test_resume_takes_force_and_refuses_settings_fixed_at_creation(ip, tmp_path,
     assert "keeps its seed" in line
     again = ip.run_cell(f"%kernel_evolve softmax --resume {first.id} --iterations 1 --force --repairs 0 "
                         f"--db {db}").result
-    assert again.id == first.id and again.row["config"]["repairs"] == 0 and again.metrics["iterations_done"] == 2
+    assert again.id == first.id and again.row.config["repairs"] == 0 and again.metrics.iterations_done == 2
     capsys.readouterr()
     assert "--force applies to --resume only" in one_line_usage_error(
         ip, capsys, evolve_cell(f"softmax --force --llm offline --db {db}"))

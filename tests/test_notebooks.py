@@ -102,16 +102,17 @@ def test_evolve_notebook_drives_a_full_run(evolved):
     from kscience.record.store import Store
 
     with Store(tmp / "runs.db") as store:
-        (run,) = run_listing(store)
-        assert run["status"] == "finished" and run["name"] == "ci" and run["n_candidates"] >= 4
-        assert run["config"]["max_tokens"] == 10_000_000
+        (listed,) = run_listing(store)
+        run = listed.run
+        assert run.status == "finished" and run.name == "ci" and listed.n_candidates >= 4
+        assert run.config["max_tokens"] == 10_000_000
     plain = texts(nb)
     # The live text summary ends as the command line's table (replaced in place, not appended).
-    assert f"run {run['id']} (softmax, offline, tournament): finished" in plain
+    assert f"run {run.id} (softmax, offline, tournament): finished" in plain
     assert plain.count("predicted vs measured") == 1
     assert "kscience-leaderboard" in texts(nb, "text/html")
     assert texts(nb, "image/png")  # the plot
-    assert f"run {run['id']}: finished" in plain
+    assert f"run {run.id}: finished" in plain
 
 
 @pytest.mark.slow

@@ -36,9 +36,9 @@ def test_lines_starting_together_never_send_the_same_prompt_and_one_answer_suppl
     avenues = [p.split("Favour this avenue, where it fits the kernel: ")[1].split(":")[0] for p in prompts[:2]]
     assert avenues[0] != avenues[1]
     plans = run_.store.plans(run_.id)
-    pairs = [(p["base_id"], p["title"]) for p in plans if p["chosen"]]
+    pairs = [(p.base_id, p.title) for p in plans if p.chosen]
     assert len(pairs) == len(set(pairs))  # no experiment carried out twice on one base
-    iterations = {p["iteration"] for p in plans}
+    iterations = {p.iteration for p in plans}
     assert len(iterations) > len(prompts)  # some lines took plans another line's answer proposed
 
 
@@ -74,7 +74,7 @@ def test_a_line_designs_its_next_iteration_while_its_children_are_still_judged(t
     # evaluator had work while the model thought.
     assert sci.unjudged_at_design[0] == 0 and sci.unjudged_at_design[1] >= 1
     # Findings that came in after a design was asked still reach the next one.
-    first = [f["text"] for f in run_.store.findings(run_.id) if "#1." in f["text"]]
+    first = [f.text for f in run_.store.findings(run_.id) if "#1." in f.text]
     assert len(first) == 3 and set(first) <= set(sci.design_findings[2])
     assert len(run_.store.findings(run_.id)) == 9
 
@@ -128,7 +128,7 @@ def test_concurrent_lines_build_on_different_bases_where_the_population_allows(t
     # Eight lines waiting: two answers of four lines each, asked at once, on different bases.
     (base_a, taken_a), (base_b, taken_b) = sci.bases[:2]
     assert taken_a == [] and taken_b == [base_a] and base_b != base_a
-    bases = {p["iteration"]: p["base_id"] for p in store.plans(first.id) if p["iteration"] > 1}
+    bases = {p.iteration: p.base_id for p in store.plans(first.id) if p.iteration > 1}
     assert {base_a, base_b} <= set(bases.values())
 
 

@@ -33,7 +33,7 @@ from kscience.record.summary import summary_lines
 from kscience.run.config import RunConfig
 from kscience.scientist.rules import Rules
 from kscience.run.driver import Run
-from kscience.scientist.candidate import Candidate, result_from_stored
+from kscience.record.candidate import Candidate, result_from_stored
 from test_loop import FakeExecutor, ScriptedScientist, fake_kernel
 
 LINEAR_RELU = Path(__file__).parent / "data" / "kernelbench_linear_relu.py"

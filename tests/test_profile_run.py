@@ -29,7 +29,7 @@ from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.scientist.briefing import bench_from_results
 from kscience.scientist.hardware import describe_device, run_target
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.roles import Scientist
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import Store
@@ -81,13 +81,13 @@ def test_every_evaluation_stores_its_speed_of_light_and_stop_at_sol_ends_the_run
     assert "--stop-at-sol 0.9 target: the run ends here" in message
     assert message in capsys.readouterr().err  # the progress display says why the run ended
     # Every evaluated candidate, baselines included, has its stored speed of light.
-    profiled = {p["candidate_id"]: p for p in run.store.profiles(run.id)}
+    profiled = {p.candidate_id: p for p in run.store.profiles(run.id)}
     assert set(profiled) == {c.id for c in run.store.candidates(run.id) if c.result}
     seed = snap.seed
     assert snap.sol_summary(seed)["worst"] == pytest.approx(0.25, rel=1e-3)
-    assert profiled[seed.id]["sol"][0]["bound"] == "memory"
+    assert profiled[seed.id].sol[0]["bound"] == "memory"
     m = snap.metrics()
-    assert m["sol_worst"] == pytest.approx(1.0, rel=1e-3) and m["sol_best"][0]["shape"] == "m=4096,n=4096"
+    assert m.sol_worst == pytest.approx(1.0, rel=1e-3) and m.sol_best[0].shape == "m=4096,n=4096"
 
 
 def test_stop_at_sol_never_stops_a_run_without_a_bound(tmp_path):
@@ -97,7 +97,7 @@ def test_stop_at_sol_never_stops_a_run_without_a_bound(tmp_path):
                      seed_source=fake_kernel(100.0), scientist=sci, executor=FakeExecutor())
     assert run.start(background=False).status == "finished"
     assert Snapshot.load(store, run.id).iterations_done == 2  # CPU interpreter: no bound, never "reached"
-    assert all(p["sol"] == [] and p["compile_facts"] == [] for p in store.profiles(run.id))
+    assert all(p.sol == [] and p.compile_facts == [] for p in store.profiles(run.id))
 
 
 def test_profile_ncu_without_ncu_says_so_once_and_the_run_completes(tmp_path, capsys, monkeypatch):
@@ -110,7 +110,7 @@ def test_profile_ncu_without_ncu_says_so_once_and_the_run_completes(tmp_path, ca
     notice = "profile ncu: Nsight Compute (ncu) is not on PATH; the run goes on without hardware counters"
     assert err.count(notice) == 1 and err.count("profile ncu") == 1
     assert [e["payload"]["candidate_id"] for e in events_of(run, CandidateProfiled)] == [None]
-    assert all(p["ncu"] is None for p in run.store.profiles(run.id))
+    assert all(p.ncu is None for p in run.store.profiles(run.id))
 
 
 def test_a_judging_machine_without_ncu_says_so_once_and_is_not_asked_again(tmp_path, capsys, monkeypatch):
@@ -123,7 +123,7 @@ def test_a_judging_machine_without_ncu_says_so_once_and_is_not_asked_again(tmp_p
     err = capsys.readouterr().err
     assert "where the judging machine has it" in err and err.count(profile_job.NO_NCU) == 1
     assert [e["payload"]["candidate_id"] for e in events_of(run, CandidateProfiled)] == [None, run_seed(run)]
-    assert all(p["ncu"] is None for p in run.store.profiles(run.id))
+    assert all(p.ncu is None for p in run.store.profiles(run.id))
 
 
 def test_profile_ncu_looks_at_the_seed_and_each_new_best_outside_the_timing(tmp_path, capsys, monkeypatch):
@@ -146,15 +146,15 @@ def test_profile_ncu_looks_at_the_seed_and_each_new_best_outside_the_timing(tmp_
     seed_us = 4 * FLOOR_US
     assert sorted(looked_at) == sorted([seed_us, round(seed_us * 0.5, 3)])
     snap = Snapshot.load(run.store, run.id)
-    with_counters = [p for p in snap.profiles if p["ncu"]]
-    assert len(with_counters) == 2 and all(p["profile_s"] == recorded.profile_s for p in with_counters)
-    assert with_counters[0]["ncu"]["shape"] == SHAPE and with_counters[0]["flag"] is None
+    with_counters = [p for p in snap.profiles if p.ncu]
+    assert len(with_counters) == 2 and all(p.profile_s == recorded.profile_s for p in with_counters)
+    assert with_counters[0].ncu["shape"] == SHAPE and with_counters[0].flag is None
     err = capsys.readouterr().err
     assert err.count(f"in {recorded.profile_s:.1f} s (outside its timing)") == 2
     m = snap.metrics()
-    assert m["n_profiled"] == 2 and m["profile_s_total"] == pytest.approx(2 * recorded.profile_s)
-    points = {p["id"]: p for p in snap.profile_points()}
-    assert points[snap.seed.id]["occupancy_pct"] == recorded.occupancy_pct
+    assert m.n_profiled == 2 and m.profile_s_total == pytest.approx(2 * recorded.profile_s)
+    points = {p.id: p for p in snap.profile_points()}
+    assert points[snap.seed.id].occupancy_pct == recorded.occupancy_pct
 
 
 def test_kscience_show_prints_speed_of_light_when_profiles_exist(tmp_path, capsys):

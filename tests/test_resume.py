@@ -69,7 +69,7 @@ def test_a_stopped_run_resumes_its_open_experiments_without_redesigning(tmp_path
     assert [c[0] for c in scientist.calls].count("write") == 3 and len(after["plans"]) == 10
     assert len(after["findings"]) == 6
     m = run_metrics(store, first.id)
-    assert m["n_candidates"] == 7 and m["iterations_done"] == 2
+    assert m.n_candidates == 7 and m.iterations_done == 2
 
 
 def test_a_failed_run_resumes_and_can_add_iterations(tmp_path):
@@ -78,12 +78,12 @@ def test_a_failed_run_resumes_and_can_add_iterations(tmp_path):
                      scientist=ScriptedScientist(fail={"write": LLMError("provider down")}),
                      executor=FakeExecutor())
     assert run.start(background=False).status == "failed"
-    assert store.run(run.id)["error"] == "provider down"
+    assert store.run(run.id).error == "provider down"
     resumed = Run.resume(run.id, store=store, iterations=2, scientist=ScriptedScientist(), executor=FakeExecutor())
-    assert resumed.target == 3 and store.run(run.id)["config"]["iterations"] == 3
-    assert resumed.start(background=False).status == "finished" and store.run(run.id)["error"] is None
-    assert run_metrics(store, run.id)["iterations_done"] == 3
-    env = store.run(run.id)["environment"]
+    assert resumed.target == 3 and store.run(run.id).config["iterations"] == 3
+    assert resumed.start(background=False).status == "finished" and store.run(run.id).error is None
+    assert run_metrics(store, run.id).iterations_done == 3
+    env = store.run(run.id).environment
     assert len(env["previous_sessions"]) == 1 and env["previous_sessions"][0]["torch"] == env["torch"]
 
 
@@ -98,7 +98,7 @@ def test_a_spent_budget_stops_the_run_and_a_larger_one_resumes_it(tmp_path):
 
     resumed = Run.resume(run.id, store=store, max_tokens=10**7, executor=FakeExecutor(delay_s=0))
     assert resumed.start(background=False).status == "finished" and resumed.error is None
-    assert store.run(run.id)["config"]["max_tokens"] == 10**7
+    assert store.run(run.id).config["max_tokens"] == 10**7
     assert [c["role"] for c in store.llm_calls(run.id)].count("designer") == 1  # the round was not redesigned
 
 
@@ -161,10 +161,10 @@ def test_kill_9_mid_iteration_loses_nothing_and_the_run_resumes(tmp_path):
     assert judged(after) > judged(before) and len(after["events"]) > len(before["events"])
     assert len(after["plans"]) == len(before["plans"]) == 3  # the interrupted round was finished, not redone (the offline designer plans three)
     with Store(path) as store:
-        assert store.run(run_id)["status"] == "finished"
+        assert store.run(run_id).status == "finished"
         m = run_metrics(store, run_id)
-        assert m["best_us"] <= m["seed_us"] and len(store.findings(run_id)) == 3
-        chosen = [p["id"] for p in store.plans(run_id) if p["chosen"]]
+        assert m.best_us <= m.seed_us and len(store.findings(run_id)) == 3
+        chosen = [p.id for p in store.plans(run_id) if p.chosen]
         children = [c for c in store.candidates(run_id) if c.kind == "child"]
         assert sorted(c.plan_id for c in children) == sorted(chosen)  # one child per plan, none twice
 
@@ -179,10 +179,10 @@ def test_a_negative_iteration_count_is_refused_and_a_run_stored_with_one_resumes
         Run.resume(run.id, store=store, iterations=-5, scientist=ScriptedScientist(), executor=FakeExecutor())
     assert store.run(run.id) == before  # refused before anything was written
     # A run stored with a negative total (as an unchecked resume once left it) resumes again.
-    store.update_run(run.id, config={**before["config"], "iterations": -4})
+    store.update_run(run.id, config={**before.config, "iterations": -4})
     resumed = Run.resume(run.id, store=store, iterations=1, scientist=ScriptedScientist(), executor=FakeExecutor())
     assert resumed.target == 2 and resumed.start(background=False).status == "finished"
-    assert run_metrics(store, run.id)["iterations_done"] == 2
+    assert run_metrics(store, run.id).iterations_done == 2
 
 
 def test_more_iterations_on_a_spent_evaluation_budget_say_to_raise_it(tmp_path):
@@ -197,4 +197,4 @@ def test_more_iterations_on_a_spent_evaluation_budget_say_to_raise_it(tmp_path):
     resumed = Run.resume(run.id, store=store, iterations=1, evaluations=5, scientist=ScriptedScientist(),
                          executor=FakeExecutor())
     assert resumed.start(background=False).status == "finished"
-    assert run_metrics(store, run.id)["n_candidates"] > 2
+    assert run_metrics(store, run.id).n_candidates > 2

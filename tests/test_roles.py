@@ -8,7 +8,8 @@ import random
 import pytest
 
 from kscience.problems import load_problem
-from kscience.scientist.llm.base import LLM, LLMCall, LLMError
+from kscience.scientist.llm.base import LLM, LLMError
+from kscience.record.llm_call import LLMCall
 from kscience.scientist.roles import (CandidateView, Plan, Scientist, mark_chosen, measured_clause,
                                       parse_plans)
 from kscience.scientist.strategy import tournament, tree_search

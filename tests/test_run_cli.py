@@ -77,18 +77,18 @@ def test_a_dead_provider_fails_in_one_line_and_the_run_resumes_offline(tmp_path)
     assert "openai:gpt-4o" in line and "kscience resume r-" in line
     with Store(db) as store:
         (run,) = store.list_runs()
-        assert run["status"] == "failed" and run["error"] in line
-        calls = store.llm_calls(run["id"])
+        assert run.status == "failed" and run.error in line
+        calls = store.llm_calls(run.id)
         assert calls and calls[0]["error"] and calls[0]["model"] == "openai:gpt-4o"
-        assert calls[0]["role"] == "preflight" and store.candidates(run["id"]) == []  # failed before any timing
+        assert calls[0]["role"] == "preflight" and store.candidates(run.id) == []  # failed before any timing
     assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
 
-    resumed = kscience("resume", run["id"], "--llm", "offline", "--db", str(db), env=env)
+    resumed = kscience("resume", run.id, "--llm", "offline", "--db", str(db), env=env)
     assert resumed.returncode == 0, resumed.stderr
     with Store(db) as store:
-        row = store.run(run["id"])
-        assert row["status"] == "finished" and row["error"] is None and row["llm"] == "offline"
-        assert sum(c.kind == "child" for c in store.candidates(run["id"])) == 3
+        row = store.run(run.id)
+        assert row.status == "finished" and row.error is None and row.llm == "offline"
+        assert sum(c.kind == "child" for c in store.candidates(run.id)) == 3
 
 
 def test_reading_commands_need_an_existing_kscience_database(tmp_path, capsys):

@@ -87,7 +87,7 @@ def test_a_verdict_stays_the_evaluators_result_until_the_store_writes_it(tmp_pat
     its stored JSON once and never rebuilt from a dict (the FakeExecutor judges in this process, so no process
     boundary adds a conversion of its own), and no stored row is parsed back into a result while the run goes."""
     from kscience.evaluate.result import EvalResult
-    from kscience.scientist import candidate
+    from kscience.record import candidate
 
     counts = {"to_dict": 0, "from_dict": 0, "parsed": 0}
     to_dict, from_dict, parsed = EvalResult.to_dict, EvalResult.from_dict.__func__, candidate.result_from_stored

@@ -2,12 +2,15 @@
 
 import sqlite3
 import threading
+from dataclasses import replace
 
 import pytest
 
 from kscience.evaluate.result import EvalResult, ShapeResult
 from kscience.record.snapshot import run_listing
 from kscience.record.database import SCHEMA_VERSION
+from kscience.record.llm_call import LLMCall
+from kscience.record.rows import FindingRow, LlmUsage, PlanRow, ProfileRow
 from kscience.record.store import PENDING, Store, StoreError
 
 
@@ -45,19 +48,19 @@ def test_run_and_candidates_round_trip_and_survive_reopening(tmp_path):
     with Store(path) as store:
         assert run_id.startswith("r-") and len(run_id) == 10
         row = store.run(run_id)
-        assert row["name"] == "first" and row["status"] == "running" and row["config"] == {"iterations": 2}
+        assert row.name == "first" and row.status == "running" and row.config == {"iterations": 2}
         cands = store.candidates(run_id)
         assert [c.id for c in cands] == [seed.id, child.id]
         assert cands[1].parent_id == seed.id and cands[1].edits_applied == 2
         assert cands[1].result.shapes[0].time_us == 150.0 and cands[1].evaluated is not None
         listed = run_listing(store)[0]
-        assert (listed["n_candidates"], listed["best_us"], listed["seed_us"]) == (2, 150.0, 200.0)
+        assert (listed.n_candidates, listed.best_us, listed.seed_us) == (2, 150.0, 200.0)
 
 
 def test_runs_are_listed_newest_first(tmp_path):
     with Store(tmp_path / "k.db") as store:
         ids = [_run(store) for _ in range(3)]
-        assert [r["id"] for r in store.list_runs()] == ids[::-1]
+        assert [r.id for r in store.list_runs()] == ids[::-1]
 
 
 def test_plans_findings_events_and_calls(tmp_path):
@@ -66,23 +69,23 @@ def test_plans_findings_events_and_calls(tmp_path):
         plans = [{"title": f"plan {i}", "chosen": i < 3, "why_chosen": "", "predicted_min_pct": 1.0,
                   "predicted_max_pct": 5.0} for i in range(5)]
         rows = store.add_plans(run_id, 1, base_id="c-1", reference_id=None, justification="fastest", plans=plans)
-        assert [r["position"] for r in rows] == list(range(5)) and sum(r["chosen"] for r in rows) == 3
-        assert store.plans(run_id)[4]["plan"]["title"] == "plan 4"
-        store.add_finding(run_id, plan_id=rows[0]["id"], candidate_id=None, iteration=1, text="faster",
+        assert [r.position for r in rows] == list(range(5)) and sum(r.chosen for r in rows) == 3
+        assert store.plans(run_id)[4].plan["title"] == "plan 4"
+        store.add_finding(run_id, plan_id=rows[0].id, candidate_id=None, iteration=1, text="faster",
                           predicted_min_pct=1.0, predicted_max_pct=5.0, measured_pct=3.0)
-        assert store.findings(run_id)[0]["measured_pct"] == 3.0
+        assert store.findings(run_id)[0].measured_pct == 3.0
         seqs = [store.add_event(run_id, "stage_changed", {"stage": s}) for s in ("seed", "select", "design")]
         assert [e["payload"]["stage"] for e in store.events(run_id)] == ["seed", "select", "design"]
         assert [e["seq"] for e in store.events(run_id, after_seq=seqs[0])] == seqs[1:]
-        call = {"role": "writer", "model": "m", "prompt": "p", "response": "r", "input_tokens": 10,
-                "output_tokens": 5, "latency_s": 0.1, "cost_usd": 0.5, "priced": True, "error": None}
+        call = LLMCall(role="writer", model="m", prompt="p", response="r", input_tokens=10, output_tokens=5,
+                       latency_s=0.1, cost_usd=0.5)
         store.add_llm_call(run_id, call)
-        store.add_llm_call(run_id, {**call, "error": "down", "cost_usd": 0.0, "priced": False})
+        store.add_llm_call(run_id, replace(call, error="down", cost_usd=0.0, priced=False))
         usage = store.llm_usage(run_id)
-        assert usage == {"calls": 2, "tokens": 30, "cost_usd": 0.5, "errors": 1, "unpriced": 1, "offline_calls": 0}
-        store.add_llm_call(run_id, {**call, "model": "offline", "cost_usd": 0.0, "priced": False})
+        assert usage == LlmUsage(calls=2, tokens=30, cost_usd=0.5, errors=1, unpriced=1, offline_calls=0)
+        store.add_llm_call(run_id, replace(call, model="offline", cost_usd=0.0, priced=False))
         usage = store.llm_usage(run_id)  # the offline scientist's answers spend no model's tokens
-        assert usage == {"calls": 2, "tokens": 30, "cost_usd": 0.5, "errors": 1, "unpriced": 1, "offline_calls": 1}
+        assert usage == LlmUsage(calls=2, tokens=30, cost_usd=0.5, errors=1, unpriced=1, offline_calls=1)
 
 
 def test_a_failing_plan_round_stores_nothing(tmp_path):
@@ -100,9 +103,9 @@ def test_credentials_in_the_environment_never_reach_the_file(tmp_path, monkeypat
     path = tmp_path / "k.db"
     with Store(path) as store:
         run_id = _run(store)
-        store.add_llm_call(run_id, {"role": "writer", "model": "m", "prompt": f"key {secret}",
-                                    "response": secret, "input_tokens": 1, "output_tokens": 1, "latency_s": 0.0,
-                                    "cost_usd": 0.0, "priced": True, "error": f"401 for {secret}"})
+        store.add_llm_call(run_id, LLMCall(role="writer", model="m", prompt=f"key {secret}", response=secret,
+                                           input_tokens=1, output_tokens=1, latency_s=0.0, cost_usd=0.0,
+                                           error=f"401 for {secret}"))
         store.update_run(run_id, status="failed", error=f"bad key {secret}")
         store.add_event(run_id, "run_failed", {"error": secret})
         assert store.llm_calls(run_id)[0]["prompt"] == "key [redacted]"
@@ -185,3 +188,19 @@ def test_a_write_returns_the_candidate_as_a_read_of_it_gives_it_without_reading_
         assert again == store.candidate(written.id) and again.status == PENDING and again.result is None
         with pytest.raises(StoreError, match="no candidate"):
             store.record_profile("c-missing", profile_s=1.0)
+
+
+def test_plan_finding_and_profile_writes_return_the_typed_rows_a_read_gives(tmp_path):
+    """The journal keeps these returns as the run's rows, so each is the record a later read builds."""
+    with Store(tmp_path / "k.db") as store:
+        run_id = _run(store)
+        seed = store.add_candidate(run_id, kind="seed", source="S", hypothesis="seed", iteration=0)
+        plans = store.add_plans(run_id, 1, base_id=seed.id, reference_id=None, justification="fastest",
+                                plans=[{"title": "tile", "chosen": True, "measure": ["ncu"]}])
+        assert plans == store.plans(run_id) and isinstance(plans[0], PlanRow) and plans[0].plan["measure"] == ["ncu"]
+        finding = store.add_finding(run_id, plan_id=plans[0].id, candidate_id=seed.id, iteration=1, text="faster",
+                                    predicted_min_pct=1.0, predicted_max_pct=5.0, measured_pct=3.0)
+        assert isinstance(finding, FindingRow) and [finding] == store.findings(run_id)
+        profile = store.record_profile(seed.id, compile_facts=[{"name": "k"}], profile_s=2.0)
+        assert isinstance(profile, ProfileRow) and profile == store.profile(seed.id) == store.profiles(run_id)[0]
+        assert store.record_profile(seed.id, flag="idle").compile_facts == [{"name": "k"}]  # kept beside the flag

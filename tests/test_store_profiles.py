@@ -25,13 +25,13 @@ def test_profile_parts_arrive_separately_and_survive_reopening(tmp_path):
         run_id, cand = _candidate(store)
         assert store.profile(cand) is None
         first = store.record_profile(cand, compile_facts=facts, sol=[{"fraction": 0.5}])
-        assert first["compile_facts"] == facts and first["ncu"] is None
+        assert first.compile_facts == facts and first.ncu is None
         store.record_profile(cand, ncu=prof, profile_s=4.5, flag="not doing the work: x")  # later, for some
     with Store(path) as store:
         (row,) = store.profiles(run_id)
-        assert row["candidate_id"] == cand and row["compile_facts"] == facts  # kept, not overwritten
-        assert ncu.NcuProfile.from_dict(row["ncu"]).occupancy_pct == 87.43
-        assert (row["sol"], row["profile_s"], row["flag"]) == ([{"fraction": 0.5}], 4.5, "not doing the work: x")
+        assert row.candidate_id == cand and row.compile_facts == facts  # kept, not overwritten
+        assert ncu.NcuProfile.from_dict(row.ncu).occupancy_pct == 87.43
+        assert (row.sol, row.profile_s, row.flag) == ([{"fraction": 0.5}], 4.5, "not doing the work: x")
 
 
 def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
@@ -50,5 +50,5 @@ def test_a_schema_2_database_gains_the_table_and_keeps_its_rows(tmp_path):
     with Store(path) as store:
         assert [c.id for c in store.candidates(run_id)] == [cand]
         store.record_profile(cand, profile_s=1.0)
-        assert store.profile(cand)["profile_s"] == 1.0
+        assert store.profile(cand).profile_s == 1.0
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from jupyter_fakes import FakeExecutor, FakeScientist, fake_kernel
+from record_fixtures import metrics_with
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest
 from kscience.run.baselines import vendor_source
@@ -12,6 +13,7 @@ from kscience.run.config import RunConfig
 from kscience.jupyter.panels import header_facts
 from kscience.problems import ProblemError, load_problem
 from kscience.run.driver import Run
+from kscience.record.rows import RunRow
 from kscience.record.snapshot import Snapshot, run_metrics
 from kscience.record.store import Store
 from kscience.record.summary import summary_lines
@@ -79,8 +81,8 @@ def test_a_run_stores_it_and_says_why_it_has_no_number(tmp_path):
     vendor = [c for c in run.store.candidates(run.id) if c.kind == "vendor"]
     assert len(vendor) == 1 and vendor[0].status == "runtime_error"
     m = run_metrics(run.store, run.id)
-    assert m["vendor_status"] == "runtime_error" and m["vendor_us"] is None and "_scaled_mm" in m["vendor_label"]
-    assert m["best_id"] != vendor[0].id
+    assert m.vendor_status == "runtime_error" and m.vendor_us is None and "_scaled_mm" in m.vendor_label
+    assert m.best_id != vendor[0].id
     line = next(x for x in summary_lines(Snapshot.load(run.store, run.id).run, m) if "vendor library" in x)
     assert "runtime_error" in line and "_scaled_mm" in line
 
@@ -112,12 +114,12 @@ def test_the_vendor_path_alone_is_judged_at_the_tolerance_its_problem_declares(t
     assert asked[alone.source].overrides == {"OPERANDS": "k-major"} and asked[alone.source].baseline
     assert all(r.overrides == {} for source, r in asked.items() if source != alone.source)
     m = run_metrics(run.store, run.id)
-    assert (m["vendor_us"], m["vendor_alone_us"]) == (50.0, 10.0) and m["fastest_baseline_us"] == 40.0
+    assert (m.vendor_us, m.vendor_alone_us) == (50.0, 10.0) and m.fastest_baseline_us == 40.0
     line = next(x for x in summary_lines(Snapshot.load(run.store, run.id).run, m) if "vendor call alone" in x)
     assert "K-major copies made beforehand" in line
     assert tolerances and all(t is None for t in tolerances.values())
     assert vendor.hypothesis.endswith("; judged at rtol 0.02, atol 0.25 (kernels: rtol 0.02, atol 0.001)")
-    assert "atol 0.25" in run_metrics(run.store, run.id)["vendor_label"]
+    assert "atol 0.25" in run_metrics(run.store, run.id).vendor_label
 
 
 WRONG_BY_FIVE_PERCENT = """
@@ -142,12 +144,12 @@ def test_a_requested_tolerance_replaces_the_problems_own_in_the_judge():
 
 
 def test_the_summary_says_plainly_when_the_best_kernel_loses_to_a_baseline():
-    m = {"seed_us": 100.0, "eager_us": 90.0, "compiled_us": 50.0, "compiled_status": "ok", "best_us": 60.0,
-         "best_id": "c-1", "vendor_us": 40.0, "vendor_status": "ok", "vendor_label": "cuBLAS", "vendor_message": None,
-         "iterations_done": 1, "uplift": [], "evaluated_to_best": 2, "n_candidates": 3, "n_ok": 3,
-         "repairs_succeeded": 0, "repairs_tried": 0, "edits_applied": 0, "edits_total": 0,
-         "llm": {"calls": 0, "offline_calls": 0}, "n_composites": 1, "best_kind": "composite"}
-    row = {"id": "r-1", "problem": "matmul", "llm": "offline", "strategy": "llm", "status": "finished"}
+    m = metrics_with(seed_us=100.0, eager_us=90.0, compiled_us=50.0, compiled_status="ok", best_us=60.0,
+                     best_id="c-1", vendor_us=40.0, vendor_status="ok", vendor_label="cuBLAS", iterations_done=1,
+                     evaluated_to_best=2, n_candidates=3, n_ok=3, n_composites=1, best_kind="composite")
+    row = RunRow(id="r-1", name="r-1", problem="matmul", overrides={}, llm="offline", strategy="llm",
+                 status="finished", config={}, environment={}, error=None, pid=None, host=None, created=0.0,
+                 updated=0.0)
     text = "\n".join(summary_lines(row, m))
     assert "LOSES: the best kernel (60.0 us) is slower than torch.compile (50.0 us)" in text
     assert "slower than cuBLAS (40.0 us): a user would pick cuBLAS" in text

@@ -22,6 +22,7 @@ import os
 import socket
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from kscience.campaigns.scheduler import PROBLEMS_PER_SLOT, Scheduler
@@ -31,6 +32,7 @@ from kscience.run.config import (ConfigError, RunConfig, add_db_option, add_run_
 from kscience.device import detect
 from kscience.evaluate.executors.factory import make_executor
 from kscience.record.liveness import display_status, run_is_alive
+from kscience.record.rows import CampaignProblem, RunRow
 from kscience.problems import ProblemError, load_problem, no_such_problem
 from kscience.problems.fit import fit_reason
 from kscience.problems.kind import ProblemKind
@@ -171,9 +173,9 @@ class Campaign:
                problems_at_once: int | None = None) -> "Campaign":
         """The stored campaign, to continue; `problems_at_once` replaces its --problems-at-once."""
         row = store.campaign(campaign_id)
-        if row["status"] == "running" and not force and run_is_alive({**row, "status": "running"}):
-            raise StoreError(f"campaign {campaign_id} is still running (pid {row['pid']} on {row['host']})")
-        config = CampaignConfig.from_dict({**row["config"], **({"problems_at_once": problems_at_once}
+        if row.status == "running" and not force and run_is_alive(row):
+            raise StoreError(f"campaign {campaign_id} is still running (pid {row.pid} on {row.host})")
+        config = CampaignConfig.from_dict({**row.config, **({"problems_at_once": problems_at_once}
                                                                if problems_at_once is not None else {})})
         store.update_campaign(campaign_id, status="running", pid=os.getpid(), host=socket.gethostname(),
                               config=config.to_dict())
@@ -185,11 +187,11 @@ class Campaign:
         run event or None when only the problem's status changed; row None once the campaign ends."""
         self._listeners.append(callback)
 
-    def _tell(self, row: dict, event=None) -> None:
+    def _tell(self, row: CampaignProblem, event=None) -> None:
         for callback in self._listeners:
             callback(self, row, event)
 
-    def problems(self) -> list[dict]:
+    def problems(self) -> list[CampaignProblem]:
         """The campaign's problems with their run's status where there is one."""
         return self.store.campaign_problems(self.id)
 
@@ -210,13 +212,13 @@ class Campaign:
 
     def wait(self, timeout: float | None = None) -> str:
         self._task.join(timeout)
-        return self.store.campaign(self.id)["status"]
+        return self.store.campaign(self.id).status
 
     async def _run_all(self) -> None:
-        rows = [r for r in self.problems() if r["status"] != SKIPPED]
-        done = {r["position"] for r in rows if self._done(r)}
-        rows = [r for r in rows if r["position"] not in done]
-        resuming = {r["position"] for r in rows if self._linked_run(r) is not None}
+        rows = [r for r in self.problems() if r.status != SKIPPED]
+        done = {r.position for r in rows if self._done(r)}
+        rows = [r for r in rows if r.position not in done]
+        resuming = {r.position for r in rows if self._linked_run(r) is not None}
         self._scheduler = Scheduler(self.store, self.id, make_executor=self._executor,
                                     at_once=self.config.problems_at_once, lines=self.config.lines,
                                     open_run=self._open_for, finished=self._finished, stopping=self._stop.is_set)
@@ -241,37 +243,37 @@ class Campaign:
         except ImportError as exc:  # Ray not installed: a setting the user can change, in one line
             raise ConfigError(str(exc)) from None
 
-    def _done(self, row: dict) -> bool:
+    def _done(self, row: CampaignProblem) -> bool:
         """Whether the problem's run has ended for good (finished, or failed: a result of the campaign, not work
         left); its row is brought up to date."""
         existing = self._linked_run(row)
-        if existing is None or existing["status"] not in ("finished", "failed"):
+        if existing is None or existing.status not in ("finished", "failed"):
             return False
-        if row["status"] != existing["status"] or row["run_id"] != existing["id"]:
-            self._set(row, status=existing["status"], run_id=existing["id"])
+        if row.status != existing.status or row.run_id != existing.id:
+            self._set(row, status=existing.status, run_id=existing.id)
         return True
 
-    def _linked_run(self, row: dict) -> dict | None:
+    def _linked_run(self, row: CampaignProblem) -> RunRow | None:
         """The run of this problem, also when the campaign was killed before it recorded the link."""
-        if row["run_id"]:
-            return self.store.run(row["run_id"])
-        mine = [r for r in self.store.campaign_runs(self.id) if r["problem"] == row["locator"]
-                or r["config"].get("problem") == row["locator"]]
+        if row.run_id:
+            return self.store.run(row.run_id)
+        mine = [r for r in self.store.campaign_runs(self.id) if r.problem == row.locator
+                or r.config.get("problem") == row.locator]
         return mine[-1] if mine else None
 
-    def _set(self, row: dict, **fields) -> dict:
-        self.store.update_campaign_problem(self.id, row["position"], **fields)
-        row = {**row, **fields}
+    def _set(self, row: CampaignProblem, **fields) -> CampaignProblem:
+        self.store.update_campaign_problem(self.id, row.position, **fields)
+        row = replace(row, **fields)
         self._tell(row)
         return row
 
-    def _open_for(self, row: dict, shared) -> Run | None:
+    def _open_for(self, row: CampaignProblem, shared) -> Run | None:
         """The problem's run, ready to drive over the shared executor (`shared()`: executor, slots, --lines);
         None where it is skipped (and its row says why)."""
         existing = self._linked_run(row)
         if existing is not None and display_status(existing) == "running" and not self._force:
-            raise StoreError(f"run {existing['id']} of {row['name']} is still running in another process "
-                             f"(pid {existing['pid']} on {existing['host']}); if it is gone, resume with --force")
+            raise StoreError(f"run {existing.id} of {row.name} is still running in another process "
+                             f"(pid {existing.pid} on {existing.host}); if it is gone, resume with --force")
         try:
             run = self._open(row, existing, shared)
         except ProblemError as exc:
@@ -283,22 +285,22 @@ class Campaign:
         run.subscribe(lambda event: self._tell(row, event))
         return run
 
-    def _finished(self, row: dict, run: Run) -> None:
+    def _finished(self, row: CampaignProblem, run: Run) -> None:
         final = self.store.run(run.id)
-        self._set(row, status=final["status"], run_id=run.id, reason=final["error"])
+        self._set(row, status=final.status, run_id=run.id, reason=final.error)
 
-    def _open(self, row: dict, existing: dict | None, shared) -> Run | None:
+    def _open(self, row: CampaignProblem, existing: RunRow | None, shared) -> Run | None:
         """The problem's run, resumed or new; None (and the row marked skipped) when it does not fit."""
         if existing is not None:
             executor, slots, _ = shared()
-            return Run.resume(existing["id"], store=self.store, executor=executor, slots=slots, force=self._force)
-        problem = load_problem(row["locator"], row["overrides"])
+            return Run.resume(existing.id, store=self.store, executor=executor, slots=slots, force=self._force)
+        problem = load_problem(row.locator, row.overrides)
         reason = fit_reason(problem, detect()) or self._offline_reason(self.config, problem)
         if reason:
             self._set(row, status=SKIPPED, reason=reason)
             return None
         executor, slots, lines = shared()
-        config = self.config.run_config(row["locator"], row["overrides"], f"{row['name']} ({self.id})", lines)
+        config = self.config.run_config(row.locator, row.overrides, f"{row.name} ({self.id})", lines)
         run = Run.create(config, store=self.store, executor=executor, slots=slots)
         self.store.update_run(run.id, campaign_id=self.id)
         return run

@@ -20,10 +20,11 @@ import asyncio
 import math
 import time
 
+from kscience.record.rows import CampaignProblem
 from kscience.record.store import Store
 from kscience.run.driver import Run
 from kscience.run.slots import Slots
-from kscience.scientist.candidate import EAGER_KIND
+from kscience.record.candidate import EAGER_KIND
 
 # Problems at once per evaluation slot by default: with a model several times slower than an evaluation, a run
 # has an evaluation waiting a fraction of its time only; eight lines of one run kept one H200 busy 0.95 of the
@@ -48,10 +49,10 @@ def earlier_evaluation_s(store: Store, locator: str) -> float | None:
     """How long an evaluation of this problem took in an earlier run of the store: its newest judged seed's,
     else its reference's; None where none was judged."""
     for run in reversed(store.list_runs()):
-        if run["problem"] != locator:
+        if run.problem != locator:
             continue
         for kind in ("seed", EAGER_KIND):
-            judged = next((c for c in store.candidates(run["id"]) if c.kind == kind and c.result is not None
+            judged = next((c for c in store.candidates(run.id) if c.kind == kind and c.result is not None
                            and c.result.wall_s), None)
             if judged is not None:
                 return judged.result.wall_s
@@ -91,11 +92,11 @@ class Scheduler:
         self.executor = self.slots = self.session = None
         self.runs: list[Run] = []  # the runs going on now
 
-    def order(self, rows: list[dict], resuming: set[int]) -> list[dict]:
+    def order(self, rows: list[CampaignProblem], resuming: set[int]) -> list[CampaignProblem]:
         """The problems to work on, in the order they start (see the module's docstring)."""
-        timed = {r["position"]: earlier_evaluation_s(self.store, r["locator"]) for r in rows}
-        return sorted(rows, key=lambda r: (r["position"] not in resuming, timed[r["position"]] is not None,
-                                           -(timed[r["position"]] or 0.0), r["position"]))
+        timed = {r.position: earlier_evaluation_s(self.store, r.locator) for r in rows}
+        return sorted(rows, key=lambda r: (r.position not in resuming, timed[r.position] is not None,
+                                           -(timed[r.position] or 0.0), r.position))
 
     def _shared(self, problems: int) -> tuple:
         """The executor, its slots and a run's --lines; the executor is made when the first run needs it (none
@@ -107,7 +108,7 @@ class Scheduler:
             self.session = Session(self.store, self.campaign_id, self.slots, at_once)
         return self.executor, self.slots, lines_per_run(self._lines, self.slots.capacity, self.session.at_once)
 
-    async def drive(self, rows: list[dict], resuming: set[int]) -> bool:
+    async def drive(self, rows: list[CampaignProblem], resuming: set[int]) -> bool:
         """Work on every row until all are done or a stop; True when nothing was left undone."""
         waiting = self.order(rows, resuming)
         going: dict[asyncio.Task, dict] = {}
@@ -142,7 +143,7 @@ class Scheduler:
                 self.session.save()
         return not waiting
 
-    async def _drive_one(self, row: dict, run: Run) -> None:
+    async def _drive_one(self, row: CampaignProblem, run: Run) -> None:
         self.runs.append(run)
         try:
             await run.run_async()

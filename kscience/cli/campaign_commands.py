@@ -88,11 +88,11 @@ def _status_line(campaign, row, event) -> None:
     if row is None:
         return
     if event is None:
-        why = f": {row['reason']}" if row.get("reason") and row["status"] in ("skipped", "failed") else ""
-        print(f"kscience: [{row['position'] + 1}] {row['name']}: {row['status']}{why}", file=sys.stderr)
+        why = f": {row.reason}" if row.reason and row.status in ("skipped", "failed") else ""
+        print(f"kscience: [{row.position + 1}] {row.name}: {row.status}{why}", file=sys.stderr)
     elif isinstance(event, CandidateEvaluated):
         t = f" {fmt_us(event.geomean_us, US)}" if event.geomean_us else ""
-        print(f"kscience:     {row['name']}: {kind_text(event.kind)} {event.candidate_id} {event.status}{t}",
+        print(f"kscience:     {row.name}: {kind_text(event.kind)} {event.candidate_id} {event.status}{t}",
               file=sys.stderr)
 
 
@@ -111,7 +111,7 @@ def cmd_campaign(args) -> int:
             return 130
         report = campaign_report(store, campaign.id)
         print(report_json(report) if args.json else "\n".join(report_lines(report)))
-        failed = [r for r in report["problems"] if r["status"] not in ("finished", "skipped")]
+        failed = [r for r in report.problems if r.status not in ("finished", "skipped")]
         if failed:
             print(f"kscience: error: {len(failed)} problem(s) did not finish; continue with: "
                   f"kscience campaign --resume {campaign.id} --db {store.path}", file=sys.stderr)
@@ -121,9 +121,9 @@ def cmd_campaign(args) -> int:
 def cmd_campaigns(args) -> int:
     with open_store_or_explain(args.db, create=False, readonly=True) as store:
         for c in store.list_campaigns():
-            rows = store.campaign_problems(c["id"])
-            done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
-            print(f"{c['id']}  {c['status']:<9} {done}/{len(rows)} problems  {c['suite']}")
+            rows = store.campaign_problems(c.id)
+            done = sum(r.status in ("finished", "failed", "skipped") for r in rows)
+            print(f"{c.id}  {c.status:<9} {done}/{len(rows)} problems  {c.suite}")
     return 0
 
 
@@ -147,16 +147,16 @@ def cmd_retime(args) -> int:
     with open_store_or_explain(args.db, create=False) as store:
         if not args.show:
             def said(run, cand, result):
-                t = f" {fmt_us(result['geomean_us'], US)}" if result.get("geomean_us") else ""
-                print(f"kscience: {run['problem']}: {kind_text(cand.kind)} {cand.id} {result['status']}{t}",
+                t = f" {fmt_us(result.geomean_us, US)}" if result.geomean_us else ""
+                print(f"kscience: {run.problem}: {kind_text(cand.kind)} {cand.id} {result.status}{t}",
                       file=sys.stderr)
 
             done = _setup(lambda: retime(store, args.target, top_k=args.top, executor_spec=args.executor,
                                          gpus=args.gpus, on_result=said))
-            print(f"kscience: re-timed {done['judged']} kernels on {done['device']} "
-                  f"({done['kept']} already were)", file=sys.stderr)
-            for run_id, why in done["unloadable"].items():
+            print(f"kscience: re-timed {done.judged} kernels on {done.device} "
+                  f"({done.kept} already were)", file=sys.stderr)
+            for run_id, why in done.unloadable.items():
                 print(f"kscience: run {run_id} not re-timed: {why}", file=sys.stderr)
-        comps = _setup(lambda: comparison(store, args.target, args.device or (None if args.show else done["device"])))
-        print(json.dumps(comps, indent=2) if args.json else "\n".join(comparison_lines(store, comps)))
+        comps = _setup(lambda: comparison(store, args.target, args.device or (None if args.show else done.device)))
+        print(json.dumps([c.to_dict() for c in comps], indent=2) if args.json else "\n".join(comparison_lines(store, comps)))
     return 0

@@ -11,6 +11,7 @@ timing, which says so.
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.result import EvalRequest, EvalResult
@@ -20,7 +21,7 @@ from kscience.record.text import EAGER, FASTER, fmt_us, fmt_x
 from kscience.run import baseline_cache
 from kscience.run.baselines import compiled_source, reference_source
 from kscience.run.judging import IDLE_SLOT_LIMIT_S
-from kscience.scientist.candidate import EAGER_KIND, faster_of_eager_and_compile, speedup
+from kscience.record.candidate import EAGER_KIND, faster_of_eager_and_compile, speedup
 
 
 def _judged(problem: Problem, kind: str, source: str, gpu: int | None, unconfined: bool,
@@ -31,59 +32,96 @@ def _judged(problem: Problem, kind: str, source: str, gpu: int | None, unconfine
     return evaluate(request, gpu=gpu, problem=problem)
 
 
-def _row(result: dict, note: str = "") -> dict:
-    return {"status": result.get("status"), "geomean_us": result.get("geomean_us"),
-            "message": result.get("message", ""), **({"note": note} if note else {})}
+@dataclass(frozen=True)
+class BaselineFigure:
+    """One baseline as `kscience eval` judged it (or recalled it): its verdict, its time, and a note on where the
+    figure came from ("" for none)."""
+
+    status: str | None  # None: not timed (torch.compile under the CPU interpreter)
+    geomean_us: float | None
+    message: str
+    note: str = ""
+
+    @classmethod
+    def of(cls, result: EvalResult, note: str = "") -> "BaselineFigure":
+        return cls(status=result.status, geomean_us=result.geomean_us, message=result.message, note=note)
+
+    @property
+    def us(self) -> float | None:
+        """Its time where it passed."""
+        return self.geomean_us if self.status == "ok" else None
+
+    def to_dict(self) -> dict:
+        out = {"status": self.status, "geomean_us": self.geomean_us, "message": self.message}
+        return {**out, "note": self.note} if self.note else out
 
 
-def judge_baselines(problem: Problem, candidate: EvalResult, gpu: int | None, unconfined: bool, say=print) -> dict:
-    """{"eager", "compiled": {status, geomean_us, message, note}, "faster_us", "speedup_eager",
-    "speedup_compiled", "speedup_faster", "interpreted"} for a timed candidate; `say` tells what is judged."""
+@dataclass(frozen=True)
+class Against:
+    """The candidate against PyTorch eager, torch.compile and the faster of the two; `to_dict()` is the
+    `baselines` object of `kscience eval --json`."""
+
+    eager: BaselineFigure
+    compiled: BaselineFigure
+    faster_us: float | None
+    interpreted: bool
+    speedup_eager: float | None
+    speedup_compiled: float | None
+    speedup_faster: float | None
+
+    def to_dict(self) -> dict:
+        return {"eager": self.eager.to_dict(), "compiled": self.compiled.to_dict(), "faster_us": self.faster_us,
+                "interpreted": self.interpreted, "speedup_eager": self.speedup_eager,
+                "speedup_compiled": self.speedup_compiled, "speedup_faster": self.speedup_faster}
+
+
+def judge_baselines(problem: Problem, candidate: EvalResult, gpu: int | None, unconfined: bool,
+                    say=print) -> Against:
+    """The baselines of a timed candidate, judged here; `say` tells what is judged."""
     interpreted = bool(candidate.device.get("interpreted"))
     say(f"judging {EAGER} beside it" + (" (under the CPU interpreter, as the candidate was)" if interpreted else ""))
-    eager = _judged(problem, EAGER_KIND, reference_source(problem), gpu, unconfined).to_dict()
+    eager = BaselineFigure.of(_judged(problem, EAGER_KIND, reference_source(problem), gpu, unconfined))
     if interpreted:
-        compiled = {"status": None, "geomean_us": None, "message": "",
-                    "note": "not timed under the CPU interpreter; a run times it on a GPU only"}
+        compiled = BaselineFigure(status=None, geomean_us=None, message="",
+                                  note="not timed under the CPU interpreter; a run times it on a GPU only")
     else:
         compiled = _compiled(problem, candidate.device, gpu, unconfined, say)
-    eager_us = eager["geomean_us"] if eager["status"] == "ok" else None
-    compiled_us = compiled["geomean_us"] if compiled["status"] == "ok" else None
-    faster = faster_of_eager_and_compile(eager_us, compiled_us, compiled["status"] is not None)
-    return {"eager": _row(eager), "compiled": compiled, "faster_us": faster, "interpreted": interpreted,
-            "speedup_eager": speedup(eager_us, candidate.geomean_us),
-            "speedup_compiled": speedup(compiled_us, candidate.geomean_us),
-            "speedup_faster": speedup(faster, candidate.geomean_us)}
+    faster = faster_of_eager_and_compile(eager.us, compiled.us, compiled.status is not None)
+    return Against(eager=eager, compiled=compiled, faster_us=faster, interpreted=interpreted,
+                   speedup_eager=speedup(eager.us, candidate.geomean_us),
+                   speedup_compiled=speedup(compiled.us, candidate.geomean_us),
+                   speedup_faster=speedup(faster, candidate.geomean_us))
 
 
-def _compiled(problem: Problem, device: dict, gpu: int | None, unconfined: bool, say) -> dict:
+def _compiled(problem: Problem, device: dict, gpu: int | None, unconfined: bool, say) -> BaselineFigure:
     source = compiled_source(problem)
     kept = baseline_cache.recall(problem, "compiled", source, device)
     if kept is not None:
-        return _row(kept["result"], baseline_cache.reused_message(kept["result"], kept["where"], kept["when"]))
+        stored = kept["result"]
+        return BaselineFigure.of(EvalResult.from_dict(stored),
+                                 baseline_cache.reused_message(stored, kept["where"], kept["when"]))
     say(f"judging torch.compile beside it (max-autotune, at most {IDLE_SLOT_LIMIT_S:g} s; kept for the next time)")
-    result = _judged(problem, "compiled", source, gpu, unconfined, IDLE_SLOT_LIMIT_S).to_dict()
-    baseline_cache.keep(problem, "compiled", source, result, f"kscience eval on {socket.gethostname()}")
-    return _row(result)
+    result = _judged(problem, "compiled", source, gpu, unconfined, IDLE_SLOT_LIMIT_S)
+    baseline_cache.keep(problem, "compiled", source, result.to_dict(), f"kscience eval on {socket.gethostname()}")
+    return BaselineFigure.of(result)
 
 
-def baseline_lines(against: dict) -> list[str]:
+def baseline_lines(against: Against) -> list[str]:
     """What `kscience eval` prints after the verdict: each baseline's time and the candidate's speed-up."""
     lines = ["speed-up of the candidate (its geomean against each baseline's, both judged here):"]
-    for name, key in ((EAGER, "eager"), ("torch.compile", "compiled")):
-        row = against[key]
-        if row["status"] == "ok":
-            text = f"{fmt_us(row['geomean_us'], ' us'):>14}  {fmt_x(against[f'speedup_{key}'])}"
-            text += f"  [{row['note']}]" if row.get("note") else ""
-        elif row["status"] is None:
-            text = f"{'-':>14}  {row.get('note') or 'not timed'}"
+    for name, row, gain in ((EAGER, against.eager, against.speedup_eager),
+                            ("torch.compile", against.compiled, against.speedup_compiled)):
+        if row.status == "ok":
+            text = f"{fmt_us(row.geomean_us, ' us'):>14}  {fmt_x(gain)}" + (f"  [{row.note}]" if row.note else "")
+        elif row.status is None:
+            text = f"{'-':>14}  {row.note or 'not timed'}"
         else:
-            text = f"{'-':>14}  {row['status']}: {row['message'][:120]}"
+            text = f"{'-':>14}  {row.status}: {row.message[:120]}"
         lines.append(f"  {name:<18}{text}")
-    faster = against["faster_us"]
-    lines.append(f"  {'faster of the two':<18}{fmt_us(faster, ' us'):>14}  {fmt_x(against['speedup_faster'])}"
+    faster = against.faster_us
+    lines.append(f"  {'faster of the two':<18}{fmt_us(faster, ' us'):>14}  {fmt_x(against.speedup_faster)}"
                  if faster else f"  {'faster of the two':<18}{'-':>14}  unknown, torch.compile was not timed")
     lines.append(f"  ({FASTER}: the baseline papers now report against)")
-    if against["interpreted"]:
+    if against.interpreted:
         lines.append(f"  ({CPU_NOTE})")
     return lines

@@ -81,7 +81,7 @@ def cmd_eval(args) -> int:
     against = (judge_baselines(problem, result, gpu, args.unconfined, say=_say)
                if args.baselines and result.ok and result.geomean_us else None)
     if args.json:
-        print(json.dumps({**result.to_dict(), **({"baselines": against} if against else {})}, indent=2))
+        print(json.dumps({**result.to_dict(), **({"baselines": against.to_dict()} if against else {})}, indent=2))
     else:
         print("\n".join(eval_lines(result) + (baseline_lines(against) if against else [])))
     return 0 if result.ok else 1

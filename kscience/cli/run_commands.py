@@ -15,13 +15,14 @@ from pathlib import Path
 from kscience.run.config import llm_choice, new_config, options_from_args
 from kscience.problems.precision import label as precision_label
 from kscience.record.liveness import display_status
+from kscience.record.rows import RunRow
 from kscience.cli.browse_commands import write_run_html
 from kscience.cli.candidate_view import candidate_detail, candidate_lines
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.run.log import wrapped
 from kscience.record.snapshot import Snapshot, iterations_done, run_listing
-from kscience.scientist.candidate import speedup
+from kscience.record.candidate import speedup
 from kscience.record.text import fmt_us, fmt_x, kind_text, plural
 from kscience.record.store import StoreError, open_store
 from kscience.record.summary import CPU_NOTE, summary_lines
@@ -75,11 +76,11 @@ def _drive(run: Run, args) -> int:
         return 130
     progress.close()
     row = _print_outcome(run, args)
-    if row["error"]:
+    if row.error:
         then = "" if run.advised else f"; continue with: kscience resume {run.id} --db {run.store.path}"
-        print(f"kscience: error: {row['error']} (run {run.id} is stored{then})", file=sys.stderr)
+        print(f"kscience: error: {row.error} (run {run.id} is stored{then})", file=sys.stderr)
         return 1
-    if row["status"] != "finished":
+    if row.status != "finished":
         return 1
     db = f" --db {run.store.path}"
     print(f"kscience: next: kscience show {run.id}{db} / kscience best {run.id}{db} > best.py", file=sys.stderr)
@@ -89,21 +90,21 @@ def _drive(run: Run, args) -> int:
 def _print_outcome(run: Run, args) -> dict:
     row, metrics = run.store.run(run.id), Snapshot.load(run.store, run.id).metrics()
     if args.json:
-        print(json.dumps({"run": _run_json(row), "metrics": metrics}, indent=2))
-    elif metrics["n_candidates"]:
+        print(json.dumps({"run": _run_json(row), "metrics": metrics.to_dict()}, indent=2))
+    elif metrics.n_candidates:
         print("\n".join(summary_lines(row, metrics)))
     return row
 
 
-def _run_json(row: dict) -> dict:
-    return {**row, "status": display_status(row)}
+def _run_json(row: RunRow) -> dict:
+    return {**row.to_dict(), "status": display_status(row)}
 
 
 def cmd_runs(args) -> int:
     with open_store_or_explain(args.db, create=False, readonly=True) as store:
-        rows = [_run_json(r) for r in run_listing(store)]
+        rows = run_listing(store)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([{**r.to_dict(), "status": display_status(r.run)} for r in rows], indent=2))
         return 0
     if not rows:
         print("no runs yet")
@@ -111,14 +112,15 @@ def cmd_runs(args) -> int:
     print(f"{'id':<11} {'problem':<20} {'status':<11} {'iter':>4} {'cands':>5} {'seed us':>14} {'best us':>14} "
           f"{'speedup':>8}  {'timed on':<16} {'llm':<22} created")
     for r in rows:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
-        timed_on = "CPU interpreter" if r["interpreted"] else (r["device_name"] or "-")
-        print(f"{r['id']:<11} {Path(r['problem']).name[:20]:<20} {r['status']:<11} {r['iterations_done']:>4} "
-              f"{r['n_candidates']:>5} {fmt_us(r['seed_us']):>14} {fmt_us(r['best_us']):>14} "
-              f"{fmt_x(speedup(r['seed_us'], r['best_us'])):>8}  {timed_on[:16]:<16} {r['llm'][:22]:<22} {created}")
+        run = r.run
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.created))
+        timed_on = "CPU interpreter" if r.interpreted else (r.device_name or "-")
+        print(f"{run.id:<11} {Path(run.problem).name[:20]:<20} {display_status(run):<11} {r.iterations_done:>4} "
+              f"{r.n_candidates:>5} {fmt_us(r.seed_us):>14} {fmt_us(r.best_us):>14} "
+              f"{fmt_x(speedup(r.seed_us, r.best_us)):>8}  {timed_on[:16]:<16} {run.llm[:22]:<22} {created}")
     print("best us: the fastest correct kernel of the run, the seed included (a campaign report's best child "
           "leaves the seed out)")
-    if any(r["interpreted"] for r in rows):
+    if any(r.interpreted for r in rows):
         print(f"(CPU interpreter: {CPU_NOTE})")
     return 0
 
@@ -142,13 +144,14 @@ def cmd_show(args) -> int:
         snap, db = _snapshot(store, args.run_id), store.path
     row, metrics = snap.run, snap.metrics()
     if args.json:
-        print(json.dumps({"run": _run_json(row), "metrics": metrics,
+        print(json.dumps({"run": _run_json(row), "metrics": metrics.to_dict(),
                           "candidates": [c.to_row() for c in snap.candidates],
-                          "plans": snap.plans, "findings": snap.findings}, indent=2))
+                          "plans": [p.to_dict() for p in snap.plans],
+                          "findings": [f.to_dict() for f in snap.findings]}, indent=2))
         return 0
     print("\n".join(summary_lines(row, metrics)))
-    if row["error"]:
-        print(f"error: {row['error']}")
+    if row.error:
+        print(f"error: {row.error}")
     # SOL: the worst shape's fraction of the roofline bound, "-" without one (CPU interpreter, failures).
     print(f"\n  {'#':>3} {'id':<11} {'parent':<11} {'kind':<14} {'status':<13} {'geomean us':>14} {'SOL':>5}"
           "  hypothesis")
@@ -171,7 +174,7 @@ def _show_candidate(args) -> int:
             detail = candidate_detail(store, args.run_id)
         except StoreError as exc:
             raise UsageError(str(exc)) from None
-    print(json.dumps({**detail, "candidate": detail["candidate"].to_row()}, indent=2) if args.json
+    print(json.dumps(detail.to_dict(), indent=2) if args.json
           else "\n".join(candidate_lines(detail)))
     return 0
 

@@ -12,6 +12,7 @@ import sys
 import time
 
 from kscience.record.liveness import display_status, run_is_alive
+from kscience.record.rows import RunRow
 from kscience.record.snapshot import Snapshot
 from kscience.record.store import StoreError
 from kscience.record.text import plural
@@ -47,15 +48,15 @@ def add_store_commands(sub) -> None:
 
 def _what(snap: Snapshot) -> str:
     row = snap.run
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated"]))
-    return (f"run {row['id']} ({row['problem']}, {display_status(row)}, {plural(len(snap.evaluated), 'candidate')} "
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.updated))
+    return (f"run {row.id} ({row.problem}, {display_status(row)}, {plural(len(snap.evaluated), 'candidate')} "
             f"judged, {plural(len(snap.correct), 'correct kernel')}, last changed {when})")
 
 
-def _removable(run: dict) -> str | None:
+def _removable(run: RunRow) -> str | None:
     """Why a run may not be removed, or None."""
     if run_is_alive(run):
-        return f"run {run['id']} is still running (pid {run['pid']} on {run['host']}): stop it first"
+        return f"run {run.id} is still running (pid {run.pid} on {run.host}): stop it first"
     return None
 
 
@@ -79,16 +80,16 @@ def cmd_delete(args) -> int:
                         if why:
                             raise UsageError(f"campaign {ident} cannot be deleted: {why}")
                     campaigns.append(ident)
-                    lines.append(f"campaign {ident} ({campaign['suite']}) with its "
+                    lines.append(f"campaign {ident} ({campaign.suite}) with its "
                                  f"{plural(len(members), 'run')}")
                     continue
                 run = store.run(ident)
             except StoreError as exc:
                 raise UsageError(str(exc)) from None
             why = _removable(run)
-            if why is None and run.get("campaign_id"):
-                why = (f"run {ident} belongs to campaign {run['campaign_id']}, whose report counts it: delete the "
-                       f"campaign (kscience delete {run['campaign_id']})")
+            if why is None and run.campaign_id:
+                why = (f"run {ident} belongs to campaign {run.campaign_id}, whose report counts it: delete the "
+                       f"campaign (kscience delete {run.campaign_id})")
             if why:
                 raise UsageError(why)
             runs.append(ident)
@@ -105,7 +106,7 @@ def _picked(args, snap: Snapshot, now: float) -> bool:
     row = snap.run
     if args.status and display_status(row) not in args.status:
         return False
-    if args.older_than is not None and now - row["updated"] < args.older_than * DAY_S:
+    if args.older_than is not None and now - row.updated < args.older_than * DAY_S:
         return False
     if args.no_correct and snap.correct:
         return False
@@ -121,10 +122,10 @@ def cmd_prune(args) -> int:
     with open_store_or_explain(args.db, create=False, readonly=not args.yes) as store:
         picked, kept = [], 0
         for row in store.list_runs():
-            snap = Snapshot.load(store, row["id"])
+            snap = Snapshot.load(store, row.id)
             if not _picked(args, snap, now):
                 continue
-            if _removable(row) or row.get("campaign_id"):
+            if _removable(row) or row.campaign_id:
                 kept += 1
                 continue
             picked.append(snap)
@@ -136,5 +137,5 @@ def cmd_prune(args) -> int:
             print(f"kept {plural(kept, 'matching run')} still running or of a campaign "
                   "(delete a campaign whole: kscience delete k-...)", file=sys.stderr)
         if args.yes and picked:
-            store.delete_runs([s.run["id"] for s in picked])
+            store.delete_runs([s.run.id for s in picked])
     return 0

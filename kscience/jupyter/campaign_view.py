@@ -15,7 +15,8 @@ import threading
 import time
 
 from kscience.campaigns.report import problem_rows, speedup
-from kscience.campaigns.usage import campaign_usage
+from kscience.campaigns.report_rows import ProblemRow
+from kscience.campaigns.usage import CampaignUsage, campaign_usage
 from kscience.record.text import fmt_duration, fmt_us, fmt_x
 
 MIN_INTERVAL_S = 1.0
@@ -23,20 +24,20 @@ COLUMNS = ("problem", "status", "eager us", "best us", "vs eager", "attempts", "
            "$", "note")
 
 
-def _usage_cells(usage: dict) -> list[str]:
+def _usage_cells(usage: ProblemRow | CampaignUsage) -> list[str]:
     """Wall time, busy fraction, GPU-hours, tokens and $ (kscience.campaigns.usage), of a problem or in total."""
-    return [fmt_duration(usage["wall_s"]) if usage.get("wall_s") is not None else "",
-            f"{usage['busy']:.2f}" if usage.get("busy") is not None else "",
-            f"{usage['gpu_hours']:.3f}" if usage.get("gpu_hours") is not None else "",
-            f"{usage.get('tokens') or 0:,}", f"{usage.get('cost_usd') or 0.0:.2f}"]
+    return [fmt_duration(usage.wall_s) if usage.wall_s is not None else "",
+            f"{usage.busy:.2f}" if usage.busy is not None else "",
+            f"{usage.gpu_hours:.3f}" if usage.gpu_hours is not None else "",
+            f"{usage.tokens or 0:,}", f"{usage.cost_usd or 0.0:.2f}"]
 
 
-def _cells(row: dict) -> list[str]:
+def _cells(row: ProblemRow) -> list[str]:
     gain = speedup(row, "eager")
-    note = row["reason"] if row["status"] in ("skipped", "failed") and row["reason"] else ""
-    return [row["name"], row["status"], fmt_us(row["eager_us"]) if row["eager_us"] else "",
-            fmt_us(row["best_us"]) if row["best_us"] else "", fmt_x(gain) if gain else "",
-            str(row["attempts"]), *_usage_cells(row), note[:120]]
+    note = row.reason if row.status in ("skipped", "failed") and row.reason else ""
+    return [row.name, row.status, fmt_us(row.eager_us) if row.eager_us else "",
+            fmt_us(row.best_us) if row.best_us else "", fmt_x(gain) if gain else "",
+            str(row.attempts), *_usage_cells(row), note[:120]]
 
 
 def _table(store, campaign_id: str) -> tuple[str, list[list[str]]]:
@@ -45,11 +46,11 @@ def _table(store, campaign_id: str) -> tuple[str, list[list[str]]]:
     campaign = store.campaign(campaign_id)
     rows = problem_rows(store, campaign_id)
     total = campaign_usage(store, campaign_id, rows)
-    at_once = (f", {total['problems_at_once']} at once on {total['slots']} slot(s)"
-               if total["problems_at_once"] else "")
-    done = sum(r["status"] in ("finished", "failed", "skipped") for r in rows)
+    at_once = (f", {total.problems_at_once} at once on {total.slots} slot(s)"
+               if total.problems_at_once else "")
+    done = sum(r.status in ("finished", "failed", "skipped") for r in rows)
     cells = [_cells(r) for r in rows] + [["total", "", "", "", "", "", *_usage_cells(total), ""]]
-    return f"campaign {campaign_id} ({campaign['status']}, {done}/{len(rows)} done{at_once})", cells
+    return f"campaign {campaign_id} ({campaign.status}, {done}/{len(rows)} done{at_once})", cells
 
 
 def campaign_html(store, campaign_id: str) -> str:

@@ -47,7 +47,7 @@ class Dashboard:
 
     def __init__(self, result, refresh_s: float = 0.4):
         self.result = result
-        self._stages: dict[int, dict] = {}  # line of work -> its latest stage (line 0: the run's own steps)
+        self._stages: dict[int, panels.Stage] = {}  # line of work -> its latest stage (line 0: the run's own steps)
         self._stopping = False
         self._follow_latest = True  # the diff viewer shows the newest candidate until one is picked
         self._picking = False  # set while the code (not the user) changes the candidate picker
@@ -175,7 +175,7 @@ class Dashboard:
         started = self.result.started_at
         if started is None:
             return None
-        end = snap.taken_at if display_status(snap.run) == "running" else snap.run["updated"]
+        end = snap.taken_at if display_status(snap.run) == "running" else snap.run.updated
         return max(0.0, end - started)
 
     def render(self) -> None:

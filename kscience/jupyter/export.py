@@ -28,7 +28,7 @@ from kscience.record.snapshot import Snapshot, run_listing
 from kscience.record.store import Store
 from kscience.record.text import US, fmt_us, fmt_x, kind_text
 from kscience.run.log import stored_log
-from kscience.scientist.candidate import speedup
+from kscience.record.candidate import speedup
 
 REFRESH_S = 10  # a served page of a run still going reloads itself this often
 
@@ -52,7 +52,7 @@ def run_page(store: Store, run_id: str, links: bool = False) -> str:
     if links:
         body = f'<p>{_link("/", "all runs")}</p>{body}{_candidates_table(snap)}'
     live = display_status(snap.run) == "running"
-    return _page(f"kscience run {run_id}: {Path(snap.run['problem']).name}", body, refresh=links and live)
+    return _page(f"kscience run {run_id}: {Path(snap.run.problem).name}", body, refresh=links and live)
 
 
 def _candidates_table(snap: Snapshot) -> str:
@@ -89,24 +89,24 @@ def index_page(store: Store) -> str:
         "created"))
     rows = []
     for r in runs:
-        timed_on = "CPU interpreter" if r["interpreted"] else (r["device_name"] or "-")
-        cells = [_link("/run/" + r["id"], r["id"]), html.escape(Path(r["problem"]).name),
-                 html.escape(display_status(r)), str(r["iterations_done"]), str(r["n_candidates"]),
-                 fmt_us(r["seed_us"], US), fmt_us(r["best_us"], US), fmt_x(speedup(r["seed_us"], r["best_us"])),
-                 html.escape(timed_on), html.escape(r["llm"]),
-                 time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))]
+        run = r.run
+        timed_on = "CPU interpreter" if r.interpreted else (r.device_name or "-")
+        cells = [_link("/run/" + run.id, run.id), html.escape(Path(run.problem).name),
+                 html.escape(display_status(run)), str(r.iterations_done), str(r.n_candidates),
+                 fmt_us(r.seed_us, US), fmt_us(r.best_us, US), fmt_x(speedup(r.seed_us, r.best_us)),
+                 html.escape(timed_on), html.escape(run.llm), time.strftime("%Y-%m-%d %H:%M", time.localtime(run.created))]
         rows.append("<tr>" + "".join(f'<td style="{panels.CELL}">{c}</td>' for c in cells) + "</tr>")
-    campaigns = [f"<li>{_link('/campaign/' + c['id'], c['id'])} ({html.escape(c['status'])}): "
-                 f"{html.escape(c['suite'])}</li>" for c in store.list_campaigns()]
+    campaigns = [f"<li>{_link('/campaign/' + c.id, c.id)} ({html.escape(c.status)}): "
+                 f"{html.escape(c.suite)}</li>" for c in store.list_campaigns()]
     body = (f"<h2>kscience: {html.escape(str(store.path))}</h2>"
             + (f'<table style="{panels.TABLE}"><tr>{head}</tr>{"".join(rows)}</table>' if rows else "<p>no runs yet</p>")
             + (f"<h3>campaigns</h3><ul>{''.join(campaigns)}</ul>" if campaigns else ""))
-    return _page(f"kscience: {store.path.name}", body, refresh=any(display_status(r) == "running" for r in runs))
+    return _page(f"kscience: {store.path.name}", body, refresh=any(display_status(r.run) == "running" for r in runs))
 
 
 def campaign_page(store: Store, campaign_id: str) -> str:
     """A campaign's table of problems and its report, as `kscience report` prints it."""
-    runs = "".join(f"<li>{_link('/run/' + r['id'], r['id'])}: {html.escape(Path(r['problem']).name)}</li>"
+    runs = "".join(f"<li>{_link('/run/' + r.id, r.id)}: {html.escape(Path(r.problem).name)}</li>"
                    for r in store.campaign_runs(campaign_id))
     report = "\n".join(report_lines(campaign_report(store, campaign_id)))
     body = (f'<p>{_link("/", "all runs")}</p>{campaign_html(store, campaign_id)}<ul>{runs}</ul>'
@@ -135,6 +135,6 @@ def write_campaign_figures(store: Store, campaign_id: str, out: str | Path, comm
                                Title=f"campaign {campaign_id}"))
     written = [path]
     for run in store.campaign_runs(campaign_id):
-        if Snapshot.load(store, run["id"]).evaluated:
-            written += write_figures(store.path, out, run["id"], command, overwrite)
+        if Snapshot.load(store, run.id).evaluated:
+            written += write_figures(store.path, out, run.id, command, overwrite)
     return written

@@ -23,17 +23,17 @@ LATEST_SHOWN = 8  # newest lines of the run's log shown under the summary
 IDLE_REFRESH_S = 5.0  # redraw this often without events, so the clock moves
 
 
-def summary_text(snap: Snapshot, stage: dict | None = None, session_s: float | None = None,
-                 stopping: bool = False, log: list[str] | None = None) -> str:
+def summary_text(snap: Snapshot, stages: dict[int, panels.Stage] | None = None,
+                 session_s: float | None = None, stopping: bool = False, log: list[str] | None = None) -> str:
     """A few lines: what runs where, what it is doing, the best so far and the newest lines of its log (the
     lines `kscience run` prints: verdicts, writes that produced no kernel, repairs, notices)."""
     facts = dict(panels.header_facts(snap))
-    lines = [f"kscience run {snap.run['id']} ({facts['problem']}) on {facts['device']} with {facts['LLM']}"
+    lines = [f"kscience run {snap.run.id} ({facts['problem']}) on {facts['device']} with {facts['LLM']}"
              + (f", evaluator busy {facts['evaluator busy']}" if "evaluator busy" in facts else ""),
-             f"  now:    {panels.stage_text(snap, stage, stopping)}",
+             f"  now:    {panels.stage_text(snap, stages, stopping)}",
              f"  tried:  {len(snap.settled)} candidate(s), {len(snap.correct)} correct",
              f"  best:   {facts['best']}",
-             f"  budget: {', '.join(budget_parts(snap.run['config'], snap.usage, snap.elapsed_s(), session_s))}"]
+             f"  budget: {', '.join(budget_parts(snap.run.config, snap.usage, snap.elapsed_s(), session_s))}"]
     if log:
         lines += ["  log:", *(f"  {line}" for line in log[-LATEST_SHOWN:])]
     return "\n".join(lines)
@@ -44,8 +44,8 @@ def final_text(result) -> str:
     snap = result.snapshot()
     row = snap.run
     lines = summary_lines(row, snap.metrics())
-    if row["error"]:
-        lines.append(f"error: {row['error']}")
+    if row.error:
+        lines.append(f"error: {row.error}")
     return "\n".join(lines)
 
 
@@ -55,7 +55,7 @@ class TextSummary:
     def __init__(self, result, refresh_s: float = 1.0):
         self.result, self.refresh_s = result, refresh_s
         self.display_id = f"kscience-text-{result.id}"
-        self._stages: dict[int, dict] = {}  # line of work -> its latest stage
+        self._stages: dict[int, panels.Stage] = {}  # line of work -> its latest stage
         self._stages_lock = threading.Lock()
         self._stopping = False
         self._changed, self._ended = threading.Event(), threading.Event()

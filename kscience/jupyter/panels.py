@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import difflib
 import html
+from dataclasses import dataclass
 
 from kscience.record.liveness import display_status
+from kscience.record.rows import FindingRow, PlanRow
 from kscience.record.snapshot import Snapshot, error_text, inside_range
 from kscience.problems.precision import label as precision_label
 from kscience.record.text import FASTER, US, fmt_busy, fmt_pct, fmt_sol, fmt_us, fmt_x, kind_text, why_chosen_text
 from kscience.scientist.briefing import versions_text
-from kscience.scientist.candidate import Candidate, predicted_range, speedup
-from kscience.scientist.profile_report import kernel_split_text
+from kscience.record.candidate import Candidate, predicted_range, speedup
+from kscience.record.text import kernel_split_text
 from kscience.record.summary import budget_parts
 
 BOX = "font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; line-height: 1.4;"
@@ -39,10 +41,10 @@ def _status(status: str) -> str:
 
 # --- header -----------------------------------------------------------------------------------
 def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
-    run, env = snap.run, snap.run["environment"]
+    run, env = snap.run, snap.run.environment
     device = snap.device.get("name") or "unknown device"
-    model = env.get("model") if env.get("model") not in (None, run["llm"]) else None
-    llm = run["llm"] + (f" ({model})" if model else "") + f", {run['strategy']}"
+    model = env.get("model") if env.get("model") not in (None, run.llm) else None
+    llm = run.llm + (f" ({model})" if model else "") + f", {run.strategy}"
     best = snap.best
     vs_seed, vs_ref = snap.speedups(best) if best else (None, None)
     best_text = (f"{best.id}: {fmt_us(best.geomean_us, US)}, {fmt_x(vs_seed)} vs seed, {fmt_x(vs_ref)} vs {EAGER}"
@@ -52,7 +54,7 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
         best_text += f", {fmt_x(best.speedup_over(compiled))} vs torch.compile"
     if best and faster:
         best_text += f", {fmt_x(speedup(faster, best.geomean_us))} vs {FASTER}"
-    facts = [("problem", run["problem"]), ("device", device), ("timing", snap.timing_label or "not yet"),
+    facts = [("problem", run.problem), ("device", device), ("timing", snap.timing_label or "not yet"),
              ("LLM", llm), ("best", best_text)]
     if best and best.precision:  # how far its error is from the reference's own, against float64
         facts.append(("precision (best)", precision_label(best.precision)))
@@ -70,35 +72,44 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
         facts.append(("speed of light", fmt_sol(sol)))
     split = snap.kernel_split(best)
     if split:  # the best kernel's time per launched kernel, on its first timed shape
-        facts.append(("kernels (best)", f"{split[0]['shape']}: {kernel_split_text(split[0]['kernels'])}"))
+        facts.append(("kernels (best)", f"{split[0].shape}: {kernel_split_text(split[0].kernels)}"))
     if snap.busy_fractions:
         facts.append(("evaluator busy", fmt_busy(snap.busy_fractions)))
     return facts
 
 
 def header_html(snap: Snapshot, session_s: float | None = None) -> str:
-    facts = [*header_facts(snap), ("budget used", " &middot; ".join(esc(p) for p in budget_parts(snap.run["config"], snap.usage, snap.elapsed_s(), session_s)))]
+    facts = [*header_facts(snap), ("budget used", " &middot; ".join(esc(p) for p in budget_parts(snap.run.config, snap.usage, snap.elapsed_s(), session_s)))]
     cells = "".join(f'<span style="margin-right: 18px;"><b>{esc(k)}</b> {v if k == "budget used" else esc(v)}</span>'
                     for k, v in facts)
-    title = f"kscience run {esc(snap.run['id'])}" + (f" &ldquo;{esc(snap.run['name'])}&rdquo;"
-                                                     if snap.run["name"] != snap.run["id"] else "")
+    title = f"kscience run {esc(snap.run.id)}" + (f" &ldquo;{esc(snap.run.name)}&rdquo;"
+                                                     if snap.run.name != snap.run.id else "")
     return f'<div style="{BOX}"><div style="font-size: 14px; font-weight: 600;">{title}</div>{cells}</div>'
 
 
-def stage_of(event) -> dict:
-    """The stage line's source: a stage change, or an evaluation waiting on a queue (shown as its detail)."""
+@dataclass(frozen=True)
+class Stage:
+    """What one line of work is doing: a stage change, or an evaluation waiting on a queue (as its detail)."""
+
+    stage: str
+    iteration: int
+    detail: str
+    line: int
+
+
+def stage_of(event) -> Stage:
     if event.type == "evaluation_waiting":
-        return {"stage": "evaluate", "iteration": event.iteration, "line": event.line,
-                "detail": f"{event.candidate_id} waiting {event.waited_s:.0f} s: {event.state}"}
-    return {"stage": event.stage, "iteration": event.iteration, "detail": event.detail, "line": event.line}
+        return Stage("evaluate", event.iteration, f"{event.candidate_id} waiting {event.waited_s:.0f} s: "
+                                                  f"{event.state}", event.line)
+    return Stage(event.stage, event.iteration, event.detail, event.line)
 
 
-def note_stage(stages: dict[int, dict], event) -> None:
+def note_stage(stages: dict[int, Stage], event) -> None:
     """Keep the latest stage of each line of work (`stages`: line -> stage_of); a line that ended is dropped."""
     stage = stage_of(event)
-    stages.pop(stage["line"], None)  # re-inserted last: the newest stage is the dict's last entry
-    if stage["stage"] != "line ended":
-        stages[stage["line"]] = stage
+    stages.pop(stage.line, None)  # re-inserted last: the newest stage is the dict's last entry
+    if stage.stage != "line ended":
+        stages[stage.line] = stage
 
 
 LINE_WORDS = {"select": "selecting", "design": "designing", "write": "writing", "queued": "waiting for the evaluator",
@@ -106,57 +117,56 @@ LINE_WORDS = {"select": "selecting", "design": "designing", "write": "writing", 
               "profile": "profiling", "compose": "composing per-shape winners"}
 
 
-def stage_text(snap: Snapshot, stage: dict | None, stopping: bool = False) -> str:
-    """What the run is doing now: the latest stage while it runs (`stage`: one stage_of, or a dict of
-    them per line when several lines run at once), its final status afterwards."""
+def stage_text(snap: Snapshot, stages: dict[int, Stage] | None, stopping: bool = False) -> str:
+    """What the run is doing now: the latest stage of each line (note_stage) while it runs, its final status
+    afterwards."""
     status = display_status(snap.run)
     if status != "running":
-        error = f": {snap.run['error']}" if snap.run["error"] else ""
+        error = f": {snap.run.error}" if snap.run.error else ""
         return f"{status} with {snap.iterations_complete} of {snap.target} iteration(s) complete{error}"
     prefix = "stop requested, ending after the current evaluation; " if stopping else ""
-    if stage and "stage" not in stage:  # per line
-        lines = {n: s for n, s in stage.items() if n}
-        if len(lines) > 1:
-            return prefix + "; ".join(f"line {n}: {LINE_WORDS.get(s['stage'], s['stage'])}"
-                                      f"{' ' + s['detail'] if s.get('detail') else ''} (iteration {s['iteration']})"
-                                      for n, s in sorted(lines.items()))
-        stage = list(stage.values())[-1] if stage else None
+    lines = {n: s for n, s in (stages or {}).items() if n}
+    if len(lines) > 1:
+        return prefix + "; ".join(f"line {n}: {LINE_WORDS.get(s.stage, s.stage)}"
+                                  f"{' ' + s.detail if s.detail else ''} (iteration {s.iteration})"
+                                  for n, s in sorted(lines.items()))
+    stage = list(stages.values())[-1] if stages else None
     if not stage:
         return f"{prefix}running, {snap.iterations_complete} of {snap.target} iteration(s) complete"
-    detail = f" {stage['detail']}" if stage.get("detail") else ""
-    where = f"iteration {stage['iteration']} of {snap.target}" if stage["iteration"] else "before iteration 1"
-    return f"{prefix}{stage['stage']}{detail} ({where})"
+    detail = f" {stage.detail}" if stage.detail else ""
+    where = f"iteration {stage.iteration} of {snap.target}" if stage.iteration else "before iteration 1"
+    return f"{prefix}{stage.stage}{detail} ({where})"
 
 
 # --- hypotheses -------------------------------------------------------------------------------
-def _predicted(plan: dict) -> str:
-    span = predicted_range(plan.get("predicted_min_pct"), plan.get("predicted_max_pct"))
+def _predicted(plan: PlanRow) -> str:
+    span = predicted_range(plan.predicted_min_pct, plan.predicted_max_pct)
     if span is None:
         return "no prediction"
     low, high = span
     return f"{low:+.0f}% to {high:+.0f}%" if high != low else f"{low:+.0f}%"
 
 
-def _plan_candidate(snap: Snapshot, plan: dict) -> Candidate | None:
+def _plan_candidate(snap: Snapshot, plan: PlanRow) -> Candidate | None:
     """The newest settled kernel written for a plan (its child or last repair), if any."""
-    written = [c for c in snap.settled if c.plan_id == plan["id"]]
+    written = [c for c in snap.settled if c.plan_id == plan.id]
     return written[-1] if written else None
 
 
-def _measured(snap: Snapshot, plan: dict, pct: float | None, cand: Candidate | None) -> str:
-    inside = inside_range(plan.get("predicted_min_pct"), plan.get("predicted_max_pct"), pct)
+def _measured(snap: Snapshot, plan: PlanRow, pct: float | None, cand: Candidate | None) -> str:
+    inside = inside_range(plan.predicted_min_pct, plan.predicted_max_pct, pct)
     colour = STATUS_STYLE["ok"] if pct >= 0 else "color: #ef6c00;"
     return (f'<span style="{colour}"><b>{fmt_pct(pct)}</b></span> measured '
             f'({"inside" if inside else "outside"} the prediction) by {esc(cand.id if cand else "?")}')
 
 
-def _outcome(snap: Snapshot, plan: dict, finding: dict | None) -> str:
-    if not plan["chosen"]:
+def _outcome(snap: Snapshot, plan: PlanRow, finding: FindingRow | None) -> str:
+    if not plan.chosen:
         return '<span style="color: #757575;">not run</span>'
     if finding is None:
         # A stop can land between the verdict and the finding: the verdict is the outcome then.
         cand = _plan_candidate(snap, plan)
-        base = snap.by_id.get(plan["base_id"])
+        base = snap.by_id.get(plan.base_id)
         if cand is not None and cand.ok:
             pct = cand.uplift_over(base.geomean_us if base else None)
             if pct is not None:
@@ -165,9 +175,9 @@ def _outcome(snap: Snapshot, plan: dict, finding: dict | None) -> str:
             return f"{_status(cand.status)} ({esc(cand.id)})"
         state = "in progress" if display_status(snap.run) == "running" else "pending (resume the run to evaluate it)"
         return f'<span style="color: #757575;">{state}</span>'
-    cand = snap.by_id.get(finding["candidate_id"])
-    if finding["measured_pct"] is not None:
-        return _measured(snap, plan, finding["measured_pct"], cand)
+    cand = snap.by_id.get(finding.candidate_id)
+    if finding.measured_pct is not None:
+        return _measured(snap, plan, finding.measured_pct, cand)
     return f"{_status(cand.status if cand else 'no kernel')} ({esc(cand.id if cand else 'no candidate')})"
 
 
@@ -177,27 +187,27 @@ def hypotheses_html(snap: Snapshot) -> str:
     if not snap.plans:
         return f'<div style="{BOX} color: #757575;">No experiments designed yet.</div>'
     outcomes = snap.plan_outcomes()
-    rounds: dict[int, list[dict]] = {}
+    rounds: dict[int, list[PlanRow]] = {}
     for p in snap.plans:
-        rounds.setdefault(p["iteration"], []).append(p)
+        rounds.setdefault(p.iteration, []).append(p)
     parts = []
     for iteration in sorted(rounds, reverse=True):
         plans = rounds[iteration]
         first = plans[0]
         parts.append(f'<div style="margin: 6px 0 2px 0;"><b>Iteration {iteration}</b> from '
-                     f'<code>{esc(first["base_id"])}</code>: <i>{esc(first["justification"])}</i></div>')
+                     f'<code>{esc(first.base_id)}</code>: <i>{esc(first.justification)}</i></div>')
         for p in plans:
-            body = p["plan"]
-            why = why_chosen_text(p["why_chosen"])
+            body = p.plan
+            why = why_chosen_text(p.why_chosen)
             chosen = (f'<span style="background: #e8f5e9; padding: 0 4px;">chosen as {esc(why)}</span>'
-                      if p["chosen"] else '<span style="color: #9e9e9e;">not chosen</span>')
-            finding = outcomes.get(p["id"])
-            note = (f'<div style="color: #424242; margin-left: 12px;">finding: {esc(finding["text"])}</div>'
-                    if finding and finding["text"] else "")
+                      if p.chosen else '<span style="color: #9e9e9e;">not chosen</span>')
+            finding = outcomes.get(p.id)
+            note = (f'<div style="color: #424242; margin-left: 12px;">finding: {esc(finding.text)}</div>'
+                    if finding and finding.text else "")
             parts.append(
                 f'<div class="kscience-hypothesis" style="margin: 2px 0 6px 10px; '
-                f'opacity: {1.0 if p["chosen"] else 0.65};">'
-                f'<b>{esc(p["title"])}</b> {chosen} &middot; predicted {esc(_predicted(p))} &middot; '
+                f'opacity: {1.0 if p.chosen else 0.65};">'
+                f'<b>{esc(p.title)}</b> {chosen} &middot; predicted {esc(_predicted(p))} &middot; '
                 f'{_outcome(snap, p, finding)}'
                 f'<div style="margin-left: 12px;">{esc(body.get("rationale", ""))}</div>{note}</div>')
     return f'<div style="{BOX}">{"".join(parts)}</div>'
@@ -276,17 +286,32 @@ def diff_html(snap: Snapshot, candidate_id: str | None) -> str:
 
 
 # --- leaderboard and lineage ------------------------------------------------------------------
-def leaderboard_rows(snap: Snapshot) -> list[dict]:
-    """Rank (correct kernels only), id, time, speedups, status and whether it is reduced precision, of every
-    settled candidate."""
+@dataclass(frozen=True)
+class LeaderRow:
+    """One settled candidate on the leaderboard: its rank among correct kernels (None when it failed)."""
+
+    rank: int | None
+    id: str
+    kind: str
+    iteration: int
+    geomean_us: float | None
+    vs_seed: float | None
+    vs_eager: float | None
+    status: str
+    hypothesis: str
+    reduced_precision: bool
+    precision: str
+
+
+def leaderboard_rows(snap: Snapshot) -> list[LeaderRow]:
+    """Every settled candidate, correct kernels fastest first."""
     rows = []
     for rank, c in enumerate(snap.ranked(), start=1):
         vs_seed, vs_ref = snap.speedups(c)
-        rows.append({"rank": rank if c.status == "ok" else None, "id": c.id, "kind": c.kind,
-                     "iteration": c.iteration, "geomean_us": c.geomean_us if c.status == "ok" else None,
-                     "vs_seed": vs_seed, "vs_eager": vs_ref, "status": c.status,
-                     "hypothesis": c.hypothesis, "reduced_precision": c.reduced_precision,
-                     "precision": precision_label(c.precision)})
+        rows.append(LeaderRow(rank=rank if c.ok else None, id=c.id, kind=c.kind, iteration=c.iteration,
+                              geomean_us=c.geomean_us if c.ok else None, vs_seed=vs_seed, vs_eager=vs_ref,
+                              status=c.status, hypothesis=c.hypothesis, reduced_precision=c.reduced_precision,
+                              precision=precision_label(c.precision)))
     return rows
 
 
@@ -310,18 +335,18 @@ def leaderboard_html(snap: Snapshot, limit: int | None = 15) -> str:
                               "the hypothesis the kernel tested"), strict=True))
     body = []
     for r in shown:
-        time = (fmt_us(r["geomean_us"], US) if r["status"] == "ok"
-                else _status(r["status"].replace("_", " ")))
+        time = (fmt_us(r.geomean_us, US) if r.status == "ok"
+                else _status(r.status.replace("_", " ")))
         num, cell = f"{NUM} {TIGHT} {CLIP}", f"{CELL} {TIGHT} {CLIP}"
         # a reduced-precision kernel says so before its hypothesis, the errors in the tooltip
-        marked = (f'<span style="color: #ef6c00;" title="{esc(r["precision"])}">reduced precision</span> '
-                  if r["reduced_precision"] else "")
-        body.append(f'<tr><td style="{num}">{r["rank"] or ""}</td>'
-                    f'<td style="{cell}" title="{esc(r["id"])} ({esc(r["kind"])}, iteration {r["iteration"]})">'
-                    f'<span style="font-family: var(--jp-code-font-family, monospace);">{esc(r["id"])}</span></td>'
-                    f'<td style="{num}" title="{esc(r["status"])}">{time}</td>'
-                    f'<td style="{num}">{fmt_x(r["vs_seed"])}</td><td style="{num}">{fmt_x(r["vs_eager"])}</td>'
-                    f'<td style="{cell}" title="{esc(r["hypothesis"])}">{marked}{esc(r["hypothesis"])}</td></tr>')
+        marked = (f'<span style="color: #ef6c00;" title="{esc(r.precision)}">reduced precision</span> '
+                  if r.reduced_precision else "")
+        body.append(f'<tr><td style="{num}">{r.rank or ""}</td>'
+                    f'<td style="{cell}" title="{esc(r.id)} ({esc(r.kind)}, iteration {r.iteration})">'
+                    f'<span style="font-family: var(--jp-code-font-family, monospace);">{esc(r.id)}</span></td>'
+                    f'<td style="{num}" title="{esc(r.status)}">{time}</td>'
+                    f'<td style="{num}">{fmt_x(r.vs_seed)}</td><td style="{num}">{fmt_x(r.vs_eager)}</td>'
+                    f'<td style="{cell}" title="{esc(r.hypothesis)}">{marked}{esc(r.hypothesis)}</td></tr>')
     more = f'<div style="color: #757575;">and {len(rows) - len(shown)} more</div>' if len(rows) > len(shown) else ""
     ref_line = "".join(f'<div style="color: #424242;">{name}: {fmt_us(base.geomean_us, US)}</div>'
                        for name, base in ((EAGER, snap.eager), ("torch.compile", snap.compiled),

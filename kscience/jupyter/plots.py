@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kscience.problems import shape_label
 from kscience.record.snapshot import Snapshot
-from kscience.scientist.candidate import Candidate, speedup
+from kscience.record.candidate import Candidate, speedup
 from kscience.record.text import US, fmt_sol, fmt_us, fmt_x
 
 STATUS_COLOURS = {
@@ -226,9 +226,9 @@ def draw_speed_of_light(ax, snap: Snapshot) -> None:
         ax.text(0.5, 0.5, "no roofline bound (CPU interpreter, unknown device or no correct kernel)",
                 ha="center", va="center", transform=ax.transAxes, color="#757575", fontsize=8)
         return
-    labels = [shape_label(r["shape"]) for r in rows]
-    seed = {shape_label(r["shape"]): r["fraction"] for r in snap.sol(snap.seed)}
-    series = [(f"best {best.id}", [r["fraction"] for r in rows], "#2e7d32")]
+    labels = [shape_label(r.shape) for r in rows]
+    seed = {shape_label(r.shape): r.fraction for r in snap.sol(snap.seed)}
+    series = [(f"best {best.id}", [r.fraction for r in rows], "#2e7d32")]
     if seed and snap.seed.id != best.id:
         series.append(("seed", [seed.get(label, 0.0) for label in labels], "#9e9e9e"))
     width = 0.8 / len(series)
@@ -238,7 +238,7 @@ def draw_speed_of_light(ax, snap: Snapshot) -> None:
         ax.bar_label(bars, labels=[f"{v:.0%}" for v in values], fontsize=7, padding=2)
     ax.axhline(1.0, color="#000000", linewidth=1, linestyle="-.", label="roofline bound")
     ax.set_ylim(0, max(1.1, max(v for _, values, _ in series for v in values) * 1.1))
-    bounds = [r["bound"] for r in rows]
+    bounds = [r.bound for r in rows]
     ax.set_xticks(range(len(labels)), [f"{label}\n({b})" for label, b in zip(labels, bounds)],
                   rotation=20, ha="right", fontsize=7)
     ax.set_ylabel("fraction of speed of light")
@@ -315,22 +315,22 @@ def draw_uplift(ax, snap: Snapshot) -> None:
     """Predicted uplift range (horizontal bar) against the measured uplift, with the y = x diagonal.
     Uplift is the child's speedup over its base in percent: +25% = 1.25x as fast, negative = slower."""
     points = snap.predictions()
-    measured = [p for p in points if p["measured"] is not None]
-    span = max([abs(p["measured"]) for p in measured] + [1.0])
+    measured = [p for p in points if p.measured is not None]
+    span = max([abs(p.measured) for p in measured] + [1.0])
     previous, left_used = None, False
-    for p in sorted(measured, key=lambda p: p["measured"]):
-        mid = (p["low"] + p["high"]) / 2
-        ax.errorbar([mid], [p["measured"]], xerr=[[mid - p["low"]], [p["high"] - mid]], fmt="o", capsize=3,
-                    color="#2e7d32" if p["inside"] else "#ef6c00", zorder=3)
+    for p in sorted(measured, key=lambda p: p.measured):
+        mid = (p.low + p.high) / 2
+        ax.errorbar([mid], [p.measured], xerr=[[mid - p.low], [p.high - mid]], fmt="o", capsize=3,
+                    color="#2e7d32" if p.inside else "#ef6c00", zorder=3)
         # Each point is named by its kernel, beyond an end of its range bar: the right end, or the
         # left one where the point below is close enough for the two names to collide.
-        left = previous is not None and p["measured"] - previous < 0.08 * span and not left_used
+        left = previous is not None and p.measured - previous < 0.08 * span and not left_used
         left_used = left
-        ax.annotate(p["candidate_id"] or _short(p["title"], 20), (p["low"] if left else p["high"], p["measured"]),
+        ax.annotate(p.candidate_id or _short(p.title, 20), (p.low if left else p.high, p.measured),
                     xytext=(-5 if left else 5, 0), textcoords="offset points", ha="right" if left else "left",
                     va="center", fontsize=8, color="#424242")
-        previous = p["measured"]
-    lows = [v for p in measured for v in (p["low"], p["high"], p["measured"])]
+        previous = p.measured
+    lows = [v for p in measured for v in (p.low, p.high, p.measured)]
     if lows:
         lo, hi = min(lows + [0.0]), max(lows + [0.0])
         ax.plot([lo, hi], [lo, hi], color="#757575", linewidth=1, linestyle="--", label="measured = predicted")
@@ -344,7 +344,7 @@ def draw_uplift(ax, snap: Snapshot) -> None:
     handles, _ = ax.get_legend_handles_labels()
     keys = [Line2D([], [], marker="o", linestyle="none", color=colour, label=f"{where} prediction")
             for where, colour, inside in (("inside", "#2e7d32", True), ("outside", "#ef6c00", False))
-            if any(p["inside"] == inside for p in measured)]  # a key only for points that are drawn
+            if any(p.inside == inside for p in measured)]  # a key only for points that are drawn
     ax.legend(handles=[*keys, *handles], fontsize=LEGEND_FONT, frameon=False, loc="upper left",
               bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)

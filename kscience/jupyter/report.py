@@ -59,8 +59,8 @@ def pick_run(store: Store, run_id: str | None) -> str:
         store.run(run_id)
         return run_id
     for row in store.list_runs():
-        if Snapshot.load(store, row["id"]).evaluated:
-            return row["id"]
+        if Snapshot.load(store, row.id).evaluated:
+            return row.id
     raise ReportError(f"no run in {store.path} has an evaluated candidate")
 
 
@@ -78,7 +78,7 @@ def chosen_run(db: str | Path, run_id: str | None = None) -> str:
 
 
 def figure_stem(snap: Snapshot) -> str:
-    return Path(snap.run["problem"]).stem or snap.run["id"]
+    return Path(snap.run.problem).stem or snap.run.id
 
 
 def report_figure(snap: Snapshot, suffix: str) -> Figure:
@@ -88,7 +88,7 @@ def report_figure(snap: Snapshot, suffix: str) -> Figure:
     draw(fig.add_subplot(), snap)
     device = snap.device.get("name") or "unknown device"
     # The problem's name, not its path: a KernelBench file's full path ran past the figure's edge.
-    fig.suptitle(f"{Path(snap.run['problem']).name}: {what}\nrun {snap.run['id']}, {device}, {snap.run['llm']}",
+    fig.suptitle(f"{Path(snap.run.problem).name}: {what}\nrun {snap.run.id}, {device}, {snap.run.llm}",
                  fontsize=9)
     return fig
 
@@ -111,13 +111,13 @@ def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = 
     out.mkdir(parents=True, exist_ok=True)
     device = snap.device.get("name") or "unknown device"
     command = command or f"python -m kscience.jupyter.report --db {shlex.quote(str(db))} " \
-                         f"--figures-dir {shlex.quote(str(figures_dir))} --run {snap.run['id']}" + \
+                         f"--figures-dir {shlex.quote(str(figures_dir))} --run {snap.run.id}" + \
                          (" --overwrite" if overwrite else "")
     for suffix, path in zip(suffixes, paths):
         what = FIGURES[suffix][0]
         fig = report_figure(snap, suffix)
-        path.write_bytes(plots.png_bytes(fig, Title=f"{snap.run['problem']} {suffix}", Source=command,
-                                         Description=f"{what}; run {snap.run['id']} on {device}"))
+        path.write_bytes(plots.png_bytes(fig, Title=f"{snap.run.problem} {suffix}", Source=command,
+                                         Description=f"{what}; run {snap.run.id} on {device}"))
     return paths
 
 

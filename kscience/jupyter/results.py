@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kscience.scientist.candidate import Candidate as StoredCandidate
+from kscience.record.candidate import Candidate as StoredCandidate
 from kscience.run.events import RunFailed, RunFinished, event_from_dict
 from kscience.jupyter import panels
 from kscience.jupyter.views import show_live
 from kscience.record.liveness import display_status, run_is_alive
 from kscience.run.driver import Run
+from kscience.record.metrics import RunMetrics
+from kscience.record.rows import RunRow
 from kscience.record.snapshot import Snapshot
 from kscience.record.text import US, fmt_us, fmt_x, kind_text
 from kscience.record.store import Store, open_store
@@ -84,7 +86,7 @@ class RunResult:
             self._run.stop()
         elif self.live:
             row = self.store.run(self.id)
-            raise RuntimeError(f"run {self.id} is driven by process {row['pid']} on {row['host']}; stop it there")
+            raise RuntimeError(f"run {self.id} is driven by process {row.pid} on {row.host}; stop it there")
 
     def wait(self, timeout: float | None = None) -> str:
         """Block until the run ends (or `timeout` seconds) and return its status. An interrupt
@@ -155,7 +157,7 @@ class RunResult:
         return Snapshot.load(self.store, self.id)
 
     @property
-    def row(self) -> dict:
+    def row(self) -> RunRow:
         return self.store.run(self.id)
 
     @property
@@ -165,15 +167,15 @@ class RunResult:
 
     @property
     def error(self) -> str | None:
-        return self.row["error"]
+        return self.row.error
 
     @property
     def problem(self) -> str:
-        return self.row["problem"]
+        return self.row.problem
 
     @property
-    def metrics(self) -> dict:
-        """The run's numbers as `kscience show --json` reports them."""
+    def metrics(self) -> RunMetrics:
+        """The run's numbers as `kscience show --json` reports them (`.to_dict()` is that JSON)."""
         return self.snapshot().metrics()
 
     @property
@@ -231,7 +233,7 @@ class RunResult:
     def __repr__(self) -> str:
         snap = self.snapshot()
         best = snap.best
-        text = f"<kscience run {self.id} ({snap.run['problem']}): {display_status(snap.run)}"
+        text = f"<kscience run {self.id} ({snap.run.problem}): {display_status(snap.run)}"
         if best:
             vs_seed, _ = snap.speedups(best)
             text += f", best {best.id} {fmt_us(best.geomean_us, US)}"
@@ -256,7 +258,7 @@ class RunResult:
         status = panels.esc(panels.stage_text(snap, None))
         if display_status(snap.run) == "running":
             return (f'<div style="{panels.BOX}">kscience run <b>{panels.esc(self.id)}</b> '
-                    f'({panels.esc(snap.run["problem"])}): {status}; {len(snap.settled)} candidate(s) settled so far. '
+                    f'({panels.esc(snap.run.problem)}): {status}; {len(snap.settled)} candidate(s) settled so far. '
                     "Call <code>.wait()</code> for the final result.</div>")
         from kscience.jupyter.static import run_html  # needs matplotlib
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import socket
 
+from kscience.record.rows import CampaignRow, RunRow
 
-def run_is_alive(row: dict) -> bool:
-    """Whether a run marked running still has its process (on this host; elsewhere assume so)."""
-    if row["status"] != "running" or not row.get("pid"):
+
+def run_is_alive(row: RunRow | CampaignRow) -> bool:
+    """Whether a run (or campaign) marked running still has its process (on this host; elsewhere assume so)."""
+    if row.status != "running" or not row.pid:
         return False
-    if row.get("host") != socket.gethostname():
+    if row.host != socket.gethostname():
         return True
     try:
-        os.kill(row["pid"], 0)
+        os.kill(row.pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -21,9 +23,9 @@ def run_is_alive(row: dict) -> bool:
     return True
 
 
-def display_status(row: dict) -> str:
+def display_status(row: RunRow | CampaignRow) -> str:
     """A run's status for people: one marked running whose process is gone was interrupted."""
-    return "interrupted" if row["status"] == "running" and not run_is_alive(row) else row["status"]
+    return "interrupted" if row.status == "running" and not run_is_alive(row) else row.status
 
 
 def this_process() -> dict:

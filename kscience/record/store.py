@@ -26,7 +26,10 @@ import time
 from pathlib import Path
 
 from kscience.record.database import JSON_COLUMNS, Database, StoreError
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
+from kscience.record.llm_call import LLMCall
+from kscience.record.rows import (CampaignProblem, CampaignRow, CampaignSession, FindingRow, LlmUsage, PlanRow,
+                                   ProfileRow, RetimeRow, RunRow, SlotTime)
 
 DEFAULT_DB = "kscience.db"
 RUN_STATUSES = ("running", "finished", "failed", "stopped")
@@ -76,11 +79,11 @@ class Store(Database):
                      self._clean(config), self._clean(environment), None, pid, host, now, now, campaign_id))
         return run_id
 
-    def run(self, run_id: str) -> dict:
+    def run(self, run_id: str) -> RunRow:
         rows = self._query("SELECT * FROM runs WHERE id=?", (run_id,))
         if not rows:
             raise StoreError(f"no run {run_id!r} in {self.path}")
-        return rows[0]
+        return RunRow.from_row(rows[0])
 
     def update_run(self, run_id: str, **fields) -> None:
         """Set columns of a run (status, error, llm, config, environment, pid, host, campaign_id)."""
@@ -101,13 +104,13 @@ class Store(Database):
     def delete_campaign(self, campaign_id: str) -> None:
         """A campaign with its problems and every run it made, in one transaction."""
         with self._tx():
-            self.delete_runs([r["id"] for r in self.campaign_runs(campaign_id)])
+            self.delete_runs([r.id for r in self.campaign_runs(campaign_id)])
             self._db.execute("DELETE FROM campaign_problems WHERE campaign_id=?", (campaign_id,))
             self._db.execute("DELETE FROM campaigns WHERE id=?", (campaign_id,))
 
-    def list_runs(self) -> list[dict]:
+    def list_runs(self) -> list[RunRow]:
         """Every run, newest first (`kscience.record.snapshot.run_listing` adds their numbers)."""
-        return self._query("SELECT * FROM runs ORDER BY created DESC, rowid DESC")
+        return [RunRow.from_row(r) for r in self._query("SELECT * FROM runs ORDER BY created DESC, rowid DESC")]
 
     # --- candidates --------------------------------------------------------------------------
     def add_candidate(self, run_id: str, *, kind: str, source: str, hypothesis: str, iteration: int,
@@ -176,7 +179,8 @@ class Store(Database):
 
     # --- profiles ----------------------------------------------------------------------------
     def record_profile(self, cand_id: str, *, compile_facts: list | None = None, ncu: dict | None = None,
-                       sol: list | None = None, flag: str | None = None, profile_s: float | None = None) -> dict:
+                       sol: list | None = None, flag: str | None = None,
+                       profile_s: float | None = None) -> ProfileRow:
         """Add what a profiler saw of a candidate; parts given as None keep what is already stored
         (compile facts come with the evaluation, ncu later and only for some candidates)."""
         parts = {"compile_facts": compile_facts, "ncu": ncu, "sol": sol, "flag": flag, "profile_s": profile_s}
@@ -193,14 +197,15 @@ class Store(Database):
             raise StoreError(f"no candidate {cand_id!r} in {self.path}")
         return profile
 
-    def profile(self, cand_id: str) -> dict | None:
+    def profile(self, cand_id: str) -> ProfileRow | None:
         rows = self._query("SELECT * FROM profiles WHERE candidate_id=?", (cand_id,))
-        return rows[0] if rows else None
+        return ProfileRow.from_row(rows[0]) if rows else None
 
-    def profiles(self, run_id: str) -> list[dict]:
+    def profiles(self, run_id: str) -> list[ProfileRow]:
         """Every profile of a run, in candidate order (for plots: occupancy against speed...)."""
-        return self._query("SELECT p.* FROM profiles p JOIN candidates c ON c.id=p.candidate_id "
-                           "WHERE p.run_id=? ORDER BY c.seq", (run_id,))
+        return [ProfileRow.from_row(r) for r in self._query("SELECT p.* FROM profiles p JOIN candidates c ON "
+                                                             "c.id=p.candidate_id WHERE p.run_id=? ORDER BY c.seq",
+                                                             (run_id,))]
 
     # --- compositions ------------------------------------------------------------------------
     def add_composite(self, run_id: str, *, parts: list[str], rules: dict, **fields) -> Candidate:
@@ -221,7 +226,7 @@ class Store(Database):
 
     # --- plans and findings ------------------------------------------------------------------
     def add_plans(self, run_id: str, iteration: int, *, base_id: str, reference_id: str | None,
-                  justification: str, plans: list[dict]) -> list[dict]:
+                  justification: str, plans: list[dict]) -> list[PlanRow]:
         """One design round, all plans in one transaction: a round is either stored whole or not at all."""
         now, ids = time.time(), []
         with self._tx():
@@ -232,38 +237,39 @@ class Store(Database):
                     (ids[-1], run_id, iteration, position, base_id, reference_id, self._clean(justification),
                      plan["title"], self._clean(plan), int(bool(plan.get("chosen"))), plan.get("why_chosen", ""),
                      plan.get("predicted_min_pct"), plan.get("predicted_max_pct"), now))
-        return [self._query("SELECT * FROM plans WHERE id=?", (i,))[0] for i in ids]
+        return [PlanRow.from_row(self._query("SELECT * FROM plans WHERE id=?", (i,))[0]) for i in ids]
 
-    def plans(self, run_id: str) -> list[dict]:
-        return self._query("SELECT * FROM plans WHERE run_id=? ORDER BY iteration, position", (run_id,))
+    def plans(self, run_id: str) -> list[PlanRow]:
+        return [PlanRow.from_row(r) for r in
+                self._query("SELECT * FROM plans WHERE run_id=? ORDER BY iteration, position", (run_id,))]
 
     def add_finding(self, run_id: str, *, plan_id: str, candidate_id: str | None, iteration: int, text: str,
                     predicted_min_pct: float | None, predicted_max_pct: float | None,
-                    measured_pct: float | None) -> dict:
+                    measured_pct: float | None) -> FindingRow:
         """A finding, returned as written (its row is not read back)."""
         row = {"run_id": run_id, "plan_id": plan_id, "candidate_id": candidate_id, "iteration": iteration,
                "text": self._clean(text), "predicted_min_pct": predicted_min_pct,
                "predicted_max_pct": predicted_max_pct, "measured_pct": measured_pct, "created": time.time()}
         row_id = self._write(f"INSERT INTO findings ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                              tuple(row.values()))
-        return {"id": row_id, **row}
+        return FindingRow(id=row_id, **row)
 
-    def findings(self, run_id: str) -> list[dict]:
-        return self._query("SELECT * FROM findings WHERE run_id=? ORDER BY id", (run_id,))
+    def findings(self, run_id: str) -> list[FindingRow]:
+        return [FindingRow.from_row(r) for r in self._query("SELECT * FROM findings WHERE run_id=? ORDER BY id",
+                                                             (run_id,))]
 
     # --- LLM calls and events ----------------------------------------------------------------
-    def add_llm_call(self, run_id: str, call: dict) -> None:
+    def add_llm_call(self, run_id: str, call: LLMCall) -> None:
         self._write("INSERT INTO llm_calls (run_id, role, model, prompt, response, input_tokens, output_tokens,"
                     " latency_s, cost_usd, priced, error, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (run_id, call["role"], call["model"], self._clean(call["prompt"]),
-                     self._clean(call["response"]), call["input_tokens"], call["output_tokens"],
-                     call["latency_s"], call["cost_usd"], int(call.get("priced", True)),
-                     self._clean(call.get("error")), time.time()))
+                    (run_id, call.role, call.model, self._clean(call.prompt), self._clean(call.response),
+                     call.input_tokens, call.output_tokens, call.latency_s, call.cost_usd, int(call.priced),
+                     self._clean(call.error), time.time()))
 
     def llm_calls(self, run_id: str) -> list[dict]:
         return self._query("SELECT * FROM llm_calls WHERE run_id=? ORDER BY id", (run_id,))
 
-    def llm_usage(self, run_id: str) -> dict:
+    def llm_usage(self, run_id: str) -> LlmUsage:
         """Calls to a model, their tokens and cost, over every session of the run. The offline
         scientist's answers are counted apart (`offline_calls`): no model read or wrote a token."""
         row = self._query("SELECT coalesce(sum(model != ?), 0) AS calls,"
@@ -273,7 +279,7 @@ class Store(Database):
                           " coalesce(sum(priced = 0 AND model != ?), 0) AS unpriced,"
                           " coalesce(sum(model = ?), 0) AS offline_calls FROM llm_calls WHERE run_id=?",
                           (OFFLINE_MODEL,) * 4 + (run_id,))
-        return row[0]
+        return LlmUsage.from_row(row[0])
 
     def add_event(self, run_id: str, type_: str, payload: dict) -> int:
         return self._write("INSERT INTO events (run_id, type, payload, ts) VALUES (?,?,?,?)",
@@ -293,8 +299,9 @@ class Store(Database):
                     " gpu_busy_s) VALUES (?,?,?,?,?,?,?,?)",
                     (run_id, session, slot, wall_s, busy_s, evaluations, time.time(), gpu_busy_s))
 
-    def slot_times(self, run_id: str) -> list[dict]:
-        return self._query("SELECT * FROM slot_times WHERE run_id=? ORDER BY session, slot", (run_id,))
+    def slot_times(self, run_id: str) -> list[SlotTime]:
+        return [SlotTime.from_row(r) for r in
+                self._query("SELECT * FROM slot_times WHERE run_id=? ORDER BY session, slot", (run_id,))]
 
     # --- campaigns ---------------------------------------------------------------------------
     def create_campaign(self, *, name: str, suite: str, config: dict, problems: list[dict],
@@ -311,14 +318,15 @@ class Store(Database):
                                   p.get("status", "pending"), p.get("reason"), None))
         return campaign_id
 
-    def campaign(self, campaign_id: str) -> dict:
+    def campaign(self, campaign_id: str) -> CampaignRow:
         rows = self._query("SELECT * FROM campaigns WHERE id=?", (campaign_id,))
         if not rows:
             raise StoreError(f"no campaign {campaign_id!r} in {self.path}")
-        return rows[0]
+        return CampaignRow.from_row(rows[0])
 
-    def list_campaigns(self) -> list[dict]:
-        return self._query("SELECT * FROM campaigns ORDER BY created DESC, rowid DESC")
+    def list_campaigns(self) -> list[CampaignRow]:
+        return [CampaignRow.from_row(r) for r in
+                self._query("SELECT * FROM campaigns ORDER BY created DESC, rowid DESC")]
 
     def update_campaign(self, campaign_id: str, **fields) -> None:
         """Set columns of a campaign (status, pid, host, config)."""
@@ -326,8 +334,9 @@ class Store(Database):
         self._write(f"UPDATE campaigns SET {cols}, updated=? WHERE id=?",
                     (*(self._clean(v) for v in fields.values()), time.time(), campaign_id))
 
-    def campaign_problems(self, campaign_id: str) -> list[dict]:
-        return self._query("SELECT * FROM campaign_problems WHERE campaign_id=? ORDER BY position", (campaign_id,))
+    def campaign_problems(self, campaign_id: str) -> list[CampaignProblem]:
+        return [CampaignProblem.from_row(r) for r in
+                self._query("SELECT * FROM campaign_problems WHERE campaign_id=? ORDER BY position", (campaign_id,))]
 
     def update_campaign_problem(self, campaign_id: str, position: int, **fields) -> None:
         """Set columns of one problem of a campaign (status, reason, run_id)."""
@@ -342,11 +351,13 @@ class Store(Database):
                     " idle_waiting_s, problems_at_once, updated) VALUES (?,?,?,?,?,?,?,?)",
                     (campaign_id, session, wall_s, slots, busy_s, idle_waiting_s, problems_at_once, time.time()))
 
-    def campaign_sessions(self, campaign_id: str) -> list[dict]:
-        return self._query("SELECT * FROM campaign_sessions WHERE campaign_id=? ORDER BY session", (campaign_id,))
+    def campaign_sessions(self, campaign_id: str) -> list[CampaignSession]:
+        return [CampaignSession.from_row(r) for r in
+                self._query("SELECT * FROM campaign_sessions WHERE campaign_id=? ORDER BY session", (campaign_id,))]
 
-    def campaign_runs(self, campaign_id: str) -> list[dict]:
-        return self._query("SELECT * FROM runs WHERE campaign_id=? ORDER BY created, rowid", (campaign_id,))
+    def campaign_runs(self, campaign_id: str) -> list[RunRow]:
+        return [RunRow.from_row(r) for r in
+                self._query("SELECT * FROM runs WHERE campaign_id=? ORDER BY created, rowid", (campaign_id,))]
 
     # --- re-timing on another device ---------------------------------------------------------
     def add_retime(self, run_id: str, candidate_id: str, device: str, result: dict) -> None:
@@ -356,7 +367,9 @@ class Store(Database):
                     (run_id, candidate_id, device, result["status"], result["message"], result.get("geomean_us"),
                      json.dumps(result), time.time()))
 
-    def retimes(self, run_id: str, device: str | None = None) -> list[dict]:
+    def retimes(self, run_id: str, device: str | None = None) -> list[RetimeRow]:
         if device is None:
-            return self._query("SELECT * FROM retimes WHERE run_id=? ORDER BY id", (run_id,))
-        return self._query("SELECT * FROM retimes WHERE run_id=? AND device=? ORDER BY id", (run_id, device))
+            rows = self._query("SELECT * FROM retimes WHERE run_id=? ORDER BY id", (run_id,))
+        else:
+            rows = self._query("SELECT * FROM retimes WHERE run_id=? AND device=? ORDER BY id", (run_id, device))
+        return [RetimeRow.from_row(r) for r in rows]

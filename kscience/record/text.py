@@ -5,11 +5,13 @@ figures: 2.91x, 0.0123x), busy fractions, durations, plurals, a candidate's kind
 from __future__ import annotations
 
 import math
+import re
 
 from kscience.problems import shape_label
 
 
 US = " us"  # the unit every time carries, on a terminal and in a notebook alike
+MAX_SPLIT_KERNELS = 5  # kernels named per shape, the costliest; the rest are summed
 
 
 def fmt_us(us: float | None, unit: str = "") -> str:
@@ -83,7 +85,7 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
 # One name for one thing in whatever a user reads: the problem's eager PyTorch kernel, timed as a
 # baseline, is stored as kind "eager" (older runs: "reference", read back as "eager") and shown as "PyTorch eager".
 EAGER = "PyTorch eager"
-# The baseline that counts (scientist.candidate.faster_of_eager_and_compile), in full and as a column heads it.
+# The baseline that counts (record.candidate.faster_of_eager_and_compile), in full and as a column heads it.
 FASTER = "the faster of PyTorch eager and torch.compile"
 FASTER_SHORT = "faster"
 FASTER_NOTE = (f"{FASTER_SHORT}: {FASTER}, the baseline papers now report against (KernelBench v3, Helion); "
@@ -102,3 +104,20 @@ _WHY_CHOSEN = {"most innovative": "the most novel idea", "highest max": "the lar
 
 def why_chosen_text(why: str) -> str:
     return _WHY_CHOSEN.get(why, why)
+
+
+def name_text(name: str, limit: int = 60) -> str:
+    """A kernel's name (the candidate chose it) as one printable run of at most `limit` characters."""
+    return re.sub(r"[^\x21-\x7e]+", " ", str(name)).strip()[:limit] or "?"
+
+
+def kernel_split_text(kernels: list[dict]) -> str:
+    """'cast_kernel x1 12.0 us (20%), gemm_kernel x1 48.0 us (80%)' for one shape's launched kernels."""
+    total = sum(k["us"] for k in kernels) or 1.0
+    parts = [f"{name_text(k['name'])} x{k['launches']:g} {k['us']:.1f} us ({k['us'] / total:.0%})"
+             for k in kernels[:MAX_SPLIT_KERNELS]]
+    rest = kernels[MAX_SPLIT_KERNELS:]
+    if rest:
+        us = sum(k["us"] for k in rest)
+        parts.append(f"{len(rest)} more kernel(s) {us:.1f} us ({us / total:.0%})")
+    return ", ".join(parts)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kscience.problems import Problem
 from kscience.problems.libraries import Library
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 
 def _baseline_head(problem: Problem, doc: str, imports: str = "") -> str:

@@ -11,7 +11,7 @@ from kscience.run.budget import EvaluationBudget, EvaluationsSpent
 from kscience.run.events import CandidateWritten, source_diff
 from kscience.run.journal import Journal
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.record.store import PENDING
 
 

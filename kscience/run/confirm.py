@@ -25,7 +25,7 @@ from kscience.evaluate import result as R
 from kscience.record.store import BASELINE_KINDS
 from kscience.run.verdict import Verdict
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 TRIES = 2  # pairs submitted before a candidate is kept with its figure marked unconfirmed
 ROUNDS = 2  # pairs judged after one verdict before the best is left as it stands

@@ -92,12 +92,12 @@ class Run:
         `force` resumes a run that looks alive: one started on another host, which cannot be checked."""
         row = store.run(run_id)
         if run_is_alive(row) and not force:
-            raise StoreError(f"run {run_id} is still running (pid {row['pid']} on {row['host']}); "
+            raise StoreError(f"run {run_id} is still running (pid {row.pid} on {row.host}); "
                              "if that process is gone, resume with --force")
         if iterations is not None and iterations < 0:
             raise ConfigError(f"--iterations must be at least 0 (on resume: how many to add), not {iterations}")
         done = iterations_done(store.plans(run_id))
-        stored = dict(row["config"])
+        stored = dict(row.config)
         if (stored.get("iterations") or 0) < 0:  # stored by a version that added a negative count unchecked
             stored["iterations"] = done
         config = RunConfig.from_dict({**stored, **{k: v for k, v in changes.items() if v is not None}})
@@ -113,8 +113,8 @@ class Run:
         if iterations:
             _check_evaluations_left(store, run_id, config, done)
         usage = store.llm_usage(run_id)
-        run._scientist = scientist or run._build_scientist(spent_usd=usage["cost_usd"],
-                                                           spent_tokens=usage["tokens"], done=done)
+        run._scientist = scientist or run._build_scientist(spent_usd=usage.cost_usd,
+                                                           spent_tokens=usage.tokens, done=done)
         candidates = store.candidates(run_id)
         seed = first_of_kind(candidates, "seed")
         run._seed_source = seed.source if seed else (problem.seed_source or reference_source(problem))
@@ -123,7 +123,7 @@ class Run:
         if refusal:  # the run stays as it was: resuming it so would only fail again
             raise ConfigError(f"run {run_id} cannot go on with {config.llm}: {refusal}")
         env = environment(config, run._model_name())
-        env["previous_sessions"] = [*row["environment"].pop("previous_sessions", []), row["environment"]]
+        env["previous_sessions"] = [*row.environment.pop("previous_sessions", []), row.environment]
         store.update_run(run_id, status="running", error=None, llm=config.llm, config=config.to_dict(),
                          environment=env, **this_process())
         return run
@@ -152,7 +152,7 @@ class Run:
         return getattr(self._scientist, "model_name", self.config.llm)
 
     def _record_call(self, call) -> None:
-        self.store.add_llm_call(self.id, call.to_dict())
+        self.store.add_llm_call(self.id, call)
 
     def _record_event(self, event) -> None:
         self.store.add_event(self.id, event.type, event.to_dict())
@@ -192,11 +192,11 @@ class Run:
 
     @property
     def status(self) -> str:
-        return self.store.run(self.id)["status"]
+        return self.store.run(self.id).status
 
     @property
     def error(self) -> str | None:
-        return self.store.run(self.id)["error"]
+        return self.store.run(self.id).error
 
     async def run_async(self) -> str:
         """The controller on the current event loop; returns the final status."""
@@ -227,7 +227,7 @@ class Run:
                 executor.shutdown()
         self.store.update_run(self.id, status=status, error=error)
         if error is None:
-            self.bus.publish(RunFinished(status=status, summary=run_metrics(self.store, self.id)))
+            self.bus.publish(RunFinished(status=status, summary=run_metrics(self.store, self.id).to_dict()))
         else:
             self.bus.publish(RunFailed(status=status, error=error, detail=detail))
         return status

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kscience.record.store import BASELINE_KINDS
 from kscience.record.text import fmt_duration, kind_text
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 
 @dataclass

@@ -15,7 +15,8 @@ import threading
 from kscience.run.events import Event, EventBus, StageChanged
 from kscience.run.verdict import Verdict
 from kscience.record.store import Store
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
+from kscience.record.rows import FindingRow, PlanRow, ProfileRow
 
 
 class Stopped(Exception):
@@ -28,7 +29,7 @@ class Journal:
     def __init__(self, store: Store, run_id: str, bus: EventBus):
         self.store, self.run_id, self.bus = store, run_id, bus
         self._candidates = {c.id: c for c in store.candidates(run_id)}  # in seq order, as stored
-        self._profiles = {p["candidate_id"]: p for p in store.profiles(run_id)}
+        self._profiles = {p.candidate_id: p for p in store.profiles(run_id)}
         self._plans = store.plans(run_id)
         self._findings = store.findings(run_id)
 
@@ -65,34 +66,34 @@ class Journal:
         return cand
 
     # --- profiles --------------------------------------------------------------------------------
-    def profile(self, cand_id: str) -> dict | None:
+    def profile(self, cand_id: str) -> ProfileRow | None:
         return self._profiles.get(cand_id)
 
-    def profiles(self) -> dict[str, dict]:
+    def profiles(self) -> dict[str, ProfileRow]:
         """Every profile of the run, by candidate id."""
         return dict(self._profiles)
 
-    def record_profile(self, cand_id: str, **parts) -> dict:
+    def record_profile(self, cand_id: str, **parts) -> ProfileRow:
         """What a profiler saw of a candidate (Store.record_profile's parts), stored beside what it had."""
         self._profiles[cand_id] = self.store.record_profile(cand_id, **parts)
         return self._profiles[cand_id]
 
     # --- plans and findings ----------------------------------------------------------------------
-    def plans(self) -> list[dict]:
+    def plans(self) -> list[PlanRow]:
         """Every plan of the run, by iteration and position (as Store.plans)."""
-        return sorted(self._plans, key=lambda p: (p["iteration"], p["position"]))
+        return sorted(self._plans, key=lambda p: (p.iteration, p.position))
 
-    def add_plans(self, iteration: int, **design) -> list[dict]:
+    def add_plans(self, iteration: int, **design) -> list[PlanRow]:
         """One design round's plans (Store.add_plans' fields), stored whole."""
         rows = self.store.add_plans(self.run_id, iteration, **design)
         self._plans += rows
         return rows
 
-    def findings(self) -> list[dict]:
+    def findings(self) -> list[FindingRow]:
         """Every finding of the run, oldest first."""
         return list(self._findings)
 
-    def add_finding(self, **fields) -> dict:
+    def add_finding(self, **fields) -> FindingRow:
         """A finding (Store.add_finding's fields), stored."""
         self._findings.append(self.store.add_finding(self.run_id, **fields))
         return self._findings[-1]

@@ -35,7 +35,7 @@ from kscience.run.slot_use import SlotUse
 from kscience.run.slots import Slots
 from kscience.run.verdict import Verdict
 from kscience.run.waiting import outcome
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.llm import BudgetExceeded
 from kscience.scientist.rules import Rules
 from kscience.record.snapshot import best_candidate, first_of_kind

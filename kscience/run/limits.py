@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kscience.evaluate import result as R
 from kscience.run.verdict import Verdict
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 # The default limit per step: a candidate may be this many times slower than the seed's slowest step (a
 # first compile, autotuning, a slower shape), and never below the floor (autotuning many configurations, a busy

@@ -24,12 +24,12 @@ from kscience.run.journal import Journal, Stopped, Stopping
 from kscience.run.judging import Judging
 from kscience.run.population import Population
 from kscience.scientist.briefing import coverage
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import REPAIRABLE, Candidate
 from kscience.run.sharing import Group, Sharing
 from kscience.scientist.llm import NothingToPropose
 from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
-from kscience.record.snapshot import REPAIRABLE
+from kscience.record.rows import PlanRow
 from kscience.record.store import PENDING, WRITE_FAILED
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
 
@@ -66,7 +66,7 @@ class Line:
         self.journal.stage(stage, iteration, detail, self.number)
 
     # --- a new iteration ---------------------------------------------------------------------
-    async def find_work(self, iteration: int) -> list[dict]:
+    async def find_work(self, iteration: int) -> list[PlanRow]:
         """This iteration's chosen plans, stored: a group another line's design left in the pool, else one
         from a design under way with a group to spare (waited for), else this line's own design."""
         sharing = self.sharing
@@ -94,15 +94,15 @@ class Line:
         return [*done, *in_flight, *self.sharing.pooled_titles(base_id)]
 
     def _store(self, iteration: int, base_id: str, reference_id: str | None, justification: str,
-               plans: list[Plan]) -> list[dict]:
+               plans: list[Plan]) -> list[PlanRow]:
         rows = self.journal.add_plans(iteration, base_id=base_id, reference_id=reference_id,
                                       justification=justification, plans=[asdict(p) for p in plans])
         self.journal.emit(HypothesesProposed(iteration=iteration, base_id=base_id, reference_id=reference_id,
                                              justification=justification,
-                                             plans=[{"plan_id": r["id"], **r["plan"]} for r in rows]))
-        return [r for r in rows if r["chosen"]]
+                                             plans=[{"plan_id": r.id, **r.plan} for r in rows]))
+        return [r for r in rows if r.chosen]
 
-    async def design(self, iteration: int) -> list[dict] | None:
+    async def design(self, iteration: int) -> list[PlanRow] | None:
         """Select a base and design on it, asking for plans for every line waiting for work; store this
         line's group (and the answer's plans no group took), pool the others, return this line's rows.
         None when every avenue is being designed on the selected base: after one of those answers, the
@@ -112,7 +112,7 @@ class Line:
         views = self.population.views()
         population = list(views.values())
         # oldest first, from every line
-        findings = [f["text"] for f in self.journal.findings()]
+        findings = [f.text for f in self.journal.findings()]
         self._stage("select", iteration)
         selection = await self.scientist.select(population, findings, taken=sharing.taken_bases())
         base = views.get(selection.base_id)
@@ -196,7 +196,7 @@ class Line:
             sharing.finish(design, pooled)
 
     # --- its experiments ---------------------------------------------------------------------
-    async def experiments(self, plan_rows: list[dict], written: Callable[[], None] = lambda: None) -> None:
+    async def experiments(self, plan_rows: list[PlanRow], written: Callable[[], None] = lambda: None) -> None:
         """Run plans concurrently; `written()` is called once every plan has its candidate written, so
         the controller may start this line's next design while they are judged. If one fails, every line
         stops after its current step; the first failure is raised once all of this line's experiments
@@ -208,7 +208,7 @@ class Line:
             if unwritten[0] == 0:
                 written()
 
-        async def guarded(row: dict) -> None:
+        async def guarded(row: PlanRow) -> None:
             try:
                 await self.experiment(row, one_written)
             except Stopped:
@@ -225,34 +225,34 @@ class Line:
         if errors:
             raise errors[0]
 
-    async def experiment(self, row: dict, written: Callable[[], None] = lambda: None) -> None:
-        plan = Plan(**row["plan"])
-        iteration, views = row["iteration"], self.population.views()
-        base, reference = views[row["base_id"]], views.get(row["reference_id"])
-        chain = [c for c in self.journal.candidates() if c.plan_id == row["id"]]
+    async def experiment(self, row: PlanRow, written: Callable[[], None] = lambda: None) -> None:
+        plan = Plan(**row.plan)
+        iteration, views = row.iteration, self.population.views()
+        base, reference = views[row.base_id], views.get(row.reference_id)
+        chain = [c for c in self.journal.candidates() if c.plan_id == row.id]
         if not chain:
             self.stopping.check()
             self.budget.check()  # nothing is written that the budget could not judge
             self._stage("write", iteration, plan.title)
             draft = await self.scientist.write(plan, base, reference)
             chain = [self.add_draft(draft, kind="child", parent_id=base.id, parent_source=base.source,
-                                    iteration=iteration, plan_id=row["id"], hypothesis=plan.title)]
+                                    iteration=iteration, plan_id=row.id, hypothesis=plan.title)]
         written()
-        final = await self.settle(chain, iteration=iteration, plan_id=row["id"], title=plan.title)
+        final = await self.settle(chain, iteration=iteration, plan_id=row.id, title=plan.title)
         # A spent evaluation budget does not stop a judged chain's finding (its lesson is what the next
         # designer of any line needs); a user's stop does, and a resumed run records it.
         self.stopping.check()
         self._stage("finding", iteration, plan.title)
         self.population.observe()
         # its siblings are the other plans of the same design on the same base
-        around = self.population.neighbourhood(base.id, plan_id=row["id"], iteration=iteration)
+        around = self.population.neighbourhood(base.id, plan_id=row.id, iteration=iteration)
         text = await self.scientist.finding(plan, base, final.status, final.geomean_us,
                                             child=self.population.view(final), neighbourhood=around)
         measured = final.uplift_over(base.geomean_us)
-        self.journal.add_finding(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
+        self.journal.add_finding(plan_id=row.id, candidate_id=final.id, iteration=iteration, text=text,
                                  predicted_min_pct=plan.predicted_min_pct, predicted_max_pct=plan.predicted_max_pct,
                                  measured_pct=measured)
-        self.journal.emit(FindingRecorded(plan_id=row["id"], candidate_id=final.id, iteration=iteration, text=text,
+        self.journal.emit(FindingRecorded(plan_id=row.id, candidate_id=final.id, iteration=iteration, text=text,
                                           predicted_min_pct=plan.predicted_min_pct,
                                           predicted_max_pct=plan.predicted_max_pct, measured_pct=measured))
 

@@ -15,7 +15,7 @@ from kscience.record.store import WRITE_FAILED
 from kscience.record.text import fmt_us, fmt_x, kind_text
 from kscience.run.events import (CandidateEvaluated, CandidateProfiled, CandidateWritten, EvaluationWaiting,
                                  HypothesesProposed, Notice, StageChanged, event_from_dict)
-from kscience.scientist.candidate import speedup
+from kscience.record.candidate import speedup
 
 WIDTH = 110  # a failure's message wraps at this many columns
 MESSAGE_INDENT = " " * 8

@@ -40,7 +40,7 @@ from kscience.run.scheduling import LineScheduler
 from kscience.run.slots import Slots
 from kscience.problems import Problem
 from kscience.problems.libraries import missing_line, skipped_line
-from kscience.scientist.candidate import Candidate, result_from_stored
+from kscience.record.candidate import Candidate, result_from_stored
 from kscience.record.snapshot import first_of_kind, iterations_done
 from kscience.record.store import PENDING, Store
 

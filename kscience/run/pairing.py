@@ -18,7 +18,7 @@ from kscience.run.held import Held, Job
 from kscience.run.journal import Journal, Stopping
 from kscience.run.verdict import Verdict
 from kscience.run.slot_use import SlotUse
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 # Judging's evaluation of a candidate whose request (its tag, its slot or None) was submitted as `future`
 Judge = Callable[[Candidate, int, str, int | None, object], Awaitable[Verdict]]

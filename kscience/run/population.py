@@ -14,11 +14,12 @@ from kscience.run.baselines import vendor_title
 from kscience.run.journal import Journal
 from kscience.scientist import compose
 from kscience.scientist.briefing import bench_from_results, coverage
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.hardware import describe, run_target
 from kscience.scientist.neighbourhood import Neighbour, Neighbourhood
 from kscience.scientist.roles import CandidateView
 from kscience.scientist.rules import Rules
+from kscience.record.rows import ProfileRow
 from kscience.record.snapshot import best_candidate
 from kscience.record.store import BASELINE_KINDS
 
@@ -48,7 +49,7 @@ class Population:
 
         return {c.id: self.view(c, depth(c), children.get(c.id, 0), profiles.get(c.id)) for c in cands}
 
-    def view(self, c: Candidate, depth: int = 0, n_children: int = 0, profile: dict | None = None) -> CandidateView:
+    def view(self, c: Candidate, depth: int = 0, n_children: int = 0, profile: ProfileRow | None = None) -> CandidateView:
         profile = profiling.seen(profile or self.journal.profile(c.id), c.stored_result)
         return CandidateView(
             id=c.id, parent_id=c.parent_id, hypothesis=c.hypothesis, status=c.status, geomean_us=c.geomean_us,
@@ -64,30 +65,30 @@ class Population:
         cands = self.journal.candidates()
         views = self.views()
         latest = {c.plan_id: c for c in cands if c.plan_id}  # in seq order: a repair comes after what it repairs
-        plans = [p for p in self.journal.plans() if p["chosen"]]
+        plans = [p for p in self.journal.plans() if p.chosen]
 
         def around(on: str, skip: str | None, of_iteration: int | None) -> list[Neighbour]:
             out = []
             for p in plans:
-                if p["base_id"] == on and p["id"] != skip and of_iteration in (None, p["iteration"]):
-                    c = latest.get(p["id"])
-                    out.append(Neighbour(p["title"], None if c is None else views.get(c.id) or self.view(c)))
+                if p.base_id == on and p.id != skip and of_iteration in (None, p.iteration):
+                    c = latest.get(p.id)
+                    out.append(Neighbour(p.title, None if c is None else views.get(c.id) or self.view(c)))
             return out
 
         base = next((c for c in cands if c.id == base_id), None)
-        made_by = next((p for p in plans if base is not None and p["id"] == base.plan_id), None)
+        made_by = next((p for p in plans if base is not None and p.id == base.plan_id), None)
         best = best_candidate(cands)
         return Neighbourhood(
             siblings=around(base_id, plan_id, iteration), best=views.get(best.id) if best else None,
-            findings=[f["text"] for f in self.journal.findings()],
-            base_siblings=around(made_by["base_id"], made_by["id"], made_by["iteration"])
+            findings=[f.text for f in self.journal.findings()],
+            base_siblings=around(made_by.base_id, made_by.id, made_by.iteration)
             if of_the_base and made_by else [])
 
     def plans_on(self, base_id: str) -> tuple[list[str], list[str]]:
         """Titles of the experiments chosen on `base_id`: (carried out, under way in some line)."""
-        found = {f["plan_id"] for f in self.journal.findings()}
-        chosen = [p for p in self.journal.plans() if p["chosen"] and p["base_id"] == base_id]
-        return [p["title"] for p in chosen if p["id"] in found], [p["title"] for p in chosen if p["id"] not in found]
+        found = {f.plan_id for f in self.journal.findings()}
+        chosen = [p for p in self.journal.plans() if p.chosen and p.base_id == base_id]
+        return [p.title for p in chosen if p.id in found], [p.title for p in chosen if p.id not in found]
 
     def observe(self) -> None:
         """Tell the scientist how the numbers were measured: the device and timing of the (repaired) seed,

@@ -22,7 +22,7 @@ from kscience.run.events import CandidateProfiled
 from kscience.run.held import Held, Job
 from kscience.run.journal import Journal
 from kscience.run.slot_use import SlotUse
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 
 class ProfileJobs:
@@ -60,8 +60,8 @@ class ProfileJobs:
         """The measurements the plan behind a candidate asked for (Plan.measure); [] for none."""
         if not cand.plan_id:
             return []
-        row = next((p for p in self.journal.plans() if p["id"] == cand.plan_id), None)
-        return list(((row or {}).get("plan") or {}).get("measure") or [])
+        row = next((p for p in self.journal.plans() if p.id == cand.plan_id), None)
+        return list((row.plan if row else {}).get("measure") or [])
 
     async def _profile(self, cand: Candidate, line: int) -> None:
         """Nsight Compute on one shape of the candidate, on one slot (none where the executor batches, going out

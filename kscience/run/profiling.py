@@ -18,7 +18,8 @@ from kscience.device import detect
 from kscience.evaluate.profile import job as profile_job, ncu
 from kscience.problems import Problem
 from kscience.problems.roofline import result_sol, stop_at_sol, summary
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
+from kscience.record.rows import ProfileRow
 
 
 # Values of the run setting `profile`: "auto" (the default) and "ncu" profile with Nsight Compute where the
@@ -35,10 +36,12 @@ def after_evaluation(problem: Problem, result: dict) -> dict:
             "sol": [s.to_dict() for s in result_sol(problem, result)]}
 
 
-def seen(profile: dict | None, result: dict | None) -> dict | None:
-    """A stored profile with what the evaluation itself brought back: time per launched kernel on each
-    timed shape (and what measured it), what its median profiled call held (`calls`, with whether it was
-    judged under the interpreter) and the candidate's own output; the profile as it was without them."""
+def seen(profile: ProfileRow | None, result: dict | None) -> dict | None:
+    """A stored profile, in the dict form the scientist reads, with what the evaluation itself brought back:
+    time per launched kernel on each timed shape (and what measured it), what its median profiled call held
+    (`calls`, with whether it was judged under the interpreter) and the candidate's own output; the profile
+    as it was without them, None with neither."""
+    stored = profile.to_dict() if profile else None
     result = result or {}
     shapes = [s for s in result.get("shapes") or [] if isinstance(s, dict)]
     kernels = [{"shape": s["shape"], "kernels": s["kernels"]} for s in shapes if s.get("kernels")]
@@ -47,7 +50,7 @@ def seen(profile: dict | None, result: dict | None) -> dict | None:
                                ("output", result.get("output")), ("calls", calls),
                                ("interpreted", bool(calls) and bool((result.get("device") or {}).get("interpreted"))))
              if v}
-    return dict(profile or {}, **extra) if extra else profile
+    return dict(stored or {}, **extra) if extra else stored
 
 
 def resolve_profiler(setting: str | None, judged_here: bool = True) -> tuple[str | None, str | None]:

@@ -21,6 +21,7 @@ from kscience.run.judging import Judging
 from kscience.run.line import Line, NothingLeft
 from kscience.run.population import Population
 from kscience.run.sharing import Sharing
+from kscience.record.rows import PlanRow
 from kscience.record.snapshot import best_candidate, iterations_done
 
 AHEAD_PER_LINE = 2  # iterations one line may have going: one being judged while the next is designed
@@ -52,7 +53,7 @@ class LineScheduler:
         tasks: dict[asyncio.Task, tuple[int, int]] = {}  # line task -> (its line number, its iteration)
         for rows in self._open_iterations():
             number = self._free_line(tasks)
-            tasks[asyncio.create_task(self._resumed_line(number, rows))] = (number, rows[0]["iteration"])
+            tasks[asyncio.create_task(self._resumed_line(number, rows))] = (number, rows[0].iteration)
         designing = self._seeking
         failure: BaseException | None = None
         stopped: Stopped | None = None
@@ -134,7 +135,7 @@ class LineScheduler:
         designing.discard(me)  # stored: counted by iterations_done from now on
         await line.experiments(rows, lambda: self._all_written(me))
 
-    async def _resumed_line(self, number: int, rows: list[dict]) -> None:
+    async def _resumed_line(self, number: int, rows: list[PlanRow]) -> None:
         line, me = self.line(number), asyncio.current_task()
         self._line_of[me] = line
         await line.experiments(rows, lambda: self._all_written(me))
@@ -167,13 +168,13 @@ class LineScheduler:
     def note_model_time(self, seconds: float) -> None:
         self.model_s = seconds if self.model_s is None else 0.5 * (self.model_s + seconds)
 
-    def _open_iterations(self) -> list[list[dict]]:
+    def _open_iterations(self) -> list[list[PlanRow]]:
         """The chosen plans without a finding, one list per iteration: each is resumed as a line."""
-        found = {f["plan_id"] for f in self.journal.findings()}
-        by_iteration: dict[int, list[dict]] = {}
+        found = {f.plan_id for f in self.journal.findings()}
+        by_iteration: dict[int, list[PlanRow]] = {}
         for p in self.journal.plans():
-            if p["chosen"] and p["id"] not in found:
-                by_iteration.setdefault(p["iteration"], []).append(p)
+            if p.chosen and p.id not in found:
+                by_iteration.setdefault(p.iteration, []).append(p)
         return [by_iteration[i] for i in sorted(by_iteration)]
 
     def _free_line(self, tasks: dict) -> int:
@@ -184,7 +185,7 @@ class LineScheduler:
 
     def _next_iteration(self) -> int:
         """A new line's iteration number: after every stored one and every one claimed by a line."""
-        stored = max((p["iteration"] for p in self.journal.plans()), default=0)
+        stored = max((p.iteration for p in self.journal.plans()), default=0)
         self._last_claimed = max(self._last_claimed, stored) + 1
         return self._last_claimed
 

@@ -13,7 +13,7 @@ from kscience.run.events import Notice
 from kscience.run.journal import Journal
 from kscience.run.limits import STEP_LIMIT_FACTOR, STEP_LIMIT_FLOOR_S, judged_under
 from kscience.run.line import RunError
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.rules import judge_limits_text
 
 

@@ -20,7 +20,7 @@ from kscience.run.journal import Journal, Stopping
 from kscience.run import waiting
 from kscience.run.slots import Slots
 from kscience.record.snapshot import first_of_kind
-from kscience.scientist.candidate import EAGER_KIND, Candidate
+from kscience.record.candidate import EAGER_KIND, Candidate
 
 IDLE_LOOK_S = 0.2  # how often a profile job or torch.compile's baseline waiting for an idle slot looks for a stop
 

@@ -15,7 +15,7 @@ from kscience.evaluate import result as R
 from kscience.run.events import EvaluationWaiting
 from kscience.run.in_flight import InFlight, has_started
 from kscience.run.journal import Journal, Stopped, Stopping
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 from kscience.scientist.rules import judge_limits_text
 
 WAIT_LOOK_S = 1.0  # how often an evaluation in flight is asked what it waits for

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from kscience.problems.spec import Problem, geomean, shape_label
-from kscience.scientist.candidate import benchmark_times
+from kscience.record.candidate import benchmark_times
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.quoting import quote_inline
 from kscience.scientist.rules import Rules

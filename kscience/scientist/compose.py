@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from kscience.problems.spec import Problem, geomean, shape_label
-from kscience.scientist.candidate import BENCHMARK, Candidate
+from kscience.record.candidate import BENCHMARK, Candidate
 
 KIND = "composite"  # the stored kind of a composite candidate
 NOT_PARTS = ("eager", "compiled", "vendor", "vendor_alone", "library", KIND)  # baselines are not kernels to dispatch to; no nesting

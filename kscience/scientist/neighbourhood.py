@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kscience.scientist.briefing import format_times
-from kscience.scientist.candidate import uplift_pct
+from kscience.record.candidate import uplift_pct
 from kscience.scientist.quoting import fit_whole
 from kscience.scientist.strategy import CandidateView
 from kscience.scientist.verdicts import OK, verdict_clause

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import re
 from dataclasses import dataclass, field, replace
 
-from kscience.scientist.candidate import predicted_range, range_text, uplift_pct
+from kscience.record.candidate import predicted_range, range_text, uplift_pct
 from kscience.scientist.llm.base import LLMError
 from kscience.scientist.measurements import parse_measure
 from kscience.scientist.strategy import OK

@@ -8,27 +8,20 @@ never guessed: under the CPU interpreter there are none, and the text says so.
 
 from __future__ import annotations
 
-import re
-
 from kscience.evaluate.profile.compile_facts import KernelFacts
 from kscience.evaluate.profile.ncu import NcuProfile
 from kscience.evaluate.result import clock_counts
 from kscience.problems import shape_label
 from kscience.problems.roofline import ShapeSol, summary
+from kscience.record.text import kernel_split_text, name_text
 from kscience.scientist.quoting import quote
 
 MAX_KERNEL_LINES = 6  # distinct kernels shown; each kernel's compiled specialisations share one line
 MAX_SPLIT_SHAPES = 4  # timed shapes whose per-kernel split is shown
-MAX_SPLIT_KERNELS = 5  # kernels named per shape, the costliest; the rest are summed
 MAX_CALL_SHAPES = 4  # timed shapes whose call breakdown is shown
 OUTPUT_CHARS = 4000  # what the kernel printed, whole lines up to this much
 BUILT_BY = {"triton": "Triton", "load_inline": "load_inline", "build": "built into KSCIENCE_BUILD_DIR",
             "ptxas": "ptxas -v report"}
-
-
-def name_text(name: str, limit: int = 60) -> str:
-    """A kernel's name (the candidate chose it) as one printable run of at most `limit` characters."""
-    return re.sub(r"[^\x21-\x7e]+", " ", str(name)).strip()[:limit] or "?"
 
 
 def _pct(x: float | None) -> str:
@@ -134,18 +127,6 @@ def ncu_lines(p: NcuProfile) -> list[str]:
     if p.stalls:
         lines.append("- top warp stalls: " + ", ".join(f"{r} {v:g}" for r, v in p.stalls) + f" ({p.stall_unit})")
     return lines
-
-
-def kernel_split_text(kernels: list[dict]) -> str:
-    """'cast_kernel x1 12.0 us (20%), gemm_kernel x1 48.0 us (80%)' for one shape's launched kernels."""
-    total = sum(k["us"] for k in kernels) or 1.0
-    parts = [f"{name_text(k['name'])} x{k['launches']:g} {k['us']:.1f} us ({k['us'] / total:.0%})"
-             for k in kernels[:MAX_SPLIT_KERNELS]]
-    rest = kernels[MAX_SPLIT_KERNELS:]
-    if rest:
-        us = sum(k["us"] for k in rest)
-        parts.append(f"{len(rest)} more kernel(s) {us:.1f} us ({us / total:.0%})")
-    return ", ".join(parts)
 
 
 def split_clause(profile: dict | None) -> str:

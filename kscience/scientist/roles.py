@@ -26,7 +26,7 @@ from kscience.scientist.profile_report import split_clause
 from kscience.problems.libraries import library_notes
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
                                          render_header, shapes_text)
-from kscience.scientist.candidate import uplift_pct
+from kscience.record.candidate import uplift_pct
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.knowledge import fill_probes

@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 
 from kscience.scientist import compose
-from kscience.scientist.candidate import uplift_pct
+from kscience.record.candidate import uplift_pct
 
 OK = "ok"  # EvalResult status of a correct kernel
 TOURNAMENT_TOP_K = 5  # how far down the ranking a reference may come from

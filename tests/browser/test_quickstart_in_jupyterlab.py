@@ -154,8 +154,8 @@ def test_the_dashboard_renders_in_jupyterlab_and_stop_ends_the_run(jupyterlab):
 
     with Store(work / "quickstart.db") as store:
         (run,) = store.list_runs()
-        assert run["status"] == "stopped" and run["error"] is None
-        snap = Snapshot.load(store, run["id"])
+        assert run.status == "stopped" and run.error is None
+        snap = Snapshot.load(store, run.id)
     assert status == f"status stopped with {snap.iterations_complete} of {snap.target} iteration(s) complete"
 
 

@@ -9,7 +9,7 @@ from kscience.evaluate.result import OK, EvalRequest
 from kscience.run.baselines import vendor_source
 from kscience.problems import load_problem
 from kscience.scientist import compose
-from kscience.scientist.candidate import Candidate
+from kscience.record.candidate import Candidate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -88,11 +88,11 @@ def test_a_run_stores_what_a_profiler_saw_of_its_seed(tmp_path):
     assert run.start(background=False).status == "finished"
     snap = Snapshot.load(store, run.id)
     seed = snap.profile_of[snap.seed.id]
-    assert seed["compile_facts"] and all(f["registers"] for f in seed["compile_facts"])
+    assert seed.compile_facts and all(f["registers"] for f in seed.compile_facts)
     sol = snap.sol_summary(snap.seed)
-    print(json.dumps({"sol": sol, "metrics": {k: v for k, v in snap.metrics().items() if "sol" in k or "profile" in k}},
+    print(json.dumps({"sol": sol, "metrics": {k: v for k, v in snap.metrics().to_dict().items() if "sol" in k or "profile" in k}},
                      indent=1, default=str))
     assert sol is not None and 0 < sol["worst"] <= 1.0
     if ncu.ncu_path() is not None:
-        assert seed["ncu"]["kernels"] and seed["profile_s"] > 0
-        assert snap.metrics()["n_profiled"] == 1  # the seed only: the baselines are timed, not profiled
+        assert seed.ncu["kernels"] and seed.profile_s > 0
+        assert snap.metrics().n_profiled == 1  # the seed only: the baselines are timed, not profiled

@@ -3,7 +3,8 @@
     llm = make_llm("gemini:gemini-2.5-pro", budget=Budget(max_cost_usd=5), recorder=calls.append)
     text, call = await llm.complete(prompt, role="designer", system=..., schema=...)
 
-Read in this order: base.py (the interface), call.py (the record of an exchange and the error),
+Read in this order: base.py (the interface), call.py (the error; the record of an exchange, `LLMCall`, is
+kscience.record.llm_call),
 budget.py (a run's limits), remote.py with gemini.py and openai_compat.py (the HTTP backends),
 scripted.py (`--llm scripted`, a stand-in model for a dry run), slowed.py (`offline@SECONDS`),
 providers.py (the providers `--llm PROVIDER:MODEL` takes, named once), factory.py (`make_llm`,
@@ -13,8 +14,8 @@ the types, so the offline scientist (which implements the interface) can import 
 
 from kscience.scientist.llm.base import LLM
 from kscience.scientist.llm.budget import Budget, BudgetExceeded, Metered
-from kscience.scientist.llm.call import LLMCall, LLMError, NothingToPropose
+from kscience.scientist.llm.call import LLMError, NothingToPropose
 from kscience.scientist.llm.remote import LLM_RETRIES, LLM_TIMEOUT_S
 
-__all__ = ["LLM", "LLMCall", "LLMError", "NothingToPropose", "BudgetExceeded", "Budget", "Metered", "LLM_RETRIES",
+__all__ = ["LLM", "LLMError", "NothingToPropose", "BudgetExceeded", "Budget", "Metered", "LLM_RETRIES",
            "LLM_TIMEOUT_S"]

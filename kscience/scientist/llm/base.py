@@ -11,7 +11,8 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 # The interface speaks these types.
-from kscience.scientist.llm.call import LLMCall, LLMError
+from kscience.scientist.llm.call import LLMError
+from kscience.record.llm_call import LLMCall
 
 __all__ = ["LLM", "LLMCall", "LLMError"]
 

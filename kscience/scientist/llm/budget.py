@@ -8,7 +8,8 @@ import time
 from typing import Any, Callable
 
 from kscience.scientist.llm.base import LLM
-from kscience.scientist.llm.call import LLMCall, LLMError
+from kscience.scientist.llm.call import LLMError
+from kscience.record.llm_call import LLMCall
 
 
 class BudgetExceeded(LLMError):

@@ -1,40 +1,13 @@
-"""The record of one exchange with a model, and the one error every backend raises.
+"""The one error every backend raises, and the text of an exchange with a model as it is recorded.
 
-Both are what the rest of kscience sees of a model: the store saves each `LLMCall` verbatim, and
-an `LLMError` message is a single line naming the provider and model, so notebooks and the CLI
-show one readable sentence, not a traceback.
+An `LLMError` message is a single line naming the provider and model, so notebooks and the CLI show one
+readable sentence, not a traceback. The record of one exchange, `LLMCall`, is the store's
+(kscience.record.llm_call).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
-
-@dataclass
-class LLMCall:
-    """One exchange with a model, successful or not; the store saves these verbatim."""
-
-    role: str  # "selector" | "designer" | "writer" | "repair" | "finding"
-    model: str  # "provider:model", e.g. "gemini:gemini-2.5-pro"
-    prompt: str  # the full text sent (system + user); never holds a key
-    response: str  # the raw text that came back ("" when nothing did)
-    input_tokens: int
-    output_tokens: int
-    latency_s: float
-    cost_usd: float  # estimate from pricing.py; 0.0 when the model is not in the table
-    error: str | None = None
-    priced: bool = True  # False when cost_usd is 0.0 only because the model's price is unknown
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LLMCall":
-        return cls(**d)
+from kscience.record.llm_call import LLMCall
 
 
 def one_line(text: object, limit: int = 300) -> str:

@@ -11,7 +11,8 @@ from typing import Callable
 
 from kscience.scientist.llm.base import LLM
 from kscience.scientist.llm.budget import Budget, Metered
-from kscience.scientist.llm.call import LLMCall, LLMError
+from kscience.scientist.llm.call import LLMError
+from kscience.record.llm_call import LLMCall
 from kscience.scientist.llm.gemini import DEFAULT_GEMINI_MODEL, GeminiLLM, gemini_credentials
 from kscience.scientist.llm.openai_compat import DEFAULT_OPENAI_MODEL, OpenAILLM
 from kscience.scientist.llm.providers import PROVIDERS

@@ -13,7 +13,8 @@ from typing import Any
 
 from kscience.redact import redact
 from kscience.scientist.llm.base import LLM
-from kscience.scientist.llm.call import LLMCall, LLMError, full_prompt, one_line
+from kscience.scientist.llm.call import LLMError, full_prompt, one_line
+from kscience.record.llm_call import LLMCall
 from kscience.scientist.llm.pricing import cost_usd
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from kscience.scientist.llm.base import LLM
-from kscience.scientist.llm.call import LLMCall, full_prompt
+from kscience.scientist.llm.call import full_prompt
+from kscience.record.llm_call import LLMCall
 from kscience.scientist.llm.remote import PREFLIGHT_PROMPT
 
 NAME = "scripted"

@@ -9,7 +9,8 @@ import dataclasses
 from typing import Any
 
 from kscience.scientist.llm.base import LLM
-from kscience.scientist.llm.call import LLMCall, LLMError
+from kscience.scientist.llm.call import LLMError
+from kscience.record.llm_call import LLMCall
 
 
 def parse_latency(spec: str) -> float:

@@ -30,7 +30,8 @@ from kscience.scientist import strategy
 from kscience.scientist.edits import edits_between, render_edits
 from kscience.scientist.offline.kernel_source import Source
 from kscience.scientist.llm.base import LLM
-from kscience.scientist.llm.call import LLMCall, LLMError, full_prompt
+from kscience.scientist.llm.call import LLMError, full_prompt
+from kscience.record.llm_call import LLMCall
 from kscience.scientist.llm.call import NothingToPropose
 from kscience.scientist.llm.providers import model_specs
 from kscience.scientist.offline.moves import allowed, catalogue, find_knobs, set_knob

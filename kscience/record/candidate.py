@@ -1,9 +1,8 @@
 """One kernel a run produced, with its verdict: the record the store returns and every layer above the
-evaluator reads (run, scientist, record, campaigns, the command line and the notebook), and the few
-numbers read off candidates (per-shape times, speedups, uplifts, predicted ranges), each computed here once.
+evaluator reads (scientist, run, campaigns, the command line and the notebook), and the few numbers read
+off candidates (per-shape times, speedups, uplifts, predicted ranges), each computed here once.
 
-It lives at the scientist's layer, the lowest that reads candidates, so the store, the loop and the
-scientist share one type. A stored verdict is kept exactly as stored (`to_row`, what JSON output and
+It lives with the store that writes it, so the store, the loop and the scientist share one type. A stored verdict is kept exactly as stored (`to_row`, what JSON output and
 notebooks show); `result` is its `EvalResult`, and `notes` what a run added to it beyond the evaluator's
 fields (kscience.run.confirm: `slower_than`, `unconfirmed`, `replaced`).
 """
@@ -13,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from kscience.problems import precision as P, shape_label
+from kscience.evaluate import result as R
 from kscience.evaluate.result import OK, EvalResult, ShapeResult
 
 BENCHMARK = "benchmark"
@@ -20,6 +20,8 @@ BENCHMARK = "benchmark"
 # "reference" (which in KernelBench means the problem's Model): read back, they say "eager" too.
 EAGER_KIND = "eager"
 _RENAMED_KINDS = {"reference": EAGER_KIND}
+# Failures of a candidate's own making: the loop repairs them, the metrics count them as failed.
+REPAIRABLE = (R.COMPILE_ERROR, R.RUNTIME_ERROR, R.WRONG_ANSWER, R.CRASHED, R.TIMEOUT)
 _RESULT_FIELDS = {f.name for f in fields(EvalResult)}
 _SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
 
