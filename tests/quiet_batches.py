@@ -2,6 +2,7 @@
 wait until none has come for QUIET_S, then the whole batch goes out at once (`judge_batch`)."""
 
 import threading
+from abc import abstractmethod
 import time
 from concurrent.futures import Future
 
@@ -31,9 +32,9 @@ class QuietBatches(Executor):
             self.last_submit = time.monotonic()
         return future
 
+    @abstractmethod
     def judge_batch(self, batch: list[tuple]) -> None:
         """Set every (request, future) of one batch's future."""
-        raise NotImplementedError
 
     def _dispatch(self):
         while not self._stop.wait(0.005):

@@ -11,10 +11,11 @@ the package. The registry of kinds is kinds.py; docs/architecture.md says how to
 from __future__ import annotations
 
 import ast
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 
-class ProblemKind:
+class ProblemKind(ABC):
     """One problem format. Subclasses set the class attributes and implement `claims` and `load`."""
 
     name = ""  # how a stored problem row and `kscience problems --json` name the kind
@@ -25,19 +26,19 @@ class ProblemKind:
     one_shape = False  # the problem has one shape, checked and timed everywhere (its module's constants)
     in_package = False  # its files travel with kscience: requests name it and carry none of its files
 
+    @abstractmethod
     def claims(self, locator: str) -> bool:
         """Whether `locator` (a name or a path) is a problem of this kind; reads no more than it must."""
-        raise NotImplementedError
 
     def found(self, path: Path) -> bool:
         """Whether `path`, met while listing a suite's folder, is a problem of this kind: stricter than
         `claims`, since a folder's other files are not problems (a KernelBench level's helpers)."""
         return False
 
+    @abstractmethod
     def load(self, locator: str, overrides: dict, probed: dict | None):
         """The `Problem` at `locator`, `--set` values applied (`probed`: what a GPU MODE load found before);
         a ProblemError in one line where it cannot be loaded."""
-        raise NotImplementedError
 
     def files(self, path: Path) -> list[Path]:
         """Every file loading the problem at `path` reads, which travel with its evaluation requests
