@@ -3,10 +3,12 @@
 With one line and an evaluator slower than the model, iteration 2 is designed only once iteration 1's
 verdicts and findings are in, so its designer prompt holds them. Through a queue served by batch jobs
 (Executor.batches), profiles and same-host pairs go out with the next evaluation, never alone, and a run whose
-iterations are spent ends without sending them (they are recorded as skipped).
+iterations are spent ends without sending them (they are recorded as skipped). A line whose verdicts are all in
+finishes with what came back with them before its next design.
 """
 
 import dataclasses
+import threading
 
 from kscience.evaluate.result import EvalResult
 from kscience.record.snapshot import Snapshot
@@ -104,3 +106,43 @@ def test_through_batch_jobs_optional_work_goes_out_with_an_evaluation_and_a_spen
             if "(confirm " in (r.candidate_id or ""):
                 pairs.setdefault(r.candidate_id.split("(")[1], []).append(number)
     assert pairs and all(len(set(found)) == 1 and len(found) == 2 for found in pairs.values())
+
+
+class SlowProfiles(BatchJobs):
+    """Profiles come back a second after the evaluations they went out with, as Nsight Compute's replays
+    outlast a timing."""
+
+    def judge_batch(self, batch):
+        later = [(request, future) for request, future in batch if request.profile_shape is not None]
+        super().judge_batch([(request, future) for request, future in batch if request.profile_shape is None])
+        if later:
+            threading.Timer(1.0, super().judge_batch, [later]).start()
+
+
+class Watching(ScriptedScientist):
+    """Notes, at each design, whether the seed's profile is stored (`profiled`, set once the run exists)."""
+
+    def __init__(self):
+        super().__init__()
+        self.profiled, self.seen = (lambda: False), []
+
+    async def design(self, base, reference, findings, done=(), in_flight=(), **asked):
+        self.seen.append(self.profiled())
+        return await super().design(base, reference, findings, done, in_flight, **asked)
+
+
+def test_a_line_whose_verdicts_are_in_waits_for_what_came_back_with_them_before_its_next_design(tmp_path):
+    # The model answers at once, so the line could design ahead while verdicts are awaited; once they are all
+    # in, it finishes with them (the seed's profile went out with its first child and comes back after it)
+    # and its next design sees that profile.
+    executor, sci = SlowProfiles(), Watching()
+    store = Store(tmp_path / "k.db")
+    run = Run.create(RunConfig(problem="softmax", iterations=2, lines=1, profile="auto"), store=store,
+                     seed_source=fake_kernel(100.0), scientist=sci, executor=executor)
+    sci.profiled = lambda: any(p.ncu and p.candidate_id == Snapshot.load(store, run.id).seed.id
+                               for p in store.profiles(run.id))
+    try:
+        assert run.start(background=False).status == "finished", run.error
+    finally:
+        executor.shutdown()
+    assert sci.seen == [False, True]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from kscience.evaluate import result as R
@@ -99,11 +100,12 @@ class Judging:
 
     # --- one evaluation --------------------------------------------------------------------------
     async def evaluate(self, cand: Candidate, line: int = 0, *, counted: bool = True,
-                       profile_beside: bool = False) -> Candidate:
+                       profile_beside: bool = False, verdict_in: Callable[[], None] = lambda: None) -> Candidate:
         """Judge a pending candidate (or reuse the verdict of the same source). `counted=False` for the
         baselines, which the evaluation budget neither counts nor refuses. `profile_beside`: the verdict
         returns before its Nsight Compute profile, which is taken while the caller goes on (the seed's:
-        the first design need not wait for it; every design asked once it is stored shows it)."""
+        the first design need not wait for it; every design asked once it is stored shows it). `verdict_in()`
+        is called once the verdict is recorded, before the work that follows it."""
         self.stopping.check()
         twin = self.journal.judged_with_source(cand.source)
         if twin is not None:  # the same text was judged already: reuse its verdict, say so
@@ -113,6 +115,7 @@ class Judging:
             with self.budget.spending(counted):
                 verdict = await self._judge(cand, line)
         cand = self.record_verdict(cand, verdict)
+        verdict_in()
         # What went out with this evaluation comes back in its batch: the caller's next design sees it.
         await self.held.came_back(self._went_with.pop(cand.id, []))
         if twin is None:  # a candidate that would be the best, or a composite, holds on one host

@@ -287,11 +287,21 @@ class Line:
         return last
 
     async def _judged(self, cand: Candidate, profile_beside: bool) -> Candidate:
+        """`judged_now` counts the candidate until its verdict is recorded, not until the work after it (what
+        came back with it, a pair on one host, a profile) ends: the controller, woken by that verdict, must not
+        count this line as one designing ahead while its verdicts are all in."""
+        waiting = [True]
+
+        def verdict_in() -> None:
+            if waiting[0]:
+                waiting[0] = False
+                self.judged_now -= 1
+
         self.judged_now += 1
         try:
-            return await self.judging.evaluate(cand, self.number, profile_beside=profile_beside)
+            return await self.judging.evaluate(cand, self.number, profile_beside=profile_beside, verdict_in=verdict_in)
         finally:
-            self.judged_now -= 1
+            verdict_in()
 
     def add_draft(self, draft, *, kind: str, parent_id: str, parent_source: str, iteration: int,
                   plan_id: str | None, hypothesis: str, repair_attempt: int = 0) -> Candidate:
