@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kscience.campaigns.campaign import CampaignConfig, overrides_for, suite_locators
-from kscience.campaigns.report import (FAST_P, campaign_figure, campaign_report, fast_p, geomean_speedup, speedup,
+from kscience.campaigns.report import (FAST_P, campaign_figure, campaign_report, fast_p, geomean_speedup,
                                       suite_summary)
 from kscience.cli.main import main
 from kscience.problems import ProblemError
@@ -191,10 +191,10 @@ def _magic_parser():
 @pytest.mark.parametrize("parser", [_command_line_parser, _magic_parser], ids=["kscience", "%kscience"])
 def test_every_run_setting_is_a_campaign_flag_and_reaches_each_run(tmp_path, parser):
     from kscience.campaigns.campaign import campaign_from_args
-    from kscience.run.config import SETTINGS, RunConfig
+    from kscience.run.config import SETTINGS, RunConfig, setting_of
 
     assert set(CAMPAIGN_SAMPLES) == set(SETTINGS)
-    flags = {f.name: f.metadata["flag"] for f in RunConfig.__dataclass_fields__.values()}
+    flags = {f.name: setting_of(f).flag for f in RunConfig.__dataclass_fields__.values()}
     argv = ["campaign", "softmax", "rmsnorm", str(write_suite(tmp_path / "s") / "row_sum.py"), "--db", "-"]
     for name, (text, _) in CAMPAIGN_SAMPLES.items():
         argv += [flags[name]] if text is None else [flags[name], text]

@@ -8,7 +8,7 @@ from IPython.core.magic_arguments import parse_argstring
 
 from kscience.cli.main import build_parser
 from kscience.run.config import (RESUMABLE, ConfigError, RunConfig, check_resume_changes, new_config,
-                             options_from_args)
+                             options_from_args, setting_of)
 from kscience.jupyter.magics import KscienceMagics
 
 # Values that must be valid, and what they become; any other setting gets one from its type.
@@ -18,7 +18,7 @@ SAMPLES = {"llm": ("offline", "offline"), "strategy": ("tree", "tree"), "executo
            "precision": ("reference", "reference")}
 CLI_ONLY = {"--seed-kernel", "--json", "--help", "-h"}  # a cell body is the kernel; JSON is for the terminal
 MAGIC_ONLY = {"--output", "-o", "--resume", "--force", "--view", "--help", "-h"}
-FLAGGED = [f for f in fields(RunConfig) if f.metadata["flag"]]
+FLAGGED = [f for f in fields(RunConfig) if setting_of(f).flag]
 
 
 def _magic_parser():
@@ -38,7 +38,7 @@ def _sample(f) -> tuple[str | None, object]:
     """(the word after the flag, or None for a switch; the value RunConfig should then hold)."""
     if f.name in SAMPLES:
         return SAMPLES[f.name]
-    kind, type_ = f.metadata["kind"], str(f.type)
+    kind, type_ = setting_of(f).kind, str(f.type)
     if kind == "off":
         return None, False
     if kind == "append":
@@ -52,7 +52,7 @@ def _sample(f) -> tuple[str | None, object]:
 
 def _words(f) -> list[str]:
     word = _sample(f)[0]
-    return [f.metadata["flag"]] + ([] if word is None else [word])
+    return [setting_of(f).flag] + ([] if word is None else [word])
 
 
 @pytest.mark.parametrize("f", FLAGGED, ids=lambda f: f.name)
@@ -70,7 +70,7 @@ def test_the_cli_and_the_magic_offer_the_same_run_options():
     run, _ = _run_parser()
     cli, magic = _options(run), _options(_magic_parser())
     assert cli - CLI_ONLY == magic - MAGIC_ONLY
-    assert {f.metadata["flag"] for f in FLAGGED} <= cli & magic
+    assert {setting_of(f).flag for f in FLAGGED} <= cli & magic
 
 
 def test_defaults_and_help_come_from_runconfig():
@@ -79,7 +79,7 @@ def test_defaults_and_help_come_from_runconfig():
     for f in FLAGGED:
         action = by_dest[f.name]
         assert action.default is None  # "not given": RunConfig's default (or the stored value) applies
-        assert f.metadata["help"].split(" (")[0] in action.help
+        assert setting_of(f).help.split(" (")[0] in action.help
     assert "(default 3)" in by_dest["iterations"].help and "(default 120)" in by_dest["llm_timeout_s"].help
     magic = {a.dest: a for a in _magic_parser()._actions}
     assert all(magic[f.name].help == by_dest[f.name].help for f in FLAGGED)
@@ -92,12 +92,12 @@ def test_no_flag_given_means_runconfig_defaults():
     assert (config.iterations, config.repairs, config.llm_timeout_s, config.compiled_baseline) == (3, 2, 120.0, None)
 
 
-@pytest.mark.parametrize("f", [f for f in FLAGGED if f.metadata["on_resume"]], ids=lambda f: f.name)
+@pytest.mark.parametrize("f", [f for f in FLAGGED if setting_of(f).on_resume], ids=lambda f: f.name)
 def test_each_resumable_flag_reaches_the_resumed_run(f):
     _, resume = _run_parser()
     args = build_parser().parse_args(["resume", "r-1", *_words(f)])
     assert options_from_args(args) == {f.name: _sample(f)[1]}
-    assert f.metadata["flag"] in _options(resume)
+    assert setting_of(f).flag in _options(resume)
 
 
 def test_resume_offers_exactly_the_resumable_settings():

@@ -37,17 +37,36 @@ class ConfigError(ValueError):
     """A setting that cannot be used, in one line."""
 
 
-def setting(default, flag: str | None, help: str, *, metavar: str | None = None, on_resume: bool = False,
-            kind: str = "value", choices: tuple | None = None, resume_help: str | None = None):
-    """A RunConfig field with what the command line and the magics need to offer it.
+@dataclass(frozen=True)
+class Setting:
+    """What the command line and the magics need to offer one RunConfig field.
 
     kind: "value" (--flag VALUE), "append" (repeatable, a list), "pairs" (repeatable NAME=VALUE,
     a dict) or "off" (--flag sets the field to False; unset leaves the default)."""
-    meta = {"flag": flag, "help": help, "metavar": metavar, "on_resume": on_resume, "kind": kind,
-            "choices": choices, "resume_help": resume_help}
+
+    flag: str | None  # None: not a flag (the problem is a positional argument)
+    help: str
+    metavar: str | None = None
+    on_resume: bool = False  # `resume` may change it
+    kind: str = "value"
+    choices: tuple | None = None
+    resume_help: str | None = None  # the help `resume` gives, where it means something else there
+
+
+SETTING = "kscience"  # the key under which a RunConfig field's metadata holds its Setting
+
+
+def setting(default, flag: str | None, help: str, **offered):
+    """A RunConfig field with its Setting (`offered`: Setting's other fields)."""
+    meta = {SETTING: Setting(flag, help, **offered)}
     if isinstance(default, (list, dict)):
         return field(default_factory=type(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def setting_of(f) -> Setting:
+    """The Setting of a RunConfig field (dataclasses.Field)."""
+    return f.metadata[SETTING]
 
 
 @dataclass
@@ -176,43 +195,39 @@ class RunConfig:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-SETTINGS = tuple(f.name for f in fields(RunConfig) if f.metadata["flag"])  # what a user may set by flag
-RESUMABLE = tuple(f.name for f in fields(RunConfig) if f.metadata["on_resume"])
+SETTINGS = tuple(f.name for f in fields(RunConfig) if setting_of(f).flag)  # what a user may set by flag
+RESUMABLE = tuple(f.name for f in fields(RunConfig) if setting_of(f).on_resume)
 
 
 def _default_text(f) -> str:
     default = f.default if f.default is not MISSING else None
-    if f.metadata["kind"] != "value" or default in (None, "") or "default" in f.metadata["help"]:
+    if setting_of(f).kind != "value" or default in (None, "") or "default" in setting_of(f).help:
         return ""
     return f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
 
 
-def option_specs(*, resume: bool = False) -> list[tuple[tuple[str, ...], dict]]:
+def option_specs(*, resume: bool = False, helps: dict | None = None) -> list[tuple[tuple[str, ...], dict]]:
     """(flags, argparse keywords) of every setting, for `kscience run` or (resume=True) what
     `kscience resume` may change. Every default is None, meaning "not given": the config's own
-    default, or on resume the stored value, applies."""
+    default, or on resume the stored value, applies. `helps` rewords a setting's help (by field name)."""
     specs = []
     for f in fields(RunConfig):
-        meta = f.metadata
-        if not meta["flag"] or (resume and not meta["on_resume"]):
+        offered = setting_of(f)
+        if not offered.flag or (resume and not offered.on_resume):
             continue
-        if resume:  # unset, a resumed run keeps what it had
-            help_ = meta["resume_help"] or meta["help"].split(" (default")[0] + " (default: as the run had it)"
+        if helps and f.name in helps:
+            help_ = helps[f.name]
+        elif resume:  # unset, a resumed run keeps what it had
+            help_ = offered.resume_help or offered.help.split(" (default")[0] + " (default: as the run had it)"
         else:
-            help_ = meta["help"] + _default_text(f)
-        kw = {"dest": f.name, "default": None, "help": help_}
-        if meta["kind"] == "off":
-            kw["action"] = "store_false"
+            help_ = offered.help + _default_text(f)
+        if offered.kind == "off":
+            how = {"action": "store_false"}
         else:
-            if meta["kind"] in ("append", "pairs"):
-                kw["action"] = "append"
-            elif meta["choices"]:
-                kw["choices"] = meta["choices"]
-            else:
-                kw["type"] = _type_of(f)
-            if meta["metavar"]:
-                kw["metavar"] = meta["metavar"]
-        specs.append(((meta["flag"],), kw))
+            how = ({"action": "append"} if offered.kind in ("append", "pairs") else
+                   {"choices": offered.choices} if offered.choices else {"type": _type_of(f)})
+            how.update({"metavar": offered.metavar} if offered.metavar else {})
+        specs.append(((offered.flag,), {"dest": f.name, "default": None, "help": help_, **how}))
     return specs
 
 
@@ -247,17 +262,18 @@ def add_resume_arguments(parser) -> None:
 def add_setting_option(parser, name: str, default_help: str) -> None:
     """One setting's flag on a command that is no run (`kscience eval` takes --eval-timeout), so both take
     the same flag with the same meaning; `default_help` says what that command does without it."""
-    (flags, kw), = [spec for spec in option_specs() if spec[1]["dest"] == name]
-    meaning = kw["help"].split("; default")[0].split(" (default")[0]
-    default = next(f.default for f in fields(RunConfig) if f.name == name)  # no run to supply it
-    parser.add_argument(*flags, **{**kw, "default": default, "help": f"{meaning}; default: {default_help}"})
+    f = next(f for f in fields(RunConfig) if f.name == name)
+    (flags, kw), = [(flags, kw) for flags, kw in option_specs() if flags == (setting_of(f).flag,)]
+    meaning = setting_of(f).help.split("; default")[0].split(" (default")[0]
+    # f.default: there is no run to supply it
+    parser.add_argument(*flags, **{**kw, "default": f.default, "help": f"{meaning}; default: {default_help}"})
 
 
 def add_run_options(parser, *, resume: bool = False, helps: dict | None = None) -> None:
     """Every setting's flag on `parser`; `helps` rewords a setting's help where a command means it
     differently (a campaign's --name labels the campaign, its budgets apply per problem)."""
-    for flags, kw in option_specs(resume=resume):
-        parser.add_argument(*flags, **{**kw, "help": (helps or {}).get(kw["dest"], kw["help"])})
+    for flags, kw in option_specs(resume=resume, helps=helps):
+        parser.add_argument(*flags, **kw)
 
 
 def parse_sets(pairs: list[str] | None) -> dict:
@@ -275,10 +291,10 @@ def options_from_args(args) -> dict:
     """The settings given on a parsed command line (or magic line), as RunConfig field values."""
     out = {}
     for f in fields(RunConfig):
-        value = getattr(args, f.name, None) if f.metadata["flag"] else None
+        value = getattr(args, f.name, None) if setting_of(f).flag else None
         if value is None:
             continue
-        out[f.name] = parse_sets(value) if f.metadata["kind"] == "pairs" else value
+        out[f.name] = parse_sets(value) if setting_of(f).kind == "pairs" else value
     return out
 
 
