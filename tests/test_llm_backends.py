@@ -155,7 +155,7 @@ def test_malformed_json_is_an_error_and_still_accounted(provider, bad, monkeypat
     assert str(error).startswith(f"{provider.name}:{provider.model} returned malformed JSON for the designer: ")
     assert error.call is not None and error.call.response == bad and error.call.error == str(error)
     assert recorded == [error.call]
-    assert budget.used["tokens"] == 540 and budget.used["calls"] == 1
+    assert budget.used.tokens == 540 and budget.used.calls == 1
 
 
 @PROVIDERS
@@ -295,7 +295,7 @@ def test_cost_budget_stops_the_next_call_before_it_is_sent(monkeypatch):
         with pytest.raises(BudgetExceeded, match=r"^budget spent: \$0\.0060 of \$0\.0050"):
             ask(llm)
     assert len(server.received) == 1
-    assert budget.used["cost_usd"] == pytest.approx(1200 * 2.5e-6 + 300 * 10e-6)
+    assert budget.used.cost_usd == pytest.approx(1200 * 2.5e-6 + 300 * 10e-6)
 
 
 def test_time_budget():
@@ -309,7 +309,7 @@ def test_recorder_sees_each_call_after_the_budget_counted_it(monkeypatch):
     seen_calls: list[int] = []
     with FakeGemini([Reply(GOOD_JSON), Status(400, "bad request")]) as server:
         llm = backend(GEMINI, server, monkeypatch, budget=budget,
-                      recorder=lambda call: seen_calls.append(budget.used["calls"]))
+                      recorder=lambda call: seen_calls.append(budget.used.calls))
         ask(llm)
         fails(llm)
     assert seen_calls == [1, 2]
@@ -328,8 +328,8 @@ def test_budget_is_thread_safe():
         thread.start()
     for thread in threads:
         thread.join()
-    assert budget.used["calls"] == 16000 and budget.used["tokens"] == 16000 * 7
-    assert budget.used["cost_usd"] == pytest.approx(8000.0)
+    assert budget.used.calls == 16000 and budget.used.tokens == 16000 * 7
+    assert budget.used.cost_usd == pytest.approx(8000.0)
 
 
 # -- prices -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kscience.scientist.llm.base import LLM
@@ -14,6 +15,16 @@ from kscience.record.llm_call import LLMCall
 
 class BudgetExceeded(LLMError):
     """The run's money, token or time budget is spent; raised before a request goes out."""
+
+
+@dataclass(frozen=True)
+class Used:
+    """What a run's model calls have spent so far."""
+
+    cost_usd: float
+    tokens: int
+    elapsed_s: float  # since the budget was made
+    calls: int
 
 
 class Budget:
@@ -36,27 +47,22 @@ class Budget:
         self._calls = 0
 
     @property
-    def used(self) -> dict:
+    def used(self) -> Used:
         with self._lock:
-            return {
-                "cost_usd": self._cost_usd,
-                "tokens": self._tokens,
-                "elapsed_s": time.monotonic() - self._started,
-                "calls": self._calls,
-            }
+            return Used(self._cost_usd, self._tokens, time.monotonic() - self._started, self._calls)
 
     def check(self) -> None:
         used = self.used
-        if self.max_cost_usd is not None and used["cost_usd"] >= self.max_cost_usd:
+        if self.max_cost_usd is not None and used.cost_usd >= self.max_cost_usd:
             raise BudgetExceeded(
-                f"budget spent: ${used['cost_usd']:.4f} of ${self.max_cost_usd:.4f} after {used['calls']} calls"
+                f"budget spent: ${used.cost_usd:.4f} of ${self.max_cost_usd:.4f} after {used.calls} calls"
             )
-        if self.max_tokens is not None and used["tokens"] >= self.max_tokens:
+        if self.max_tokens is not None and used.tokens >= self.max_tokens:
             raise BudgetExceeded(
-                f"budget spent: {used['tokens']} of {self.max_tokens} tokens after {used['calls']} calls"
+                f"budget spent: {used.tokens} of {self.max_tokens} tokens after {used.calls} calls"
             )
-        if self.time_limit_s is not None and used["elapsed_s"] >= self.time_limit_s:
-            raise BudgetExceeded(f"time limit reached: {used['elapsed_s']:.0f}s of {self.time_limit_s:g}s")
+        if self.time_limit_s is not None and used.elapsed_s >= self.time_limit_s:
+            raise BudgetExceeded(f"time limit reached: {used.elapsed_s:.0f}s of {self.time_limit_s:g}s")
 
     def add(self, call: LLMCall) -> None:
         with self._lock:
