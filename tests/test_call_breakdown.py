@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kscience.evaluate import kernel_times
 from kscience.evaluate.judge.evaluation import evaluate
-from kscience.evaluate.result import EvalRequest, clock_counts
-from kscience.run import profiling
+from kscience.evaluate.result import EvalRequest, EvalResult, ShapeResult, clock_counts
+from kscience.record.seen import Seen
 from kscience.scientist.prompt_parts import profile_block
 
 TWO_LAUNCHES = (Path(__file__).parent / "data" / "two_launch_softmax.py").read_text()
@@ -53,7 +53,7 @@ def test_an_interpreted_timed_call_is_broken_down_and_the_prompt_says_what_the_m
     assert call["kernels_us"] > 0 and call["before_first_us"] >= 0 and call["gaps_us"] >= 0
     parts = call["before_first_us"] + call["kernels_us"] + call["gaps_us"] + call["after_last_us"]
     assert abs(parts - call["call_us"]) < 0.01
-    block = profile_block(profiling.seen(None, result.to_dict()))
+    block = profile_block(Seen.of(None, result))
     assert "- what a call holds (the median of 1 call(s) profiled after the timed calls" in block
     assert f"timed median {bench.time_us:,.1f} us; profiled call {call['call_us']:,.1f} us = " in block
     assert "in 2 launch(es) (interpreted Triton launches)" in block
@@ -61,10 +61,10 @@ def test_an_interpreted_timed_call_is_broken_down_and_the_prompt_says_what_the_m
 
 
 def test_a_gpu_call_shows_its_allocations_beside_the_kernels():
-    calls = [{"shape": {"m": 4096}, "time_us": 242.6, "call_us": 250.1, "before_first_us": 95.0, "kernels_us": 132.9,
-              "gaps_us": 3.1, "after_last_us": 19.1, "launches": 2, "calls": 3, "allocations": 2,
-              "allocated_bytes": 4 << 20, "cuda_mallocs": 1}]
-    block = profile_block({"calls": calls})
+    call = {"call_us": 250.1, "before_first_us": 95.0, "kernels_us": 132.9, "gaps_us": 3.1, "after_last_us": 19.1,
+            "launches": 2, "calls": 3, "allocations": 2, "allocated_bytes": 4 << 20, "cuda_mallocs": 1}
+    shape = ShapeResult(shape={"m": 4096}, ok=True, phase="benchmark", time_us=242.6, call=call)
+    block = profile_block(Seen.of(None, EvalResult(status="ok", message="", shapes=[shape])))
     assert ("m=4096: timed median 242.6 us; profiled call 250.1 us = 95.0 us before the first kernel + 132.9 us in "
             "2 launch(es) (kernels on the GPU) + 3.1 us of gaps between them + 19.1 us after the last; inside the "
             "call 2 allocation(s) of 4.0 MiB, 1 of them new cudaMalloc") in block

@@ -190,9 +190,10 @@ def test_a_cubin_in_the_build_folder_is_read_by_cuobjdump(tmp_path):
 
 
 def test_compile_facts_of_a_cuda_build_reach_the_prompt():
+    from kscience.record.seen import Seen
     from kscience.scientist.profile_report import render_profile
 
-    text = render_profile(cf.ptxas_facts((CUDA_BUILDS / "ptxas_v.txt").read_text()))
+    text = render_profile(Seen(compile_facts=cf.ptxas_facts((CUDA_BUILDS / "ptxas_v.txt").read_text())))
     assert ("- _Z8spillingPfi (ptxas -v report, sm_90): 255 registers/thread; SPILLS 45 words to local memory; "
             "256 B local memory per thread; 0 B shared") in text
     assert "compile facts: none" not in text

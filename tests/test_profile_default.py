@@ -12,6 +12,7 @@ from kscience.evaluate.profile.compile_facts import KernelFacts
 from kscience.run import profiling
 from kscience.cli.main import build_parser
 from kscience.run.config import RunConfig
+from kscience.record.seen import Seen
 from kscience.scientist.profile_report import render_profile
 
 NCU_DATA = Path(__file__).parent / "data" / "ncu"
@@ -47,7 +48,7 @@ def test_auto_leaves_the_question_of_ncu_to_the_judging_machine(monkeypatch):
 
 def test_the_profile_block_gives_stalls_tensor_pipe_memory_and_occupancy_from_a_recorded_report():
     prof = ncu.parse((NCU_DATA / "h100_fp8_blockscale_gemm_full_raw.csv").read_text())
-    block = render_profile([], prof.to_dict())
+    block = render_profile(Seen(ncu=prof))
     assert "top warp stalls: " in block and "tensor pipe 26%" in block and "achieved occupancy 12%" in block
     assert "DRAM" in block and len(block.splitlines()) <= 6
 
@@ -59,13 +60,14 @@ def facts(**kw) -> KernelFacts:
 
 
 def test_compile_facts_come_once_per_kernel_with_specialisations_summarised():
-    same = render_profile([facts(), facts(), facts(), facts(name="add_bias", tensor_core=False,
-                                                             tensor_instructions=[])])
+    same = render_profile(Seen(compile_facts=[facts(), facts(), facts(), facts(name="add_bias", tensor_core=False,
+                                                                               tensor_instructions=[])]))
     lines = [line for line in same.splitlines() if line.startswith("- ")]
     assert len(lines) == 2
     assert lines[0].startswith("- matmul_kernel (Triton, sm_90): 8 warps, 3 stages; 168 registers/thread")
     assert lines[0].endswith("[3 identical specialisations]") and "tensor cores: NO" in lines[1]
-    mixed = render_profile([facts(), facts(num_warps=4, registers=96, spills=12, tensor_instructions=["HMMA"])])
+    mixed = render_profile(Seen(compile_facts=[facts(), facts(num_warps=4, registers=96, spills=12,
+                                                              tensor_instructions=["HMMA"])]))
     (line,) = [x for x in mixed.splitlines() if x.startswith("- ")]
     assert "2 specialisations" in line and "4-8 warps" in line and "96-168 registers/thread" in line
     assert "SPILLS up to 12 words" in line and "tensor cores: yes (HGMMA, HMMA)" in line

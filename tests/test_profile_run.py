@@ -25,6 +25,8 @@ from kscience.run.events import CandidateProfiled, StageChanged
 from kscience.jupyter.panels import header_facts
 from kscience.jupyter.report import write_figures
 from kscience.problems import load_problem
+from kscience.problems.roofline import result_sol
+from kscience.record.seen import Seen
 from kscience.cli.progress import Progress
 from kscience.run.driver import Run
 from kscience.scientist.briefing import bench_from_results
@@ -84,7 +86,7 @@ def test_every_evaluation_stores_its_speed_of_light_and_stop_at_sol_ends_the_run
     profiled = {p.candidate_id: p for p in run.store.profiles(run.id)}
     assert set(profiled) == {c.id for c in run.store.candidates(run.id) if c.result}
     seed = snap.seed
-    assert snap.sol_summary(seed)["worst"] == pytest.approx(0.25, rel=1e-3)
+    assert snap.sol_summary(seed).worst == pytest.approx(0.25, rel=1e-3)
     assert profiled[seed.id].sol[0]["bound"] == "memory"
     m = snap.metrics()
     assert m.sol_worst == pytest.approx(1.0, rel=1e-3) and m.sol_best[0].shape == "m=4096,n=4096"
@@ -170,13 +172,12 @@ def test_kscience_show_prints_speed_of_light_when_profiles_exist(tmp_path, capsy
 
 def test_each_role_sees_compile_facts_counters_headroom_and_the_lazy_flag():
     problem = load_problem("fp8_blockscale_gemm")
-    facts = [f.to_dict() for f in compile_facts.read_triton_cache(DATA / "triton36_cache")]
-    counters = ncu.parse((DATA / "ncu" / "h100_fp8_blockscale_gemm_full_raw.csv").read_text()).to_dict()
+    facts = compile_facts.read_triton_cache(DATA / "triton36_cache")
+    counters = ncu.parse((DATA / "ncu" / "h100_fp8_blockscale_gemm_full_raw.csv").read_text())
     seed_res, child_res = result(problem, H100, 1000.0), result(problem, H100, 900.0)
-    base_profile = {**profiling.after_evaluation(problem, dict(seed_res, compile_facts=facts)), "ncu": counters,
-                    "flag": None}
+    base_profile = Seen(compile_facts=facts, ncu=counters, sol=result_sol(problem, seed_res))
     lazy = "not doing the work: on m=128,n=320,k=512 the kernels moved 1e+03 bytes from DRAM, 0% of the 2e+05"
-    child_profile = {**profiling.after_evaluation(problem, dict(child_res, compile_facts=facts)), "flag": lazy}
+    child_profile = Seen(compile_facts=facts, sol=result_sol(problem, child_res), flag=lazy)
     base, child = view("c-1", problem, seed_res), view("c-2", problem, child_res, parent="c-1")
     base.profile, child.profile = base_profile, child_profile
     hw = describe_device(H100)
@@ -201,7 +202,7 @@ def test_each_role_sees_compile_facts_counters_headroom_and_the_lazy_flag():
 
     asyncio.run(go())
     prompts = llm.prompts
-    worst = min(s["fraction"] for s in base_profile["sol"])
+    worst = min(s.fraction for s in base_profile.sol)
     for role in ("designer", "writer"):
         p = prompts[role]
         assert "Profile of this kernel:\n- fp8_blockscale_gemm_kernel (Triton, sm_90" in p, role

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from kscience.evaluate.profile import compile_facts, ncu
+from kscience.evaluate.result import EvalResult
 from kscience.run import profiling
 from kscience.problems import load_problem
 
@@ -28,11 +29,12 @@ def test_after_evaluation_gives_facts_and_speed_of_light():
 
 
 def test_which_candidates_ncu_looks_at_and_when_a_run_may_stop():
-    ok = {"status": "ok", "geomean_us": 10.0}
+    ok = EvalResult(status="ok", message="ok", geomean_us=10.0)
     assert profiling.worth_profiling("seed", ok, None)
-    assert profiling.worth_profiling("candidate", ok, {"geomean_us": 12.0})
-    assert not profiling.worth_profiling("candidate", ok, {"geomean_us": 9.0})
-    assert not profiling.worth_profiling("seed", {"status": "wrong_answer", "geomean_us": None}, None)
+    assert profiling.worth_profiling("candidate", ok, 12.0)
+    assert not profiling.worth_profiling("candidate", ok, 9.0)
+    assert not profiling.worth_profiling("seed", EvalResult(status="wrong_answer", message="mismatch"), None)
+    assert not profiling.worth_profiling("seed", None, None)  # no verdict yet
     problem = load_problem("softmax")
     # floors on an H100: 4096*4096*4 bytes -> 20.03 us; 1024*8192*4 bytes -> 10.02 us
     assert profiling.reached_sol(problem, _result([22.0, 11.0]), 0.9)  # 91% and 91% of the bound

@@ -9,6 +9,8 @@ from kscience.device import Peaks, peaks_for
 from kscience.evaluate.profile import compile_facts as cf
 from kscience.evaluate.profile import ncu
 from kscience.problems import load_problem
+from kscience.record.rows import ProfileRow
+from kscience.record.seen import Seen
 from kscience.scientist.profile_report import render_headroom, render_profile
 from kscience.problems.roofline import ShapeSol, not_doing_the_work, result_sol, shape_sol, stop_at_sol, summary
 
@@ -45,7 +47,7 @@ def test_matmul_on_an_h100_from_a_stored_result():
 def test_summary_and_stop_at_sol():
     sols = [shape_sol({"i": i}, t, 1e12, 0.0, TOY, "bf16") for i, t in enumerate((1250.0, 2000.0, 1100.0))]
     s = summary(sols)
-    assert s["worst"] == 0.5 and s["worst_shape"] == {"i": 1} and s["median"] == pytest.approx(0.8)
+    assert s.worst == 0.5 and s.worst_shape == {"i": 1} and s.median == pytest.approx(0.8) and s.n_shapes == 3
     assert stop_at_sol(sols, 0.5) and not stop_at_sol(sols, 0.6)
     assert not stop_at_sol(sols, None) and not stop_at_sol([], 0.1) and summary([]) is None
     with pytest.raises(ValueError, match="fraction"):
@@ -65,8 +67,10 @@ def test_profile_block_for_a_prompt():
     facts = [f for f in cf.read_triton_cache(Path(__file__).parent / "data" / "triton_cache") if f.backend == "cuda"]
     prof = ncu.parse((Path(__file__).parent / "data" / "ncu" / "documented_format.csv").read_text())
     prof.shape, prof.profile_s = SQUARE, 4.25
-    sol = [ShapeSol(SQUARE, 200.0, 138.968, 0.69484, 0.15024, "compute").to_dict()]  # stored form
-    text = render_profile([f.to_dict() for f in facts], prof.to_dict(), sol, flag=None)
+    stored = ProfileRow(candidate_id="c", run_id="r", compile_facts=[f.to_dict() for f in facts], ncu=prof.to_dict(),
+                        sol=[ShapeSol(SQUARE, 200.0, 138.968, 0.69484, 0.15024, "compute").to_dict()], flag=None,
+                        profile_s=4.25, updated=0.0)
+    text = render_profile(Seen.of(stored, None))  # read back from the stored form
     lines = text.splitlines()
     assert lines[0] == "Profile of this kernel:"
     assert lines[1].startswith("- mm (Triton, sm_90): 4 warps, 3 stages")
@@ -83,7 +87,7 @@ def test_profile_block_for_a_prompt():
 
 
 def test_profile_block_without_a_gpu():
-    text = render_profile([], None, [], flag="not doing the work: x")
+    text = render_profile(Seen(flag="not doing the work: x"))
     assert "compile facts: none" in text and "WARNING: not doing the work" in text
     assert render_headroom([]).startswith("Headroom: unknown")
 

@@ -157,7 +157,7 @@ def cmd_show(args) -> int:
           "  hypothesis")
     for c in snap.candidates:
         sol = snap.sol_summary(c)
-        sol_text = f"{sol['worst']:.0%}" if sol else "-"
+        sol_text = f"{sol.worst:.0%}" if sol else "-"
         print(f"  {c.seq:>3} {c.id:<11} {c.parent_id or '-':<11} {kind_text(c.kind):<14} {c.status:<13} "
               f"{fmt_us(c.geomean_us):>14} {sol_text:>5}  {c.hypothesis[:60]}")
         if c.status not in ("ok", "pending") and c.message:  # why it failed, whole

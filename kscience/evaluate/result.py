@@ -45,6 +45,39 @@ def clock_counts(interpreted: bool) -> str:
             "until it is done")
 
 
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel a candidate launched on a timed shape, from the profiled pass after the timed calls
+    (kernel_times.parse_reply): how many times per call it launched and its time per call."""
+
+    name: str
+    launches: float
+    us: float
+
+
+@dataclass(frozen=True)
+class CallBreakdown:
+    """What the median profiled call of a timed shape held (kernel_times.parse_calls): its length, the time
+    before its first kernel, in kernels, in gaps between them and after the last, how many launches, how
+    many calls were profiled, and on a GPU the allocations made inside the call."""
+
+    call_us: float
+    before_first_us: float
+    kernels_us: float
+    gaps_us: float
+    after_last_us: float
+    launches: int
+    calls: int = 1
+    allocations: int | None = None  # None: not counted (the CPU interpreter)
+    allocated_bytes: int | None = None
+    cuda_mallocs: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CallBreakdown":
+        """From ShapeResult.call, the dict the judge wrote."""
+        return cls(**{k: v for k, v in d.items() if k in _CALL_FIELDS})
+
+
 @dataclass
 class ShapeResult:
     shape: dict
@@ -79,6 +112,16 @@ class ShapeResult:
     # after_last_us, launches, calls (profiled), and on a GPU allocations, allocated_bytes, cuda_mallocs
     # made inside the call (kernel_times.call_breakdown); advice, not the time
     call: dict = field(default_factory=dict)
+
+    @property
+    def kernel_times(self) -> list[KernelTime]:
+        """`kernels`, typed."""
+        return [KernelTime(**k) for k in self.kernels]
+
+    @property
+    def breakdown(self) -> CallBreakdown | None:
+        """`call`, typed; None where no call was profiled."""
+        return CallBreakdown.from_dict(self.call) if self.call else None
 
 
 @dataclass
@@ -131,6 +174,7 @@ class EvalResult:
         return cls(**d)
 
 
+_CALL_FIELDS = {f.name for f in fields(CallBreakdown)}
 _SHAPE_FIELDS = {f.name for f in fields(ShapeResult)}
 _RESULT_FIELDS = {f.name for f in fields(EvalResult)}
 

@@ -27,6 +27,8 @@ LAZY_FRACTION = 0.25  # counters below a quarter of the work the problem needs: 
 
 @dataclass
 class ShapeSol:
+    """The roofline position of one timed shape: its measured time against the floor its work sets."""
+
     shape: dict
     time_us: float
     floor_us: float
@@ -83,13 +85,25 @@ def result_sol(problem: Problem, result: dict, peaks: Peaks | None = None) -> li
     return out
 
 
-def summary(sols: list[ShapeSol]) -> dict | None:
+@dataclass(frozen=True)
+class SolSummary:
+    """Speed of light over a candidate's timed shapes: the worst and median fraction of the roofline bound,
+    and the worst shape (the one with the most headroom) with its bound."""
+
+    worst: float
+    median: float
+    worst_shape: dict
+    worst_bound: str  # "compute" or "memory"
+    n_shapes: int
+
+
+def summary(sols: list[ShapeSol]) -> SolSummary | None:
     """Worst and median speed of light over shapes, and the shape with the most headroom."""
     if not sols:
         return None
     worst = min(sols, key=lambda s: s.fraction)
-    return {"worst": worst.fraction, "median": statistics.median(s.fraction for s in sols),
-            "worst_shape": worst.shape, "worst_bound": worst.bound, "n_shapes": len(sols)}
+    return SolSummary(worst=worst.fraction, median=statistics.median(s.fraction for s in sols),
+                      worst_shape=worst.shape, worst_bound=worst.bound, n_shapes=len(sols))
 
 
 def stop_at_sol(best: list[ShapeSol], target: float | None) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from kscience.evaluate.result import OK
+from kscience.evaluate.result import OK, KernelTime
 from kscience.problems import shape_label
 from kscience.record.candidate import REPAIRABLE, Candidate, faster_of_eager_and_compile, speedup
 from kscience.record.rows import LlmUsage
@@ -65,10 +65,10 @@ class SolShare:
 
 @dataclass(frozen=True)
 class KernelSplit:
-    """Time per launched kernel and call on one timed shape ({"name", "launches", "us"} as the judge measured)."""
+    """Time per launched kernel and call on one timed shape, as the judge measured it."""
 
     shape: str
-    kernels: list
+    kernels: list[KernelTime]
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def run_metrics_of(snap) -> RunMetrics:
     measured = [p for p in snap.predictions() if p.measured is not None]
     errors = [abs((p.low + p.high) / 2 - p.measured) for p in measured]
     fastest_name, fastest_us = fastest_baseline(ref, compiled, vendor, snap.libraries)
-    sol = snap.sol_summary(best) or {}
+    sol = snap.sol_summary(best)
     profiled = [p for p in snap.profiles if p.ncu]
     profile_s = sum(p.profile_s or 0.0 for p in snap.profiles)
     return RunMetrics(
@@ -231,7 +231,8 @@ def run_metrics_of(snap) -> RunMetrics:
                        predicted_min_pct=p.low, predicted_max_pct=p.high, measured_pct=p.measured) for p in measured],
         uplift_in_range=sum(bool(p.inside) for p in measured),
         uplift_mean_abs_error_pct=sum(errors) / len(errors) if errors else None,
-        llm=snap.usage, sol_worst=sol.get("worst"), sol_median=sol.get("median"),
+        llm=snap.usage, sol_worst=sol.worst if sol else None,
+        sol_median=sol.median if sol else None,
         sol_best=[SolShare(shape=shape_label(s.shape), fraction=s.fraction, bound=s.bound) for s in snap.sol(best)],
         n_profiled=sum(p.ncu is not None for p in snap.profiles),
         profile_s_total=profile_s if profiled else None,

@@ -14,7 +14,7 @@ from functools import cached_property
 
 from kscience.problems import geomean, shape_label
 from kscience.evaluate.result import OK
-from kscience.problems.roofline import ShapeSol, summary
+from kscience.problems.roofline import ShapeSol, SolSummary, summary
 from kscience.record.candidate import BENCHMARK, Candidate, predicted_range
 from kscience.record.metrics import KernelSplit, RunMetrics, faster_of, run_metrics_of, us_of
 from kscience.record.rows import FindingRow, LlmUsage, PlanRow, ProfileRow, RunRow, SlotTime
@@ -248,7 +248,7 @@ class Snapshot:
     def kernel_split(self, candidate: Candidate | None) -> list[KernelSplit]:
         """Time per launched kernel and call on each timed shape of a candidate; [] where none was measured."""
         shapes = candidate.result.shapes if candidate and candidate.result else []
-        return [KernelSplit(shape=shape_label(s.shape), kernels=s.kernels) for s in shapes
+        return [KernelSplit(shape=shape_label(s.shape), kernels=s.kernel_times) for s in shapes
                 if s.phase == BENCHMARK and s.kernels]
 
     @cached_property
@@ -261,7 +261,7 @@ class Snapshot:
         profile = self.profile_of.get(candidate.id) if candidate else None
         return [ShapeSol.from_dict(s) for s in profile.sol or []] if profile else []
 
-    def sol_summary(self, candidate: Candidate | None) -> dict | None:
+    def sol_summary(self, candidate: Candidate | None) -> SolSummary | None:
         """Worst and median fraction of speed of light over shapes, and the worst shape and its bound."""
         return summary(self.sol(candidate))
 
@@ -277,7 +277,7 @@ class Snapshot:
                 id=c.id, status=c.status, geomean_us=c.geomean_us,
                 registers=_largest(facts, "registers"), spills=_largest(facts, "spills"),
                 occupancy_pct=counters.get("occupancy_pct"), dram_pct=counters.get("dram_pct"),
-                sol_worst=sol["worst"] if sol else None, flag=p.flag if p else None,
+                sol_worst=sol.worst if sol else None, flag=p.flag if p else None,
                 profile_s=p.profile_s if p else None))
         return out
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 import re
 
+from kscience.evaluate.result import KernelTime
 from kscience.problems import shape_label
+from kscience.problems.roofline import SolSummary
 
 
 US = " us"  # the unit every time carries, on a terminal and in a notebook alike
@@ -54,12 +56,12 @@ def fmt_busy(fractions: list[float]) -> str:
     return ", ".join(f"slot {i} {f:.0%}" for i, f in enumerate(fractions))
 
 
-def fmt_sol(summary: dict | None) -> str:
+def fmt_sol(summary: SolSummary | None) -> str:
     """A speed-of-light summary (Snapshot.sol_summary) as one short phrase."""
     if summary is None:
         return "no roofline bound"
-    return (f"worst {summary['worst']:.0%} ({shape_label(summary['worst_shape'])}, {summary['worst_bound']} bound), "
-            f"median {summary['median']:.0%}")
+    return (f"worst {summary.worst:.0%} ({shape_label(summary.worst_shape)}, {summary.worst_bound} bound), "
+            f"median {summary.median:.0%}")
 
 
 def fmt_duration(seconds: float) -> str:
@@ -111,13 +113,13 @@ def name_text(name: str, limit: int = 60) -> str:
     return re.sub(r"[^\x21-\x7e]+", " ", str(name)).strip()[:limit] or "?"
 
 
-def kernel_split_text(kernels: list[dict]) -> str:
+def kernel_split_text(kernels: list[KernelTime]) -> str:
     """'cast_kernel x1 12.0 us (20%), gemm_kernel x1 48.0 us (80%)' for one shape's launched kernels."""
-    total = sum(k["us"] for k in kernels) or 1.0
-    parts = [f"{name_text(k['name'])} x{k['launches']:g} {k['us']:.1f} us ({k['us'] / total:.0%})"
+    total = sum(k.us for k in kernels) or 1.0
+    parts = [f"{name_text(k.name)} x{k.launches:g} {k.us:.1f} us ({k.us / total:.0%})"
              for k in kernels[:MAX_SPLIT_KERNELS]]
     rest = kernels[MAX_SPLIT_KERNELS:]
     if rest:
-        us = sum(k["us"] for k in rest)
+        us = sum(k.us for k in rest)
         parts.append(f"{len(rest)} more kernel(s) {us:.1f} us ({us / total:.0%})")
     return ", ".join(parts)

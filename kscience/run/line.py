@@ -17,7 +17,6 @@ from dataclasses import asdict, replace
 
 from kscience.evaluate import result as R
 from kscience.problems import Problem
-from kscience.run import profiling
 from kscience.run.budget import EvaluationBudget
 from kscience.run.events import CandidateWritten, FindingRecorded, HypothesesProposed, source_diff
 from kscience.run.journal import Journal, Stopped, Stopping
@@ -30,6 +29,7 @@ from kscience.scientist.llm import NothingToPropose
 from kscience.scientist.plans import plans_wanted, split_into_groups, titled_as
 from kscience.scientist.roles import Plan
 from kscience.record.rows import PlanRow
+from kscience.record.seen import Seen
 from kscience.record.store import PENDING, WRITE_FAILED
 MAX_BASE_SWITCHES = 2  # other correct members tried as the base when the chosen one has nothing new left
 
@@ -276,8 +276,7 @@ class Line:
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
                                                attempts, coverage=coverage(broken.stored_result, self.problem),
-                                               profile=profiling.seen(self.journal.profile(broken.id),
-                                                                      broken.stored_result))
+                                               profile=Seen.of(self.journal.profile(broken.id), broken.result))
             last = self.add_draft(draft, kind="repair", parent_id=broken.id, parent_source=broken.source,
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",
                                   repair_attempt=attempts)

@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from kscience.evaluate import result as R
 from kscience.problems import Problem
-from kscience.run import profiling
 from kscience.run.baselines import vendor_title
 from kscience.run.journal import Journal
 from kscience.scientist import compose
@@ -20,6 +19,7 @@ from kscience.scientist.neighbourhood import Neighbour, Neighbourhood
 from kscience.scientist.roles import CandidateView
 from kscience.scientist.rules import Rules
 from kscience.record.rows import ProfileRow
+from kscience.record.seen import Seen
 from kscience.record.snapshot import best_candidate
 from kscience.record.store import BASELINE_KINDS
 
@@ -50,7 +50,7 @@ class Population:
         return {c.id: self.view(c, depth(c), children.get(c.id, 0), profiles.get(c.id)) for c in cands}
 
     def view(self, c: Candidate, depth: int = 0, n_children: int = 0, profile: ProfileRow | None = None) -> CandidateView:
-        profile = profiling.seen(profile or self.journal.profile(c.id), c.stored_result)
+        profile = Seen.of(profile or self.journal.profile(c.id), c.result)
         return CandidateView(
             id=c.id, parent_id=c.parent_id, hypothesis=c.hypothesis, status=c.status, geomean_us=c.geomean_us,
             source=c.source, message=c.message, shape_times=c.times, depth=depth, n_children=n_children,

@@ -2,8 +2,8 @@
 
 * `after_evaluation`: free, for every candidate evaluated on a GPU. The compile facts the judge read
   from the compiled artefacts once the worker was gone (EvalResult.compile_facts), and the speed of
-  light per timed shape. `seen` adds what else the evaluation brought back: time per launched kernel
-  and the candidate's own output.
+  light per timed shape. The scientist reads it with what else the evaluation brought back (time per
+  launched kernel and the candidate's own output: kscience.record.seen.Seen).
 * Nsight Compute: costly, for the seed and each new best (`--profile auto` or `ncu`, `none` turns it off),
   as a profile job judged where the evaluations are (kscience.evaluate.profile.job) on the shape with the
   most headroom, outside the timed evaluation, with the 'not doing the work' check against what the
@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from kscience.device import detect
 from kscience.evaluate.profile import job as profile_job, ncu
+from kscience.evaluate.profile.ncu import NcuProfile
+from kscience.evaluate.result import EvalResult
 from kscience.problems import Problem
 from kscience.problems.roofline import result_sol, stop_at_sol, summary
 from kscience.record.candidate import Candidate
-from kscience.record.rows import ProfileRow
 
 
 # Values of the run setting `profile`: "auto" (the default) and "ncu" profile with Nsight Compute where the
@@ -34,23 +35,6 @@ def after_evaluation(problem: Problem, result: dict) -> dict:
     """Compile facts and speed of light of one evaluation (EvalResult.to_dict())."""
     return {"compile_facts": list(result.get("compile_facts") or []),
             "sol": [s.to_dict() for s in result_sol(problem, result)]}
-
-
-def seen(profile: ProfileRow | None, result: dict | None) -> dict | None:
-    """A stored profile, in the dict form the scientist reads, with what the evaluation itself brought back:
-    time per launched kernel on each timed shape (and what measured it), what its median profiled call held
-    (`calls`, with whether it was judged under the interpreter) and the candidate's own output; the profile
-    as it was without them, None with neither."""
-    stored = profile.to_dict() if profile else None
-    result = result or {}
-    shapes = [s for s in result.get("shapes") or [] if isinstance(s, dict)]
-    kernels = [{"shape": s["shape"], "kernels": s["kernels"]} for s in shapes if s.get("kernels")]
-    calls = [{"shape": s["shape"], "time_us": s.get("time_us"), **s["call"]} for s in shapes if s.get("call")]
-    extra = {k: v for k, v in (("kernels", kernels), ("kernel_profiler", result.get("kernel_profiler")),
-                               ("output", result.get("output")), ("calls", calls),
-                               ("interpreted", bool(calls) and bool((result.get("device") or {}).get("interpreted"))))
-             if v}
-    return dict(stored or {}, **extra) if extra else stored
 
 
 def resolve_profiler(setting: str | None, judged_here: bool = True) -> tuple[str | None, str | None]:
@@ -74,14 +58,14 @@ def resolve_profiler(setting: str | None, judged_here: bool = True) -> tuple[str
                      "(--profile none turns it off)")
 
 
-def worth_profiling(kind: str, result: dict, best_before: dict | None) -> bool:
-    """The profiler looks at the seed and at each correct kernel faster than the best before it."""
-    if result.get("status") != "ok" or not result.get("geomean_us"):
+def worth_profiling(kind: str, result: EvalResult | None, best_us: float | None) -> bool:
+    """The profiler looks at the seed and at each correct kernel faster than the best before it (`best_us`,
+    None where there is none)."""
+    if result is None or not result.ok or not result.geomean_us:
         return False
-    if kind == "seed" or best_before is None:
+    if kind == "seed" or best_us is None:
         return kind == "seed"
-    best = best_before.get("geomean_us")
-    return best is not None and result["geomean_us"] < best
+    return result.geomean_us < best_us
 
 
 def reached_sol(problem: Problem, best_result: dict, target: float | None) -> bool:
@@ -97,8 +81,8 @@ def stop_message(problem: Problem, best: Candidate | None, target: float | None)
     if not stop_at_sol(sols, target):
         return None
     s = summary(sols)
-    return (f"best kernel {best.id} reaches {s['worst']:.0%} of speed of light or more on every shape "
-            f"(median {s['median']:.0%}), within the --stop-at-sol {target:g} target: the run ends here")
+    return (f"best kernel {best.id} reaches {s.worst:.0%} of speed of light or more on every shape "
+            f"(median {s.median:.0%}), within the --stop-at-sol {target:g} target: the run ends here")
 
 
 MEMBERS = ("seed", "child", "repair", "composite")  # kinds that compete; the baselines are timed, not profiled
@@ -115,7 +99,7 @@ def candidate_to_profile(cand: Candidate, candidates: list[Candidate]) -> bool:
     earlier = [c for c in candidates if c.id != cand.id and c.kind in MEMBERS and c.ok
                and c.geomean_us and (c.evaluated or float("inf")) <= judged]
     best = min(earlier, key=lambda c: c.geomean_us, default=None)
-    return worth_profiling(kind, cand.stored_result, best and {"geomean_us": best.geomean_us})
+    return worth_profiling(kind, cand.result, best.geomean_us if best else None)
 
 
 def profiled_line(cand_id: str, record: dict | None, said: list[str] = (), host: str | None = None) -> str:
@@ -123,15 +107,14 @@ def profiled_line(cand_id: str, record: dict | None, said: list[str] = (), host:
     when it gave no profile."""
     if record is None:
         return "; ".join(x for x in said if x) or f"profile ncu: {cand_id} was not profiled (no benchmark shape)"
-    prof = record["ncu"]
-    names = {k["name"] for k in prof.get("kernels", [])}
+    prof = NcuProfile.from_dict(record["ncu"])
     text = (f"{cand_id} profiled with Nsight Compute{f' on {host}' if host else ''} in {record['profile_s']:.1f} s "
             "(outside its timing): "
-            f"{len(prof.get('kernels', []))} launch(es) of {len(names)} kernel(s)")
-    if prof.get("occupancy_pct") is not None:
-        text += f", occupancy {prof['occupancy_pct']:.0f}%"
-    if prof.get("dram_pct") is not None:
-        text += f", DRAM {prof['dram_pct']:.0f}% of peak"
+            f"{len(prof.kernels)} launch(es) of {len(prof.kernel_names)} kernel(s)")
+    if prof.occupancy_pct is not None:
+        text += f", occupancy {prof.occupancy_pct:.0f}%"
+    if prof.dram_pct is not None:
+        text += f", DRAM {prof.dram_pct:.0f}% of peak"
     return text + (f"; WARNING {record['flag']}" if record.get("flag") else "")
 
 
@@ -139,7 +122,7 @@ def profile_shape(problem: Problem, result: dict) -> dict | None:
     """The benchmark shape to profile: where the kernel is furthest from its bound, else the first."""
     s = summary(result_sol(problem, result))
     if s is not None:
-        return s["worst_shape"]
+        return s.worst_shape
     timed = [sh["shape"] for sh in result.get("shapes", []) if sh.get("phase") == "benchmark"]
     return timed[0] if timed else (problem.benchmarks[0] if problem.benchmarks else None)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from kscience.problems.spec import Problem, geomean, shape_label
 from kscience.record.candidate import benchmark_times
+from kscience.record.seen import Seen
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.quoting import quote_inline
 from kscience.scientist.rules import Rules
@@ -302,6 +303,6 @@ class Brief:
     message: str = ""
     child: object = None  # CandidateView of the experiment's result, for the finding
     measured_pct: float | None = None
-    # What a profiler saw of the kernel the role works on (the base, or the kernel to repair): the stored
-    # profile (compile_facts, ncu, sol per shape, flag); each CandidateView carries its own as well.
-    profile: dict | None = None
+    # What a profiler saw of the kernel the role works on (the base, or the kernel to repair); each
+    # CandidateView carries its own as well.
+    profile: Seen | None = None

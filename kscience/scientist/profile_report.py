@@ -1,18 +1,19 @@
 """Compact text of what a profiler sees, for the scientist's prompts and for `kscience show`.
 
-`render_profile` turns compile facts, an Nsight Compute profile and the speed of light of a
-candidate into a few lines; `render_headroom` gives the headroom alone (for the designer and the
-selector). Records may be the dataclasses or their stored dict form. Absent facts are left out,
-never guessed: under the CPU interpreter there are none, and the text says so.
+`render_profile` turns what was seen of a candidate (record.seen.Seen: compile facts, an Nsight Compute
+profile, the speed of light, time per kernel and per call) into a few lines; `render_headroom` gives the
+headroom alone (for the designer and the selector). Absent facts are left out, never guessed: under the CPU
+interpreter there are none, and the text says so.
 """
 
 from __future__ import annotations
 
 from kscience.evaluate.profile.compile_facts import KernelFacts
 from kscience.evaluate.profile.ncu import NcuProfile
-from kscience.evaluate.result import clock_counts
+from kscience.evaluate.result import CallBreakdown, clock_counts
 from kscience.problems import shape_label
 from kscience.problems.roofline import ShapeSol, summary
+from kscience.record.seen import Seen, ShapeCall, ShapeKernels
 from kscience.record.text import kernel_split_text, name_text
 from kscience.scientist.quoting import quote
 
@@ -129,27 +130,26 @@ def ncu_lines(p: NcuProfile) -> list[str]:
     return lines
 
 
-def split_clause(profile: dict | None) -> str:
+def split_clause(profile: Seen | None) -> str:
     """The per-kernel split of a kernel's last timed shape in a clause a finding keeps ("" with one
     kernel or none): which launch the time went to is what the next experiment needs."""
-    shown = [s for s in (profile or {}).get("kernels") or [] if s.get("kernels")]
-    if not shown or len(shown[-1]["kernels"]) < 2:
+    last = profile.kernels[-1] if profile and profile.kernels else None
+    if last is None or len(last.kernels) < 2:
         return ""
-    return f" (per kernel on {shape_label(shown[-1]['shape'])}: {kernel_split_text(shown[-1]['kernels'])})"
+    return f" (per kernel on {shape_label(last.shape)}: {kernel_split_text(last.kernels)})"
 
 
-def kernel_time_lines(by_shape: list[dict], profiler: str = "") -> list[str]:
-    """Time per launched kernel and call, per timed shape (`by_shape`: {"shape", "kernels"}), or the
-    judge's note on why there is none, quoted: it can hold the profiler's error from the candidate's process."""
-    shown = [s for s in by_shape if s.get("kernels")]
-    if not shown:
+def kernel_time_lines(by_shape: list[ShapeKernels], profiler: str = "") -> list[str]:
+    """Time per launched kernel and call, per timed shape, or the judge's note on why there is none,
+    quoted: it can hold the profiler's error from the candidate's process."""
+    if not by_shape:
         return [quote(profiler, "- time per launched kernel: none; the judge's note")] \
             if profiler.startswith("per-kernel") else []
     lines = [f"- time per launched kernel and call (profiled after the timed calls, {profiler or 'profiler'}; "
              "their sum can differ from the timed median):"]
-    lines += [f"  {shape_label(s['shape'])}: {kernel_split_text(s['kernels'])}" for s in shown[:MAX_SPLIT_SHAPES]]
-    if len(shown) > MAX_SPLIT_SHAPES:
-        lines.append(f"  ... and {len(shown) - MAX_SPLIT_SHAPES} more shape(s)")
+    lines += [f"  {shape_label(s.shape)}: {kernel_split_text(s.kernels)}" for s in by_shape[:MAX_SPLIT_SHAPES]]
+    if len(by_shape) > MAX_SPLIT_SHAPES:
+        lines.append(f"  ... and {len(by_shape) - MAX_SPLIT_SHAPES} more shape(s)")
     return lines
 
 
@@ -157,33 +157,32 @@ def _bytes(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n} B"
 
 
-def call_text(call: dict, interpreted: bool) -> str:
+def call_text(call: CallBreakdown, interpreted: bool) -> str:
     """'profiled call 250.1 us = 95.0 us before the first kernel + 132.9 us in 2 launches + ...' for one
     shape's median profiled call (kernel_times.call_breakdown)."""
     work = "interpreted Triton launches" if interpreted else "kernels on the GPU"
-    text = (f"profiled call {call['call_us']:,.1f} us = {call['before_first_us']:,.1f} us before the first "
-            f"kernel + {call['kernels_us']:,.1f} us in {call['launches']} launch(es) ({work}) + "
-            f"{call['gaps_us']:,.1f} us of gaps between them + {call['after_last_us']:,.1f} us after the last")
-    if call.get("allocations") is not None:
-        text += (f"; inside the call {call['allocations']} allocation(s) of {_bytes(call['allocated_bytes'])}, "
-                 f"{call['cuda_mallocs']} of them new cudaMalloc")
+    text = (f"profiled call {call.call_us:,.1f} us = {call.before_first_us:,.1f} us before the first "
+            f"kernel + {call.kernels_us:,.1f} us in {call.launches} launch(es) ({work}) + "
+            f"{call.gaps_us:,.1f} us of gaps between them + {call.after_last_us:,.1f} us after the last")
+    if call.allocations is not None:
+        text += (f"; inside the call {call.allocations} allocation(s) of {_bytes(call.allocated_bytes)}, "
+                 f"{call.cuda_mallocs} of them new cudaMalloc")
     return text
 
 
-def call_lines(calls: list[dict], interpreted: bool = False) -> list[str]:
-    """What one timed call holds, per timed shape (`calls`: {"shape", "time_us", **call}), next to its timed
-    median, and the one line on what that median counts (result.clock_counts)."""
-    shown = [c for c in calls if c.get("call_us") is not None]
-    if not shown:
+def call_lines(calls: list[ShapeCall], interpreted: bool = False) -> list[str]:
+    """What one timed call holds, per timed shape, next to its timed median, and the one line on what that
+    median counts (result.clock_counts)."""
+    if not calls:
         return []
-    n = shown[0].get("calls", 1)
+    n = calls[0].call.calls
     lines = [f"- what a call holds (the median of {n} call(s) profiled after the timed calls, under a profiler "
              "that adds its own cost, so advice beside the timed median, never the score):"]
-    for c in shown[:MAX_CALL_SHAPES]:
-        timed = f"timed median {c['time_us']:,.1f} us; " if c.get("time_us") else ""
-        lines.append(f"  {shape_label(c['shape'])}: {timed}{call_text(c, interpreted)}")
-    if len(shown) > MAX_CALL_SHAPES:
-        lines.append(f"  ... and {len(shown) - MAX_CALL_SHAPES} more shape(s)")
+    for c in calls[:MAX_CALL_SHAPES]:
+        timed = f"timed median {c.time_us:,.1f} us; " if c.time_us else ""
+        lines.append(f"  {shape_label(c.shape)}: {timed}{call_text(c.call, interpreted)}")
+    if len(calls) > MAX_CALL_SHAPES:
+        lines.append(f"  ... and {len(calls) - MAX_CALL_SHAPES} more shape(s)")
     lines.append(f"  What the timed median counts: {clock_counts(interpreted)}.")
     return lines
 
@@ -196,42 +195,30 @@ def output_lines(output: str) -> list[str]:
                   OUTPUT_CHARS)]
 
 
-def render_headroom(sols: list[ShapeSol | dict]) -> str:
+def render_headroom(sols: list[ShapeSol]) -> str:
     """One line: where the kernel is furthest from its roofline bound, and the median."""
-    sols = [_sol(s) for s in sols]
     s = summary(sols)
     if s is None:
         return "Headroom: unknown (no roofline bound: CPU interpreter, unknown device or no timed shape)."
-    return (f"Headroom: {s['worst']:.0%} of the {s['worst_bound']} bound on shape {shape_label(s['worst_shape'])} "
-            f"(up to {1 / s['worst']:.1f}x faster possible there); median {s['median']:.0%} of speed of light "
-            f"over {s['n_shapes']} shape(s).")
+    return (f"Headroom: {s.worst:.0%} of the {s.worst_bound} bound on shape {shape_label(s.worst_shape)} "
+            f"(up to {1 / s.worst:.1f}x faster possible there); median {s.median:.0%} of speed of light "
+            f"over {s.n_shapes} shape(s).")
 
 
-def render_profile(facts: list[KernelFacts | dict] | None = None, ncu: NcuProfile | dict | None = None,
-                   sols: list[ShapeSol | dict] | None = None, flag: str | None = None,
-                   kernels: list[dict] | None = None, kernel_profiler: str = "", output: str = "",
-                   calls: list[dict] | None = None, interpreted: bool = False) -> str:
+def render_profile(profile: Seen) -> str:
     """The block a prompt shows about one candidate."""
-    facts = [KernelFacts(**f) if isinstance(f, dict) else f for f in facts or []]
-    ncu = NcuProfile.from_dict(ncu) if isinstance(ncu, dict) else ncu
     lines = ["Profile of this kernel:"]
-    if facts:
-        lines += kernel_lines(facts)
+    if profile.compile_facts:
+        lines += kernel_lines(profile.compile_facts)
     else:
         lines.append("- compile facts: none (no compiled GPU code: CPU interpreter or nothing compiled)")
-    lines += kernel_time_lines(kernels or [], kernel_profiler or "")
-    lines += call_lines(calls or [], interpreted)
-    if ncu is not None:
-        lines += ncu_lines(ncu)
-    lines += output_lines(output or "")
-    if flag:
-        lines.append(f"- WARNING: {flag}")
-    if sols:
-        lines.append(render_headroom(sols))
+    lines += kernel_time_lines(profile.kernels, profile.kernel_profiler)
+    lines += call_lines(profile.calls, profile.interpreted)
+    if profile.ncu is not None:
+        lines += ncu_lines(profile.ncu)
+    lines += output_lines(profile.output)
+    if profile.flag:
+        lines.append(f"- WARNING: {profile.flag}")
+    if profile.sol:
+        lines.append(render_headroom(profile.sol))
     return "\n".join(lines)
-
-
-def _sol(s: ShapeSol | dict) -> ShapeSol:
-    if isinstance(s, ShapeSol):
-        return s
-    return ShapeSol(**{k: v for k, v in s.items() if k != "fraction"})

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-from kscience.problems.roofline import ShapeSol
 from kscience.problems.roofline import summary as sol_summary
 from kscience.problems.spec import shape_label
+from kscience.record.seen import Seen
 from kscience.scientist.briefing import format_times
 from kscience.scientist.plans import Plan
 from kscience.scientist.profile_report import render_headroom, render_profile
@@ -23,23 +23,19 @@ FINDINGS_PROMPT_CHARS = 8000  # newest findings first, each whole, until this mu
 LESSON_MAX_CHARS = 1200  # a lesson longer than this keeps its whole sentences that fit
 
 
-def profile_block(profile: dict | None) -> str:
+def profile_block(profile: Seen | None) -> str:
     """What a profiler saw of a kernel (compile facts, Nsight Compute counters, speed of light per shape,
     the 'not doing the work' flag); empty when nothing was seen (the CPU interpreter compiles nothing)."""
-    if not profile or not any(profile.get(k) for k in ("compile_facts", "ncu", "sol", "flag", "kernels",
-                                                        "kernel_profiler", "output", "calls")):
+    if profile is None or not profile.anything:
         return ""
-    text = render_profile(profile.get("compile_facts"), profile.get("ncu"), profile.get("sol"), profile.get("flag"),
-                          profile.get("kernels"), profile.get("kernel_profiler") or "", profile.get("output") or "",
-                          profile.get("calls"), bool(profile.get("interpreted")))
-    sols = profile.get("sol") or []
-    if sols:
+    text = render_profile(profile)
+    if profile.sol:
         text += "\nSpeed of light per shape: " + "; ".join(
-            f"{shape_label(s['shape'])}: {s['fraction']:.0%} of the {s['bound']} bound" for s in sols) + "."
+            f"{shape_label(s.shape)}: {s.fraction:.0%} of the {s.bound} bound" for s in profile.sol) + "."
     return text
 
 
-def line_block(profile: dict | None) -> str:
+def line_block(profile: Seen | None) -> str:
     """The profile block as lines of their own inside a template, or nothing."""
     block = profile_block(profile)
     return block + "\n" if block else ""
@@ -49,8 +45,8 @@ def asked_line(plan: Plan, child: CandidateView | None) -> str:
     """What the plan asked to have measured, and whether it came back (a line of the finding prompt)."""
     if not plan.measure:
         return ""
-    profile = (child.profile if child is not None else None) or {}
-    got = [m for m in plan.measure if profile.get(m)]
+    profile = child.profile if child is not None else None
+    got = [m for m in plan.measure if profile is not None and profile.supplies(m)]
     missing = [m for m in plan.measure if m not in got]
     return (f"Asked for: {', '.join(plan.measure)}" + (f"; supplied above: {', '.join(got)}" if got else "")
             + (f"; not supplied: {', '.join(missing)} (not available where it was judged, or the kernel failed)"
@@ -60,7 +56,7 @@ def asked_line(plan: Plan, child: CandidateView | None) -> str:
 def headroom(view: CandidateView | None) -> str:
     """The designer's headroom for a kernel: how far its slowest shape is from the roofline bound, and
     how to use that; one line saying it is unknown where there is no bound (the CPU interpreter)."""
-    sols = (view.profile or {}).get("sol") or [] if view is not None else []
+    sols = view.profile.sol if view is not None and view.profile is not None else []
     return render("headroom.md", line=render_headroom(sols)) if sols else render_headroom(sols)
 
 
@@ -101,23 +97,23 @@ def selector_member(view: CandidateView) -> dict:
               "covered": view.coverage, "hypothesis": view.hypothesis, "message": selector_message(view.message)}
     if view.failing_shape is not None:
         member["failed_on"] = shape_label(view.failing_shape)
-    profile = view.profile or {}
-    sol = sol_summary([ShapeSol.from_dict(s) for s in profile.get("sol") or []])
+    profile = view.profile or Seen()
+    sol = sol_summary(profile.sol)
     if sol is not None:
-        member["speed_of_light"] = {"worst": round(sol["worst"], 3), "median": round(sol["median"], 3),
-                                    "worst_shape": shape_label(sol["worst_shape"]), "bound": sol["worst_bound"]}
-    facts = profile.get("compile_facts") or []
+        member["speed_of_light"] = {"worst": round(sol.worst, 3), "median": round(sol.median, 3),
+                                    "worst_shape": shape_label(sol.worst_shape), "bound": sol.worst_bound}
+    facts = profile.compile_facts
     if facts:
-        member["compiled"] = {"registers": _most(facts, "registers"), "spills": _most(facts, "spills"),
-                              "tensor_cores": any(f.get("tensor_core") for f in facts)}
-    if profile.get("flag"):
-        member["warning"] = profile["flag"]
+        member["compiled"] = {"registers": _most(f.registers for f in facts), "spills": _most(f.spills for f in facts),
+                              "tensor_cores": any(f.tensor_core for f in facts)}
+    if profile.flag:
+        member["warning"] = profile.flag
     return member
 
 
-def _most(facts: list[dict], key: str) -> int | None:
+def _most(values) -> int | None:
     """The largest known value of a compile fact over a candidate's kernels; None where none is known."""
-    return max((f[key] for f in facts if f.get(key) is not None), default=None)
+    return max((v for v in values if v is not None), default=None)
 
 
 def selector_members(population: list[CandidateView]) -> list[CandidateView]:

@@ -27,6 +27,7 @@ from kscience.problems.libraries import library_notes
 from kscience.scientist.briefing import (Bench, Brief, format_times, problem_source, render_contract,
                                          render_header, shapes_text)
 from kscience.record.candidate import uplift_pct
+from kscience.record.seen import Seen
 from kscience.scientist.edits import apply_edits, extract_code, parse_edits
 from kscience.scientist.hardware import Hardware
 from kscience.scientist.knowledge import fill_probes
@@ -344,7 +345,7 @@ class Scientist:
         return await self._draft(prompt, brief, base.source)
 
     async def repair(self, source: str, status: str, message: str, failing_shape: dict | None,
-                     attempt: int, coverage: str = "", profile: dict | None = None) -> Draft:
+                     attempt: int, coverage: str = "", profile: Seen | None = None) -> Draft:
         prompt = render("repair.md", header=self.header(), task=self.task(), problem=self.problem_code(),
                         rules=self.rules().text(), knowledge=self.code_knowledge.strip() or "(none)", attempt=attempt,
                         verdict=verdict_block(self.problem, status, message, failing_shape, coverage),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from kscience.scientist import compose
 from kscience.record.candidate import uplift_pct
+from kscience.record.seen import Seen
 
 OK = "ok"  # EvalResult status of a correct kernel
 TOURNAMENT_TOP_K = 5  # how far down the ranking a reference may come from
@@ -44,8 +45,8 @@ class CandidateView:
     depth: int = 0  # distance from the seed in the attempt tree
     n_children: int = 0
     coverage: str = ""  # which shapes its verdict covered (briefing.coverage)
-    # What a profiler saw (a stored profile: compile_facts, ncu, sol per shape, flag); None: nothing yet.
-    profile: dict | None = None
+    # What a profiler saw, and what the evaluation brought back beside it; None: nothing yet.
+    profile: Seen | None = None
     failing_shape: dict | None = None  # the shape its verdict failed on, where it failed on one
     deviations: str = ""  # what its writer said it did otherwise than the plan asked
 
