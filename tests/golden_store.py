@@ -112,7 +112,8 @@ def _fill(path) -> dict:
                                gpu_busy_s=35.0)
         store.record_campaign_session(campaign, session=1_700_000_000.0, wall_s=150.0, slots=2, busy_s=120.0,
                                       idle_waiting_s=4.0, problems_at_once=1)
-        store.add_retime(run, fast.id, "NVIDIA B200", _result("ok", 150.0, device={**GPU, "name": "NVIDIA B200"}))
+        store.add_retime(run, fast.id, "NVIDIA B200",
+                         EvalResult.from_dict(_result("ok", 150.0, device={**GPU, "name": "NVIDIA B200"})))
         store.update_run(run, status="finished")
         store.update_campaign(campaign, status="finished")
         return {"run": run, "campaign": campaign, "best": fast.id, "broken": broken.id}

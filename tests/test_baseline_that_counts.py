@@ -15,7 +15,7 @@ from kscience.campaigns.report_rows import CampaignReport, ProblemRow
 from kscience.campaigns.usage import CampaignUsage
 from kscience.cli import eval_baselines
 from kscience.cli.main import main
-from kscience.evaluate.result import EvalResult
+from kscience.evaluate.result import DeviceRecord, EvalResult
 from kscience.problems import load_problem
 from kscience.record.snapshot import Snapshot, first_of_kind
 from kscience.record.summary import summary_lines
@@ -28,6 +28,7 @@ from test_compiled_baseline import COMPILED_US, GpuExecutor, finished_run
 
 KERNELBENCH_FILE = Path(__file__).parent / "data" / "kernelbench_linear_relu.py"
 GPU = {"name": "fake GPU", "interpreted": False, "versions": {"torch": "2.11.0"}}
+ON_GPU = DeviceRecord.from_dict(GPU)
 
 
 def database(tmp_path, name: str) -> Path:
@@ -124,31 +125,33 @@ def test_the_same_problem_file_elsewhere_reuses_it_and_an_edited_one_does_not(tm
     here, there = tmp_path / "here.py", tmp_path / "there.py"
     shutil.copy(KERNELBENCH_FILE, here)
     shutil.copy(KERNELBENCH_FILE, there)
-    result = {"status": "ok", "message": "timed", "geomean_us": 5.0, "device": GPU}
+    result = EvalResult("ok", "timed", geomean_us=5.0, device=GPU)
     problem = load_problem(str(here))
-    assert baseline_cache.keep(problem, "compiled", compiled_source(problem), result, "a test") is not None
+    assert baseline_cache.keep(problem, "compiled", compiled_source(problem), result, result.to_dict(),
+                               "a test") is not None
     elsewhere = load_problem(str(there))
-    kept = baseline_cache.recall(elsewhere, "compiled", compiled_source(elsewhere), GPU)
-    assert kept["result"]["geomean_us"] == 5.0 and kept["where"] == "a test"
+    kept = baseline_cache.recall(elsewhere, "compiled", compiled_source(elsewhere), ON_GPU)
+    assert kept.result["geomean_us"] == 5.0 and kept.where == "a test"
     there.write_text(KERNELBENCH_FILE.read_text().replace("out_features = 32", "out_features = 48"))
     edited = load_problem(str(there))
-    assert baseline_cache.recall(edited, "compiled", compiled_source(edited), GPU) is None
+    assert baseline_cache.recall(edited, "compiled", compiled_source(edited), ON_GPU) is None
     # --set changes the problem as run, and the interpreter keeps nothing
     smaller = load_problem(str(here), {"batch_size": "4"})
-    assert baseline_cache.recall(smaller, "compiled", compiled_source(smaller), GPU) is None
-    assert baseline_cache.keep(problem, "compiled", compiled_source(problem),
-                               dict(result, device={"name": "cpu", "interpreted": True}), "a test") is None
+    assert baseline_cache.recall(smaller, "compiled", compiled_source(smaller), ON_GPU) is None
+    on_cpu = replace(result, device={"name": "cpu", "interpreted": True})
+    assert baseline_cache.keep(problem, "compiled", compiled_source(problem), on_cpu, on_cpu.to_dict(),
+                               "a test") is None
 
 
 def test_a_cache_file_that_cannot_be_read_is_a_miss(tmp_path):
     problem = load_problem("softmax")
     source = compiled_source(problem)
-    path = baseline_cache.cache_dir() / f"{baseline_cache.cache_key(problem, 'compiled', source, GPU)}.json"
+    path = baseline_cache.cache_dir() / f"{baseline_cache.cache_key(problem, 'compiled', source, ON_GPU)}.json"
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    assert baseline_cache.recall(problem, "compiled", source, GPU) is None
+    assert baseline_cache.recall(problem, "compiled", source, ON_GPU) is None
     path.write_text(json.dumps({"result": {"status": "timeout"}, "where": "x", "when": 0}))
-    assert baseline_cache.recall(problem, "compiled", source, GPU) is None  # only passing verdicts are kept
+    assert baseline_cache.recall(problem, "compiled", source, ON_GPU) is None  # only passing verdicts are kept
 
 
 # --- kscience eval ---------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from kscience.campaigns.campaign import CampaignConfig, overrides_for, suite_loc
 from kscience.campaigns.report import (FAST_P, campaign_figure, campaign_report, fast_p, geomean_speedup,
                                       suite_summary)
 from kscience.cli.main import main
+from kscience.evaluate.result import EvalResult
 from kscience.problems import ProblemError
 from kscience.campaigns.retime import comparison, kendall_tau
 from kscience.record.store import Store
@@ -391,8 +392,7 @@ def test_a_kernel_that_fails_on_the_new_device_is_shown_failing(finished_campaig
     with Store(db) as store:
         run = next(r for r in store.list_runs() if r.problem.endswith("relu_1d.py"))
         child = next(c for c in store.candidates(run.id) if c.kind == "child" and c.status == "ok")
-        store.add_retime(run.id, child.id, "Other GPU", {"status": "wrong_answer", "message": "mismatch",
-                                                             "geomean_us": None})
+        store.add_retime(run.id, child.id, "Other GPU", EvalResult("wrong_answer", "mismatch"))
         (comp,) = comparison(store, run.id, "Other GPU")
     assert comp.failed_on_new_device == [child.id] and comp.carried_over == 0
     assert main(["retime", run.id, "--show", "--device", "Other GPU", "--db", db]) == 0

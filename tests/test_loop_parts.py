@@ -31,8 +31,10 @@ class WrongAnswers:
     def __init__(self, journal: Journal):
         self.journal = journal
 
-    async def evaluate(self, cand, line=0, *, counted=True, profile_beside=False):
-        return self.journal.record_result(cand.id, Verdict(EvalResult(status="wrong_answer", message="off by one"), {}))
+    async def evaluate(self, cand, line=0, *, counted=True, profile_beside=False, verdict_in=lambda: None):
+        judged = self.journal.record_result(cand.id, Verdict(EvalResult(status="wrong_answer", message="off by one"), {}))
+        verdict_in()
+        return judged
 
 
 def test_a_line_stops_repairing_when_the_budget_is_spent_without_writing_a_repair(tmp_path):

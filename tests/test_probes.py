@@ -8,7 +8,7 @@ from test_prompts import H100, Capture, result, view
 
 from kscience.evaluate.judge.evaluation import evaluate
 from kscience.evaluate.profile import probes
-from kscience.evaluate.result import OK, EvalRequest
+from kscience.evaluate.result import OK, EvalRequest, EvalResult
 from kscience.problems import load_problem
 from kscience.scientist.briefing import bench_from_results
 from kscience.scientist.hardware import describe_device, run_target
@@ -53,7 +53,7 @@ def designer_prompt(seed_result: dict) -> str:
     notes, code_notes = knowledge_for([], target.topics, problem.name)
     llm = Capture()
     sci = Scientist(llm, problem, notes, code_knowledge=code_notes, target=target)
-    sci.observe(bench_from_results(hw, target, seed_result, []))
+    sci.observe(bench_from_results(hw, target, EvalResult.from_dict(seed_result), []))
     asyncio.run(sci.design(view("c-1", problem, seed_result), None, []))
     return llm.prompts["designer"]
 

@@ -191,7 +191,7 @@ def test_each_role_sees_compile_facts_counters_headroom_and_the_lazy_flag():
 
     llm.complete = keep
     sci = Scientist(llm, problem, "notes", strategy="llm", target=run_target(None, hw))
-    sci.observe(bench_from_results(hw, run_target(None, hw), seed_res, []))
+    sci.observe(bench_from_results(hw, run_target(None, hw), EvalResult.from_dict(seed_res), []))
 
     async def go():
         await sci.select([base, child], [])

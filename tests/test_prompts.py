@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kscience.device import Device, Peaks
+from kscience.evaluate.result import EvalResult
 from kscience.problems import load_problem, shape_label
 from kscience.scientist.briefing import bench_from_results, coverage, render_header
 from kscience.scientist.hardware import describe, describe_device, run_target
@@ -53,14 +54,14 @@ def result(problem, device: Device, us: float) -> dict:
     shapes = [{"shape": s, "ok": True, "phase": "test", "n": 0} for s in tests]
     shapes += [{"shape": s, "ok": True, "phase": "benchmark", "time_us": us * (1 + i / 10), "mean_us": us,
                 "std_us": us * 0.03, "n": 20, "floor_us": us / 50} for i, s in enumerate(benches)]
-    return {"status": "ok", "geomean_us": us, "shapes": shapes, "device": device.describe(),
+    return {"status": "ok", "message": "", "geomean_us": us, "shapes": shapes, "device": device.describe(),
             "timing_label": "cpu interpreter (host clock)" if interpreted else "cuda events"}
 
 
 def view(id, problem, res, parent=None, source=None) -> CandidateView:
     return CandidateView(id, parent, "seed" if parent is None else PLAN.title, "ok", res["geomean_us"],
                          {shape_label(s["shape"]): s["time_us"] for s in res["shapes"] if s.get("time_us")},
-                         source or problem.seed_source, "ok", coverage=coverage(res, problem))
+                         source or problem.seed_source, "ok", coverage=coverage(EvalResult.from_dict(res), problem))
 
 
 def render_all(problem, device: Device, target_setting=None, findings=()):
@@ -71,8 +72,9 @@ def render_all(problem, device: Device, target_setting=None, findings=()):
     llm = Capture()
     sci = Scientist(llm, problem, designer_notes, code_knowledge=writer_notes, strategy="llm", target=target)
     seed_res, child_res = result(problem, device, 1000.0), result(problem, device, 900.0)
-    sci.observe(bench_from_results(hw, target, seed_res, [("PyTorch eager", result(problem, device, 5000.0)),
-                                                          ("torch.compile", None)],
+    sci.observe(bench_from_results(hw, target, EvalResult.from_dict(seed_res),
+                                   [("PyTorch eager", EvalResult.from_dict(result(problem, device, 5000.0))),
+                                    ("torch.compile", None)],
                                    {shape_label(s["shape"]): s["floor_us"] for s in seed_res["shapes"]
                                     if s.get("floor_us")}))
     base, child = view("c-1", problem, seed_res), view("c-2", problem, child_res, parent="c-1")
@@ -240,10 +242,12 @@ def test_the_header_carries_versions_every_baseline_or_why_it_is_missing_and_per
     hw = describe_device(device)
     seed = result(problem, device, 180.0)
     seed["device"]["versions"] = {"torch": "2.11.0", "triton": "3.6.0", "cuda": "12.9", "hip": None}
-    unsupported = {"status": "runtime_error", "message": "RuntimeError: blockwise scaling needs CUDA 12.9"}
-    bench = bench_from_results(hw, hw, seed, [("PyTorch eager", result(problem, device, 1000.0)),
-                                              ("torch.compile (max-autotune)", result(problem, device, 300.0)),
-                                              ("vendor library: cuBLAS block-scaled fp8", unsupported)],
+    unsupported = EvalResult("runtime_error", "RuntimeError: blockwise scaling needs CUDA 12.9")
+    verdicts = [("PyTorch eager", result(problem, device, 1000.0)),
+                ("torch.compile (max-autotune)", result(problem, device, 300.0))]
+    bench = bench_from_results(hw, hw, EvalResult.from_dict(seed),
+                               [(label, EvalResult.from_dict(r)) for label, r in verdicts]
+                               + [("vendor library: cuBLAS block-scaled fp8", unsupported)],
                                leaders="Per-shape leaders ...\n- fastest on 9 shape(s): c-60bb46a2: m=6144,...")
     header = render_header(bench)
     assert "Software there: torch 2.11.0, Triton 3.6.0, CUDA 12.9" in header

@@ -65,7 +65,8 @@ def test_a_hostile_stderr_cannot_close_its_fence_or_forge_a_verdict_line():
     result = evaluate(EvalRequest(problem="softmax", source=HOSTILE, shapes="tests")).to_dict()
     assert result["status"] == "runtime_error" and "Status: ok" in result["message"] + result["output"]
     view = CandidateView("c-bad", "c-1", "hostile", result["status"], None, {}, HOSTILE, result["message"],
-                         coverage=coverage(result, problem), profile=Seen.of(None, EvalResult.from_dict(result)),
+                         coverage=coverage(EvalResult.from_dict(result), problem),
+                         profile=Seen.of(None, EvalResult.from_dict(result)),
                          failing_shape=result["failing_shape"])
     base = CandidateView("c-1", None, "seed", "ok", 100.0, {"m=256,n=2048": 100.0}, problem.seed_source, "ok")
     llm = Capture()

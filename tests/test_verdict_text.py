@@ -14,7 +14,7 @@ from test_prompts import Capture
 
 from kscience.evaluate.judge import checking
 from kscience.evaluate.judge.evaluation import evaluate
-from kscience.evaluate.result import EvalRequest
+from kscience.evaluate.result import EvalRequest, EvalResult
 from kscience.problems import load_problem, shape_label
 from kscience.scientist.briefing import Baseline, Bench, coverage, render_header, shape_sizes
 from kscience.scientist.hardware import describe
@@ -62,7 +62,7 @@ def test_a_baselines_rejection_reaches_the_header_whole():
     bench = Bench(hw, hw, "cuda events", baselines=[Baseline("PyTorch eager", f"rejected: `{REJECTION.strip()}`", None)])
     from kscience.scientist.briefing import bench_from_results
 
-    built = bench_from_results(hw, hw, None, [("PyTorch eager", {"status": "rejected", "message": REJECTION})])
+    built = bench_from_results(hw, hw, None, [("PyTorch eager", EvalResult("rejected", REJECTION))])
     header = render_header(built)
     assert REJECTION.strip() in header  # whole: it is well within the baseline's budget
     assert render_header(bench).count("Measured again") == 6
@@ -70,7 +70,7 @@ def test_a_baselines_rejection_reaches_the_header_whole():
 
 def failed_view(problem, result: dict) -> CandidateView:
     return CandidateView("c-2", "c-1", "BLOCK 256", result["status"], None, {}, WRONG_AT_0_3, result["message"],
-                         coverage=coverage(result, problem), failing_shape=result["failing_shape"])
+                         coverage=coverage(EvalResult.from_dict(result), problem), failing_shape=result["failing_shape"])
 
 
 def test_finding_repair_and_selector_carry_the_whole_verdict():

@@ -32,6 +32,7 @@ from dataclasses import replace
 
 from kscience.campaigns.report_rows import BASELINES, FAST_P, BaselineSummary, CampaignReport, ProblemRow, SuiteSummary
 from kscience.campaigns.usage import campaign_usage, run_usage, usage_lines
+from kscience.evaluate.result import DeviceRecord
 from kscience.problems.precision import RULE, label as precision_label
 from kscience.record.candidate import Candidate, faster_of_eager_and_compile, speedup as times_faster
 from kscience.record.liveness import display_status
@@ -76,7 +77,7 @@ def _run_numbers(store: Store, run_id: str) -> dict:
         return c.geomean_us if c and c.ok else None
 
     judged_by = best or by_kind.get("seed")
-    judged = judged_by.device if judged_by else {}
+    judged = judged_by.device if judged_by else DeviceRecord()
     compiled = by_kind.get("compiled")
     faster = faster_of_eager_and_compile(time_of("eager"), time_of("compiled"),
                                          compiled is not None and compiled.status != PENDING)
@@ -88,7 +89,7 @@ def _run_numbers(store: Store, run_id: str) -> dict:
                 # seconds compilers ran in the judges' workers, over every evaluation of the run (not counted as
                 # running)
                 build_s=round(sum(c.result.build_s for c in cands if c.result), 1),
-                device=judged.get("name"), interpreted=bool(judged.get("interpreted")))
+                device=judged.name, interpreted=bool(judged.interpreted))
 
 
 def _library_numbers(cands: list[Candidate], row: ProblemRow) -> dict:
@@ -182,7 +183,7 @@ def report_lines(report: CampaignReport) -> list[str]:
                      f"{r.attempts:>5} {r.cost_usd:>7.2f}")
         losers = [name for name, x in (("PyTorch eager", r.speedup_eager), ("torch.compile", r.speedup_compiled),
                                        ("the vendor library", r.speedup_vendor)) if x and x < 1]
-        if losers and times_rank({"interpreted": r.interpreted}):
+        if losers and times_rank(r.interpreted):
             lines.append(f"    LOSES: the best kernel is slower than {', '.join(losers)}")
         if r.library_us:
             lines.append(f"    best installed library: {r.library_label}, {fmt_us(r.library_us)} us; the best kernel "

@@ -122,7 +122,7 @@ def _judge_all(store: Store, jobs: list[tuple[RunRow, Candidate, dict]], device:
     for future in as_completed(futures):
         run, cand = futures[future]
         result = future.result()
-        store.add_retime(run.id, cand.id, device, result.to_dict())
+        store.add_retime(run.id, cand.id, device, result)
         if on_result:
             on_result(run, cand, result)
 
@@ -189,7 +189,7 @@ def kendall_tau(xs: list[float], ys: list[float]) -> float | None:
 
 
 def _original_device(cand: Candidate) -> str:
-    return cand.device.get("name") or "unknown"
+    return cand.device.name or "unknown"
 
 
 def compare_run(store: Store, run_id: str, device: str | None = None) -> RunComparison:

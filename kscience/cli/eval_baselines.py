@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 
 from kscience.evaluate.judge.evaluation import evaluate
-from kscience.evaluate.result import EvalRequest, EvalResult
+from kscience.evaluate.result import DeviceRecord, EvalRequest, EvalResult
 from kscience.problems import Problem
 from kscience.record.summary import CPU_NOTE
 from kscience.record.text import EAGER, FASTER, fmt_us, fmt_x
@@ -78,14 +78,14 @@ class Against:
 def judge_baselines(problem: Problem, candidate: EvalResult, gpu: int | None, unconfined: bool,
                     say=print) -> Against:
     """The baselines of a timed candidate, judged here; `say` tells what is judged."""
-    interpreted = bool(candidate.device.get("interpreted"))
+    interpreted = bool(candidate.judged_on.interpreted)
     say(f"judging {EAGER} beside it" + (" (under the CPU interpreter, as the candidate was)" if interpreted else ""))
     eager = BaselineFigure.of(_judged(problem, EAGER_KIND, reference_source(problem), gpu, unconfined))
     if interpreted:
         compiled = BaselineFigure(status=None, geomean_us=None, message="",
                                   note="not timed under the CPU interpreter; a run times it on a GPU only")
     else:
-        compiled = _compiled(problem, candidate.device, gpu, unconfined, say)
+        compiled = _compiled(problem, candidate.judged_on, gpu, unconfined, say)
     faster = faster_of_eager_and_compile(eager.us, compiled.us, compiled.status is not None)
     return Against(eager=eager, compiled=compiled, faster_us=faster, interpreted=interpreted,
                    speedup_eager=speedup(eager.us, candidate.geomean_us),
@@ -93,16 +93,16 @@ def judge_baselines(problem: Problem, candidate: EvalResult, gpu: int | None, un
                    speedup_faster=speedup(faster, candidate.geomean_us))
 
 
-def _compiled(problem: Problem, device: dict, gpu: int | None, unconfined: bool, say) -> BaselineFigure:
+def _compiled(problem: Problem, device: DeviceRecord, gpu: int | None, unconfined: bool, say) -> BaselineFigure:
     source = compiled_source(problem)
     kept = baseline_cache.recall(problem, "compiled", source, device)
     if kept is not None:
-        stored = kept["result"]
-        return BaselineFigure.of(EvalResult.from_dict(stored),
-                                 baseline_cache.reused_message(stored, kept["where"], kept["when"]))
+        result = EvalResult.from_dict(kept.result)
+        return BaselineFigure.of(result, kept.message(result.message))
     say(f"judging torch.compile beside it (max-autotune, at most {IDLE_SLOT_LIMIT_S:g} s; kept for the next time)")
     result = _judged(problem, "compiled", source, gpu, unconfined, IDLE_SLOT_LIMIT_S)
-    baseline_cache.keep(problem, "compiled", source, result.to_dict(), f"kscience eval on {socket.gethostname()}")
+    baseline_cache.keep(problem, "compiled", source, result, result.to_dict(),
+                        f"kscience eval on {socket.gethostname()}")
     return BaselineFigure.of(result)
 
 

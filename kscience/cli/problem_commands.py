@@ -141,7 +141,7 @@ def eval_lines(result) -> list[str]:
     """What `kscience eval` prints: the verdict, where and how it was timed, then each shape, its time the
     median of its timed calls with their standard deviation and count."""
     lines = [f"{result.status}: {result.message}",
-             f"device: {result.device.get('name', 'unknown')}",
+             f"device: {result.judged_on.name or 'unknown'}",
              f"timing: {result.timing_label or 'none'}",
              f"evaluated in {fmt_seconds(result.wall_s)}",
              short_confinement_line(result.confinement, result.status == COMPILE_ERROR, result.status == REJECTED)]

@@ -124,6 +124,29 @@ class ShapeResult:
         return CallBreakdown.from_dict(self.call) if self.call else None
 
 
+@dataclass(frozen=True)
+class DeviceRecord:
+    """The device a verdict was judged on, as read above the evaluator: `EvalResult.device` is the dict the judge
+    wrote (kscience.device.Device.describe, the worker's confinement facts, the probe results), which crosses the
+    wire and the store unchanged; this is its typed reading (`EvalResult.judged_on`)."""
+
+    name: str | None = None  # "NVIDIA H200", "cpu (Triton interpreter)"; None where the record has none
+    kind: str = ""  # "cuda", "rocm" or "cpu"
+    interpreted: bool | None = None  # None where the record does not say (not known to be a GPU)
+    versions: dict = field(default_factory=dict)  # torch, triton, cuda, hip (kscience.device.versions)
+    host: str | None = None  # the judging host, where recorded
+    probes: dict = field(default_factory=dict)  # kscience.evaluate.profile.probes results
+    # The record as written, whole (keys beyond these included), for output that shows it as stored
+    stored: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "DeviceRecord":
+        """The record of a device dict as the judge wrote it, or of {} / None (nothing recorded)."""
+        d = d or {}
+        return cls(name=d.get("name"), kind=d.get("kind") or "", interpreted=d.get("interpreted"),
+                   versions=d.get("versions") or {}, host=d.get("host"), probes=d.get("probes") or {}, stored=dict(d))
+
+
 @dataclass
 class EvalResult:
     status: str
@@ -162,6 +185,11 @@ class EvalResult:
     @property
     def ok(self) -> bool:
         return self.status == OK
+
+    @property
+    def judged_on(self) -> DeviceRecord:
+        """`device`, typed."""
+        return DeviceRecord.from_dict(self.device)
 
     def to_dict(self) -> dict:
         return asdict(self)

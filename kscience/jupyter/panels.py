@@ -42,7 +42,7 @@ def _status(status: str) -> str:
 # --- header -----------------------------------------------------------------------------------
 def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
     run, env = snap.run, snap.run.environment
-    device = snap.device.get("name") or "unknown device"
+    device = snap.device.name or "unknown device"
     model = env.get("model") if env.get("model") not in (None, run.llm) else None
     llm = run.llm + (f" ({model})" if model else "") + f", {run.strategy}"
     best = snap.best
@@ -65,7 +65,7 @@ def header_facts(snap: Snapshot) -> list[tuple[str, str]]:
                                               (EAGER, snap.eager),
                                               *((c.hypothesis.split(";")[0], c) for c in snap.libraries))
               if best and base and base.status == "ok" and base.geomean_us < best.geomean_us]
-    if beaten and not snap.device.get("interpreted"):  # said plainly: a user would pick the baseline
+    if beaten and not snap.device.interpreted:  # said plainly: a user would pick the baseline
         facts.append(("loses to", ", ".join(f"{name} ({fmt_us(b.geomean_us, US)})" for name, b in beaten)))
     sol = snap.sol_summary(best)
     if sol is not None:  # only with a roofline bound: GPU timings on a known device

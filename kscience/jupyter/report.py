@@ -86,7 +86,7 @@ def report_figure(snap: Snapshot, suffix: str) -> Figure:
     what, draw, size = FIGURES[suffix]
     fig = Figure(figsize=size, dpi=120, layout="constrained")
     draw(fig.add_subplot(), snap)
-    device = snap.device.get("name") or "unknown device"
+    device = snap.device.name or "unknown device"
     # The problem's name, not its path: a KernelBench file's full path ran past the figure's edge.
     fig.suptitle(f"{Path(snap.run.problem).name}: {what}\nrun {snap.run.id}, {device}, {snap.run.llm}",
                  fontsize=9)
@@ -109,7 +109,7 @@ def write_figures(db: str | Path, figures_dir: str | Path, run_id: str | None = 
         raise ReportError(f"{len(tracked)} of the figures would replace files git tracks ({named}): write them "
                           f"elsewhere, or replace them on purpose with overwrite=True (--overwrite)")
     out.mkdir(parents=True, exist_ok=True)
-    device = snap.device.get("name") or "unknown device"
+    device = snap.device.name or "unknown device"
     command = command or f"python -m kscience.jupyter.report --db {shlex.quote(str(db))} " \
                          f"--figures-dir {shlex.quote(str(figures_dir))} --run {snap.run.id}" + \
                          (" --overwrite" if overwrite else "")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 
 from kscience.problems import precision as P, shape_label
 from kscience.evaluate import result as R
-from kscience.evaluate.result import OK, EvalResult, ShapeResult
+from kscience.evaluate.result import OK, DeviceRecord, EvalResult, ShapeResult
 
 BENCHMARK = "benchmark"
 # The kind of the eager PyTorch baseline, shown as "PyTorch eager". Runs stored before it had this name call it
@@ -59,14 +59,14 @@ def range_text(span: tuple[float, float]) -> str:
     return f"{span[0]:+g}..{span[1]:+g}%"
 
 
-def benchmark_times(shapes: list, key: str = "time_us") -> dict[str, float]:
-    """`key` (the median time, or the floor) per benchmark shape label, from ShapeResults or their dicts;
-    shapes without one are left out."""
+def benchmark_times(shapes: list[ShapeResult], floor: bool = False) -> dict[str, float]:
+    """The median time (or, with `floor`, the physical floor) per benchmark shape label; shapes without one are
+    left out."""
     out = {}
-    for s in shapes or []:
-        s = s if isinstance(s, dict) else vars(s)
-        if s.get("phase") == BENCHMARK and s.get(key):
-            out[shape_label(s["shape"])] = s[key]
+    for s in shapes:
+        us = s.floor_us if floor else s.time_us
+        if s.phase == BENCHMARK and us:
+            out[shape_label(s.shape)] = us
     return out
 
 
@@ -139,14 +139,14 @@ class Candidate:
         return self.row.get("result") or {}
 
     @property
-    def device(self) -> dict:
-        """The device record of its verdict ({} without one)."""
-        return self.result.device if self.result else {}
+    def device(self) -> DeviceRecord:
+        """The device its verdict was judged on (an empty record without one)."""
+        return self.result.judged_on if self.result else DeviceRecord()
 
     @property
     def host(self) -> str | None:
         """The host that judged its verdict, where it was recorded."""
-        return self.device.get("host")
+        return self.device.host
 
     @property
     def times(self) -> dict[str, float]:
@@ -156,7 +156,7 @@ class Candidate:
     @property
     def floor_times(self) -> dict[str, float]:
         """The physical floor per benchmark shape label, where the judge knew it."""
-        return benchmark_times(self.result.shapes, "floor_us") if self.result else {}
+        return benchmark_times(self.result.shapes, floor=True) if self.result else {}
 
     @property
     def precision(self) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from kscience.evaluate.result import OK, KernelTime
+from kscience.evaluate.result import OK, DeviceRecord, KernelTime
 from kscience.problems import shape_label
 from kscience.record.candidate import REPAIRABLE, Candidate, faster_of_eager_and_compile, speedup
 from kscience.record.rows import LlmUsage
@@ -139,6 +139,11 @@ class RunMetrics:
     # Seed and best timed by different sessions (a resume): their ratio mixes two moments' machine load.
     seed_best_sessions_differ: bool
 
+    @property
+    def judged_on(self) -> DeviceRecord:
+        """`device`, typed (an empty record where the run has no settled verdict)."""
+        return DeviceRecord.from_dict(self.device)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -240,7 +245,7 @@ def run_metrics_of(snap) -> RunMetrics:
         n_flagged=sum(bool(p.flag) for p in snap.profiles),
         kernels_best=snap.kernel_split(best),
         output_best=best.result.output or None if best and best.result else None,
-        timing_label=snap.timing_label or None, device=snap.device if snap.settled else None,
+        timing_label=snap.timing_label or None, device=snap.device.stored if snap.settled else None,
         busy_per_slot=snap.busy_fractions,
         seed_best_sessions_differ=(snap.session_of(seed) != snap.session_of(best)
                                    if best and seed and snap.session_of(best) is not None else False))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from kscience.problems import geomean, shape_label
-from kscience.evaluate.result import OK
+from kscience.evaluate.result import OK, DeviceRecord
 from kscience.problems.roofline import ShapeSol, SolSummary, summary
 from kscience.record.candidate import BENCHMARK, Candidate, predicted_range
 from kscience.record.metrics import KernelSplit, RunMetrics, faster_of, run_metrics_of, us_of
@@ -300,12 +300,12 @@ class Snapshot:
         return int(self.run.config.get("iterations") or 0)
 
     @property
-    def device(self) -> dict:
+    def device(self) -> DeviceRecord:
         """The device the timings came from (the newest evaluation), else the one the run started on."""
         for c in reversed(self.settled):
-            if c.device:
+            if c.result and c.result.device:
                 return c.device
-        return self.run.environment.get("device") or {}
+        return DeviceRecord.from_dict(self.run.environment.get("device"))
 
     @property
     def timing_label(self) -> str:
@@ -319,7 +319,7 @@ class Snapshot:
         for s in judged.result.shapes if judged and judged.result else []:
             if s.phase == BENCHMARK:
                 floors.append(s.floor_us)
-        interpreted = bool(self.device.get("interpreted"))
+        interpreted = bool(self.device.interpreted)
         # Under the interpreter there is no hardware to bound: a floor would be meaningless.
         floor = geomean(floors) if floors and all(floors) and not interpreted else None
         return Baselines(eager_us=ref.geomean_us if ref and ref.status == OK else None,
@@ -377,7 +377,7 @@ class Snapshot:
         """The run's row with the few numbers `kscience runs` lists."""
         return RunListing(run=self.run, iterations_done=self.iterations_done, n_candidates=len(self.evaluated),
                           seed_us=us_of(self.seed), best_us=us_of(self.best), eager_us=us_of(self.eager),
-                          interpreted=bool(self.device.get("interpreted")), device_name=self.device.get("name"))
+                          interpreted=bool(self.device.interpreted), device_name=self.device.name)
 
 
 def run_metrics(store: Store, run_id: str) -> RunMetrics:

@@ -360,12 +360,13 @@ class Store(Database):
                 self._query("SELECT * FROM runs WHERE campaign_id=? ORDER BY created, rowid", (campaign_id,))]
 
     # --- re-timing on another device ---------------------------------------------------------
-    def add_retime(self, run_id: str, candidate_id: str, device: str, result: dict) -> None:
-        """A stored kernel judged again on `device` (its name); the original verdict is left as it was."""
+    def add_retime(self, run_id: str, candidate_id: str, device: str, result) -> None:
+        """A stored kernel judged again on `device` (its name), `result` the evaluator's EvalResult; the original
+        verdict is left as it was."""
         self._write("INSERT INTO retimes (run_id, candidate_id, device, status, message, geomean_us, result,"
                     " created) VALUES (?,?,?,?,?,?,?,?)",
-                    (run_id, candidate_id, device, result["status"], result["message"], result.get("geomean_us"),
-                     json.dumps(result), time.time()))
+                    (run_id, candidate_id, device, result.status, result.message, result.geomean_us,
+                     json.dumps(result.to_dict()), time.time()))
 
     def retimes(self, run_id: str, device: str | None = None) -> list[RetimeRow]:
         if device is None:

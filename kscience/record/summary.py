@@ -6,6 +6,7 @@ run times as a baseline (stored as the candidate of kind "eager", its metrics un
 
 from __future__ import annotations
 
+from kscience.evaluate.result import DeviceRecord
 from kscience.record.liveness import display_status
 from kscience.record.metrics import RunMetrics
 from kscience.record.rows import LlmUsage, RunRow
@@ -21,12 +22,11 @@ def _rate(part: int, whole: int, noun: str) -> str:
     return f"{part} of {whole} {noun} ({100 * part / whole:.0f}%)" if whole else f"no {noun}"
 
 
-def timing_text(device: dict | None, label: str | None) -> str:
+def timing_text(device: DeviceRecord, label: str | None) -> str:
     """Where and how a run's times were taken: "CPU (cpu interpreter (judge's clock))" would nest,
     so the label follows a comma."""
-    device = device or {}
-    text = f"{device.get('name', 'unknown device')}, timed by {label or 'an unknown clock'}"
-    return text + (f"; {CPU_NOTE}" if device.get("interpreted") else "")
+    text = f"{device.name or 'unknown device'}, timed by {label or 'an unknown clock'}"
+    return text + (f"; {CPU_NOTE}" if device.interpreted else "")
 
 
 def llm_text(usage: LlmUsage) -> str:
@@ -63,7 +63,7 @@ def summary_lines(row: RunRow, m: RunMetrics) -> list[str]:
     vs_eager = f"vs {EAGER}"
     lines = [f"run {row.id} ({row.problem}, {row.llm}, {row.strategy}): {display_status(row)} "
              f"after {iterations}",
-             f"device: {timing_text(m.device, m.timing_label)}", "",
+             f"device: {timing_text(m.judged_on, m.timing_label)}", "",
              f"  {'':<20}{'geomean us':>16}{'vs seed':>10}{vs_eager:>18}"
              + (f"{'vs torch.compile':>18}" if compiled else "")]
     rows = [(EAGER, eager)] + ([("torch.compile", compiled)] if m.compiled_status else [])
@@ -120,7 +120,7 @@ def faster_lines(m: RunMetrics) -> list[str]:
     """The baseline that counts and the best kernel's speed-up over it; on a GPU, why it is not known. A CPU run
     never times torch.compile, and its table has no such row either."""
     if m.faster_us is None:
-        if (m.device or {}).get("interpreted") is not False:
+        if m.judged_on.interpreted is not False:
             return []
         why = "PyTorch eager has no time" if not m.eager_us else "torch.compile was not timed"
         return [f"  {FASTER}: unknown, {why}"]
@@ -141,16 +141,17 @@ def precision_lines(m: RunMetrics) -> list[str]:
     return lines
 
 
-def times_rank(device: dict) -> bool:
-    """Whether times judged on `device` may rank kernels against the baselines: the CPU interpreter's check
-    the machinery only, so neither `show` nor a campaign report says a kernel LOSES on them."""
-    return not device.get("interpreted")
+def times_rank(interpreted: bool | None) -> bool:
+    """Whether times judged on a device (`interpreted`: whether it was the CPU interpreter, None where unknown) may
+    rank kernels against the baselines: the CPU interpreter's check the machinery only, so neither `show` nor a
+    campaign report says a kernel LOSES on them."""
+    return not interpreted
 
 
 def verdict_lines(m: RunMetrics) -> list[str]:
     """Plainly, whether a user would rather pick a baseline than the best kernel; and what composition did."""
     best, lines = m.best_us, []
-    if best is not None and times_rank(m.device or {}):
+    if best is not None and times_rank(m.judged_on.interpreted):
         rivals = [(name, us) for name, us in ((EAGER, m.eager_us), ("torch.compile", m.compiled_us),
                                               (m.vendor_label or "the vendor library", m.vendor_us),
                                               *((lib.label, lib.us) for lib in m.libraries or []))

@@ -23,8 +23,10 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kscience.evaluate.result import DeviceRecord, EvalResult
 from kscience.problems import Problem
 from kscience.scientist.briefing import problem_source
 from kscience.version import __version__
@@ -36,51 +38,59 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_VAR, Path.home() / ".cache" / "kscience")) / "baselines"
 
 
-def cache_key(problem: Problem, kind: str, source: str, device: dict) -> str | None:
+@dataclass(frozen=True)
+class Kept:
+    """A passing verdict of a baseline timed earlier, as a run or `kscience eval` reuses it."""
+
+    result: dict  # the verdict as stored (EvalResult.to_dict(), with a run's notes where a run kept it)
+    where: str  # who timed it: "run r1 (c4) of runs.db", "kscience eval on gpu-a"
+    when: float  # epoch seconds
+
+    def message(self, said: str) -> str:
+        """The message of the verdict taken from this timing (`said`: the verdict's own), saying whose it was."""
+        return (f"timed by {self.where} on {time.strftime('%Y-%m-%d', time.localtime(self.when))} on this device "
+                f"with these versions, reused: {said}")
+
+
+def cache_key(problem: Problem, kind: str, source: str, device: DeviceRecord) -> str | None:
     """The file name a baseline's verdict is kept under on `device` (a verdict's device record); None on the
     CPU interpreter or a device of unknown versions."""
-    if device.get("interpreted") is not False or not device.get("name") or not device.get("versions"):
+    if device.interpreted is not False or not device.name or not device.versions:
         return None
     material = {"kind": kind, "source": source.replace(repr(problem.locator), "<problem>"),
                 "problem": hashlib.sha256(problem_source(problem).encode()).hexdigest(),
                 "overrides": {k: str(v) for k, v in sorted(problem.overrides.items())},
-                "device": device["name"], "versions": device["versions"], "kscience": __version__}
+                "device": device.name, "versions": device.versions, "kscience": __version__}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
-def recall(problem: Problem, kind: str, source: str, device: dict) -> dict | None:
-    """{"result": the stored verdict, "where": who timed it, "when": epoch seconds} of a passing verdict kept
-    for this baseline on a GPU like `device`; None where there is none."""
+def recall(problem: Problem, kind: str, source: str, device: DeviceRecord) -> Kept | None:
+    """The passing verdict kept for this baseline on a GPU like `device`; None where there is none."""
     key = cache_key(problem, kind, source, device)
     if key is None:
         return None
     try:
-        kept = json.loads((cache_dir() / f"{key}.json").read_text())
-    except (OSError, ValueError):
+        kept = Kept(**json.loads((cache_dir() / f"{key}.json").read_text()))
+    except (OSError, ValueError, TypeError):  # unreadable, not JSON, or not what `keep` writes
         return None
-    ok = (isinstance(kept, dict) and isinstance(kept.get("result"), dict) and kept["result"].get("status") == "ok"
-          and isinstance(kept.get("where"), str) and isinstance(kept.get("when"), (int, float)))
+    ok = (isinstance(kept.result, dict) and kept.result.get("status") == "ok" and isinstance(kept.where, str)
+          and isinstance(kept.when, (int, float)))
     return kept if ok else None
 
 
-def keep(problem: Problem, kind: str, source: str, result: dict, where: str) -> Path | None:
-    """Keep a passing baseline verdict (`where`: who timed it, for the message of whoever reuses it); the file
-    written, or None where nothing was (not ok, the interpreter, or a folder that cannot be written)."""
-    key = cache_key(problem, kind, source, result.get("device") or {})
-    if key is None or result.get("status") != "ok":
+def keep(problem: Problem, kind: str, source: str, result: EvalResult, stored: dict, where: str) -> Path | None:
+    """Keep a passing baseline verdict, written as `stored` (`where`: who timed it, for the message of whoever
+    reuses it); the file written, or None where nothing was (not ok, the interpreter, or a folder that cannot be
+    written)."""
+    key = cache_key(problem, kind, source, result.judged_on)
+    if key is None or not result.ok:
         return None
     path = cache_dir() / f"{key}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"result": result, "where": where, "when": time.time()}))
+        tmp.write_text(json.dumps(asdict(Kept(stored, where, time.time()))))
         os.replace(tmp, path)
     except OSError:
         return None
     return path
-
-
-def reused_message(result: dict, where: str, when: float) -> str:
-    """The message of a verdict taken from an earlier timing, saying whose it was."""
-    return (f"timed by {where} on {time.strftime('%Y-%m-%d', time.localtime(when))} on this device with these "
-            f"versions, reused: {result.get('message', '')}")

@@ -129,4 +129,4 @@ def compiled_baseline_wanted(setting: bool | None, seed: Candidate) -> bool:
     nothing about GPU kernels."""
     if setting is not None:
         return setting
-    return seed.device.get("interpreted") is False
+    return seed.device.interpreted is False

@@ -77,7 +77,7 @@ def confirmed(verdict: Verdict, other: Candidate, other_result: R.EvalResult, ea
     where the other came out faster, which keeps it from being the best however figures from other hosts
     compare (and so every pair settles one member for good)."""
     result = verdict.result
-    host = result.device.get("host") or "one host"
+    host = result.judged_on.host or "one host"
     notes = dict(verdict.notes, replaced={"geomean_us": earlier.result.geomean_us if earlier.result else None,
                                           "host": earlier.host})
     mine, theirs = result.geomean_us, other_result.geomean_us

@@ -176,7 +176,7 @@ class Judging:
             self.in_flight.add(name(cand), future)
             try:
                 result = await self._wait(future, cand, line, request.step_limit_s)
-                on_gpu = result.device.get("interpreted") is False
+                on_gpu = result.judged_on.interpreted is False
                 if (result.status == R.TIMEOUT and self.time_limit_s is not None
                         and self.use.elapsed_s() >= self.time_limit_s):
                     # Cut by the session's time limit, not judged: it stays pending and a resume judges it.

@@ -275,7 +275,7 @@ class Line:
             self._stage("repair", iteration, f"{broken.id} ({broken.status}), attempt {attempts} of {self.repairs}")
             failing = broken.result.failing_shape if broken.result else None
             draft = await self.scientist.repair(broken.source, broken.status, broken.message, failing,
-                                               attempts, coverage=coverage(broken.stored_result, self.problem),
+                                               attempts, coverage=coverage(broken.result, self.problem),
                                                profile=Seen.of(self.journal.profile(broken.id), broken.result))
             last = self.add_draft(draft, kind="repair", parent_id=broken.id, parent_source=broken.source,
                                   iteration=iteration, plan_id=plan_id, hypothesis=f"repair {attempts}: {title}",

@@ -25,6 +25,7 @@ from kscience.run import baseline_cache, confirm, profiling
 from kscience.run.baselines import (REUSED_BASELINES, compiled_baseline_wanted, compiled_source, library_candidate,
                                     library_title, reference_source, vendor_alone_source, vendor_source,
                                     vendor_title)
+from kscience.evaluate.result import DeviceRecord
 from kscience.evaluate.executors.base import Executor
 from kscience.run.budget import EvaluationBudget, EvaluationsSpent
 from kscience.run.config import RunConfig
@@ -213,7 +214,7 @@ class Controller:
         return asyncio.create_task(judged())
 
     async def _baseline(self, candidates: list[Candidate], kind: str, source: str, hypothesis: str,
-                        device: dict) -> None:
+                        device: DeviceRecord) -> None:
         """A baseline a user would otherwise pick, judged once per run (also after a resume), not
         counted against --evaluations; torch.compile's is taken from an earlier run where one timed it."""
         row = first_of_kind(candidates, kind)
@@ -224,14 +225,12 @@ class Controller:
             return
         earlier = self._timed_before(kind, source, device) if kind in REUSED_BASELINES else None
         if earlier is not None:  # a verdict stored elsewhere: read into a Verdict here, where it comes in
-            stored, where, when = earlier
-            result, notes = result_from_stored(stored)
-            message = baseline_cache.reused_message(stored, where, when)
-            self.judging.record_verdict(row, Verdict(replace(result, message=message), notes))
+            result, notes = result_from_stored(earlier.result)
+            self.judging.record_verdict(row, Verdict(replace(result, message=earlier.message(result.message)), notes))
             return
         judged = await self.judging.evaluate(row, counted=False)
         if kind in REUSED_BASELINES:  # for runs of other databases, and `kscience eval`
-            baseline_cache.keep(self.problem, kind, source, judged.stored_result,
+            baseline_cache.keep(self.problem, kind, source, judged.result, judged.stored_result,
                                 f"run {self.run_id} ({judged.id}) of {self.store.path}")
 
     def _library_row(self, candidates: list[Candidate], lib) -> Candidate | None:
@@ -250,20 +249,16 @@ class Controller:
         if row.status == PENDING:
             await self.judging.evaluate(row, counted=False)
 
-    def _timed_before(self, kind: str, source: str, device: dict) -> tuple[dict, str, float] | None:
-        """(verdict, who timed it, when) of the newest passing verdict this baseline had on a GPU of the same
-        name with the same torch, Triton and CUDA/ROCm versions: from another run of this store that judged
-        this very source, else from the cache beside every database (kscience.run.baseline_cache); None
-        where there is none."""
-        if device.get("interpreted") is not False:
+    def _timed_before(self, kind: str, source: str, device: DeviceRecord) -> baseline_cache.Kept | None:
+        """The newest passing verdict this baseline had on a GPU of the same name with the same torch, Triton
+        and CUDA/ROCm versions: from another run of this store that judged this very source, else from the
+        cache beside every database (kscience.run.baseline_cache); None where there is none."""
+        if device.interpreted is not False:
             return None
         for c in self.store.judged_elsewhere(self.run_id, kind, source):
-            theirs = c.device
-            if (c.ok and theirs.get("name") == device.get("name")
-                    and theirs.get("versions") == device.get("versions")):
-                return c.stored_result, f"run {c.run_id} ({c.id})", c.evaluated
-        kept = baseline_cache.recall(self.problem, kind, source, device)
-        return (kept["result"], kept["where"], kept["when"]) if kept else None
+            if c.ok and c.device.name == device.name and c.device.versions == device.versions:
+                return baseline_cache.Kept(c.stored_result, f"run {c.run_id} ({c.id})", c.evaluated)
+        return baseline_cache.recall(self.problem, kind, source, device)
 
     def _add(self, **fields) -> Candidate:
         cand = self.journal.add_candidate(**fields)

@@ -100,7 +100,7 @@ class Pairing:
         mine, theirs = await asyncio.gather(
             self.judge(cand, line, tag, slots[0] if slots else None, futures[0]),
             self.judge(best, line, tag, slots[1] if len(slots) > 1 else None, futures[1]))
-        if mine.result.device.get("host") != theirs.result.device.get("host"):
+        if mine.result.judged_on.host != theirs.result.judged_on.host:
             return None
         self.journal.record_result(best.id, confirm.confirmed(theirs, cand, mine.result, best))
         return self.record_verdict(cand, confirm.confirmed(mine, best, theirs.result, cand))

@@ -54,7 +54,7 @@ class Population:
         return CandidateView(
             id=c.id, parent_id=c.parent_id, hypothesis=c.hypothesis, status=c.status, geomean_us=c.geomean_us,
             source=c.source, message=c.message, shape_times=c.times, depth=depth, n_children=n_children,
-            coverage=coverage(c.stored_result, self.problem), profile=profile,
+            coverage=coverage(c.result, self.problem), profile=profile,
             failing_shape=c.result.failing_shape if c.result else None, deviations=c.deviations)
 
     def neighbourhood(self, base_id: str, *, plan_id: str | None = None, iteration: int | None = None,
@@ -96,20 +96,20 @@ class Population:
         cands = self.journal.candidates()
         roots = [c for c in cands if c.iteration == 0 and c.kind in ("seed", "repair") and c.result]
         seed = next((c for c in reversed(roots) if c.status == R.OK), roots[-1] if roots else None)
-        info = seed.device if seed else {}
-        device = describe(info.get("kind", ""), info.get("name", ""))
+        judged_on = seed.device if seed else R.DeviceRecord()
+        device = describe(judged_on.kind, judged_on.name or "")
         target = getattr(self.scientist, "target", None) or run_target(None, device)
         kinds = {c.kind: c for c in cands}
-        baselines = [(label, kinds[kind].stored_result or None if kind in kinds else None) for kind, label in
+        baselines = [(label, kinds[kind].result if kind in kinds else None) for kind, label in
                      (("eager", "PyTorch eager"), ("compiled", "torch.compile (max-autotune)"),
                       ("vendor", f"vendor library: {vendor_title(self.problem)}"),
                       ("vendor_alone", "the vendor call alone, its inputs made in its layout beforehand (not a rival: "
                                        "kernels get the problem's layout)"))
                      if kind not in ("vendor", "vendor_alone") or kind in kinds]
-        baselines += [(f"installed library: {c.hypothesis}", c.stored_result or None) for c in cands
+        baselines += [(f"installed library: {c.hypothesis}", c.result) for c in cands
                       if c.kind == "library"]
         best = best_candidate(cands)
-        self.scientist.observe(bench_from_results(device, target, seed.stored_result if seed else None, baselines,
+        self.scientist.observe(bench_from_results(device, target, seed.result if seed else None, baselines,
                                                   seed.floor_times if seed else {},
                                                   leaders=compose.leaders_text(cands, best and best.id),
                                                   rules=self.rules_of(device.interpreted) if self.rules_of else None))

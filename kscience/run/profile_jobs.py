@@ -85,7 +85,7 @@ class ProfileJobs:
             self.no_ncu = True
         self.journal.emit(CandidateProfiled(
             candidate_id=cand.id, iteration=cand.iteration, profiler="ncu", profile_s=record and record["profile_s"],
-            message=profiling.profiled_line(cand.id, record, [answer.profile_said], host=answer.device.get("host"))))
+            message=profiling.profiled_line(cand.id, record, [answer.profile_said], host=answer.judged_on.host)))
 
     async def _job(self, cand: Candidate, shape: dict, line: int, slot: int | None) -> R.EvalResult:
         """The profile job's answer; `slot` (released here) is the one it holds, None for none."""

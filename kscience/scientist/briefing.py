@@ -13,6 +13,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 
+from kscience.evaluate.result import DeviceRecord, EvalResult
 from kscience.problems.spec import Problem, geomean, shape_label
 from kscience.record.candidate import benchmark_times
 from kscience.record.seen import Seen
@@ -62,26 +63,26 @@ class Bench:
         return self.device.interpreted
 
 
-def _spreads(result: dict | None) -> list[tuple[float, int]]:
+def _spreads(result: EvalResult | None) -> list[tuple[float, int]]:
     out = []
-    for s in (result or {}).get("shapes", []):
-        if s.get("mean_us") and s.get("std_us") is not None and s.get("n", 0) >= 2:
-            out.append((100.0 * s["std_us"] / s["mean_us"], s["n"]))
+    for s in result.shapes if result else []:
+        if s.mean_us and s.std_us is not None and s.n >= 2:
+            out.append((100.0 * s.std_us / s.mean_us, s.n))
     return out
 
 
-def versions_text(device: dict | None) -> str:
-    """The software versions an EvalResult's device record names, as one phrase ("" when it names none)."""
-    v = (device or {}).get("versions") or {}
+def versions_text(device: DeviceRecord) -> str:
+    """The software versions a verdict's device record names, as one phrase ("" when it names none)."""
+    v = device.versions
     parts = [f"{name} {v[key]}" for key, name in (("torch", "torch"), ("triton", "Triton"), ("cuda", "CUDA"),
                                                   ("hip", "ROCm/HIP")) if v.get(key)]
     return ", ".join(parts)
 
 
-def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
-                       baselines: list[tuple[str, dict | None]], floor: dict[str, float] | None = None,
+def bench_from_results(device: Hardware, target: Hardware, seed: EvalResult | None,
+                       baselines: list[tuple[str, EvalResult | None]], floor: dict[str, float] | None = None,
                        leaders: str = "", rules: Rules | None = None) -> Bench:
-    """`seed` and the baselines are EvalResult dicts (None: not timed); `floor` is the physical floor
+    """`seed` and the baselines are verdicts (None: not timed); `floor` is the physical floor
     per shape label. The noise is the spread of repeated calls over every timed shape of them all."""
     results = [seed] + [r for _, r in baselines]
     spreads = [x for r in results for x in _spreads(r)]
@@ -89,22 +90,21 @@ def bench_from_results(device: Hardware, target: Hardware, seed: dict | None,
     for label, result in baselines:
         if result is None:
             rows.append(Baseline(label, "not timed", None))
-        elif result.get("status") != "ok":  # say why there is no number (a vendor path this device lacks), whole
-            why = (result.get("message") or "").strip()
-            rows.append(Baseline(label, f"{result.get('status')}: "
+        elif not result.ok:  # say why there is no number (a vendor path this device lacks), whole
+            why = (result.message or "").strip()
+            rows.append(Baseline(label, f"{result.status}: "
                                         f"{quote_inline(why, BASELINE_MESSAGE_CHARS) if why else 'no reason given'}",
                                  None))
         else:
-            rows.append(Baseline(label, result.get("status", ""), result.get("geomean_us"),
-                                 benchmark_times(result.get("shapes"))))
+            rows.append(Baseline(label, result.status, result.geomean_us, benchmark_times(result.shapes)))
     if floor:
         rows.append(Baseline("physical floor", "bound", geomean(list(floor.values())), dict(floor)))
-    timing = (seed or {}).get("timing_label") or ("cpu interpreter (host clock)" if device.interpreted else "")
+    timing = (seed.timing_label if seed else "") or ("cpu interpreter (host clock)" if device.interpreted else "")
+    judged_on = seed.judged_on if seed else DeviceRecord()
     return Bench(device, target, timing,
                  noise_pct=statistics.median(p for p, _ in spreads) if spreads else None,
                  repeats=int(statistics.median(n for _, n in spreads)) if spreads else 0, baselines=rows,
-                 versions=versions_text((seed or {}).get("device")), leaders=leaders,
-                 probes=dict(((seed or {}).get("device") or {}).get("probes") or {}), rules=rules)
+                 versions=versions_text(judged_on), leaders=leaders, probes=dict(judged_on.probes), rules=rules)
 
 
 def format_times(times: dict[str, float]) -> str:
@@ -143,26 +143,26 @@ def render_header(bench: Bench | None) -> str:
     return "\n".join(lines)
 
 
-def coverage(result: dict | None, problem: Problem) -> str:
+def coverage(result: EvalResult | None, problem: Problem) -> str:
     """Which shapes a verdict covered, and which shapes of the problem it did not run."""
-    shapes = (result or {}).get("shapes", [])
-    device = (result or {}).get("device") or {}
+    shapes = result.shapes if result else []
+    device = result.judged_on if result else DeviceRecord()
     if not shapes:
-        failed = (result or {}).get("failing_shape")
+        failed = result.failing_shape if result else None
         return "no shape ran" if failed is None else f"no shape passed: the first one judged, {shape_label(failed)}, failed"
-    checked = [s for s in shapes if s.get("ok")]
-    failed = [s for s in shapes if not s.get("ok")]
-    where = "under the CPU interpreter" if device.get("interpreted") else f"on {device.get('name', 'the GPU')}"
-    labels = list(dict.fromkeys(shape_label(s["shape"]) for s in checked))  # a shape may be tested and timed
-    tests = sum(s.get("phase") == "test" for s in checked)
+    checked = [s for s in shapes if s.ok]
+    failed = [s for s in shapes if not s.ok]
+    where = "under the CPU interpreter" if device.interpreted else f"on {device.name or 'the GPU'}"
+    labels = list(dict.fromkeys(shape_label(s.shape) for s in checked))  # a shape may be tested and timed
+    tests = sum(s.phase == "test" for s in checked)
     text = (f"{len(checked)} of {len(shapes)} shape checks passed {where} ({tests} correctness, "
             f"{len(checked) - tests} benchmark: "
             f"{', '.join(labels) if len(labels) <= MAX_LABELS else f'{len(labels)} distinct shapes'})")
     if failed:
-        text += f"; failed: {', '.join(shape_label(s['shape']) for s in failed)}"
-    if device.get("interpreted"):
+        text += f"; failed: {', '.join(shape_label(s.shape) for s in failed)}"
+    if device.interpreted:
         gpu = problem.shapes("all", interpreted=False)
-        ran = [s["shape"] for s in shapes]
+        ran = [s.shape for s in shapes]
         missed = [s for s in gpu if s not in ran]
         if missed:
             text += (f"; the {len(missed)} other GPU shapes did not run, so code paths taken only on a GPU or only at "
