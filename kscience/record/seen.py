@@ -11,17 +11,11 @@ from dataclasses import dataclass, field
 
 from kscience.evaluate.profile.compile_facts import KernelFacts
 from kscience.evaluate.profile.ncu import NcuProfile
-from kscience.evaluate.result import CallBreakdown, EvalResult, KernelTime
+from kscience.evaluate.result import CallBreakdown, EvalResult
+from kscience.problems import shape_label
 from kscience.problems.roofline import ShapeSol
+from kscience.record.metrics import KernelSplit
 from kscience.record.rows import ProfileRow
-
-
-@dataclass(frozen=True)
-class ShapeKernels:
-    """Time per launched kernel on one timed shape."""
-
-    shape: dict
-    kernels: list[KernelTime]
 
 
 @dataclass(frozen=True)
@@ -41,7 +35,7 @@ class Seen:
     ncu: NcuProfile | None = None
     sol: list[ShapeSol] = field(default_factory=list)
     flag: str | None = None
-    kernels: list[ShapeKernels] = field(default_factory=list)
+    kernels: list[KernelSplit] = field(default_factory=list)
     kernel_profiler: str = ""  # what measured `kernels`, or the judge's note on why there are none
     output: str = ""  # the candidate's stdout and stderr (candidate_output.digest)
     calls: list[ShapeCall] = field(default_factory=list)
@@ -63,7 +57,7 @@ class Seen:
         shape (and what measured it), what its median profiled call held (with whether it was judged under
         the interpreter) and the candidate's own output; None with neither."""
         shapes = result.shapes if result else []
-        kernels = [ShapeKernels(shape=s.shape, kernels=s.kernel_times) for s in shapes if s.kernels]
+        kernels = [KernelSplit(shape=shape_label(s.shape), kernels=s.kernel_times) for s in shapes if s.kernels]
         calls = [ShapeCall(shape=s.shape, time_us=s.time_us, call=s.breakdown) for s in shapes if s.call]
         brought = dict(kernels=kernels, kernel_profiler=result.kernel_profiler if result else "",
                        output=result.output if result else "", calls=calls,

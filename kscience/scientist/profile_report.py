@@ -13,7 +13,8 @@ from kscience.evaluate.profile.ncu import NcuProfile
 from kscience.evaluate.result import CallBreakdown, clock_counts
 from kscience.problems import shape_label
 from kscience.problems.roofline import ShapeSol, summary
-from kscience.record.seen import Seen, ShapeCall, ShapeKernels
+from kscience.record.metrics import KernelSplit
+from kscience.record.seen import Seen, ShapeCall
 from kscience.record.text import kernel_split_text, name_text
 from kscience.scientist.quoting import quote
 
@@ -136,10 +137,10 @@ def split_clause(profile: Seen | None) -> str:
     last = profile.kernels[-1] if profile and profile.kernels else None
     if last is None or len(last.kernels) < 2:
         return ""
-    return f" (per kernel on {shape_label(last.shape)}: {kernel_split_text(last.kernels)})"
+    return f" (per kernel on {last.shape}: {kernel_split_text(last.kernels)})"
 
 
-def kernel_time_lines(by_shape: list[ShapeKernels], profiler: str = "") -> list[str]:
+def kernel_time_lines(by_shape: list[KernelSplit], profiler: str = "") -> list[str]:
     """Time per launched kernel and call, per timed shape, or the judge's note on why there is none,
     quoted: it can hold the profiler's error from the candidate's process."""
     if not by_shape:
@@ -147,7 +148,7 @@ def kernel_time_lines(by_shape: list[ShapeKernels], profiler: str = "") -> list[
             if profiler.startswith("per-kernel") else []
     lines = [f"- time per launched kernel and call (profiled after the timed calls, {profiler or 'profiler'}; "
              "their sum can differ from the timed median):"]
-    lines += [f"  {shape_label(s.shape)}: {kernel_split_text(s.kernels)}" for s in by_shape[:MAX_SPLIT_SHAPES]]
+    lines += [f"  {s.shape}: {kernel_split_text(s.kernels)}" for s in by_shape[:MAX_SPLIT_SHAPES]]
     if len(by_shape) > MAX_SPLIT_SHAPES:
         lines.append(f"  ... and {len(by_shape) - MAX_SPLIT_SHAPES} more shape(s)")
     return lines
